@@ -1,0 +1,147 @@
+//! Where time comes from.
+//!
+//! Policies take time as an argument; only limiters read a [`Clock`]. Tests
+//! use a [`ManualClock`] and move it by hand, so no test has to sleep.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::Timestamp;
+
+/// A source of [`Timestamp`]s.
+///
+/// A clock's timestamps count from its own epoch: states written under one
+/// clock must be read under a clock with the same epoch. [`UnixClock`] is the
+/// one to use when states are shared between processes or machines.
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> Timestamp;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Box<C> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+/// A monotonic clock whose epoch is the moment it was created.
+///
+/// It never goes backwards and ignores changes to the system time, so it is
+/// the right clock for limits kept in one process. Clones share the epoch.
+#[derive(Clone, Copy, Debug)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        MonotonicClock {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_duration(self.origin.elapsed())
+    }
+}
+
+/// The system's wall clock, counting from the Unix epoch.
+///
+/// Use it for states kept outside the process (files, databases), whose
+/// timestamps must mean the same to every reader. The system time can step
+/// backwards; the policies then use the state's own time, so a step back
+/// never grants more. A system time before 1970 reads as the epoch.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnixClock;
+
+impl Clock for UnixClock {
+    fn now(&self) -> Timestamp {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(Timestamp::from_duration)
+            .unwrap_or(Timestamp::ZERO)
+    }
+}
+
+/// A clock that moves only when told to, for tests.
+///
+/// Clones share the same time, so a test can hand one clone to a limiter and
+/// move the other.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper::{Clock, ManualClock, Timestamp};
+///
+/// let clock = ManualClock::new(Timestamp::ZERO);
+/// let handle = clock.clone();
+/// handle.advance(Duration::from_millis(250));
+/// assert_eq!(clock.now(), Timestamp::from_millis(250));
+/// handle.set(Timestamp::from_millis(100)); // time may also go backwards
+/// assert_eq!(clock.now(), Timestamp::from_millis(100));
+/// ```
+#[derive(Clone, Default)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock that reads `start` until moved.
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock {
+            nanos: Arc::new(AtomicU64::new(start.as_nanos())),
+        }
+    }
+
+    /// Moves the clock forward by `by` (saturating).
+    pub fn advance(&self, by: Duration) {
+        let by = Timestamp::ZERO.saturating_add(by).as_nanos();
+        // fetch_update never fails with a closure that always returns Some.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_add(by))
+            });
+    }
+
+    /// Sets the clock to `to`, forwards or backwards.
+    pub fn set(&self, to: Timestamp) {
+        self.nanos.store(to.as_nanos(), Ordering::Release);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_nanos(self.nanos.load(Ordering::Acquire))
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now", &self.now())
+            .finish()
+    }
+}

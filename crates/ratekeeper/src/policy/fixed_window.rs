@@ -1,0 +1,172 @@
+//! The fixed window: a count per calendar window.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{check_no_burst, check_period, check_quota, Algorithm};
+use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
+
+/// At most `limit` units in each window of `window`, the windows aligned to
+/// the clock's epoch (for a [`UnixClock`](crate::UnixClock), a one-minute
+/// window starts on the minute).
+///
+/// The cheapest policy, and the one every store can run with an atomic
+/// increment. Its flaw: a client can spend a whole window's quota just
+/// before a boundary and another just after, so up to **twice the limit**
+/// can pass within one window's length.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper::{Algorithm, FixedWindow, Timestamp};
+///
+/// // 5 per second: 5 at t=999 ms and 5 more at t=1001 ms all pass.
+/// let window = FixedWindow::new(5, Duration::from_secs(1)).unwrap();
+/// let requests = [(Timestamp::from_millis(999), 1); 5]
+///     .into_iter()
+///     .chain([(Timestamp::from_millis(1001), 1); 5]);
+/// assert!(window.simulate(requests).iter().all(|d| d.is_allowed()));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    limit: u64,
+    window: u64,
+}
+
+/// A fixed window's state: which window, and the units counted in it. The
+/// default (nothing counted) is fresh.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FixedWindowState {
+    /// When the counted window began.
+    pub start: Timestamp,
+    /// Units allowed in that window.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// At most `limit` units per `window`; `limit` in `1..=MAX_QUOTA`,
+    /// `window` in `1 ns..=MAX_PERIOD`.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        Ok(FixedWindow {
+            limit: check_quota("limit", limit)?,
+            window: check_period("window", window)?,
+        })
+    }
+
+    /// The window for `rate`: its amount per period. A rate with a burst is
+    /// refused.
+    pub fn from_rate(rate: &Rate) -> Result<Self, PolicyError> {
+        check_no_burst("fixed_window", rate)?;
+        Self::new(rate.amount(), rate.period())
+    }
+
+    /// Units allowed per window.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The start of the window holding `now`.
+    #[inline]
+    pub fn window_start(&self, now: Timestamp) -> Timestamp {
+        let now = now.as_nanos();
+        Timestamp::from_nanos(now - now % self.window)
+    }
+
+    /// The count and start of the window in force at `now`, and the time
+    /// to measure from (the state's window if the clock went back into an
+    /// earlier one).
+    #[inline]
+    fn current(&self, state: &FixedWindowState, now: Timestamp) -> (u64, Timestamp, Timestamp) {
+        let start = self.window_start(now);
+        if start == state.start {
+            (state.count, start, now)
+        } else if start > state.start {
+            (0, start, now)
+        } else {
+            // Backwards into an earlier window: keep counting the later one.
+            (state.count, state.start, state.start)
+        }
+    }
+
+    #[inline]
+    fn until_end(&self, start: Timestamp, now: Timestamp) -> Duration {
+        let end = start.as_nanos().saturating_add(self.window);
+        Duration::from_nanos(end.saturating_sub(now.as_nanos()))
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    fn fresh(&self) -> FixedWindowState {
+        FixedWindowState::default()
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        state: &FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+    ) -> (Decision, FixedWindowState) {
+        let (count, start, now) = self.current(state, now);
+        let reset = |count: u64| {
+            if count == 0 {
+                Duration::ZERO
+            } else {
+                self.until_end(start, now)
+            }
+        };
+        // count <= limit <= 2^40 in any state this policy wrote; saturate for others.
+        let remaining = self.limit.saturating_sub(count);
+        if cost <= remaining {
+            let count = count + cost;
+            let next = if cost == 0 {
+                *state
+            } else {
+                FixedWindowState { start, count }
+            };
+            (
+                Decision::allowed(self.limit, self.limit - count, reset(count)),
+                next,
+            )
+        } else {
+            let retry = if cost > self.limit {
+                RetryAfter::Never
+            } else {
+                RetryAfter::After(self.until_end(start, now))
+            };
+            (
+                Decision::denied(self.limit, remaining, reset(count), retry),
+                *state,
+            )
+        }
+    }
+
+    fn refund(&self, state: &FixedWindowState, now: Timestamp, units: u64) -> FixedWindowState {
+        let (count, start, _) = self.current(state, now);
+        if units == 0 || count == 0 {
+            return *state;
+        }
+        FixedWindowState {
+            start,
+            count: count.saturating_sub(units),
+        }
+    }
+
+    fn expires_at(&self, state: &FixedWindowState) -> Timestamp {
+        if state.count == 0 {
+            state.start
+        } else {
+            Timestamp::from_nanos(state.start.as_nanos().saturating_add(self.window))
+        }
+    }
+
+    fn quota(&self) -> u64 {
+        self.limit
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+}

@@ -1,0 +1,211 @@
+//! The generic cell rate algorithm, as redis-cell runs it.
+//!
+//! GCRA keeps one number per key, the theoretical arrival time (TAT): when
+//! the key's bucket would be full again. A request of cost `n` moves the TAT
+//! `n` emission intervals later and is allowed while the TAT stays within the
+//! burst tolerance of `now`. It is a token bucket seen through time instead
+//! of tokens, which is why it fits in one machine word.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{check_period, check_quota, Algorithm, MAX_SCALED};
+use crate::time::div_ceil;
+use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp, TokenBucket};
+
+/// GCRA: `limit` requests per `period`, at most `burst` at once.
+///
+/// # Precision
+///
+/// The emission interval `period / limit` is kept in whole nanoseconds,
+/// rounded up so the policy never admits faster than configured. When
+/// `limit` divides the period in nanoseconds (any limit dividing 10^9 per
+/// second, or 100 per minute, or 1,000 per hour...) GCRA makes exactly the
+/// decisions of the [`TokenBucket`] with the same numbers, field for field.
+/// Otherwise its rate is slower by less than one nanosecond per request; use
+/// a [`TokenBucket`] where that matters.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper::{Algorithm, Gcra, RetryAfter, Timestamp};
+///
+/// let gcra = Gcra::per_second(2).unwrap();
+/// let t = Timestamp::from_millis;
+/// let d = gcra.simulate([(t(0), 1), (t(10), 1), (t(20), 1)]);
+/// assert_eq!(d[2].retry_after(), RetryAfter::After(Duration::from_millis(480)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gcra {
+    limit: u64,
+    period: u64,
+    burst: u64,
+    /// Nanoseconds per unit of cost (the emission interval, T).
+    interval: u64,
+    /// How far ahead of now the TAT may run (tau = T * burst).
+    tolerance: u64,
+}
+
+/// A GCRA key's state: its theoretical arrival time. The default (time zero)
+/// is fresh.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GcraState {
+    /// When the key's quota is whole again.
+    pub tat: Timestamp,
+}
+
+impl Gcra {
+    /// `limit` requests per `period`, at most `burst` at once.
+    ///
+    /// `limit` and `burst` must be in `1..=MAX_QUOTA`, `period` in
+    /// `1 ns..=MAX_PERIOD`, the period at least `limit` nanoseconds (an
+    /// emission interval of at least 1 ns), and `burst` intervals at most
+    /// 2^62 ns.
+    pub fn new(limit: u64, period: Duration, burst: u64) -> Result<Self, PolicyError> {
+        let limit = check_quota("limit", limit)?;
+        let period = check_period("period", period)?;
+        let burst = check_quota("burst", burst)?;
+        if period < limit {
+            return Err(PolicyError::TooFine {
+                rate: limit,
+                period_nanos: period,
+            });
+        }
+        let interval = div_ceil(period, limit);
+        let tolerance = interval
+            .checked_mul(burst)
+            .filter(|&t| t <= MAX_SCALED)
+            .ok_or(PolicyError::Overflow {
+                what: "the burst tolerance (burst x period / limit)",
+            })?;
+        Ok(Gcra {
+            limit,
+            period,
+            burst,
+            interval,
+            tolerance,
+        })
+    }
+
+    /// `n` per second, with a burst of `n`.
+    pub fn per_second(n: u64) -> Result<Self, PolicyError> {
+        Self::new(n, Duration::from_secs(1), n)
+    }
+
+    /// `n` per minute, with a burst of `n`.
+    pub fn per_minute(n: u64) -> Result<Self, PolicyError> {
+        Self::new(n, Duration::from_secs(60), n)
+    }
+
+    /// `n` per hour, with a burst of `n`.
+    pub fn per_hour(n: u64) -> Result<Self, PolicyError> {
+        Self::new(n, Duration::from_secs(3600), n)
+    }
+
+    /// The GCRA for `rate`: its amount per period, with its burst.
+    pub fn from_rate(rate: &Rate) -> Result<Self, PolicyError> {
+        Self::new(rate.amount(), rate.period(), rate.burst())
+    }
+
+    /// The GCRA with the numbers of `bucket`, which admits the same requests
+    /// (see the precision note on [`Gcra`]).
+    pub fn from_token_bucket(bucket: &TokenBucket) -> Result<Self, PolicyError> {
+        Self::new(bucket.rate(), bucket.period(), bucket.burst())
+    }
+
+    /// Requests per [`period`](Gcra::period).
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period over which [`limit`](Gcra::limit) requests are allowed.
+    pub const fn period(&self) -> Duration {
+        Duration::from_nanos(self.period)
+    }
+
+    /// The most requests allowed at once.
+    pub const fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// The emission interval: the time one unit of cost takes to come back.
+    pub const fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.interval)
+    }
+
+    /// Remaining units when the TAT is `ahead` nanoseconds past now.
+    #[inline]
+    fn remaining(&self, ahead: u64) -> u64 {
+        self.tolerance.saturating_sub(ahead) / self.interval
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = GcraState;
+
+    fn fresh(&self) -> GcraState {
+        GcraState::default()
+    }
+
+    #[inline]
+    fn decide(&self, state: &GcraState, now: Timestamp, cost: u64) -> (Decision, GcraState) {
+        // A clock that went back sees the TAT further ahead: it can only deny
+        // more, never less.
+        let current = state.tat.as_nanos().saturating_sub(now.as_nanos());
+        if cost > self.burst {
+            let decision = Decision::denied(
+                self.burst,
+                self.remaining(current),
+                Duration::from_nanos(current),
+                RetryAfter::Never,
+            );
+            return (decision, *state);
+        }
+        // cost <= burst, so the product is at most the tolerance (<= 2^62),
+        // and `current` can exceed it only by a corrupt or foreign state.
+        let ahead = current.saturating_add(cost * self.interval);
+        if ahead <= self.tolerance {
+            let next = if cost == 0 {
+                *state
+            } else {
+                GcraState {
+                    tat: Timestamp::from_nanos(now.as_nanos().saturating_add(ahead)),
+                }
+            };
+            let decision = Decision::allowed(
+                self.burst,
+                self.remaining(ahead),
+                Duration::from_nanos(ahead),
+            );
+            (decision, next)
+        } else {
+            let retry = RetryAfter::After(Duration::from_nanos(ahead - self.tolerance));
+            let decision = Decision::denied(
+                self.burst,
+                self.remaining(current),
+                Duration::from_nanos(current),
+                retry,
+            );
+            (decision, *state)
+        }
+    }
+
+    fn refund(&self, state: &GcraState, now: Timestamp, units: u64) -> GcraState {
+        let back = Duration::from_nanos(units.saturating_mul(self.interval));
+        // Never move the TAT before now: that would bank quota past whole.
+        let tat = state.tat.saturating_sub(back).max(now.min(state.tat));
+        GcraState { tat }
+    }
+
+    fn expires_at(&self, state: &GcraState) -> Timestamp {
+        state.tat
+    }
+
+    fn quota(&self) -> u64 {
+        self.burst
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.tolerance)
+    }
+}

@@ -1,0 +1,437 @@
+//! The five policies and what they share.
+//!
+//! Each policy is a pure transition `(policy, state, now, cost) -> (decision,
+//! next state)` behind the [`Algorithm`] trait. The rules they all keep:
+//!
+//! - a cost of 0 only reports: the returned state is the one passed in;
+//! - a denied request leaves the state as it was, so a store need not write;
+//! - a clock that goes backwards never grants more: the state's own time is
+//!   used when `now` is earlier than it;
+//! - arithmetic saturates, and constructors refuse numbers that could
+//!   overflow, so no `u64` cost or time can panic.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Decision, PolicyError, Rate, Timestamp};
+
+pub(crate) mod fixed_window;
+pub(crate) mod gcra;
+pub(crate) mod sliding_log;
+pub(crate) mod sliding_window;
+pub(crate) mod token_bucket;
+
+use fixed_window::{FixedWindow, FixedWindowState};
+use gcra::{Gcra, GcraState};
+use sliding_log::{SlidingLog, SlidingLogState};
+use sliding_window::{SlidingWindow, SlidingWindowState};
+use token_bucket::{TokenBucket, TokenBucketState};
+
+/// The largest quota (rate, burst or window limit) a policy accepts: 2^40,
+/// about 1.1 trillion units.
+pub const MAX_QUOTA: u64 = 1 << 40;
+
+/// The longest period or window a policy accepts: 2^62 nanoseconds, about 146
+/// years.
+pub const MAX_PERIOD: Duration = Duration::from_nanos(1 << 62);
+
+/// The largest scaled number the exact arithmetic keeps in a state: 2^62,
+/// leaving headroom so that sums of two such numbers still fit a `u64`.
+pub(crate) const MAX_SCALED: u64 = 1 << 62;
+
+/// A rate-limiting algorithm: a pure function from a key's state, the time
+/// and the cost of a request to a [`Decision`] and the key's next state.
+///
+/// Implementations are deterministic and never read a clock; limiters and
+/// stores supply `now`.
+pub trait Algorithm {
+    /// What the policy remembers about one key.
+    type State: Clone + PartialEq + fmt::Debug;
+
+    /// The state of a key that has not been seen.
+    fn fresh(&self) -> Self::State;
+
+    /// Decides a request of `cost` units at `now` for a key in `state`.
+    ///
+    /// A cost of 0 only reports the key's status and returns `state`
+    /// unchanged; so does a denied request.
+    fn decide(&self, state: &Self::State, now: Timestamp, cost: u64) -> (Decision, Self::State);
+
+    /// The key's status at `now` without taking anything.
+    fn peek(&self, state: &Self::State, now: Timestamp) -> Decision {
+        self.decide(state, now, 0).0
+    }
+
+    /// Gives `units` back to the key, for requests that should not count
+    /// after all (a failed upstream call, Envoy's negative hits). The quota
+    /// never grows past whole.
+    fn refund(&self, state: &Self::State, now: Timestamp, units: u64) -> Self::State;
+
+    /// When `state` becomes the same as [`fresh`](Algorithm::fresh), so a
+    /// store may forget the key. A state that is already fresh may answer any
+    /// time not after the moment it became fresh.
+    fn expires_at(&self, state: &Self::State) -> Timestamp;
+
+    /// The quota: the most units one key can take at once.
+    fn quota(&self) -> u64;
+
+    /// The time over which the whole quota is granted: a window, or the time
+    /// an empty bucket takes to fill.
+    fn window(&self) -> Duration;
+
+    /// Decides a sequence of `(now, cost)` requests for one key from a fresh
+    /// state.
+    fn simulate<I>(&self, requests: I) -> Vec<Decision>
+    where
+        I: IntoIterator<Item = (Timestamp, u64)>,
+    {
+        let mut state = self.fresh();
+        requests
+            .into_iter()
+            .map(|(now, cost)| {
+                let (decision, next) = self.decide(&state, now, cost);
+                state = next;
+                decision
+            })
+            .collect()
+    }
+}
+
+/// The five algorithms, by name, for choosing one at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// [`TokenBucket`].
+    TokenBucket,
+    /// [`Gcra`].
+    Gcra,
+    /// [`FixedWindow`].
+    FixedWindow,
+    /// [`SlidingLog`].
+    SlidingLog,
+    /// [`SlidingWindow`].
+    SlidingWindow,
+}
+
+impl PolicyKind {
+    /// Every kind, in the order of the documentation.
+    pub const ALL: [PolicyKind; 5] = [
+        PolicyKind::TokenBucket,
+        PolicyKind::Gcra,
+        PolicyKind::FixedWindow,
+        PolicyKind::SlidingLog,
+        PolicyKind::SlidingWindow,
+    ];
+
+    /// The kind's name in configuration files: `token_bucket`, `gcra`,
+    /// `fixed_window`, `sliding_log` or `sliding_window`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PolicyKind::TokenBucket => "token_bucket",
+            PolicyKind::Gcra => "gcra",
+            PolicyKind::FixedWindow => "fixed_window",
+            PolicyKind::SlidingLog => "sliding_log",
+            PolicyKind::SlidingWindow => "sliding_window",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The name given was not one of [`PolicyKind::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy {0:?}; expected token_bucket, gcra, fixed_window, sliding_log or sliding_window")]
+pub struct UnknownPolicyKind(pub String);
+
+impl FromStr for PolicyKind {
+    type Err = UnknownPolicyKind;
+
+    /// Accepts the names of [`PolicyKind::name`], case-insensitively, with
+    /// `-` or `_` between words.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let normalized = s.trim().to_ascii_lowercase().replace('-', "_");
+        PolicyKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == normalized)
+            .ok_or_else(|| UnknownPolicyKind(s.to_owned()))
+    }
+}
+
+/// Any of the five policies, chosen at run time.
+///
+/// Its [`State`] is the union of theirs. A state of another policy's shape
+/// counts as fresh, so changing a key's policy starts the key over.
+///
+/// ```
+/// use ratekeeper::{Algorithm, Policy, PolicyKind, Rate, Timestamp};
+///
+/// let rate: Rate = "2/second".parse().unwrap();
+/// for kind in PolicyKind::ALL {
+///     let policy = Policy::new(kind, &rate).unwrap();
+///     let decisions = policy.simulate([(Timestamp::ZERO, 1); 3]);
+///     let allowed = decisions.iter().filter(|d| d.is_allowed()).count();
+///     assert_eq!(allowed, 2, "{kind}");
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// A token bucket.
+    TokenBucket(TokenBucket),
+    /// The generic cell rate algorithm.
+    Gcra(Gcra),
+    /// A fixed window.
+    FixedWindow(FixedWindow),
+    /// A sliding log.
+    SlidingLog(SlidingLog),
+    /// A sliding window counter.
+    SlidingWindow(SlidingWindow),
+}
+
+impl Policy {
+    /// The policy of `kind` for `rate`.
+    ///
+    /// Token buckets and GCRA take the rate's burst; the window policies
+    /// allow `rate.amount()` per `rate.period()` and refuse an explicit burst.
+    pub fn new(kind: PolicyKind, rate: &Rate) -> Result<Policy, PolicyError> {
+        Ok(match kind {
+            PolicyKind::TokenBucket => Policy::TokenBucket(TokenBucket::from_rate(rate)?),
+            PolicyKind::Gcra => Policy::Gcra(Gcra::from_rate(rate)?),
+            PolicyKind::FixedWindow => Policy::FixedWindow(FixedWindow::from_rate(rate)?),
+            PolicyKind::SlidingLog => Policy::SlidingLog(SlidingLog::from_rate(rate)?),
+            PolicyKind::SlidingWindow => Policy::SlidingWindow(SlidingWindow::from_rate(rate)?),
+        })
+    }
+
+    /// Which algorithm this is.
+    pub const fn kind(&self) -> PolicyKind {
+        match self {
+            Policy::TokenBucket(_) => PolicyKind::TokenBucket,
+            Policy::Gcra(_) => PolicyKind::Gcra,
+            Policy::FixedWindow(_) => PolicyKind::FixedWindow,
+            Policy::SlidingLog(_) => PolicyKind::SlidingLog,
+            Policy::SlidingWindow(_) => PolicyKind::SlidingWindow,
+        }
+    }
+}
+
+/// Runs `$body` with `$p` bound to the inner policy and `$s` to the inner
+/// state of the same shape, or to a fresh one when the shapes differ.
+macro_rules! with_state {
+    ($policy:expr, $state:expr, |$p:ident, $s:ident| $body:expr) => {
+        match $policy {
+            Policy::TokenBucket($p) => {
+                let fresh;
+                let $s = match $state {
+                    State::TokenBucket(s) => s,
+                    _ => {
+                        fresh = $p.fresh();
+                        &fresh
+                    }
+                };
+                $body
+            }
+            Policy::Gcra($p) => {
+                let fresh;
+                let $s = match $state {
+                    State::Gcra(s) => s,
+                    _ => {
+                        fresh = $p.fresh();
+                        &fresh
+                    }
+                };
+                $body
+            }
+            Policy::FixedWindow($p) => {
+                let fresh;
+                let $s = match $state {
+                    State::FixedWindow(s) => s,
+                    _ => {
+                        fresh = $p.fresh();
+                        &fresh
+                    }
+                };
+                $body
+            }
+            Policy::SlidingLog($p) => {
+                let fresh;
+                let $s = match $state {
+                    State::SlidingLog(s) => s,
+                    _ => {
+                        fresh = $p.fresh();
+                        &fresh
+                    }
+                };
+                $body
+            }
+            Policy::SlidingWindow($p) => {
+                let fresh;
+                let $s = match $state {
+                    State::SlidingWindow(s) => s,
+                    _ => {
+                        fresh = $p.fresh();
+                        &fresh
+                    }
+                };
+                $body
+            }
+        }
+    };
+}
+
+/// Wraps the inner next state of `decide`/`refund` back into [`State`].
+trait IntoState {
+    fn into_state(self) -> State;
+}
+
+macro_rules! into_state {
+    ($($ty:ty => $variant:ident),*) => {
+        $(impl IntoState for $ty {
+            fn into_state(self) -> State {
+                State::$variant(self)
+            }
+        })*
+    };
+}
+
+into_state!(
+    TokenBucketState => TokenBucket,
+    GcraState => Gcra,
+    FixedWindowState => FixedWindow,
+    SlidingLogState => SlidingLog,
+    SlidingWindowState => SlidingWindow
+);
+
+impl Algorithm for Policy {
+    type State = State;
+
+    fn fresh(&self) -> State {
+        match self {
+            Policy::TokenBucket(p) => p.fresh().into_state(),
+            Policy::Gcra(p) => p.fresh().into_state(),
+            Policy::FixedWindow(p) => p.fresh().into_state(),
+            Policy::SlidingLog(p) => p.fresh().into_state(),
+            Policy::SlidingWindow(p) => p.fresh().into_state(),
+        }
+    }
+
+    fn decide(&self, state: &State, now: Timestamp, cost: u64) -> (Decision, State) {
+        with_state!(self, state, |p, s| {
+            let (decision, next) = p.decide(s, now, cost);
+            (decision, next.into_state())
+        })
+    }
+
+    fn refund(&self, state: &State, now: Timestamp, units: u64) -> State {
+        with_state!(self, state, |p, s| p.refund(s, now, units).into_state())
+    }
+
+    fn expires_at(&self, state: &State) -> Timestamp {
+        with_state!(self, state, |p, s| p.expires_at(s))
+    }
+
+    fn quota(&self) -> u64 {
+        match self {
+            Policy::TokenBucket(p) => p.quota(),
+            Policy::Gcra(p) => p.quota(),
+            Policy::FixedWindow(p) => p.quota(),
+            Policy::SlidingLog(p) => p.quota(),
+            Policy::SlidingWindow(p) => p.quota(),
+        }
+    }
+
+    fn window(&self) -> Duration {
+        match self {
+            Policy::TokenBucket(p) => p.window(),
+            Policy::Gcra(p) => p.window(),
+            Policy::FixedWindow(p) => p.window(),
+            Policy::SlidingLog(p) => p.window(),
+            Policy::SlidingWindow(p) => p.window(),
+        }
+    }
+}
+
+macro_rules! policy_from {
+    ($($ty:ident),*) => {
+        $(impl From<$ty> for Policy {
+            fn from(p: $ty) -> Policy {
+                Policy::$ty(p)
+            }
+        })*
+    };
+}
+
+policy_from!(TokenBucket, Gcra, FixedWindow, SlidingLog, SlidingWindow);
+
+/// The state of any of the five policies, as stores keep it.
+///
+/// It serializes with serde, tagged by policy:
+///
+/// ```
+/// use ratekeeper::{GcraState, State, Timestamp};
+///
+/// let state = State::Gcra(GcraState { tat: Timestamp::from_nanos(42) });
+/// let json = serde_json::to_string(&state).unwrap();
+/// assert_eq!(json, r#"{"policy":"gcra","tat":42}"#);
+/// assert_eq!(serde_json::from_str::<State>(&json).unwrap(), state);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "policy", rename_all = "snake_case")]
+pub enum State {
+    /// A [`TokenBucket`]'s.
+    TokenBucket(TokenBucketState),
+    /// A [`Gcra`]'s.
+    Gcra(GcraState),
+    /// A [`FixedWindow`]'s.
+    FixedWindow(FixedWindowState),
+    /// A [`SlidingLog`]'s.
+    SlidingLog(SlidingLogState),
+    /// A [`SlidingWindow`]'s.
+    SlidingWindow(SlidingWindowState),
+}
+
+/// Checks a quota (rate, burst or limit) against `1..=MAX_QUOTA`.
+pub(crate) fn check_quota(field: &'static str, value: u64) -> Result<u64, PolicyError> {
+    if value == 0 {
+        Err(PolicyError::Zero { field })
+    } else if value > MAX_QUOTA {
+        Err(PolicyError::TooLarge {
+            field,
+            value: value.into(),
+            max: MAX_QUOTA.into(),
+        })
+    } else {
+        Ok(value)
+    }
+}
+
+/// Checks a period or window against `1 ns..=MAX_PERIOD` and returns it in
+/// nanoseconds.
+pub(crate) fn check_period(field: &'static str, value: Duration) -> Result<u64, PolicyError> {
+    let nanos = value.as_nanos();
+    if nanos == 0 {
+        Err(PolicyError::Zero { field })
+    } else if nanos > MAX_PERIOD.as_nanos() {
+        Err(PolicyError::TooLarge {
+            field,
+            value: nanos,
+            max: MAX_PERIOD.as_nanos(),
+        })
+    } else {
+        Ok(nanos as u64)
+    }
+}
+
+/// The window policies take no burst: refuse a rate that names one.
+pub(crate) fn check_no_burst(policy: &'static str, rate: &Rate) -> Result<(), PolicyError> {
+    match rate.explicit_burst() {
+        Some(burst) if burst != rate.amount() => Err(PolicyError::BurstNotSupported { policy }),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,193 @@
+//! The sliding log: every allowed hit, kept for one window.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{check_no_burst, check_period, check_quota, Algorithm};
+use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
+
+/// At most `limit` units in **any** interval of length `window`.
+///
+/// The exact sliding window: it remembers each allowed hit until it is a
+/// window old. Memory grows with the limit (at most one [`Hit`] per allowed
+/// request, hits at the same instant merged), and each decision walks the
+/// log, so prefer [`SlidingWindow`](crate::SlidingWindow) for large limits.
+///
+/// A hit at time `a` counts against requests in `[a, a + window)`.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper::{Algorithm, RetryAfter, SlidingLog, Timestamp};
+///
+/// let log = SlidingLog::new(2, Duration::from_secs(1)).unwrap();
+/// let t = Timestamp::from_millis;
+/// let d = log.simulate([(t(0), 1), (t(400), 1), (t(900), 1), (t(1000), 1)]);
+/// assert!(d[0].is_allowed() && d[1].is_allowed());
+/// // The first hit leaves the window 100 ms later.
+/// assert_eq!(d[2].retry_after(), RetryAfter::After(Duration::from_millis(100)));
+/// assert!(d[3].is_allowed());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    limit: u64,
+    window: u64,
+}
+
+/// One allowed request in a sliding log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Hit {
+    /// When it was allowed.
+    pub at: Timestamp,
+    /// Its cost.
+    pub cost: u64,
+}
+
+/// A sliding log's state: the allowed hits, oldest first. The default (no
+/// hits) is fresh.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SlidingLogState {
+    /// The hits, in the order they were allowed.
+    pub hits: Vec<Hit>,
+}
+
+impl SlidingLog {
+    /// At most `limit` units in any `window`; `limit` in `1..=MAX_QUOTA`,
+    /// `window` in `1 ns..=MAX_PERIOD`.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        Ok(SlidingLog {
+            limit: check_quota("limit", limit)?,
+            window: check_period("window", window)?,
+        })
+    }
+
+    /// The log for `rate`: its amount per period. A rate with a burst is
+    /// refused.
+    pub fn from_rate(rate: &Rate) -> Result<Self, PolicyError> {
+        check_no_burst("sliding_log", rate)?;
+        Self::new(rate.amount(), rate.period())
+    }
+
+    /// Units allowed in any window.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// When `hit` stops counting.
+    #[inline]
+    fn leaves(&self, hit: &Hit) -> u64 {
+        hit.at.as_nanos().saturating_add(self.window)
+    }
+
+    /// The hits still in the window at `now` (or at the newest hit's time if
+    /// the clock went back before it), the time used, and their total cost.
+    fn live<'s>(&self, state: &'s SlidingLogState, now: Timestamp) -> (&'s [Hit], u64, u64) {
+        let newest = state.hits.last().map_or(Timestamp::ZERO, |h| h.at);
+        let now = now.max(newest).as_nanos();
+        let first = state.hits.partition_point(|h| self.leaves(h) <= now);
+        let live = &state.hits[first..];
+        let used = live.iter().fold(0u64, |sum, h| sum.saturating_add(h.cost));
+        (live, now, used)
+    }
+
+    fn reset(&self, live: &[Hit], now: u64) -> Duration {
+        live.last().map_or(Duration::ZERO, |h| {
+            Duration::from_nanos(self.leaves(h).saturating_sub(now))
+        })
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    fn fresh(&self) -> SlidingLogState {
+        SlidingLogState::default()
+    }
+
+    fn decide(
+        &self,
+        state: &SlidingLogState,
+        now: Timestamp,
+        cost: u64,
+    ) -> (Decision, SlidingLogState) {
+        let (live, now, used) = self.live(state, now);
+        let remaining = self.limit.saturating_sub(used);
+        if cost == 0 {
+            return (
+                Decision::allowed(self.limit, remaining, self.reset(live, now)),
+                state.clone(),
+            );
+        }
+        if cost <= remaining {
+            let mut hits = Vec::with_capacity(live.len() + 1);
+            hits.extend_from_slice(live);
+            match hits.last_mut() {
+                Some(last) if last.at.as_nanos() == now => last.cost += cost,
+                _ => hits.push(Hit {
+                    at: Timestamp::from_nanos(now),
+                    cost,
+                }),
+            }
+            let reset = self.reset(&hits, now);
+            (
+                Decision::allowed(self.limit, remaining - cost, reset),
+                SlidingLogState { hits },
+            )
+        } else {
+            let retry = if cost > self.limit {
+                RetryAfter::Never
+            } else {
+                // Walk the oldest hits out until the request fits.
+                let excess = used - (self.limit - cost);
+                let mut freed = 0u64;
+                let leaves = live
+                    .iter()
+                    .find(|h| {
+                        freed = freed.saturating_add(h.cost);
+                        freed >= excess
+                    })
+                    .map_or(now, |h| self.leaves(h));
+                RetryAfter::After(Duration::from_nanos(leaves.saturating_sub(now)))
+            };
+            (
+                Decision::denied(self.limit, remaining, self.reset(live, now), retry),
+                state.clone(),
+            )
+        }
+    }
+
+    fn refund(&self, state: &SlidingLogState, now: Timestamp, units: u64) -> SlidingLogState {
+        if units == 0 {
+            return state.clone();
+        }
+        let (live, _, _) = self.live(state, now);
+        let mut hits = live.to_vec();
+        let mut left = units;
+        // Refunds come off the newest hits, the ones that would count longest.
+        while left > 0 {
+            let Some(last) = hits.last_mut() else { break };
+            if last.cost > left {
+                last.cost -= left;
+                break;
+            }
+            left -= last.cost;
+            hits.pop();
+        }
+        SlidingLogState { hits }
+    }
+
+    fn expires_at(&self, state: &SlidingLogState) -> Timestamp {
+        state
+            .hits
+            .last()
+            .map_or(Timestamp::ZERO, |h| Timestamp::from_nanos(self.leaves(h)))
+    }
+
+    fn quota(&self) -> u64 {
+        self.limit
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+}

@@ -1,0 +1,259 @@
+//! The sliding window counter: Cloudflare's weighted approximation.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{check_no_burst, check_period, check_quota, Algorithm};
+use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
+
+/// About `limit` units per sliding `window`, kept in two counters.
+///
+/// Time is cut into fixed windows as in [`FixedWindow`](crate::FixedWindow).
+/// A request is weighed against the current window's count plus the
+/// previous window's count scaled by how much of the previous window still
+/// overlaps the sliding one: 30% into the current window, 70% of the
+/// previous count is added. Only allowed units are counted.
+///
+/// # Rounding and accuracy
+///
+/// The weighted previous count is rounded **up** (`ceil(prev * (window -
+/// elapsed) / window)`, in exact integer arithmetic), so a partly expired
+/// request still counts as a whole one. The method assumes the previous
+/// window's requests were spread evenly; when they clustered at its end,
+/// more than `limit` can pass in some window-long interval (at most about
+/// twice, as with a fixed window, but only in that skewed case). Use
+/// [`SlidingLog`](crate::SlidingLog) when the bound must be exact.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper::{Algorithm, SlidingWindow, Timestamp};
+///
+/// let policy = SlidingWindow::new(100, Duration::from_secs(60)).unwrap();
+/// // 100 requests fill the first minute...
+/// let mut state = policy.fresh();
+/// for _ in 0..100 {
+///     state = policy.decide(&state, Timestamp::from_secs(10), 1).1;
+/// }
+/// // ...and 30% into the next one, 70 of them still count: 30 are left.
+/// let d = policy.peek(&state, Timestamp::from_secs(78));
+/// assert_eq!(d.remaining(), 30);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlidingWindow {
+    limit: u64,
+    window: u64,
+}
+
+/// A sliding window counter's state: the current window and the counts of
+/// it and the one before. The default (nothing counted) is fresh.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SlidingWindowState {
+    /// When the current window began.
+    pub start: Timestamp,
+    /// Units allowed in the window before it.
+    pub previous: u64,
+    /// Units allowed in the current window.
+    pub current: u64,
+}
+
+/// The counts in force at a moment: the window, both counts, and the
+/// nanoseconds elapsed in the window.
+struct Counts {
+    start: u64,
+    previous: u64,
+    current: u64,
+    elapsed: u64,
+}
+
+impl SlidingWindow {
+    /// About `limit` units per sliding `window`; `limit` in `1..=MAX_QUOTA`,
+    /// `window` in `1 ns..=MAX_PERIOD`.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        Ok(SlidingWindow {
+            limit: check_quota("limit", limit)?,
+            window: check_period("window", window)?,
+        })
+    }
+
+    /// The counter for `rate`: its amount per period. A rate with a burst is
+    /// refused.
+    pub fn from_rate(rate: &Rate) -> Result<Self, PolicyError> {
+        check_no_burst("sliding_window", rate)?;
+        Self::new(rate.amount(), rate.period())
+    }
+
+    /// Units allowed per window.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    #[inline]
+    fn counts(&self, state: &SlidingWindowState, now: Timestamp) -> Counts {
+        let now = now.as_nanos();
+        let start = now - now % self.window;
+        let last = state.start.as_nanos();
+        if start == last {
+            Counts {
+                start,
+                previous: state.previous,
+                current: state.current,
+                elapsed: now - start,
+            }
+        } else if start > last {
+            let previous = if start - last == self.window {
+                state.current
+            } else {
+                0
+            };
+            Counts {
+                start,
+                previous,
+                current: 0,
+                elapsed: now - start,
+            }
+        } else {
+            // The clock went back into an earlier window: stay in the
+            // state's window at its very start, where the previous count
+            // weighs most.
+            Counts {
+                start: last,
+                previous: state.previous,
+                current: state.current,
+                elapsed: 0,
+            }
+        }
+    }
+
+    /// `ceil(count * (window - elapsed) / window)`: the part of a window's
+    /// count that still overlaps the sliding window.
+    #[inline]
+    fn weighted(&self, count: u64, elapsed: u64) -> u64 {
+        if count == 0 {
+            return 0;
+        }
+        let overlap = (self.window - elapsed.min(self.window)) as u128;
+        let window = self.window as u128;
+        let scaled = count as u128 * overlap;
+        (scaled.div_ceil(window)) as u64
+    }
+
+    /// The least `elapsed` in a window at which `ceil(count * (window -
+    /// elapsed) / window) <= budget`; `window` if none inside it.
+    fn elapsed_until_within(&self, count: u64, budget: u64) -> u64 {
+        if count == 0 {
+            return 0;
+        }
+        let room = (budget as u128 * self.window as u128) / count as u128;
+        self.window
+            .saturating_sub(room.min(self.window as u128) as u64)
+    }
+
+    fn reset(&self, c: &Counts, current: u64) -> Duration {
+        let at = if current > 0 {
+            c.start.saturating_add(self.window.saturating_mul(2))
+        } else if c.previous > 0 {
+            c.start.saturating_add(self.window)
+        } else {
+            return Duration::ZERO;
+        };
+        Duration::from_nanos(at.saturating_sub(c.start + c.elapsed))
+    }
+
+    /// The wait until a request of `cost` (at most the limit) fits.
+    fn retry(&self, c: &Counts, cost: u64) -> Duration {
+        let budget = self.limit - cost;
+        let now = c.start + c.elapsed;
+        if c.current <= budget {
+            let at = self.elapsed_until_within(c.previous, budget - c.current);
+            if at < self.window {
+                return Duration::from_nanos(c.start.saturating_add(at).saturating_sub(now));
+            }
+        }
+        // In the next window the current count becomes the previous one.
+        let at = self.elapsed_until_within(c.current, budget);
+        let next = c.start.saturating_add(self.window).saturating_add(at);
+        Duration::from_nanos(next.saturating_sub(now))
+    }
+}
+
+impl Algorithm for SlidingWindow {
+    type State = SlidingWindowState;
+
+    fn fresh(&self) -> SlidingWindowState {
+        SlidingWindowState::default()
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        state: &SlidingWindowState,
+        now: Timestamp,
+        cost: u64,
+    ) -> (Decision, SlidingWindowState) {
+        let c = self.counts(state, now);
+        let estimate = c
+            .current
+            .saturating_add(self.weighted(c.previous, c.elapsed));
+        let remaining = self.limit.saturating_sub(estimate);
+        if cost <= remaining {
+            let current = c.current + cost;
+            let next = if cost == 0 {
+                *state
+            } else {
+                SlidingWindowState {
+                    start: Timestamp::from_nanos(c.start),
+                    previous: c.previous,
+                    current,
+                }
+            };
+            (
+                Decision::allowed(self.limit, remaining - cost, self.reset(&c, current)),
+                next,
+            )
+        } else {
+            let retry = if cost > self.limit {
+                RetryAfter::Never
+            } else {
+                RetryAfter::After(self.retry(&c, cost))
+            };
+            (
+                Decision::denied(self.limit, remaining, self.reset(&c, c.current), retry),
+                *state,
+            )
+        }
+    }
+
+    fn refund(&self, state: &SlidingWindowState, now: Timestamp, units: u64) -> SlidingWindowState {
+        if units == 0 {
+            return *state;
+        }
+        let c = self.counts(state, now);
+        let from_current = units.min(c.current);
+        let from_previous = (units - from_current).min(c.previous);
+        SlidingWindowState {
+            start: Timestamp::from_nanos(c.start),
+            previous: c.previous - from_previous,
+            current: c.current - from_current,
+        }
+    }
+
+    fn expires_at(&self, state: &SlidingWindowState) -> Timestamp {
+        let windows = if state.current > 0 {
+            2
+        } else if state.previous > 0 {
+            1
+        } else {
+            0
+        };
+        state.start + Duration::from_nanos(self.window.saturating_mul(windows))
+    }
+
+    fn quota(&self) -> u64 {
+        self.limit
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+}
