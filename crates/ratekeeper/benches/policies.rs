@@ -45,5 +45,30 @@ fn policies(c: &mut Criterion) {
     bench_policy(c, "sliding_log", SlidingLog::new(100, minute).unwrap());
 }
 
-criterion_group!(benches, policies);
+/// The peer: governor's direct (unkeyed) GCRA limiter on its fake clock, the
+/// closest thing it has to one pure decision. It also does an atomic
+/// compare-and-swap on its state, which ratekeeper's pure decision does not.
+fn governor_peer(c: &mut Criterion) {
+    use governor::clock::FakeRelativeClock;
+    use governor::{Quota, RateLimiter};
+    use std::num::NonZeroU32;
+
+    let quota = Quota::per_minute(NonZeroU32::new(100).unwrap());
+    let mut group = c.benchmark_group("governor_direct");
+    let clock = FakeRelativeClock::default();
+    let limiter = RateLimiter::direct_with_clock(quota, clock.clone());
+    group.bench_function("allow", |b| {
+        b.iter(|| {
+            // Step the fake clock a full period each time, so every check allows.
+            clock.advance(Duration::from_secs(1));
+            black_box(limiter.check())
+        })
+    });
+    let exhausted = RateLimiter::direct_with_clock(quota, FakeRelativeClock::default());
+    while exhausted.check().is_ok() {}
+    group.bench_function("deny", |b| b.iter(|| black_box(exhausted.check())));
+    group.finish();
+}
+
+criterion_group!(benches, policies, governor_peer);
 criterion_main!(benches);

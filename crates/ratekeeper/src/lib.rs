@@ -65,3 +65,8 @@ pub use policy::token_bucket::{Reservation, ReserveError, TokenBucket, TokenBuck
 pub use policy::{Algorithm, Policy, PolicyKind, State, UnknownPolicyKind, MAX_PERIOD, MAX_QUOTA};
 pub use rate::{ParseRateError, Rate};
 pub use time::Timestamp;
+
+/// Compiles and runs the examples in README.md as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::error::PolicyError;
-use crate::policy::{MAX_PERIOD, MAX_QUOTA};
+use crate::policy::{check_quota, MAX_PERIOD};
 
 /// An amount of requests per period, with an optional burst: the numbers a
 /// rate-limiting policy is built from.
@@ -165,21 +165,6 @@ impl Rate {
     /// `"burst N"` in the string), else `None`.
     pub fn explicit_burst(&self) -> Option<u64> {
         self.burst
-    }
-}
-
-/// Checks an amount or burst against `1..=MAX_QUOTA`.
-fn check_quota(field: &'static str, value: u64) -> Result<u64, PolicyError> {
-    if value == 0 {
-        Err(PolicyError::Zero { field })
-    } else if value > MAX_QUOTA {
-        Err(PolicyError::TooLarge {
-            field,
-            value: value.into(),
-            max: MAX_QUOTA.into(),
-        })
-    } else {
-        Ok(value)
     }
 }
 

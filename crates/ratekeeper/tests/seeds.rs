@@ -176,7 +176,7 @@ fn sliding_window_weighs_the_previous_window() {
 
     // The current window's allowed requests add to the weighted count, and
     // denied ones are not counted.
-    let mut at_78 = state.clone();
+    let mut at_78 = state;
     let mut allowed = 0;
     for _ in 0..100 {
         let (d, next) = policy.decide(&at_78, Timestamp::from_secs(78), 1);

@@ -1,0 +1,123 @@
+//! The fixed window.
+
+use std::time::Duration;
+
+use ratekeeper::{Algorithm, FixedWindow, FixedWindowState, PolicyError, RetryAfter, Timestamp};
+
+fn ms(n: u64) -> Timestamp {
+    Timestamp::from_millis(n)
+}
+
+/// 3 per second.
+fn window() -> FixedWindow {
+    FixedWindow::new(3, Duration::from_secs(1)).unwrap()
+}
+
+#[test]
+fn counts_per_aligned_window() {
+    let w = window();
+    let d = w.simulate([
+        (ms(1_200), 1),
+        (ms(1_300), 1),
+        (ms(1_400), 1),
+        (ms(1_500), 1),
+        (ms(2_000), 1),
+    ]);
+    assert_eq!(
+        d.iter().map(|d| d.is_allowed()).collect::<Vec<_>>(),
+        [true, true, true, false, true]
+    );
+    assert_eq!(
+        d.iter().map(|d| d.remaining()).collect::<Vec<_>>(),
+        [2, 1, 0, 0, 2]
+    );
+    assert_eq!(d[0].reset(), Duration::from_millis(800));
+    assert_eq!(d[3].reset(), Duration::from_millis(500));
+    assert_eq!(
+        d[3].retry_after(),
+        RetryAfter::After(Duration::from_millis(500))
+    );
+    assert_eq!(d[3].limit(), 3);
+}
+
+#[test]
+fn cost_above_the_limit_is_never() {
+    let d = window().simulate([(ms(0), 4)]);
+    assert_eq!(
+        (d[0].is_allowed(), d[0].retry_after()),
+        (false, RetryAfter::Never)
+    );
+}
+
+#[test]
+fn cost_zero_only_reports() {
+    let w = window();
+    let state = w.decide(&w.fresh(), ms(100), 2).1;
+    let (d, next) = w.decide(&state, ms(5_000), 0);
+    assert_eq!(next, state);
+    assert_eq!(
+        (d.remaining(), d.reset()),
+        (3, Duration::ZERO),
+        "a new window is whole"
+    );
+}
+
+#[test]
+fn refund_gives_back_within_the_window() {
+    let w = window();
+    let state = w.decide(&w.fresh(), ms(100), 3).1;
+    assert_eq!(
+        w.refund(&state, ms(200), 2),
+        FixedWindowState {
+            start: ms(0),
+            count: 1
+        }
+    );
+    assert_eq!(w.refund(&state, ms(200), 9).count, 0);
+    assert_eq!(
+        w.refund(&state, ms(1_200), 2),
+        state,
+        "a later window has nothing to refund"
+    );
+}
+
+#[test]
+fn a_clock_going_back_keeps_counting_the_later_window() {
+    let w = window();
+    let state = w.decide(&w.fresh(), ms(5_100), 3).1;
+    let (d, next) = w.decide(&state, ms(4_900), 1);
+    assert!(
+        !d.is_allowed(),
+        "going back into an earlier window grants nothing"
+    );
+    assert_eq!(next, state);
+    assert_eq!(d.retry_after(), RetryAfter::After(Duration::from_secs(1)));
+}
+
+#[test]
+fn expires_at_the_end_of_the_window() {
+    let w = window();
+    let state = w.decide(&w.fresh(), ms(2_500), 1).1;
+    assert_eq!(w.expires_at(&state), ms(3_000));
+    assert_eq!(w.expires_at(&w.fresh()), Timestamp::ZERO);
+    assert_eq!(w.window_start(ms(2_999)), ms(2_000));
+}
+
+#[test]
+fn constructors_validate() {
+    assert_eq!(
+        FixedWindow::new(0, Duration::from_secs(1)),
+        Err(PolicyError::Zero { field: "limit" })
+    );
+    assert_eq!(
+        FixedWindow::new(1, Duration::ZERO),
+        Err(PolicyError::Zero { field: "window" })
+    );
+    let rate = "10/s burst 20".parse().unwrap();
+    assert_eq!(
+        FixedWindow::from_rate(&rate),
+        Err(PolicyError::BurstNotSupported {
+            policy: "fixed_window"
+        })
+    );
+}
