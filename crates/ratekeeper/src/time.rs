@@ -129,9 +129,3 @@ pub(crate) const fn duration_to_nanos(d: Duration) -> u64 {
         nanos as u64
     }
 }
-
-/// `ceil(a / b)` for `b > 0`.
-#[inline]
-pub(crate) const fn div_ceil(a: u64, b: u64) -> u64 {
-    a / b + (a % b != 0) as u64
-}

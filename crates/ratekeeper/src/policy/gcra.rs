@@ -11,7 +11,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{check_period, check_quota, Algorithm, MAX_SCALED};
-use crate::time::div_ceil;
 use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp, TokenBucket};
 
 /// GCRA: `limit` requests per `period`, at most `burst` at once.
@@ -71,7 +70,7 @@ impl Gcra {
                 period_nanos: period,
             });
         }
-        let interval = div_ceil(period, limit);
+        let interval = period.div_ceil(limit);
         let tolerance = interval
             .checked_mul(burst)
             .filter(|&t| t <= MAX_SCALED)

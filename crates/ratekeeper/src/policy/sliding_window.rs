@@ -132,10 +132,12 @@ impl SlidingWindow {
         if count == 0 {
             return 0;
         }
-        let overlap = (self.window - elapsed.min(self.window)) as u128;
-        let window = self.window as u128;
-        let scaled = count as u128 * overlap;
-        (scaled.div_ceil(window)) as u64
+        let overlap = self.window - elapsed.min(self.window);
+        match count.checked_mul(overlap) {
+            Some(scaled) => scaled.div_ceil(self.window),
+            // Rare (huge counts over long windows): the slower 128-bit path.
+            None => (count as u128 * overlap as u128).div_ceil(self.window as u128) as u64,
+        }
     }
 
     /// The least `elapsed` in a window at which `ceil(count * (window -

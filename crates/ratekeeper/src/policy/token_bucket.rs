@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{check_period, check_quota, Algorithm, MAX_SCALED};
-use crate::time::div_ceil;
 use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
 
 /// A token bucket: `rate` tokens per `period`, at most `burst`, starting
@@ -206,7 +205,7 @@ impl TokenBucket {
                 wait: Duration::from_nanos(u64::MAX),
             });
         }
-        let wait = Duration::from_nanos(div_ceil(owed, self.gain_per_nano));
+        let wait = Duration::from_nanos(self.nanos_to_gain(owed));
         if wait > max_wait {
             return Err(ReserveError::TooLong { wait });
         }
@@ -249,6 +248,18 @@ impl TokenBucket {
         (deficit.saturating_sub(gained), now)
     }
 
+    /// Nanoseconds to gain `units`, rounded up.
+    #[inline]
+    fn nanos_to_gain(&self, units: u64) -> u64 {
+        // Whenever the rate divides the period in nanoseconds (10/s, 100/min)
+        // a unit is a nanosecond: skip the division.
+        if self.gain_per_nano == 1 {
+            units
+        } else {
+            units.div_ceil(self.gain_per_nano)
+        }
+    }
+
     #[inline]
     fn state_with_deficit(&self, deficit: u64, at: Timestamp) -> TokenBucketState {
         TokenBucketState {
@@ -261,7 +272,7 @@ impl TokenBucket {
     #[inline]
     fn time_to_cover(&self, deficit: u64, need: u64) -> Duration {
         let missing = deficit.saturating_add(need).saturating_sub(self.full);
-        Duration::from_nanos(div_ceil(missing, self.gain_per_nano))
+        Duration::from_nanos(self.nanos_to_gain(missing))
     }
 }
 
@@ -285,7 +296,7 @@ impl Algorithm for TokenBucket {
         let (deficit, now) = self.deficit_at(state, now);
         if cost > self.burst {
             let remaining = self.full.saturating_sub(deficit) / self.unit;
-            let reset = Duration::from_nanos(div_ceil(deficit, self.gain_per_nano));
+            let reset = Duration::from_nanos(self.nanos_to_gain(deficit));
             return (
                 Decision::denied(self.burst, remaining, reset, RetryAfter::Never),
                 *state,
@@ -296,7 +307,7 @@ impl Algorithm for TokenBucket {
         let after = deficit + need;
         if after <= self.full {
             let remaining = (self.full - after) / self.unit;
-            let reset = Duration::from_nanos(div_ceil(after, self.gain_per_nano));
+            let reset = Duration::from_nanos(self.nanos_to_gain(after));
             let next = if cost == 0 {
                 *state
             } else {
@@ -305,7 +316,7 @@ impl Algorithm for TokenBucket {
             (Decision::allowed(self.burst, remaining, reset), next)
         } else {
             let remaining = self.full.saturating_sub(deficit) / self.unit;
-            let reset = Duration::from_nanos(div_ceil(deficit, self.gain_per_nano));
+            let reset = Duration::from_nanos(self.nanos_to_gain(deficit));
             let retry = RetryAfter::After(self.time_to_cover(deficit, need));
             (
                 Decision::denied(self.burst, remaining, reset, retry),
@@ -325,7 +336,7 @@ impl Algorithm for TokenBucket {
 
     fn expires_at(&self, state: &TokenBucketState) -> Timestamp {
         let (deficit, at) = self.deficit_at(state, state.at);
-        at + Duration::from_nanos(div_ceil(deficit, self.gain_per_nano))
+        at + Duration::from_nanos(self.nanos_to_gain(deficit))
     }
 
     fn quota(&self) -> u64 {
@@ -333,7 +344,7 @@ impl Algorithm for TokenBucket {
     }
 
     fn window(&self) -> Duration {
-        Duration::from_nanos(div_ceil(self.full, self.gain_per_nano))
+        Duration::from_nanos(self.full.div_ceil(self.gain_per_nano))
     }
 }
 
