@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 /// produced it.
 ///
 /// `u64` nanoseconds cover about 584 years, so a Unix-time timestamp lasts
-/// until the year 2554. All arithmetic saturates instead of overflowing.
+/// until the year 2554. All arithmetic saturates instead of overflowing: a
+/// window or arrival time that would end past [`Timestamp::MAX`] ends at it,
+/// so decisions within one period of the end of time are conservative
+/// approximations, never panics.
 ///
 /// ```
 /// use std::time::Duration;

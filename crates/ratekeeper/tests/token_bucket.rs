@@ -113,12 +113,14 @@ fn a_clock_going_back_grants_nothing() {
     for _ in 0..5 {
         state = b.decide(&state, ms(1_000), 1).1;
     }
-    // Earlier than the state's time: measured at the state's own time.
+    // Earlier than the state's time: the bucket is measured at its own time
+    // (empty at 1 s), the wait told from the caller's clock.
     let (d, next) = b.decide(&state, ms(0), 1);
     assert!(!d.is_allowed());
+    assert_eq!(d.remaining(), 0);
     assert_eq!(
         d.retry_after(),
-        RetryAfter::After(Duration::from_millis(100))
+        RetryAfter::After(Duration::from_millis(1_100))
     );
     assert_eq!(next, state);
     assert!(b.decide(&state, ms(1_100), 1).0.is_allowed());

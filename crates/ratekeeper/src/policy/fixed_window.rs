@@ -109,32 +109,37 @@ impl Algorithm for FixedWindow {
         now: Timestamp,
         cost: u64,
     ) -> (Decision, FixedWindowState) {
-        let (count, start, now) = self.current(state, now);
+        let (count, start, _) = self.current(state, now);
+        // Waits are told from the caller's `now`, even when the clock went
+        // back and the state's later window is the one counted.
+        let until_end = self.until_end(start, now);
         let reset = |count: u64| {
             if count == 0 {
                 Duration::ZERO
             } else {
-                self.until_end(start, now)
+                until_end
             }
         };
-        // count <= limit <= 2^40 in any state this policy wrote; saturate for others.
+        // A state written under a larger limit may count past this one.
         let remaining = self.limit.saturating_sub(count);
         if cost <= remaining {
-            let count = count + cost;
             let next = if cost == 0 {
                 *state
             } else {
-                FixedWindowState { start, count }
+                FixedWindowState {
+                    start,
+                    count: count + cost,
+                }
             };
             (
-                Decision::allowed(self.limit, self.limit - count, reset(count)),
+                Decision::allowed(self.limit, remaining - cost, reset(count + cost)),
                 next,
             )
         } else {
             let retry = if cost > self.limit {
                 RetryAfter::Never
             } else {
-                RetryAfter::After(self.until_end(start, now))
+                RetryAfter::After(until_end)
             };
             (
                 Decision::denied(self.limit, remaining, reset(count), retry),

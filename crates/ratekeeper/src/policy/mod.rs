@@ -57,7 +57,10 @@ pub trait Algorithm {
     /// Decides a request of `cost` units at `now` for a key in `state`.
     ///
     /// A cost of 0 only reports the key's status and returns `state`
-    /// unchanged; so does a denied request.
+    /// unchanged (it is allowed unless the key is over its quota, as a token
+    /// bucket in debt or a GCRA state seen from a clock that went back);
+    /// a denied request also returns `state` unchanged. Waits in the
+    /// decision count from `now`, even when the clock went back.
     fn decide(&self, state: &Self::State, now: Timestamp, cost: u64) -> (Decision, Self::State);
 
     /// The key's status at `now` without taking anything.

@@ -110,7 +110,10 @@ impl Algorithm for SlidingLog {
         now: Timestamp,
         cost: u64,
     ) -> (Decision, SlidingLogState) {
-        let (live, now, used) = self.live(state, now);
+        // Hits are aged at the state's own time if the clock went back
+        // (`at`); waits are told from the caller's `now`.
+        let (live, at, used) = self.live(state, now);
+        let now = now.as_nanos();
         let remaining = self.limit.saturating_sub(used);
         if cost == 0 {
             return (
@@ -122,9 +125,9 @@ impl Algorithm for SlidingLog {
             let mut hits = Vec::with_capacity(live.len() + 1);
             hits.extend_from_slice(live);
             match hits.last_mut() {
-                Some(last) if last.at.as_nanos() == now => last.cost += cost,
+                Some(last) if last.at.as_nanos() == at => last.cost += cost,
                 _ => hits.push(Hit {
-                    at: Timestamp::from_nanos(now),
+                    at: Timestamp::from_nanos(at),
                     cost,
                 }),
             }

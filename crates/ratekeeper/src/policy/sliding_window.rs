@@ -151,7 +151,7 @@ impl SlidingWindow {
             .saturating_sub(room.min(self.window as u128) as u64)
     }
 
-    fn reset(&self, c: &Counts, current: u64) -> Duration {
+    fn reset(&self, c: &Counts, current: u64, now: u64) -> Duration {
         let at = if current > 0 {
             c.start.saturating_add(self.window.saturating_mul(2))
         } else if c.previous > 0 {
@@ -159,13 +159,13 @@ impl SlidingWindow {
         } else {
             return Duration::ZERO;
         };
-        Duration::from_nanos(at.saturating_sub(c.start + c.elapsed))
+        Duration::from_nanos(at.saturating_sub(now))
     }
 
-    /// The wait until a request of `cost` (at most the limit) fits.
-    fn retry(&self, c: &Counts, cost: u64) -> Duration {
+    /// The wait from `now` until a request of `cost` (at most the limit)
+    /// fits.
+    fn retry(&self, c: &Counts, cost: u64, now: u64) -> Duration {
         let budget = self.limit - cost;
-        let now = c.start + c.elapsed;
         if c.current <= budget {
             let at = self.elapsed_until_within(c.previous, budget - c.current);
             if at < self.window {
@@ -194,6 +194,9 @@ impl Algorithm for SlidingWindow {
         cost: u64,
     ) -> (Decision, SlidingWindowState) {
         let c = self.counts(state, now);
+        // Waits are told from the caller's `now`, even when the clock went
+        // back and the state's window is the one counted.
+        let now = now.as_nanos();
         let estimate = c
             .current
             .saturating_add(self.weighted(c.previous, c.elapsed));
@@ -210,17 +213,17 @@ impl Algorithm for SlidingWindow {
                 }
             };
             (
-                Decision::allowed(self.limit, remaining - cost, self.reset(&c, current)),
+                Decision::allowed(self.limit, remaining - cost, self.reset(&c, current, now)),
                 next,
             )
         } else {
             let retry = if cost > self.limit {
                 RetryAfter::Never
             } else {
-                RetryAfter::After(self.retry(&c, cost))
+                RetryAfter::After(self.retry(&c, cost, now))
             };
             (
-                Decision::denied(self.limit, remaining, self.reset(&c, c.current), retry),
+                Decision::denied(self.limit, remaining, self.reset(&c, c.current, now), retry),
                 *state,
             )
         }

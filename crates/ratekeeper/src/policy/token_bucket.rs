@@ -200,6 +200,7 @@ impl TokenBucket {
         let (deficit, now) = self.deficit_at(state, now);
         let need = cost * self.unit;
         let owed = deficit.saturating_add(need).saturating_sub(self.full);
+        // Debt is bounded by 2^62 units, so the level always fits an i64.
         if owed > MAX_SCALED {
             return Err(ReserveError::TooLong {
                 wait: Duration::from_nanos(u64::MAX),
@@ -262,8 +263,11 @@ impl TokenBucket {
 
     #[inline]
     fn state_with_deficit(&self, deficit: u64, at: Timestamp) -> TokenBucketState {
+        // deficit <= full + 2^62 <= 2^63: the difference fits an i64, the
+        // operands need a wider type.
+        let level = self.full as i128 - deficit as i128;
         TokenBucketState {
-            level: self.full as i64 - deficit as i64,
+            level: level as i64,
             at,
         }
     }
@@ -293,12 +297,16 @@ impl Algorithm for TokenBucket {
         now: Timestamp,
         cost: u64,
     ) -> (Decision, TokenBucketState) {
-        let (deficit, now) = self.deficit_at(state, now);
+        let (deficit, at) = self.deficit_at(state, now);
+        // When the clock went back, the bucket is measured at its own time;
+        // waits are still told from the caller's `now`.
+        let skew = at.as_nanos() - now.as_nanos();
+        let wait =
+            |units: u64| Duration::from_nanos(self.nanos_to_gain(units).saturating_add(skew));
         if cost > self.burst {
             let remaining = self.full.saturating_sub(deficit) / self.unit;
-            let reset = Duration::from_nanos(self.nanos_to_gain(deficit));
             return (
-                Decision::denied(self.burst, remaining, reset, RetryAfter::Never),
+                Decision::denied(self.burst, remaining, wait(deficit), RetryAfter::Never),
                 *state,
             );
         }
@@ -307,19 +315,17 @@ impl Algorithm for TokenBucket {
         let after = deficit + need;
         if after <= self.full {
             let remaining = (self.full - after) / self.unit;
-            let reset = Duration::from_nanos(self.nanos_to_gain(after));
             let next = if cost == 0 {
                 *state
             } else {
-                self.state_with_deficit(after, now)
+                self.state_with_deficit(after, at)
             };
-            (Decision::allowed(self.burst, remaining, reset), next)
+            (Decision::allowed(self.burst, remaining, wait(after)), next)
         } else {
             let remaining = self.full.saturating_sub(deficit) / self.unit;
-            let reset = Duration::from_nanos(self.nanos_to_gain(deficit));
-            let retry = RetryAfter::After(self.time_to_cover(deficit, need));
+            let retry = RetryAfter::After(wait(after - self.full));
             (
-                Decision::denied(self.burst, remaining, reset, retry),
+                Decision::denied(self.burst, remaining, wait(deficit), retry),
                 *state,
             )
         }
