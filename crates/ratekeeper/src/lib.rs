@@ -49,14 +49,22 @@ mod clock;
 mod concurrency;
 mod decision;
 mod error;
+mod memory;
+mod outcome;
 mod policy;
 mod rate;
+mod sharded;
 mod time;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, UnixClock};
 pub use concurrency::{AcquireError, ConcurrencyLimiter, Permit};
 pub use decision::{Decision, RetryAfter};
 pub use error::PolicyError;
+pub use memory::{
+    BuildError, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
+    MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
+};
+pub use outcome::Outcome;
 pub use policy::fixed_window::{FixedWindow, FixedWindowState};
 pub use policy::gcra::{Gcra, GcraState};
 pub use policy::sliding_log::{Hit, SlidingLog, SlidingLogState};
@@ -64,6 +72,7 @@ pub use policy::sliding_window::{SlidingWindow, SlidingWindowState};
 pub use policy::token_bucket::{Reservation, ReserveError, TokenBucket, TokenBucketState};
 pub use policy::{Algorithm, Policy, PolicyKind, State, UnknownPolicyKind, MAX_PERIOD, MAX_QUOTA};
 pub use rate::{ParseRateError, Rate};
+pub use sharded::ShardedWindow;
 pub use time::Timestamp;
 
 /// Compiles and runs the examples in README.md as doctests.

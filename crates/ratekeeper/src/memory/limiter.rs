@@ -1,0 +1,397 @@
+//! The keyed in-memory limiter.
+
+use std::fmt;
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Weak};
+use std::thread;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::key::KeyHasher;
+use super::locked_table::LockedTable;
+use super::one_word::OneWord;
+use super::slot_table::{SlotTable, Update};
+use crate::{Algorithm, Clock, Decision, MonotonicClock, Outcome, Policy, Timestamp};
+
+/// How many keys a limiter tracks unless told otherwise.
+pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
+/// The most keys one limiter may track: 2^30.
+pub const MAX_KEYS: usize = 1 << 30;
+
+/// The shortest time between two background sweeps. Sweeps follow the
+/// policy's window (at most a minute apart) but never run more often than
+/// this, so a nanosecond window does not turn the sweeper into a busy loop.
+pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The longest time between two background sweeps.
+pub const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Why a [`MemoryLimiter`] could not be built.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `max_keys` was zero.
+    #[error("max_keys must be at least 1")]
+    ZeroMaxKeys,
+    /// `max_keys` was above [`MAX_KEYS`].
+    #[error("max_keys is {requested}, above the largest supported value {max}")]
+    TooManyKeys {
+        /// The value given.
+        requested: usize,
+        /// [`MAX_KEYS`].
+        max: usize,
+    },
+    /// The background sweeper thread could not be started.
+    #[error("could not start the sweeper thread")]
+    Sweeper(#[source] std::io::Error),
+}
+
+/// Where the states live: lock-free slots for one-word policies, locked
+/// maps for the sliding ones.
+#[derive(Debug)]
+enum Table {
+    Slots { policy: OneWord, slots: SlotTable },
+    Locked { rows: LockedTable },
+}
+
+struct Shared<C> {
+    policy: Policy,
+    table: Table,
+    hasher: KeyHasher,
+    clock: C,
+    max_keys: usize,
+    sweep_interval: Duration,
+    /// Dropped with the limiter, which tells the sweeper thread to stop.
+    _stop_sweeper: Option<Sender<()>>,
+}
+
+/// A rate limiter for many keys, kept in this process's memory.
+///
+/// One policy, applied to each key separately: per client address, per API
+/// key, per user. Clones are cheap and share the same table, so hand one to
+/// every thread or request handler.
+///
+/// # What it guarantees
+///
+/// - **Exact under contention.** Token buckets (run as GCRA), GCRA and fixed
+///   windows live in a lock-free table: each decision is one
+///   compare-and-swap of the key's slot, so two threads can never both take
+///   the last unit. Sliding logs and sliding window counters, whose states
+///   do not fit one word, decide under a per-shard lock.
+/// - **Bounded.** At most [`max_keys`](MemoryLimiterBuilder::max_keys) keys,
+///   exactly, however many first requests race. A new key past the cap gets
+///   [`Outcome::Saturated`] and nothing is counted; keys already tracked
+///   keep being limited. A key is only evicted once its state equals a
+///   fresh one, so flooding the table cannot reset anyone's limit.
+/// - **Fixed row size.** Keys are kept as 64-bit keyed hashes, seeded at
+///   random per limiter: any key length costs the same, and nobody can
+///   choose colliding keys. A chance collision makes two keys share a state,
+///   which can only deny earlier, never allow more. The lock-free table
+///   takes 16 bytes per slot, with two slots per key of `max_keys`,
+///   allocated up front.
+/// - **Swept.** A background thread evicts fresh states at most a window
+///   (and at most a minute) apart; it never blocks decisions on known keys,
+///   and stops when the last clone is dropped. Without it,
+///   [`sweep`](MemoryLimiter::sweep) does the same on demand.
+///
+/// # Example
+///
+/// ```
+/// use ratekeeper::{Gcra, ManualClock, MemoryLimiter, Timestamp};
+///
+/// let clock = ManualClock::new(Timestamp::ZERO);
+/// let limiter = MemoryLimiter::builder(Gcra::per_second(2)?)
+///     .max_keys(10_000)
+///     .clock(clock.clone())
+///     .build()?;
+///
+/// assert!(limiter.check("alice", 1).is_allowed());
+/// assert!(limiter.check("alice", 1).is_allowed());
+/// assert!(!limiter.check("alice", 1).is_allowed());
+/// assert!(limiter.check("bob", 1).is_allowed()); // every key has its own quota
+/// assert_eq!(limiter.len(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct MemoryLimiter<C = MonotonicClock> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C> Clone for MemoryLimiter<C> {
+    fn clone(&self) -> Self {
+        MemoryLimiter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<C> fmt::Debug for MemoryLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryLimiter")
+            .field("policy", &self.shared.policy)
+            .field("len", &self.len())
+            .field("max_keys", &self.shared.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryLimiter<MonotonicClock> {
+    /// A limiter for `policy` with the defaults: [`DEFAULT_MAX_KEYS`] keys,
+    /// the [`MonotonicClock`] and a background sweeper.
+    pub fn new(policy: impl Into<Policy>) -> Result<Self, BuildError> {
+        Self::builder(policy).build()
+    }
+
+    /// A builder for a limiter of `policy`.
+    pub fn builder(policy: impl Into<Policy>) -> MemoryLimiterBuilder<MonotonicClock> {
+        MemoryLimiterBuilder {
+            policy: policy.into(),
+            max_keys: DEFAULT_MAX_KEYS,
+            clock: MonotonicClock::new(),
+            background_sweep: true,
+        }
+    }
+}
+
+impl<C: Clock> MemoryLimiter<C> {
+    /// Decides a request of `cost` for `key` now.
+    #[inline]
+    pub fn check(&self, key: impl AsRef<[u8]>, cost: u64) -> Outcome {
+        self.check_at(key, self.shared.clock.now(), cost)
+    }
+
+    /// Decides a request of `cost` for `key` at `now`, a time of this
+    /// limiter's clock.
+    #[inline]
+    pub fn check_at(&self, key: impl AsRef<[u8]>, now: Timestamp, cost: u64) -> Outcome {
+        let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
+        let update = match &self.shared.table {
+            Table::Slots { policy, slots } => {
+                slots.update(fingerprint, |word| policy.decide(word, now, cost))
+            }
+            Table::Locked { rows } => rows.update(fingerprint, |state| {
+                let policy = &self.shared.policy;
+                let (decision, next) = match state {
+                    Some(state) => {
+                        let (decision, next) = policy.decide(state, now, cost);
+                        (decision, (next != *state).then_some(next))
+                    }
+                    None => {
+                        let fresh = policy.fresh();
+                        let (decision, next) = policy.decide(&fresh, now, cost);
+                        (decision, (next != fresh).then_some(next))
+                    }
+                };
+                (decision, next)
+            }),
+        };
+        match update {
+            Update::Done(decision) => Outcome::Decided(decision),
+            Update::Saturated => Outcome::Saturated {
+                retry_after: self.shared.sweep_interval,
+            },
+        }
+    }
+
+    /// The status of `key` now, taking nothing.
+    pub fn peek(&self, key: impl AsRef<[u8]>) -> Decision {
+        self.peek_at(key, self.shared.clock.now())
+    }
+
+    /// The status of `key` at `now`, taking nothing. An untracked key
+    /// reports a fresh quota.
+    pub fn peek_at(&self, key: impl AsRef<[u8]>, now: Timestamp) -> Decision {
+        let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
+        match &self.shared.table {
+            Table::Slots { policy, slots } => policy.decide(slots.get(fingerprint), now, 0).0,
+            Table::Locked { rows } => {
+                let policy = &self.shared.policy;
+                let state = rows.get(fingerprint).unwrap_or_else(|| policy.fresh());
+                policy.peek(&state, now)
+            }
+        }
+    }
+
+    /// Forgets `key`, as if it had never been seen: whether it was tracked.
+    pub fn reset(&self, key: impl AsRef<[u8]>) -> bool {
+        let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
+        match &self.shared.table {
+            Table::Slots { slots, .. } => slots.remove(fingerprint),
+            Table::Locked { rows } => rows.remove(fingerprint),
+        }
+    }
+
+    /// Evicts the keys whose state is the same as a fresh one now: the
+    /// number evicted.
+    pub fn sweep(&self) -> usize {
+        self.sweep_at(self.shared.clock.now())
+    }
+
+    /// Evicts the keys whose state is the same as a fresh one at `now`.
+    pub fn sweep_at(&self, now: Timestamp) -> usize {
+        self.shared.sweep_at(now)
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.shared.clock
+    }
+}
+
+impl<C> MemoryLimiter<C> {
+    /// How many keys are tracked.
+    pub fn len(&self) -> usize {
+        match &self.shared.table {
+            Table::Slots { slots, .. } => slots.len(),
+            Table::Locked { rows } => rows.len(),
+        }
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most keys tracked at once.
+    pub fn max_keys(&self) -> usize {
+        self.shared.max_keys
+    }
+
+    /// The policy applied to each key.
+    pub fn policy(&self) -> &Policy {
+        &self.shared.policy
+    }
+
+    /// The time between two background sweeps, and the retry-after of a
+    /// saturated outcome.
+    pub fn sweep_interval(&self) -> Duration {
+        self.shared.sweep_interval
+    }
+
+    /// Bytes of memory the table holds: fixed for the lock-free table (its
+    /// slots are allocated up front), an estimate that grows with the keys
+    /// for the locked one.
+    pub fn memory_bytes(&self) -> usize {
+        match &self.shared.table {
+            Table::Slots { slots, .. } => slots.memory_bytes(),
+            Table::Locked { rows } => rows.memory_bytes(),
+        }
+    }
+}
+
+impl<C> Shared<C> {
+    fn sweep_at(&self, now: Timestamp) -> usize {
+        match &self.table {
+            Table::Slots { policy, slots } => slots.sweep(|word| policy.is_fresh(word, now)),
+            Table::Locked { rows } => rows.sweep(|state| self.policy.expires_at(state) <= now),
+        }
+    }
+}
+
+/// Builds a [`MemoryLimiter`]; made by [`MemoryLimiter::builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until built"]
+pub struct MemoryLimiterBuilder<C = MonotonicClock> {
+    policy: Policy,
+    max_keys: usize,
+    clock: C,
+    background_sweep: bool,
+}
+
+impl<C> MemoryLimiterBuilder<C> {
+    /// Tracks at most `max_keys` keys (default [`DEFAULT_MAX_KEYS`], at most
+    /// [`MAX_KEYS`]). Size it for the keys active within one window: a key
+    /// leaves once its quota is whole again.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Reads time from `clock` (default: [`MonotonicClock`]).
+    pub fn clock<C2>(self, clock: C2) -> MemoryLimiterBuilder<C2> {
+        MemoryLimiterBuilder {
+            policy: self.policy,
+            max_keys: self.max_keys,
+            clock,
+            background_sweep: self.background_sweep,
+        }
+    }
+
+    /// Whether a background thread sweeps the table (default: yes). Turn it
+    /// off to sweep by hand with [`MemoryLimiter::sweep_at`], as tests on a
+    /// [`ManualClock`](crate::ManualClock) do.
+    pub fn background_sweep(mut self, enabled: bool) -> Self {
+        self.background_sweep = enabled;
+        self
+    }
+
+    /// Builds the limiter, starting its sweeper thread if asked to.
+    pub fn build(self) -> Result<MemoryLimiter<C>, BuildError>
+    where
+        C: Clock + 'static,
+    {
+        if self.max_keys == 0 {
+            return Err(BuildError::ZeroMaxKeys);
+        }
+        if self.max_keys > MAX_KEYS {
+            return Err(BuildError::TooManyKeys {
+                requested: self.max_keys,
+                max: MAX_KEYS,
+            });
+        }
+        let table = match OneWord::for_policy(&self.policy) {
+            Some(policy) => Table::Slots {
+                policy,
+                slots: SlotTable::new(self.max_keys),
+            },
+            None => Table::Locked {
+                rows: LockedTable::new(self.max_keys),
+            },
+        };
+        let sweep_interval = self
+            .policy
+            .window()
+            .clamp(MIN_SWEEP_INTERVAL, MAX_SWEEP_INTERVAL);
+        let (stop, stopped) = mpsc::channel::<()>();
+        let shared = Arc::new(Shared {
+            policy: self.policy,
+            table,
+            hasher: KeyHasher::new(),
+            clock: self.clock,
+            max_keys: self.max_keys,
+            sweep_interval,
+            _stop_sweeper: self.background_sweep.then_some(stop),
+        });
+        if self.background_sweep {
+            let weak = Arc::downgrade(&shared);
+            thread::Builder::new()
+                .name("rk-sweeper".into())
+                .spawn(move || sweep_until_dropped(weak, stopped, sweep_interval))
+                .map_err(BuildError::Sweeper)?;
+        }
+        Ok(MemoryLimiter { shared })
+    }
+}
+
+/// The sweeper thread: sweeps every `interval` until the limiter is gone.
+///
+/// It holds only a weak reference, and waits on a channel whose sender the
+/// limiter owns: dropping the last clone disconnects the channel and wakes
+/// the thread at once.
+fn sweep_until_dropped<C: Clock>(
+    shared: Weak<Shared<C>>,
+    stop: mpsc::Receiver<()>,
+    interval: Duration,
+) {
+    loop {
+        match stop.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        shared.sweep_at(shared.clock.now());
+    }
+}

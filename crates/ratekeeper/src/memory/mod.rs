@@ -1,0 +1,23 @@
+//! The in-memory store: many keys, one process.
+//!
+//! [`MemoryLimiter`] applies one policy to many keys, with the states in
+//! this process's memory. Its design and guarantees are on the type; the
+//! pieces live here:
+//!
+//! - `slot_table`: the lock-free table for one-word states and its protocol;
+//! - `one_word`: how GCRA and fixed-window states pack into a word;
+//! - `locked_table`: the sharded, locked maps for the sliding policies;
+//! - `key`: keys as keyed 64-bit fingerprints;
+//! - `limiter`: the limiter, its builder and its sweeper thread.
+
+mod key;
+mod limiter;
+mod locked_table;
+mod one_word;
+mod slot_table;
+mod sync;
+
+pub use limiter::{
+    BuildError, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
+    MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
+};

@@ -1,0 +1,65 @@
+//! What a store answers: a decision, or "saturated".
+
+use std::time::Duration;
+
+use crate::{Decision, RetryAfter};
+
+/// The answer of a limiter that keeps many keys: the policy's decision, or
+/// [`Saturated`](Outcome::Saturated) when the key is new and the store
+/// cannot take another.
+///
+/// Saturation is what bounds memory: an attacker minting keys (a spoofed
+/// header, a large IPv6 range) fills the table, then new keys are refused
+/// while keys already tracked keep being limited. It never switches
+/// limiting off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "an outcome says whether the request may proceed"]
+pub enum Outcome {
+    /// The key is tracked (or needed no row) and the policy decided.
+    Decided(Decision),
+    /// The key is new and the store already tracks its maximum number of
+    /// keys; nothing was counted. Room returns when a sweep evicts keys whose
+    /// state is fresh again, within `retry_after`.
+    Saturated {
+        /// When the next sweep will have run.
+        retry_after: Duration,
+    },
+}
+
+impl Outcome {
+    /// Whether the request may proceed.
+    pub const fn is_allowed(&self) -> bool {
+        match self {
+            Outcome::Decided(decision) => decision.is_allowed(),
+            Outcome::Saturated { .. } => false,
+        }
+    }
+
+    /// Whether the store was full.
+    pub const fn is_saturated(&self) -> bool {
+        matches!(self, Outcome::Saturated { .. })
+    }
+
+    /// The policy's decision, unless the store was saturated.
+    pub const fn decision(&self) -> Option<&Decision> {
+        match self {
+            Outcome::Decided(decision) => Some(decision),
+            Outcome::Saturated { .. } => None,
+        }
+    }
+
+    /// When to try again: the decision's retry-after, or the time to the
+    /// next sweep when saturated.
+    pub const fn retry_after(&self) -> RetryAfter {
+        match self {
+            Outcome::Decided(decision) => decision.retry_after(),
+            Outcome::Saturated { retry_after } => RetryAfter::After(*retry_after),
+        }
+    }
+}
+
+impl From<Decision> for Outcome {
+    fn from(decision: Decision) -> Self {
+        Outcome::Decided(decision)
+    }
+}

@@ -1,0 +1,241 @@
+//! The in-memory limiter: keys, peek, reset, saturation and sweeping.
+
+use std::time::Duration;
+
+use ratekeeper::{
+    Algorithm, BuildError, Clock, FixedWindow, Gcra, ManualClock, MemoryLimiter, Outcome, Policy,
+    PolicyKind, Rate, RetryAfter, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+};
+
+fn limiter(
+    policy: impl Into<Policy>,
+    max_keys: usize,
+) -> (MemoryLimiter<ManualClock>, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let limiter = MemoryLimiter::builder(policy)
+        .max_keys(max_keys)
+        .clock(clock.clone())
+        .background_sweep(false)
+        .build()
+        .unwrap();
+    (limiter, clock)
+}
+
+fn every_policy() -> Vec<Policy> {
+    let rate = Rate::per_second(4).unwrap();
+    PolicyKind::ALL
+        .iter()
+        .map(|&kind| Policy::new(kind, &rate).unwrap())
+        .collect()
+}
+
+#[test]
+fn each_key_has_its_own_quota_under_every_policy() {
+    for policy in every_policy() {
+        let (limiter, _) = limiter(policy.clone(), 100);
+        for key in ["alice", "bob"] {
+            let allowed = (0..6)
+                .filter(|_| limiter.check(key, 1).is_allowed())
+                .count();
+            assert_eq!(allowed, 4, "{:?} {key}", policy.kind());
+        }
+        assert_eq!(limiter.len(), 2);
+    }
+}
+
+#[test]
+fn decisions_match_the_pure_policy() {
+    // The table must decide exactly as the policy does on its own.
+    for policy in every_policy() {
+        let (limiter, clock) = limiter(policy.clone(), 100);
+        let mut state = policy.fresh();
+        for step in 0..200u64 {
+            clock.advance(Duration::from_millis(37 * (step % 5)));
+            let cost = step % 3;
+            let (expected, next) = policy.decide(&state, clock.now(), cost);
+            state = next;
+            assert_eq!(
+                limiter.check(b"key", cost),
+                Outcome::Decided(expected),
+                "{:?} step {step}",
+                policy.kind()
+            );
+        }
+    }
+}
+
+#[test]
+fn token_buckets_run_as_gcra_with_the_same_decisions() {
+    let bucket = TokenBucket::new(10, Duration::from_secs(1), 5).unwrap();
+    let (limiter, clock) = limiter(bucket, 10);
+    let requests: Vec<_> = (0..100u64)
+        .map(|i| {
+            (
+                Timestamp::from_secs(1_000) + Duration::from_millis(i * 23),
+                1,
+            )
+        })
+        .collect();
+    let expected = bucket.simulate(requests.clone());
+    for ((now, cost), expected) in requests.into_iter().zip(expected) {
+        clock.set(now);
+        assert_eq!(limiter.check("k", cost), Outcome::Decided(expected));
+    }
+}
+
+#[test]
+fn keys_are_any_bytes_and_long_keys_cost_the_same() {
+    let (limiter, _) = limiter(Gcra::per_second(1).unwrap(), 10);
+    let long = vec![b'x'; 10_000];
+    assert!(limiter.check(&long, 1).is_allowed());
+    assert!(!limiter.check(&long, 1).is_allowed());
+    assert!(limiter.check([0u8, 159, 146, 150], 1).is_allowed());
+    assert!(limiter.check(String::from("key"), 1).is_allowed());
+    assert!(
+        !limiter.check("key", 1).is_allowed(),
+        "a String and a &str are the same key"
+    );
+    assert_eq!(limiter.len(), 3);
+}
+
+#[test]
+fn peek_takes_nothing_and_reset_forgets() {
+    for policy in every_policy() {
+        let (limiter, _) = limiter(policy.clone(), 10);
+        assert_eq!(limiter.peek("k").remaining(), 4);
+        assert!(limiter.is_empty(), "peeking does not track a key");
+        let _ = limiter.check("k", 3);
+        assert_eq!(limiter.peek("k").remaining(), 1, "{:?}", policy.kind());
+        assert_eq!(limiter.peek("k").remaining(), 1);
+        assert!(limiter.reset("k"));
+        assert!(!limiter.reset("k"));
+        assert_eq!(limiter.peek("k").remaining(), 4);
+        assert!(limiter.is_empty());
+    }
+}
+
+#[test]
+fn a_new_key_past_the_cap_is_saturated_and_known_keys_stay_limited() {
+    for policy in every_policy() {
+        let (limiter, _) = limiter(policy.clone(), 3);
+        for key in ["a", "b", "c"] {
+            assert!(limiter.check(key, 4).is_allowed());
+        }
+        let outcome = limiter.check("d", 1);
+        assert!(outcome.is_saturated(), "{:?}", policy.kind());
+        assert_eq!(
+            outcome.retry_after(),
+            RetryAfter::After(limiter.sweep_interval())
+        );
+        assert!(!outcome.is_allowed());
+        assert_eq!(limiter.len(), 3);
+        // Known keys keep being limited...
+        assert!(!limiter.check("a", 1).is_allowed());
+        assert!(limiter.check("a", 1).decision().is_some());
+        // ...and a request that stores nothing needs no row.
+        assert!(limiter.check("d", 0).decision().is_some());
+        assert!(limiter
+            .check("d", 5)
+            .decision()
+            .is_some_and(|d| d.retry_after().is_never()));
+    }
+}
+
+#[test]
+fn a_sweep_evicts_only_fresh_states() {
+    for policy in every_policy() {
+        let (limiter, clock) = limiter(policy.clone(), 2);
+        let _ = limiter.check("early", 4);
+        clock.advance(Duration::from_millis(500));
+        let _ = limiter.check("late", 4);
+        assert!(limiter.check("new", 1).is_saturated());
+
+        // Nothing is fresh yet: nothing goes, and nobody's limit resets.
+        assert_eq!(limiter.sweep(), 0);
+        assert!(limiter.peek("early").remaining() < 4, "{:?}", policy.kind());
+        assert_eq!(limiter.len(), 2);
+
+        // Once "early" is whole again it is evicted, and "new" fits.
+        let early_expiry = Timestamp::from_secs(1_000) + policy.window() * 2;
+        clock.set(early_expiry);
+        let evicted = limiter.sweep();
+        assert!(evicted >= 1, "{:?}", policy.kind());
+        assert!(limiter.check("new", 1).is_allowed(), "{:?}", policy.kind());
+    }
+}
+
+#[test]
+fn sweeping_keeps_probe_chains_intact() {
+    // Many keys in a small table make long probe runs; evicting some in the
+    // middle of runs must not hide the others.
+    let window = FixedWindow::new(1, Duration::from_secs(1)).unwrap();
+    let (limiter, clock) = limiter(window, 64);
+    let start = clock.now();
+    for i in 0..64 {
+        if i % 2 == 1 {
+            clock.set(start + Duration::from_secs(1));
+        } else {
+            clock.set(start);
+        }
+        assert!(limiter.check(format!("key-{i}"), 1).is_allowed());
+    }
+    // The even keys' window has ended; the odd keys' has not.
+    clock.set(start + Duration::from_millis(1_500));
+    assert_eq!(limiter.sweep(), 32);
+    assert_eq!(limiter.len(), 32);
+    for i in (1..64).step_by(2) {
+        assert!(
+            !limiter.check(format!("key-{i}"), 1).is_allowed(),
+            "key-{i} lost its state"
+        );
+    }
+    assert_eq!(limiter.len(), 32);
+    for i in (0..64).step_by(2) {
+        assert!(limiter.check(format!("key-{i}"), 1).is_allowed());
+    }
+    assert_eq!(limiter.len(), 64);
+}
+
+#[test]
+fn wide_policies_report_their_memory() {
+    let log = SlidingLog::new(100, Duration::from_secs(60)).unwrap();
+    let (logs, _) = limiter(log, 1_000);
+    let empty = logs.memory_bytes();
+    for i in 0..500 {
+        let _ = logs.check(format!("k{i}"), 1);
+    }
+    assert!(logs.memory_bytes() > empty);
+    let counter = SlidingWindow::new(100, Duration::from_secs(60)).unwrap();
+    let (counters, _) = limiter(counter, 1_000);
+    let _ = counters.check("k", 1);
+    assert_eq!(counters.len(), 1);
+}
+
+#[test]
+fn builder_validates() {
+    let policy = Gcra::per_second(1).unwrap();
+    assert!(matches!(
+        MemoryLimiter::builder(policy).max_keys(0).build(),
+        Err(BuildError::ZeroMaxKeys)
+    ));
+    assert!(matches!(
+        MemoryLimiter::builder(policy).max_keys(usize::MAX).build(),
+        Err(BuildError::TooManyKeys { .. })
+    ));
+    let limiter = MemoryLimiter::new(policy).unwrap();
+    assert_eq!(limiter.max_keys(), ratekeeper::DEFAULT_MAX_KEYS);
+    assert_eq!(limiter.sweep_interval(), Duration::from_secs(1));
+    let minute =
+        MemoryLimiter::new(FixedWindow::new(1, Duration::from_secs(3_600)).unwrap()).unwrap();
+    assert_eq!(minute.sweep_interval(), ratekeeper::MAX_SWEEP_INTERVAL);
+}
+
+#[test]
+fn clones_share_one_table() {
+    let (limiter, _) = limiter(Gcra::per_second(2).unwrap(), 10);
+    let other = limiter.clone();
+    assert!(limiter.check("k", 2).is_allowed());
+    assert!(!other.check("k", 1).is_allowed());
+    assert_eq!(other.len(), 1);
+    assert!(format!("{limiter:?}").contains("MemoryLimiter"));
+}

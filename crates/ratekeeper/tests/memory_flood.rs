@@ -1,0 +1,79 @@
+//! A flood of new keys cannot grow memory or switch limiting off.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use ratekeeper::{Clock, ManualClock, MemoryLimiter, Policy, PolicyKind, Rate, Timestamp};
+
+const CAP: usize = 10_000;
+const FLOOD: u64 = 1_000_000;
+
+#[test]
+fn a_million_new_keys_into_a_table_of_ten_thousand() {
+    let rate = Rate::new(2, Duration::from_secs(60)).unwrap();
+    for kind in PolicyKind::ALL {
+        let policy = Policy::new(kind, &rate).unwrap();
+        let clock = ManualClock::new(Timestamp::from_secs(1_000));
+        let limiter = MemoryLimiter::builder(policy)
+            .max_keys(CAP)
+            .clock(clock.clone())
+            .background_sweep(false)
+            .build()
+            .unwrap();
+
+        // A victim is tracked before the flood and has used its quota.
+        assert!(limiter.check("victim", 2).is_allowed());
+        let memory_before = limiter.memory_bytes();
+
+        // Two threads flood with a million distinct keys.
+        let saturated = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        thread::scope(|scope| {
+            for half in 0..2u64 {
+                let (limiter, saturated, most) = (&limiter, &saturated, &most);
+                scope.spawn(move || {
+                    for i in (half..FLOOD).step_by(2) {
+                        if limiter.check(i.to_le_bytes(), 1).is_saturated() {
+                            saturated.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if i % 1_000 == 0 {
+                            most.fetch_max(limiter.len(), Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(most.into_inner() <= CAP, "{kind}");
+        assert_eq!(limiter.len(), CAP, "{kind}");
+        assert_eq!(
+            saturated.into_inner() as u64,
+            FLOOD - (CAP as u64 - 1),
+            "{kind}"
+        );
+
+        // The victim is still limited, a new key is refused, and memory is bounded.
+        assert!(
+            !limiter.check("victim", 1).is_allowed(),
+            "{kind}: the flood reset the victim"
+        );
+        assert!(limiter.check("newcomer", 1).is_saturated(), "{kind}");
+        let memory = limiter.memory_bytes();
+        // The lock-free table is allocated up front; the locked maps grow
+        // only with tracked keys: both stay within 256 bytes per key.
+        assert!(
+            memory <= memory_before.max(CAP * 256),
+            "{kind}: {memory} bytes"
+        );
+
+        // Nothing is fresh yet, so nothing can be swept...
+        assert_eq!(limiter.sweep(), 0, "{kind}");
+        // ...until the states are whole again: then the room comes back.
+        // (A sliding window counter's count weighs for two windows.)
+        clock.advance(Duration::from_secs(121));
+        assert_eq!(limiter.sweep(), CAP, "{kind}");
+        assert!(limiter.is_empty(), "{kind}");
+        assert!(limiter.check("newcomer", 1).is_allowed(), "{kind}");
+        assert!(clock.now() > Timestamp::from_secs(1_000));
+    }
+}
