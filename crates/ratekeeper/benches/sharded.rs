@@ -29,8 +29,9 @@
 //!
 //! The single-word baseline is exact and serialized; the gap between it and
 //! the sharded window grows with the number of cores that really run in
-//! parallel, so figures from a machine with 2 vCPUs (or a busy one) show
-//! little of it.
+//! parallel, so a busy machine, where the threads take turns on one core,
+//! hides it. `check` reads every shard for `remaining`, which brings back
+//! the cache-line traffic; `admit` is the path that scales.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};

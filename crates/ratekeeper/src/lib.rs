@@ -45,17 +45,20 @@
 //! decisions use integer arithmetic that saturates: no input panics or
 //! overflows, and no float takes part in a decision.
 
+mod actions;
 mod clock;
 mod concurrency;
 mod decision;
 mod error;
 mod memory;
+mod multi;
 mod outcome;
 mod policy;
 mod rate;
 mod sharded;
 mod time;
 
+pub use actions::{Actions, ActionsBuilder, ActionsError};
 pub use clock::{Clock, ManualClock, MonotonicClock, UnixClock};
 pub use concurrency::{AcquireError, ConcurrencyLimiter, Permit};
 pub use decision::{Decision, RetryAfter};
@@ -64,6 +67,7 @@ pub use memory::{
     BuildError, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
 };
+pub use multi::{check_all, MultiOutcome};
 pub use outcome::Outcome;
 pub use policy::fixed_window::{FixedWindow, FixedWindowState};
 pub use policy::gcra::{Gcra, GcraState};

@@ -194,6 +194,55 @@ impl<C: Clock> MemoryLimiter<C> {
         }
     }
 
+    /// Gives `units` back to `key` now, for requests that should not count
+    /// after all (a failed call, a cancelled job). The quota never grows
+    /// past whole; an untracked key is left alone.
+    pub fn refund(&self, key: impl AsRef<[u8]>, units: u64) {
+        self.refund_at(key, self.shared.clock.now(), units)
+    }
+
+    /// Gives `units` back to `key` at `now`.
+    pub fn refund_at(&self, key: impl AsRef<[u8]>, now: Timestamp, units: u64) {
+        let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
+        // A refund never needs a new row: an untracked key is already whole.
+        let _ = match &self.shared.table {
+            Table::Slots { policy, slots } => slots.update_existing(fingerprint, |word| {
+                ((), policy.refund(Some(word), now, units))
+            }),
+            Table::Locked { rows } => rows.update_existing(fingerprint, |state| {
+                let next = self.shared.policy.refund(state, now, units);
+                ((), (next != *state).then_some(next))
+            }),
+        };
+    }
+
+    /// What `check_at` would decide, without storing anything: the decision,
+    /// or saturated if the key is new, would need a row, and there is none.
+    pub(crate) fn preview_at(&self, key: &[u8], now: Timestamp, cost: u64) -> Outcome {
+        let fingerprint = self.shared.hasher.fingerprint(key);
+        let (decision, tracked) = match &self.shared.table {
+            Table::Slots { policy, slots } => {
+                let word = slots.get(fingerprint);
+                let (decision, next) = policy.decide(word, now, cost);
+                (decision, word.is_some() || next.is_none())
+            }
+            Table::Locked { rows } => {
+                let policy = &self.shared.policy;
+                let state = rows.get(fingerprint);
+                let current = state.clone().unwrap_or_else(|| policy.fresh());
+                let (decision, next) = policy.decide(&current, now, cost);
+                (decision, state.is_some() || next == current)
+            }
+        };
+        if !tracked && self.len() >= self.shared.max_keys {
+            Outcome::Saturated {
+                retry_after: self.shared.sweep_interval,
+            }
+        } else {
+            Outcome::Decided(decision)
+        }
+    }
+
     /// The status of `key` now, taking nothing.
     pub fn peek(&self, key: impl AsRef<[u8]>) -> Decision {
         self.peek_at(key, self.shared.clock.now())

@@ -103,6 +103,22 @@ impl LockedTable {
         Update::Done(result)
     }
 
+    /// Runs `decide` on a tracked key's state and stores what it returns;
+    /// `None` for an untracked key.
+    pub(crate) fn update_existing<R>(
+        &self,
+        fingerprint: u64,
+        decide: impl FnOnce(&State) -> (R, Option<State>),
+    ) -> Option<R> {
+        let mut shard = self.shard(fingerprint);
+        let state = shard.get_mut(&fingerprint)?;
+        let (result, next) = decide(state);
+        if let Some(next) = next {
+            *state = next;
+        }
+        Some(result)
+    }
+
     pub(crate) fn get(&self, fingerprint: u64) -> Option<State> {
         self.shard(fingerprint).get(&fingerprint).cloned()
     }

@@ -64,6 +64,25 @@ impl OneWord {
         }
     }
 
+    /// Gives `units` back; the packed next state when it changed.
+    pub(crate) fn refund(&self, word: Option<u64>, now: Timestamp, units: u64) -> Option<u64> {
+        let word = word?;
+        match self {
+            OneWord::Gcra(gcra) => {
+                let state = GcraState {
+                    tat: Timestamp::from_nanos(word),
+                };
+                let next = gcra.refund(&state, now, units);
+                (next != state).then_some(next.tat.as_nanos())
+            }
+            OneWord::FixedWindow(window) => {
+                let state = unpack_window(window, word, now);
+                let next = window.refund(&state, now, units);
+                (next != state).then(|| pack_window(window, &next))
+            }
+        }
+    }
+
     /// Whether the packed state is the same as a fresh one at `now`.
     pub(crate) fn is_fresh(&self, word: u64, now: Timestamp) -> bool {
         match self {

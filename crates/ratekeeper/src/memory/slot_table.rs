@@ -155,21 +155,8 @@ impl SlotTable {
     ) -> Update<R> {
         debug_assert!(fingerprint >= MIN_FINGERPRINT);
         loop {
-            if let Some((index, slot)) = self.find(fingerprint) {
-                let (result, next) = decide(Some(state_of(slot)));
-                match next {
-                    Some(next) if next != state_of(slot) => {
-                        let new = pack(fingerprint, next);
-                        if self.slots[index]
-                            .compare_exchange(slot, new, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok()
-                        {
-                            return Update::Done(result);
-                        }
-                    }
-                    _ => return Update::Done(result),
-                }
-                continue;
+            if let Some(result) = self.update_existing(fingerprint, |word| decide(Some(word))) {
+                return Update::Done(result);
             }
             let (result, next) = decide(None);
             let Some(next) = next else {
@@ -181,6 +168,33 @@ impl SlotTable {
                 Claim::Full => return Update::Saturated,
                 // Another thread claimed the key first: decide again on its state.
                 Claim::Present => continue,
+            }
+        }
+    }
+
+    /// Like [`update`](SlotTable::update) for a key that is tracked; `None`,
+    /// without calling `decide`, for one that is not (or was evicted while
+    /// deciding).
+    #[inline]
+    pub(crate) fn update_existing<R>(
+        &self,
+        fingerprint: u64,
+        mut decide: impl FnMut(u64) -> (R, Option<u64>),
+    ) -> Option<R> {
+        loop {
+            let (index, slot) = self.find(fingerprint)?;
+            let (result, next) = decide(state_of(slot));
+            match next {
+                Some(next) if next != state_of(slot) => {
+                    let new = pack(fingerprint, next);
+                    if self.slots[index]
+                        .compare_exchange(slot, new, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return Some(result);
+                    }
+                }
+                _ => return Some(result),
             }
         }
     }

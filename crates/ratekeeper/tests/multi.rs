@@ -1,0 +1,120 @@
+//! Several limits at once: all or nothing.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::Duration;
+
+use ratekeeper::{
+    check_all, ManualClock, MemoryLimiter, Policy, PolicyKind, Rate, RetryAfter, Timestamp,
+};
+
+fn limiter(clock: &ManualClock, kind: PolicyKind, limit: u64) -> MemoryLimiter<ManualClock> {
+    let rate = Rate::new(limit, Duration::from_secs(60)).unwrap();
+    MemoryLimiter::builder(Policy::new(kind, &rate).unwrap())
+        .clock(clock.clone())
+        .background_sweep(false)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_request_denied_by_one_limit_takes_nothing_from_the_others() {
+    for kind in PolicyKind::ALL {
+        let clock = ManualClock::new(Timestamp::from_secs(1_000));
+        let global = limiter(&clock, kind, 1_000);
+        let per_ip = limiter(&clock, kind, 400);
+        let per_session = limiter(&clock, kind, 2);
+        let checks = |ip, session| [(&global, ip), (&per_ip, ip), (&per_session, session)];
+
+        for _ in 0..2 {
+            let outcome = check_all(checks("192.0.2.1", "s1"), 1);
+            assert!(outcome.is_allowed(), "{kind}");
+            assert_eq!(outcome.outcomes().len(), 3);
+        }
+        let denied = check_all(checks("192.0.2.1", "s1"), 1);
+        assert!(!denied.is_allowed());
+        assert_eq!(denied.denied_by(), Some(2), "{kind}");
+        assert!(matches!(denied.retry_after(), RetryAfter::After(wait) if wait > Duration::ZERO));
+        // Every limit is reported, and the tightest is the session's.
+        assert_eq!(denied.tightest().unwrap().remaining(), 0);
+        assert_eq!(denied.outcomes()[0].decision().unwrap().limit(), 1_000);
+        // Nothing was taken from the others.
+        assert_eq!(global.peek("192.0.2.1").remaining(), 998, "{kind}");
+        assert_eq!(per_ip.peek("192.0.2.1").remaining(), 398, "{kind}");
+
+        // Another session from the same address still passes.
+        let other = check_all(checks("192.0.2.1", "s2"), 1);
+        assert!(other.is_allowed(), "{kind}");
+        assert_eq!(other.tightest().unwrap().remaining(), 1);
+    }
+}
+
+#[test]
+fn a_saturated_limit_denies_the_whole_request() {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let global = limiter(&clock, PolicyKind::Gcra, 100);
+    let tiny = MemoryLimiter::builder(
+        Policy::new(PolicyKind::Gcra, &Rate::per_minute(5).unwrap()).unwrap(),
+    )
+    .max_keys(1)
+    .clock(clock.clone())
+    .background_sweep(false)
+    .build()
+    .unwrap();
+    assert!(check_all([(&global, "g"), (&tiny, "a")], 1).is_allowed());
+    let outcome = check_all([(&global, "g"), (&tiny, "b")], 1);
+    assert_eq!(outcome.denied_by(), Some(1));
+    assert!(outcome.outcomes()[1].is_saturated());
+    assert_eq!(global.peek("g").remaining(), 99);
+}
+
+#[test]
+fn no_limits_allow() {
+    let outcome = check_all(std::iter::empty::<(&MemoryLimiter<ManualClock>, &str)>(), 1);
+    assert!(outcome.is_allowed());
+    assert!(outcome.tightest().is_none());
+}
+
+/// Threads race for a shared global limit and per-key limits: the request
+/// count admitted matches every limit's own count exactly, so no denied
+/// request left units behind.
+#[test]
+fn exact_under_contention() {
+    for kind in PolicyKind::ALL {
+        let clock = ManualClock::new(Timestamp::from_secs(1_000));
+        let global = limiter(&clock, kind, 50);
+        let per_user = limiter(&clock, kind, 15);
+        let admitted = AtomicUsize::new(0);
+        let per_user_admitted: Vec<AtomicUsize> = (0..5).map(|_| AtomicUsize::new(0)).collect();
+        let start = Barrier::new(8);
+        thread::scope(|scope| {
+            for thread in 0..8 {
+                let (global, per_user, admitted, per_user_admitted, start) =
+                    (&global, &per_user, &admitted, &per_user_admitted, &start);
+                scope.spawn(move || {
+                    start.wait();
+                    for call in 0..100 {
+                        let user = (thread + call) % 5;
+                        let key = format!("user-{user}");
+                        if check_all([(global, "all"), (per_user, key.as_str())], 1).is_allowed() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                            per_user_admitted[user].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        // 5 users x 15 = 75 > 50: the global limit binds.
+        assert_eq!(admitted.load(Ordering::Relaxed), 50, "{kind}");
+        assert_eq!(global.peek("all").remaining(), 0, "{kind}");
+        for (user, count) in per_user_admitted.iter().enumerate() {
+            let used = 15 - per_user.peek(format!("user-{user}")).remaining();
+            assert_eq!(
+                used as usize,
+                count.load(Ordering::Relaxed),
+                "{kind}: user-{user} kept units of denied requests"
+            );
+        }
+    }
+}
