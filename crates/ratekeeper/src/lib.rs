@@ -17,6 +17,16 @@
 //! (configuration files, stores). Clocks live behind the [`Clock`] trait, with
 //! a [`ManualClock`] for tests; [`ConcurrencyLimiter`] caps requests in flight.
 //!
+//! Around the policies:
+//!
+//! - [`MemoryLimiter`]: one policy over many keys in this process's memory,
+//!   lock-free and exact under contention, bounded to `max_keys` keys
+//!   ([`Outcome::Saturated`] past it), swept in the background;
+//! - [`ShardedWindow`]: a fixed window for one key hit from every core, with
+//!   per-core shards that stay exact;
+//! - [`check_all`]: several limits for one request, all or nothing;
+//! - [`Actions`]: named limits from configuration, where 0 switches one off.
+//!
 //! # Example
 //!
 //! ```
