@@ -7,7 +7,9 @@
 //! # What is measured
 //!
 //! Aggregate time per check (and checks per second, criterion's elements/s)
-//! of three keyed GCRA limiters, each reading a TSC-based clock per check:
+//! of keyed GCRA limiters. The first three read a TSC-based clock per check;
+//! the last two read a cached timestamp that a thread refreshes every
+//! millisecond, each library with its own such clock:
 //!
 //! - `ratekeeper`: [`MemoryLimiter`] with a [`Gcra`] policy, the default
 //!   [`MonotonicClock`], `max_keys` 200,000 and no background sweep (so no
@@ -17,6 +19,10 @@
 //! - `mutex_hashmap`: a `Mutex<HashMap<String, GcraState>>` (std's default
 //!   hasher) deciding with ratekeeper's pure [`Gcra::decide`] under the lock,
 //!   after reading the same [`MonotonicClock`].
+//! - `ratekeeper_coarse_clock`: the same [`MemoryLimiter`] on a
+//!   [`CoarseClock`] of 1 ms.
+//! - `governor_coarse_clock`: governor's `DashMap` keyed limiter on its
+//!   `QuantaUpkeepClock` of 1 ms.
 //!
 //! Scenarios, each with 1 and 2 threads:
 //!
@@ -35,9 +41,11 @@
 //!
 //! Every key is touched once before measuring, so the steady state is
 //! measured, not inserts; each sample asserts that every check went the
-//! path's way. A sample of `iters` checks is split over the threads, which
-//! start together at a barrier; its time runs from the first thread's start
-//! to the last thread's end, so "2 threads" reports aggregate throughput.
+//! path's way. Each sample resumes the walk where the previous one stopped,
+//! so short samples do not keep revisiting the same (cache-warm) keys. A
+//! sample of `iters` checks is split over the threads, which start together
+//! at a barrier; its time runs from the first thread's start to the last
+//! thread's end, so "2 threads" reports aggregate throughput.
 //!
 //! `memory/floor/1_thread` has the floor: `cas_plus_clock` is one
 //! `AtomicU64` compare-and-swap plus a [`MonotonicClock::now`] read, in the
@@ -61,8 +69,13 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use governor::clock::QuantaUpkeepClock;
+use governor::state::keyed::DashMapStateStore;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use ratekeeper::{Algorithm, Clock, Gcra, GcraState, MemoryLimiter, MonotonicClock};
+use ratekeeper::{Algorithm, Clock, CoarseClock, Gcra, GcraState, MemoryLimiter, MonotonicClock};
+
+/// How often the coarse clocks of both libraries are refreshed.
+const COARSE: Duration = Duration::from_millis(1);
 
 /// Distinct keys in the `distinct_keys` scenario.
 const KEYS: usize = 100_000;
@@ -120,12 +133,19 @@ trait Check: Sync {
     fn check(&self, key: &String) -> bool;
 }
 
-struct Ratekeeper(MemoryLimiter);
+struct Ratekeeper<C = MonotonicClock>(MemoryLimiter<C>);
 
 impl Ratekeeper {
     fn new(path: Path, max_keys: usize) -> Self {
+        Ratekeeper::with_clock(path, max_keys, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock + 'static> Ratekeeper<C> {
+    fn with_clock(path: Path, max_keys: usize, clock: C) -> Self {
         let limiter = MemoryLimiter::builder(path.gcra())
             .max_keys(max_keys)
+            .clock(clock)
             .background_sweep(false)
             .build()
             .unwrap();
@@ -133,7 +153,7 @@ impl Ratekeeper {
     }
 }
 
-impl Check for Ratekeeper {
+impl<C: Clock> Check for Ratekeeper<C> {
     #[inline]
     fn check(&self, key: &String) -> bool {
         self.0.check(key, 1).is_allowed()
@@ -149,6 +169,24 @@ impl Governor {
 }
 
 impl Check for Governor {
+    #[inline]
+    fn check(&self, key: &String) -> bool {
+        self.0.check_key(key).is_ok()
+    }
+}
+
+/// governor's keyed limiter on its coarse clock, which an upkeep thread
+/// refreshes: the peer of ratekeeper on its [`CoarseClock`].
+struct GovernorCoarse(RateLimiter<String, DashMapStateStore<String>, QuantaUpkeepClock>);
+
+impl GovernorCoarse {
+    fn new(path: Path) -> Self {
+        let clock = QuantaUpkeepClock::from_interval(COARSE).unwrap();
+        GovernorCoarse(RateLimiter::dashmap_with_clock(path.quota(), clock))
+    }
+}
+
+impl Check for GovernorCoarse {
     #[inline]
     fn check(&self, key: &String) -> bool {
         self.0.check_key(key).is_ok()
@@ -257,10 +295,21 @@ fn bench_one<C: Check>(
     path: Path,
 ) {
     group.bench_function(name, |b| {
+        // Where the walk resumes: each sample continues where the last one
+        // stopped, so samples shorter than the key set still cycle through
+        // all of it instead of revisiting (cache-warm) the same first keys.
+        let mut resume = 0;
         b.iter_custom(|iters| {
+            let base = resume;
             let (elapsed, allowed) = run_threads(threads, iters, |t, n| {
-                walk(limiter, keys, t * keys.len() / threads, n)
+                walk(
+                    limiter,
+                    keys,
+                    (base + t * keys.len() / threads) % keys.len(),
+                    n,
+                )
             });
+            resume = (base + (iters / threads as u64) as usize) % keys.len();
             let expected = if path == Path::Allow { iters } else { 0 };
             assert_eq!(
                 allowed,
@@ -279,9 +328,14 @@ fn scenario(c: &mut Criterion, name: &str, keys: &[String], path: Path) {
     let ratekeeper = Ratekeeper::new(path, MAX_KEYS);
     let governor = Governor::new(path);
     let mutex = MutexHashMap::new(path);
+    let ratekeeper_coarse =
+        Ratekeeper::with_clock(path, MAX_KEYS, CoarseClock::new(COARSE).unwrap());
+    let governor_coarse = GovernorCoarse::new(path);
     prepare(&ratekeeper, keys, path);
     prepare(&governor, keys, path);
     prepare(&mutex, keys, path);
+    prepare(&ratekeeper_coarse, keys, path);
+    prepare(&governor_coarse, keys, path);
     for threads in [1, 2] {
         let plural = if threads == 1 { "" } else { "s" };
         let mut group = c.benchmark_group(format!(
@@ -292,6 +346,22 @@ fn scenario(c: &mut Criterion, name: &str, keys: &[String], path: Path) {
         bench_one(&mut group, "ratekeeper", &ratekeeper, keys, threads, path);
         bench_one(&mut group, "governor", &governor, keys, threads, path);
         bench_one(&mut group, "mutex_hashmap", &mutex, keys, threads, path);
+        bench_one(
+            &mut group,
+            "ratekeeper_coarse_clock",
+            &ratekeeper_coarse,
+            keys,
+            threads,
+            path,
+        );
+        bench_one(
+            &mut group,
+            "governor_coarse_clock",
+            &governor_coarse,
+            keys,
+            threads,
+            path,
+        );
         group.finish();
     }
 }

@@ -152,3 +152,78 @@ impl fmt::Debug for ManualClock {
             .finish()
     }
 }
+
+/// A monotonic clock read from a cached timestamp that a background thread
+/// refreshes every `resolution`.
+///
+/// Reading it is one relaxed atomic load. On virtual machines where reading
+/// the processor's time-stamp counter is slow or stalls the pipeline, this
+/// makes a keyed check several times cheaper (see BENCHMARKS.md), at the
+/// price of time advancing in steps of `resolution`: decisions stay exact
+/// in what they count, but a refill or window boundary is seen up to one
+/// step late. Use a resolution well below the policy's emission interval
+/// (1 ms for limits up to hundreds per second).
+///
+/// Clones share the timestamp and the thread; the thread ends when the last
+/// clone is dropped.
+#[derive(Clone)]
+pub struct CoarseClock {
+    shared: Arc<CoarseShared>,
+}
+
+struct CoarseShared {
+    nanos: AtomicU64,
+    resolution: Duration,
+    /// Dropped with the last clone, which wakes and ends the thread.
+    _stop: std::sync::mpsc::Sender<()>,
+}
+
+impl CoarseClock {
+    /// A clock refreshed every `resolution` (at least 1 µs), counting from
+    /// now, or an error if its thread cannot be started.
+    pub fn new(resolution: Duration) -> std::io::Result<Self> {
+        let resolution = resolution.max(Duration::from_micros(1));
+        let source = MonotonicClock::new();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let shared = Arc::new(CoarseShared {
+            nanos: AtomicU64::new(source.now().as_nanos()),
+            resolution,
+            _stop: stop,
+        });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("rk-coarse-clock".into())
+            .spawn(move || loop {
+                match stopped.recv_timeout(resolution) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(shared) = weak.upgrade() else { return };
+                shared
+                    .nanos
+                    .store(source.now().as_nanos(), Ordering::Relaxed);
+            })?;
+        Ok(CoarseClock { shared })
+    }
+
+    /// How often the timestamp is refreshed.
+    pub fn resolution(&self) -> Duration {
+        self.shared.resolution
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> Timestamp {
+        Timestamp::from_nanos(self.shared.nanos.load(Ordering::Relaxed))
+    }
+}
+
+impl fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoarseClock")
+            .field("now", &self.now())
+            .field("resolution", &self.shared.resolution)
+            .finish()
+    }
+}

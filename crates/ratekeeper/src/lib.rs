@@ -69,7 +69,7 @@ mod sharded;
 mod time;
 
 pub use actions::{Actions, ActionsBuilder, ActionsError};
-pub use clock::{Clock, ManualClock, MonotonicClock, UnixClock};
+pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, UnixClock};
 pub use concurrency::{AcquireError, ConcurrencyLimiter, Permit};
 pub use decision::{Decision, RetryAfter};
 pub use error::PolicyError;

@@ -57,8 +57,8 @@
 //! so up to **twice the limit** can pass within one window's length. That is
 //! acceptable for a throughput quota; for a security control, or anything
 //! that must be smooth, use a [`TokenBucket`](crate::TokenBucket) or
-//! [`Gcra`](crate::Gcra) behind a lock: those are exact in shape as well as
-//! in count, and serialized.
+//! [`Gcra`](crate::Gcra) in a [`MemoryLimiter`](crate::MemoryLimiter): exact
+//! in shape as well as in count, at the price of one contended word.
 //!
 //! A clock that goes back into an earlier window does not bring a quota
 //! back: the limiter remembers the latest window it has seen and keeps

@@ -1,8 +1,8 @@
 //! Clocks.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ratekeeper::{Clock, ManualClock, MonotonicClock, Timestamp, UnixClock};
+use ratekeeper::{Clock, CoarseClock, ManualClock, MonotonicClock, Timestamp, UnixClock};
 
 #[test]
 fn manual_clock_moves_only_when_told() {
@@ -64,4 +64,60 @@ fn timestamps_saturate() {
         format!("{:?}", Timestamp::from_millis(1_500)),
         "Timestamp(1.500000000s)"
     );
+}
+
+/// Coarse-clock threads alive in this process (Linux names them in /proc).
+fn coarse_clock_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "rk-coarse-clock")
+        .count()
+}
+
+/// Waits until `done` holds, for at most five seconds; whether it did.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    done()
+}
+
+/// The only test here that makes coarse clocks, so it can count their threads.
+#[test]
+fn coarse_clock_steps_forward_and_stops_with_its_last_clone() {
+    let has_proc = std::path::Path::new("/proc/self/task").exists();
+    let clock = CoarseClock::new(Duration::from_millis(1)).unwrap();
+    assert_eq!(clock.resolution(), Duration::from_millis(1));
+    let start = clock.now();
+    assert!(
+        eventually(|| clock.now() > start),
+        "the coarse clock never moved"
+    );
+    let mut last = clock.now();
+    for _ in 0..1_000 {
+        let now = clock.now();
+        assert!(now >= last);
+        last = now;
+    }
+    if has_proc {
+        assert!(eventually(|| coarse_clock_threads() == 1));
+    }
+    let clone = clock.clone();
+    drop(clock);
+    assert!(clone.now() >= last);
+    drop(clone);
+    if has_proc {
+        assert!(
+            eventually(|| coarse_clock_threads() == 0),
+            "the clock's thread outlived it"
+        );
+    }
+    assert!(format!("{:?}", CoarseClock::new(Duration::ZERO).unwrap()).contains("1µs"));
 }
