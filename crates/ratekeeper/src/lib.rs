@@ -66,6 +66,7 @@ mod outcome;
 mod policy;
 mod rate;
 mod sharded;
+mod store;
 mod time;
 
 pub use actions::{Actions, ActionsBuilder, ActionsError};
@@ -87,6 +88,10 @@ pub use policy::token_bucket::{Reservation, ReserveError, TokenBucket, TokenBuck
 pub use policy::{Algorithm, Policy, PolicyKind, State, UnknownPolicyKind, MAX_PERIOD, MAX_QUOTA};
 pub use rate::{ParseRateError, Rate};
 pub use sharded::ShardedWindow;
+pub use store::{
+    BackendError, CounterStore, FailureMode, FailurePolicy, Limit, LimitNameError, MemoryStore,
+    Resilient, ResilientStats, Store, StoreError, WindowCounter, MAX_LIMIT_NAME,
+};
 pub use time::Timestamp;
 
 /// Compiles and runs the examples in README.md as doctests.

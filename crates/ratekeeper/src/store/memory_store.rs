@@ -1,0 +1,189 @@
+//! The in-memory store: a [`MemoryLimiter`] per limit, made on first use.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use super::{Limit, Store, StoreError};
+use crate::{
+    check_all, Clock, Decision, MemoryLimiter, MonotonicClock, MultiOutcome, Outcome, Policy,
+    DEFAULT_MAX_KEYS,
+};
+
+/// One limit's table.
+struct Entry<C> {
+    policy: Policy,
+    limiter: MemoryLimiter<C>,
+}
+
+type Limiters<C> = HashMap<Arc<str>, Arc<Entry<C>>, ahash::RandomState>;
+
+struct Inner<C> {
+    /// Read on every decision without a lock; replaced whole when a limit
+    /// is added or its policy changes.
+    limiters: ArcSwap<Limiters<C>>,
+    /// Serializes the rare replacements.
+    writer: Mutex<()>,
+    max_keys: usize,
+    clock: C,
+    background_sweep: bool,
+}
+
+/// The embedded default store: each limit's keys in a [`MemoryLimiter`] of
+/// this process, made the first time the limit is used.
+///
+/// Decisions are exact and lock-free (see [`MemoryLimiter`]); finding a
+/// limit's table is one lock-free load of the current map. When a limit
+/// comes back with another policy under the same name (a configuration
+/// reload), its table is replaced and its keys start fresh.
+///
+/// ```
+/// use ratekeeper::{Gcra, Limit, MemoryStore, Store};
+///
+/// # futures_executor::block_on(async {
+/// let store = MemoryStore::new();
+/// let per_user = Limit::new("per-user", Gcra::per_second(1)?)?;
+/// assert!(store.check(&per_user, b"alice", 1).await?.is_allowed());
+/// assert!(!store.check(&per_user, b"alice", 1).await?.is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+pub struct MemoryStore<C = MonotonicClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for MemoryStore<C> {
+    fn clone(&self) -> Self {
+        MemoryStore { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<C> fmt::Debug for MemoryStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limiters = self.inner.limiters.load();
+        f.debug_struct("MemoryStore")
+            .field("limits", &limiters.keys().collect::<Vec<_>>())
+            .field("max_keys", &self.inner.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryStore<MonotonicClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore<MonotonicClock> {
+    /// A store whose limits each track up to [`DEFAULT_MAX_KEYS`] keys, on
+    /// the [`MonotonicClock`], swept in the background.
+    pub fn new() -> Self {
+        Self::with_clock(MonotonicClock::new(), DEFAULT_MAX_KEYS, true)
+    }
+}
+
+impl<C: Clock + Clone + 'static> MemoryStore<C> {
+    /// A store whose limits each track up to `max_keys` keys, reading
+    /// `clock`, swept in the background or not.
+    pub fn with_clock(clock: C, max_keys: usize, background_sweep: bool) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                limiters: ArcSwap::from_pointee(Limiters::default()),
+                writer: Mutex::new(()),
+                max_keys,
+                clock,
+                background_sweep,
+            }),
+        }
+    }
+
+    /// The table of `limit`, made if this is its first use.
+    pub fn limiter(&self, limit: &Limit) -> Result<MemoryLimiter<C>, StoreError> {
+        self.with_limiter(limit, MemoryLimiter::clone)
+    }
+
+    /// Sweeps every limit's table now: the keys evicted.
+    pub fn sweep(&self) -> usize {
+        self.inner.limiters.load().values().map(|entry| entry.limiter.sweep()).sum()
+    }
+
+    /// Keys tracked over all limits.
+    pub fn len(&self) -> usize {
+        self.inner.limiters.load().values().map(|entry| entry.limiter.len()).sum()
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `f` on the table of `limit`.
+    #[inline]
+    fn with_limiter<R>(
+        &self,
+        limit: &Limit,
+        f: impl FnOnce(&MemoryLimiter<C>) -> R,
+    ) -> Result<R, StoreError> {
+        {
+            let limiters = self.inner.limiters.load();
+            if let Some(entry) = limiters.get(limit.name()) {
+                if entry.policy == *limit.policy() {
+                    return Ok(f(&entry.limiter));
+                }
+            }
+        }
+        let entry = self.add(limit)?;
+        Ok(f(&entry.limiter))
+    }
+
+    /// Makes (or remakes, for a changed policy) the table of `limit`.
+    #[cold]
+    fn add(&self, limit: &Limit) -> Result<Arc<Entry<C>>, StoreError> {
+        let _writer = self.inner.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let current = self.inner.limiters.load_full();
+        if let Some(entry) = current.get(limit.name()) {
+            if entry.policy == *limit.policy() {
+                return Ok(Arc::clone(entry));
+            }
+        }
+        let limiter = MemoryLimiter::builder(limit.policy().clone())
+            .max_keys(self.inner.max_keys)
+            .clock(self.inner.clock.clone())
+            .background_sweep(self.inner.background_sweep)
+            .build()
+            .map_err(StoreError::unavailable)?;
+        let entry = Arc::new(Entry { policy: limit.policy().clone(), limiter });
+        let mut next = (*current).clone();
+        next.insert(limit.name().into(), Arc::clone(&entry));
+        self.inner.limiters.store(Arc::new(next));
+        Ok(entry)
+    }
+}
+
+impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        self.with_limiter(limit, |limiter| limiter.check(key, cost))
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        self.with_limiter(limit, |limiter| limiter.peek(key))
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        self.with_limiter(limit, |limiter| limiter.refund(key, units))
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+    ) -> Result<MultiOutcome, StoreError> {
+        let limiters = checks
+            .iter()
+            .map(|&(limit, _)| self.limiter(limit))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(check_all(limiters.iter().zip(checks.iter().map(|&(_, key)| key)), cost))
+    }
+}

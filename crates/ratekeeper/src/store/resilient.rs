@@ -1,0 +1,298 @@
+//! What to do when a store fails: fail open, fail closed, or fall back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Limit, MemoryStore, Store, StoreError};
+use crate::{Algorithm, Clock, Decision, MonotonicClock, MultiOutcome, Outcome};
+
+/// Whether requests pass while the store is failing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Allow every request (and count it): an outage of the store does not
+    /// become an outage of every route behind it, but nothing is limited.
+    Open,
+    /// Deny with the store's error, which front ends turn into 503: nothing
+    /// passes unlimited, and nothing passes at all.
+    #[default]
+    Closed,
+}
+
+/// How a [`Resilient`] store behaves when its store fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailurePolicy {
+    /// Open or closed, when there is no fallback.
+    pub mode: FailureMode,
+    /// Decide in this process's memory while the store is down: limits hold
+    /// per process instead of globally, rather than not at all.
+    pub fallback: bool,
+    /// After a failure, how long to skip the store (answering by the mode or
+    /// the fallback at once) before trying it again. Keeps a dead store from
+    /// costing every request a timeout; also bounds how long decisions take
+    /// to come back to the store once it recovers.
+    pub retry_after: Duration,
+    /// Log a failure at most once per this interval.
+    pub log_interval: Duration,
+}
+
+impl Default for FailurePolicy {
+    /// Closed, no fallback, retry after 500 ms, log every 10 s.
+    fn default() -> Self {
+        FailurePolicy {
+            mode: FailureMode::Closed,
+            fallback: false,
+            retry_after: Duration::from_millis(500),
+            log_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl FailurePolicy {
+    /// The default policy with `mode`.
+    pub fn new(mode: FailureMode) -> Self {
+        FailurePolicy { mode, ..Self::default() }
+    }
+
+    /// With (or without) the in-memory fallback.
+    pub fn with_fallback(mut self, fallback: bool) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// With another retry interval.
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+}
+
+/// Counts of what a [`Resilient`] store did about failures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResilientStats {
+    /// Calls the store failed.
+    pub failures: u64,
+    /// Requests allowed because the store failed open.
+    pub failed_open: u64,
+    /// Requests refused because the store failed closed.
+    pub failed_closed: u64,
+    /// Requests decided by the in-memory fallback.
+    pub fallback: u64,
+}
+
+/// A store wrapped with a [`FailurePolicy`].
+///
+/// Every call goes to the store first. When it fails, the failure is logged
+/// (at most once per `log_interval`) and counted, the request is decided by
+/// the policy, and the store is left alone for `retry_after`; after that the
+/// next call tries it again, so decisions return to it without a restart.
+#[derive(Debug)]
+pub struct Resilient<S, C = MonotonicClock> {
+    store: S,
+    policy: FailurePolicy,
+    fallback: Option<MemoryStore<C>>,
+    clock: MonotonicClock,
+    /// Monotonic nanoseconds before which the store is not asked; 0: ask.
+    down_until: AtomicU64,
+    last_log: AtomicU64,
+    failures: AtomicU64,
+    failed_open: AtomicU64,
+    failed_closed: AtomicU64,
+    fallback_decisions: AtomicU64,
+}
+
+impl<S: Store> Resilient<S, MonotonicClock> {
+    /// `store` with `policy`; the fallback, if asked for, is a default
+    /// [`MemoryStore`].
+    pub fn new(store: S, policy: FailurePolicy) -> Self {
+        let fallback = policy.fallback.then(MemoryStore::new);
+        Self::with_fallback_store(store, policy, fallback)
+    }
+}
+
+impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
+    /// `store` with `policy` and the given fallback store (used only if the
+    /// policy asks for a fallback).
+    pub fn with_fallback_store(
+        store: S,
+        policy: FailurePolicy,
+        fallback: Option<MemoryStore<C>>,
+    ) -> Self {
+        let fallback = if policy.fallback { fallback } else { None };
+        Resilient {
+            store,
+            policy,
+            fallback,
+            clock: MonotonicClock::new(),
+            down_until: AtomicU64::new(0),
+            last_log: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            failed_open: AtomicU64::new(0),
+            failed_closed: AtomicU64::new(0),
+            fallback_decisions: AtomicU64::new(0),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.store
+    }
+
+    /// What has been done about failures so far.
+    pub fn stats(&self) -> ResilientStats {
+        ResilientStats {
+            failures: self.failures.load(Ordering::Relaxed),
+            failed_open: self.failed_open.load(Ordering::Relaxed),
+            failed_closed: self.failed_closed.load(Ordering::Relaxed),
+            fallback: self.fallback_decisions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the store is being skipped after a recent failure.
+    pub fn is_down(&self) -> bool {
+        let until = self.down_until.load(Ordering::Acquire);
+        until != 0 && self.clock.now().as_nanos() < until
+    }
+
+    /// Records a failure: skip the store for a while, log now and then.
+    fn failed(&self, error: &StoreError) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now().as_nanos().max(1);
+        let retry = self.policy.retry_after.as_nanos().min(u64::MAX as u128) as u64;
+        self.down_until.store(now.saturating_add(retry), Ordering::Release);
+        let last = self.last_log.load(Ordering::Relaxed);
+        let interval = self.policy.log_interval.as_nanos().min(u64::MAX as u128) as u64;
+        if (last == 0 || now.saturating_sub(last) >= interval)
+            && self.last_log.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            tracing::warn!(
+                error = %error,
+                mode = ?self.policy.mode,
+                fallback = self.fallback.is_some(),
+                failures = self.failures.load(Ordering::Relaxed),
+                "rate-limit store failed"
+            );
+        }
+    }
+
+    fn recovered(&self) {
+        if self.down_until.load(Ordering::Relaxed) != 0 {
+            self.down_until.store(0, Ordering::Release);
+            tracing::info!("rate-limit store answers again");
+        }
+    }
+
+    /// The error to fail closed with while the store is skipped.
+    fn down_error(&self) -> StoreError {
+        StoreError::Down(self.policy.retry_after)
+    }
+
+    /// Runs `call` on the store unless it is down; `None` means decide by
+    /// the failure policy, with the error to fail closed with.
+    async fn attempt<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if self.is_down() {
+            return Err(self.down_error());
+        }
+        match call.await {
+            Ok(value) => {
+                self.recovered();
+                Ok(value)
+            }
+            Err(error) => {
+                self.failed(&error);
+                Err(error)
+            }
+        }
+    }
+}
+
+impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        match self.attempt(self.store.check(limit, key, cost)).await {
+            Ok(outcome) => Ok(outcome),
+            Err(error) => {
+                if let Some(fallback) = &self.fallback {
+                    self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+                    return fallback.check(limit, key, cost).await;
+                }
+                match self.policy.mode {
+                    FailureMode::Open => {
+                        self.failed_open.fetch_add(1, Ordering::Relaxed);
+                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
+                    }
+                    FailureMode::Closed => {
+                        self.failed_closed.fetch_add(1, Ordering::Relaxed);
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        match self.attempt(self.store.peek(limit, key)).await {
+            Ok(decision) => Ok(decision),
+            Err(error) => match (&self.fallback, self.policy.mode) {
+                (Some(fallback), _) => fallback.peek(limit, key).await,
+                (None, FailureMode::Open) => Ok(unknown_but_allowed(limit)),
+                (None, FailureMode::Closed) => Err(error),
+            },
+        }
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        match self.attempt(self.store.refund(limit, key, units)).await {
+            Ok(()) => Ok(()),
+            Err(error) => match &self.fallback {
+                Some(fallback) => fallback.refund(limit, key, units).await,
+                // A lost refund leaves a limit stricter, never looser.
+                None if self.policy.mode == FailureMode::Open => Ok(()),
+                None => Err(error),
+            },
+        }
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+    ) -> Result<MultiOutcome, StoreError> {
+        match self.attempt(self.store.check_all(checks, cost)).await {
+            Ok(outcome) => Ok(outcome),
+            Err(error) => {
+                if let Some(fallback) = &self.fallback {
+                    self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+                    return fallback.check_all(checks, cost).await;
+                }
+                match self.policy.mode {
+                    FailureMode::Open => {
+                        self.failed_open.fetch_add(1, Ordering::Relaxed);
+                        let outcomes = checks
+                            .iter()
+                            .map(|&(limit, _)| Outcome::Decided(unknown_but_allowed(limit)))
+                            .collect();
+                        Ok(MultiOutcome::new(outcomes, None))
+                    }
+                    FailureMode::Closed => {
+                        self.failed_closed.fetch_add(1, Ordering::Relaxed);
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The decision of a store that failed open: allowed, with the quota
+/// reported whole because nothing is known.
+fn unknown_but_allowed(limit: &Limit) -> Decision {
+    let quota = limit.policy().quota();
+    Decision::allowed(quota, quota, Duration::ZERO)
+}
