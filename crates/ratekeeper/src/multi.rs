@@ -30,7 +30,10 @@ impl MultiOutcome {
     /// One outcome per limit, in order, and the index of the limit that
     /// denied, if one did: for stores that decide several limits themselves.
     pub fn new(outcomes: Vec<Outcome>, denied_by: Option<usize>) -> Self {
-        MultiOutcome { outcomes, denied_by }
+        MultiOutcome {
+            outcomes,
+            denied_by,
+        }
     }
 
     /// Whether every limit allowed the request (and it was counted in all).

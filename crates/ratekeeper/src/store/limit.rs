@@ -62,7 +62,10 @@ impl Limit {
     pub fn new(name: impl Into<String>, policy: impl Into<Policy>) -> Result<Self, LimitNameError> {
         let name = name.into();
         check_name(&name)?;
-        Ok(Limit { name: name.into(), policy: policy.into() })
+        Ok(Limit {
+            name: name.into(),
+            policy: policy.into(),
+        })
     }
 
     /// The limit's name.
@@ -78,7 +81,10 @@ impl Limit {
 
 impl fmt::Debug for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Limit").field("name", &self.name).field("policy", &self.policy).finish()
+        f.debug_struct("Limit")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .finish()
     }
 }
 
@@ -87,11 +93,17 @@ fn check_name(name: &str) -> Result<(), LimitNameError> {
         return Err(LimitNameError::Empty);
     }
     if name.len() > MAX_LIMIT_NAME {
-        return Err(LimitNameError::TooLong { name: name.to_owned(), len: name.len() });
+        return Err(LimitNameError::TooLong {
+            name: name.to_owned(),
+            len: name.len(),
+        });
     }
     let refused = |c: char| !c.is_ascii_graphic() || matches!(c, '"' | '\\' | '{' | '}');
     match name.chars().find(|&c| refused(c)) {
-        Some(character) => Err(LimitNameError::BadCharacter { name: name.to_owned(), character }),
+        Some(character) => Err(LimitNameError::BadCharacter {
+            name: name.to_owned(),
+            character,
+        }),
         None => Ok(()),
     }
 }

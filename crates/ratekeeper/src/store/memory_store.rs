@@ -56,7 +56,9 @@ pub struct MemoryStore<C = MonotonicClock> {
 
 impl<C> Clone for MemoryStore<C> {
     fn clone(&self) -> Self {
-        MemoryStore { inner: Arc::clone(&self.inner) }
+        MemoryStore {
+            inner: Arc::clone(&self.inner),
+        }
     }
 }
 
@@ -106,12 +108,22 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
 
     /// Sweeps every limit's table now: the keys evicted.
     pub fn sweep(&self) -> usize {
-        self.inner.limiters.load().values().map(|entry| entry.limiter.sweep()).sum()
+        self.inner
+            .limiters
+            .load()
+            .values()
+            .map(|entry| entry.limiter.sweep())
+            .sum()
     }
 
     /// Keys tracked over all limits.
     pub fn len(&self) -> usize {
-        self.inner.limiters.load().values().map(|entry| entry.limiter.len()).sum()
+        self.inner
+            .limiters
+            .load()
+            .values()
+            .map(|entry| entry.limiter.len())
+            .sum()
     }
 
     /// Whether no key is tracked.
@@ -141,7 +153,11 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
     /// Makes (or remakes, for a changed policy) the table of `limit`.
     #[cold]
     fn add(&self, limit: &Limit) -> Result<Arc<Entry<C>>, StoreError> {
-        let _writer = self.inner.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _writer = self
+            .inner
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let current = self.inner.limiters.load_full();
         if let Some(entry) = current.get(limit.name()) {
             if entry.policy == *limit.policy() {
@@ -154,7 +170,10 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             .background_sweep(self.inner.background_sweep)
             .build()
             .map_err(StoreError::unavailable)?;
-        let entry = Arc::new(Entry { policy: limit.policy().clone(), limiter });
+        let entry = Arc::new(Entry {
+            policy: limit.policy().clone(),
+            limiter,
+        });
         let mut next = (*current).clone();
         next.insert(limit.name().into(), Arc::clone(&entry));
         self.inner.limiters.store(Arc::new(next));
@@ -184,6 +203,9 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
             .iter()
             .map(|&(limit, _)| self.limiter(limit))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(check_all(limiters.iter().zip(checks.iter().map(|&(_, key)| key)), cost))
+        Ok(check_all(
+            limiters.iter().zip(checks.iter().map(|&(_, key)| key)),
+            cost,
+        ))
     }
 }

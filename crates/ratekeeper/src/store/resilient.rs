@@ -54,7 +54,10 @@ impl Default for FailurePolicy {
 impl FailurePolicy {
     /// The default policy with `mode`.
     pub fn new(mode: FailureMode) -> Self {
-        FailurePolicy { mode, ..Self::default() }
+        FailurePolicy {
+            mode,
+            ..Self::default()
+        }
     }
 
     /// With (or without) the in-memory fallback.
@@ -163,11 +166,15 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
         self.failures.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now().as_nanos().max(1);
         let retry = self.policy.retry_after.as_nanos().min(u64::MAX as u128) as u64;
-        self.down_until.store(now.saturating_add(retry), Ordering::Release);
+        self.down_until
+            .store(now.saturating_add(retry), Ordering::Release);
         let last = self.last_log.load(Ordering::Relaxed);
         let interval = self.policy.log_interval.as_nanos().min(u64::MAX as u128) as u64;
         if (last == 0 || now.saturating_sub(last) >= interval)
-            && self.last_log.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && self
+                .last_log
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
         {
             tracing::warn!(
                 error = %error,

@@ -4,7 +4,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{Limit, Store, StoreError};
-use crate::{Algorithm, Clock, Decision, Outcome, Policy, PolicyKind, RetryAfter, Timestamp, UnixClock};
+use crate::{
+    Algorithm, Clock, Decision, Outcome, Policy, PolicyKind, RetryAfter, Timestamp, UnixClock,
+};
 
 /// An atomic counter per key and fixed window, the least a database needs
 /// to hold fixed-window limits: most can do it (an `UPDATE ... RETURNING`,
@@ -61,7 +63,10 @@ pub struct CounterStore<W, C = UnixClock> {
 impl<W: WindowCounter> CounterStore<W, UnixClock> {
     /// Fixed windows counted by `counter`, on Unix time.
     pub fn new(counter: W) -> Self {
-        CounterStore { counter, clock: UnixClock }
+        CounterStore {
+            counter,
+            clock: UnixClock,
+        }
     }
 }
 
@@ -70,6 +75,11 @@ impl<W: WindowCounter, C: Clock> CounterStore<W, C> {
     /// sharing the counter must agree on).
     pub fn with_clock(counter: W, clock: C) -> Self {
         CounterStore { counter, clock }
+    }
+
+    /// The counter underneath.
+    pub fn counter(&self) -> &W {
+        &self.counter
     }
 
     async fn count(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
@@ -87,15 +97,29 @@ impl<W: WindowCounter, C: Clock> CounterStore<W, C> {
         if cost > limit_units {
             let used = self.counter.increment(&name, number, 0, end).await?;
             let remaining = limit_units.saturating_sub(used);
-            return Ok(Decision::denied(limit_units, remaining, reset(used, until_end), RetryAfter::Never));
+            return Ok(Decision::denied(
+                limit_units,
+                remaining,
+                reset(used, until_end),
+                RetryAfter::Never,
+            ));
         }
         let count = self.counter.increment(&name, number, cost, end).await?;
         if count <= limit_units {
-            Ok(Decision::allowed(limit_units, limit_units - count, reset(count, until_end)))
+            Ok(Decision::allowed(
+                limit_units,
+                limit_units - count,
+                reset(count, until_end),
+            ))
         } else {
             let before = count.saturating_sub(cost);
             let remaining = limit_units.saturating_sub(before);
-            Ok(Decision::denied(limit_units, remaining, until_end, RetryAfter::After(until_end)))
+            Ok(Decision::denied(
+                limit_units,
+                remaining,
+                until_end,
+                RetryAfter::After(until_end),
+            ))
         }
     }
 }
@@ -119,7 +143,9 @@ impl<W: WindowCounter, C: Clock> Store for CounterStore<W, C> {
 
     async fn refund(&self, limit: &Limit, _key: &[u8], _units: u64) -> Result<(), StoreError> {
         match limit.policy().kind() {
-            PolicyKind::FixedWindow => Err(StoreError::UnsupportedOperation("refund: a window counter only counts up")),
+            PolicyKind::FixedWindow => Err(StoreError::UnsupportedOperation(
+                "refund: a window counter only counts up",
+            )),
             other => Err(StoreError::Unsupported(other)),
         }
     }

@@ -1,0 +1,302 @@
+//! The store trait: the in-memory store, failure policies, and the
+//! window-counter adapter for other databases.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_executor::block_on;
+use ratekeeper::{
+    CounterStore, Decision, FailureMode, FailurePolicy, FixedWindow, Gcra, Limit, LimitNameError,
+    ManualClock, MemoryStore, Outcome, Resilient, Store, StoreError, Timestamp, WindowCounter,
+};
+
+fn limit(name: &str, per_minute: u64) -> Limit {
+    Limit::new(name, Gcra::per_minute(per_minute).unwrap()).unwrap()
+}
+
+fn manual_store() -> (MemoryStore<ManualClock>, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    (MemoryStore::with_clock(clock.clone(), 1_000, false), clock)
+}
+
+#[test]
+fn memory_store_keeps_each_limit_apart() {
+    block_on(async {
+        let (store, _) = manual_store();
+        let (a, b) = (limit("a", 2), limit("b", 2));
+        assert!(store.check(&a, b"k", 2).await.unwrap().is_allowed());
+        assert!(!store.check(&a, b"k", 1).await.unwrap().is_allowed());
+        assert!(
+            store.check(&b, b"k", 1).await.unwrap().is_allowed(),
+            "same key, other limit"
+        );
+        assert_eq!(store.peek(&b, b"k").await.unwrap().remaining(), 1);
+        store.refund(&a, b"k", 1).await.unwrap();
+        assert_eq!(store.peek(&a, b"k").await.unwrap().remaining(), 1);
+        assert_eq!(store.len(), 2);
+    });
+}
+
+#[test]
+fn memory_store_starts_a_limit_over_when_its_policy_changes() {
+    block_on(async {
+        let (store, _) = manual_store();
+        assert!(store
+            .check(&limit("api", 1), b"k", 1)
+            .await
+            .unwrap()
+            .is_allowed());
+        assert!(!store
+            .check(&limit("api", 1), b"k", 1)
+            .await
+            .unwrap()
+            .is_allowed());
+        // A reload with another policy under the same name.
+        let reloaded = limit("api", 5);
+        let decision = store.peek(&reloaded, b"k").await.unwrap();
+        assert_eq!((decision.limit(), decision.remaining()), (5, 5));
+    });
+}
+
+#[test]
+fn memory_store_checks_several_limits_all_or_nothing() {
+    block_on(async {
+        let (store, _) = manual_store();
+        let (global, per_ip) = (limit("global", 100), limit("per-ip", 1));
+        let checks = [(&global, &b"all"[..]), (&per_ip, &b"192.0.2.1"[..])];
+        assert!(store.check_all(&checks, 1).await.unwrap().is_allowed());
+        let denied = store.check_all(&checks, 1).await.unwrap();
+        assert_eq!(denied.denied_by(), Some(1));
+        assert_eq!(store.peek(&global, b"all").await.unwrap().remaining(), 99);
+    });
+}
+
+/// A store whose backend can be switched off, counting calls: the fault
+/// injection for the failure policies.
+struct Flaky {
+    inner: MemoryStore<ManualClock>,
+    down: AtomicBool,
+    calls: AtomicUsize,
+}
+
+impl Flaky {
+    fn new() -> Self {
+        Flaky {
+            inner: manual_store().0,
+            down: AtomicBool::new(false),
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    fn fail(&self) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.down.load(Ordering::SeqCst) {
+            Err(StoreError::Timeout(Duration::from_millis(50)))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Store for Flaky {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        self.fail()?;
+        self.inner.check(limit, key, cost).await
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        self.fail()?;
+        self.inner.peek(limit, key).await
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        self.fail()?;
+        self.inner.refund(limit, key, units).await
+    }
+}
+
+#[test]
+fn fail_closed_returns_the_error_and_recovers() {
+    block_on(async {
+        let store = Resilient::new(
+            Flaky::new(),
+            FailurePolicy::new(FailureMode::Closed).with_retry_after(Duration::ZERO),
+        );
+        let l = limit("l", 1);
+        assert!(store.check(&l, b"k", 1).await.unwrap().is_allowed());
+        store.inner().down.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            store.check(&l, b"k", 1).await,
+            Err(StoreError::Timeout(_))
+        ));
+        assert_eq!(store.stats().failed_closed, 1);
+        // Back up: the next call goes to the store and its state is intact.
+        store.inner().down.store(false, Ordering::SeqCst);
+        assert!(!store.check(&l, b"k", 1).await.unwrap().is_allowed());
+        assert!(!store.is_down());
+    });
+}
+
+#[test]
+fn fail_open_allows_and_counts() {
+    block_on(async {
+        let store = Resilient::new(
+            Flaky::new(),
+            FailurePolicy::new(FailureMode::Open).with_retry_after(Duration::ZERO),
+        );
+        let l = limit("l", 1);
+        store.inner().down.store(true, Ordering::SeqCst);
+        for _ in 0..3 {
+            let outcome = store.check(&l, b"k", 1).await.unwrap();
+            assert!(outcome.is_allowed());
+            assert_eq!(outcome.decision().unwrap().limit(), 1);
+        }
+        let stats = store.stats();
+        assert_eq!((stats.failures, stats.failed_open), (3, 3));
+        assert!(store.peek(&l, b"k").await.unwrap().is_allowed());
+        store.refund(&l, b"k", 1).await.unwrap();
+    });
+}
+
+#[test]
+fn a_failed_store_is_skipped_until_the_retry_interval() {
+    block_on(async {
+        let store = Resilient::new(
+            Flaky::new(),
+            FailurePolicy::new(FailureMode::Closed).with_retry_after(Duration::from_secs(3_600)),
+        );
+        let l = limit("l", 5);
+        store.inner().down.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            store.check(&l, b"k", 1).await,
+            Err(StoreError::Timeout(_))
+        ));
+        assert!(store.is_down());
+        // Within the interval the store is not asked at all.
+        for _ in 0..10 {
+            assert!(matches!(
+                store.check(&l, b"k", 1).await,
+                Err(StoreError::Down(_))
+            ));
+        }
+        assert_eq!(store.inner().calls.load(Ordering::SeqCst), 1);
+        assert_eq!(store.stats().failures, 1);
+    });
+}
+
+#[test]
+fn the_fallback_limits_in_memory_while_the_store_is_down() {
+    block_on(async {
+        let fallback = manual_store().0;
+        let policy = FailurePolicy::new(FailureMode::Closed)
+            .with_fallback(true)
+            .with_retry_after(Duration::ZERO);
+        let store = Resilient::with_fallback_store(Flaky::new(), policy, Some(fallback));
+        let l = limit("l", 2);
+        store.inner().down.store(true, Ordering::SeqCst);
+        let mut allowed = 0;
+        for _ in 0..4 {
+            allowed += usize::from(store.check(&l, b"k", 1).await.unwrap().is_allowed());
+        }
+        assert_eq!(allowed, 2, "the fallback still limits");
+        assert_eq!(store.stats().fallback, 4);
+        let multi = store.check_all(&[(&l, &b"k"[..])], 1).await.unwrap();
+        assert!(!multi.is_allowed());
+    });
+}
+
+/// seed 000's store shape: an atomic counter per key and window.
+#[derive(Default)]
+struct MapCounter {
+    counts: Mutex<HashMap<(String, u64), u64>>,
+    expiries: Mutex<Vec<Timestamp>>,
+}
+
+impl WindowCounter for MapCounter {
+    async fn increment(
+        &self,
+        key: &str,
+        window: u64,
+        cost: u64,
+        expires_at: Timestamp,
+    ) -> Result<u64, StoreError> {
+        self.expiries.lock().unwrap().push(expires_at);
+        let mut counts = self.counts.lock().unwrap();
+        let count = counts.entry((key.to_owned(), window)).or_default();
+        *count += cost;
+        Ok(*count)
+    }
+}
+
+#[test]
+fn a_window_counter_holds_fixed_windows() {
+    block_on(async {
+        let clock = ManualClock::new(Timestamp::from_millis(60_500));
+        let store = CounterStore::with_clock(MapCounter::default(), clock.clone());
+        let l = Limit::new(
+            "per-ip",
+            FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
+        )
+        .unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(
+                store
+                    .check(&l, b"192.0.2.1", 1)
+                    .await
+                    .unwrap()
+                    .decision()
+                    .copied()
+                    .unwrap(),
+            );
+        }
+        assert_eq!(seen.iter().filter(|d| d.is_allowed()).count(), 3);
+        assert_eq!(seen[2].remaining(), 0);
+        assert_eq!(
+            seen[3].retry_after(),
+            ratekeeper::RetryAfter::After(Duration::from_millis(59_500))
+        );
+        assert_eq!(store.peek(&l, b"192.0.2.1").await.unwrap().remaining(), 0);
+        // The window's count can be forgotten when the window ends.
+        assert!(store_expiries(&store)
+            .iter()
+            .all(|&t| t == Timestamp::from_secs(120)));
+        // The next window starts over.
+        clock.set(Timestamp::from_secs(120));
+        assert!(store.check(&l, b"192.0.2.1", 1).await.unwrap().is_allowed());
+        // Other policies and refunds are refused with typed errors.
+        assert!(matches!(
+            store.check(&limit("gcra", 5), b"k", 1).await,
+            Err(StoreError::Unsupported(_))
+        ));
+        assert!(matches!(
+            store.refund(&l, b"k", 1).await,
+            Err(StoreError::UnsupportedOperation(_))
+        ));
+    });
+}
+
+fn store_expiries(store: &CounterStore<MapCounter, ManualClock>) -> Vec<Timestamp> {
+    store.counter().expiries.lock().unwrap().clone()
+}
+
+#[test]
+fn limit_names_are_checked() {
+    let policy = Gcra::per_second(1).unwrap();
+    assert_eq!(Limit::new("", policy), Err(LimitNameError::Empty));
+    assert!(matches!(
+        Limit::new("x".repeat(65), policy),
+        Err(LimitNameError::TooLong { len: 65, .. })
+    ));
+    assert!(matches!(
+        Limit::new("a b", policy),
+        Err(LimitNameError::BadCharacter { character: ' ', .. })
+    ));
+    assert!(matches!(
+        Limit::new("{tag}", policy),
+        Err(LimitNameError::BadCharacter { character: '{', .. })
+    ));
+    assert!(Limit::new("per-ip:v2", policy).is_ok());
+}
