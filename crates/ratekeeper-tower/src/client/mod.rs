@@ -1,0 +1,158 @@
+//! Finding the client behind proxies.
+//!
+//! Behind a proxy every request comes from the proxy's address, so the
+//! client must be read from what the proxies recorded: `X-Forwarded-For`,
+//! RFC 7239 `Forwarded`, or a single header such as `X-Real-IP`. Those
+//! headers are lists any client can start with anything it likes; only the
+//! entries appended by **your own** proxies can be believed. So the client
+//! is found right to left: skip the addresses of trusted proxies, and the
+//! first address that is not one is the client. The leftmost entry, which
+//! the client wrote, is never taken on trust.
+//!
+//! Anything that is not an address (garbage, `unknown`, an obfuscated
+//! `_name`) stops the walk: the client is then unknown, and the middleware
+//! keys such requests to one shared bucket rather than letting them through
+//! unlimited.
+
+mod forwarded;
+mod ip;
+
+use std::net::IpAddr;
+
+use http::header::{HeaderName, FORWARDED};
+use http::HeaderMap;
+use ipnet::IpNet;
+
+pub use forwarded::{parse_forwarded, parse_node, ForwardedElement, ForwardedError, Node};
+pub use ip::{canonical, network, private_networks};
+
+/// The `X-Forwarded-For` header.
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The `X-Real-IP` header.
+pub const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// How to find a request's client address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientIp {
+    /// The socket peer: right when clients connect directly.
+    Peer,
+    /// `X-Forwarded-For`, by the rightmost-untrusted rule over `trusted`
+    /// proxy networks (the socket peer must be one of them for the header
+    /// to count).
+    XForwardedFor {
+        /// The networks of your proxies.
+        trusted: Vec<IpNet>,
+    },
+    /// RFC 7239 `Forwarded` `for=` nodes, by the rightmost-untrusted rule.
+    Forwarded {
+        /// The networks of your proxies.
+        trusted: Vec<IpNet>,
+    },
+    /// `X-Forwarded-For` behind exactly this many proxies: the entry that
+    /// many places from the right (express's `trust proxy = n`).
+    Hops(usize),
+    /// One header that your proxy always overwrites, such as `X-Real-IP`,
+    /// `CF-Connecting-IP` or `Fly-Client-IP`. Trust it only then: any client
+    /// can send it.
+    Header(HeaderName),
+}
+
+impl ClientIp {
+    /// The client of a request with `headers` whose socket peer is `peer`
+    /// (`None` when the server does not say), or `None` if it cannot be
+    /// found. Addresses come out canonical: IPv4-mapped IPv6 as IPv4.
+    pub fn find(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
+        let found = match self {
+            ClientIp::Peer => peer,
+            ClientIp::XForwardedFor { trusted } => {
+                behind_trusted(peer, trusted, || rightmost_untrusted_xff(headers, trusted))
+            }
+            ClientIp::Forwarded { trusted } => behind_trusted(peer, trusted, || {
+                rightmost_untrusted_forwarded(headers, trusted)
+            }),
+            ClientIp::Hops(hops) => nth_from_right_xff(headers, *hops),
+            ClientIp::Header(name) => {
+                let mut values = headers.get_all(name).iter();
+                match (values.next(), values.next()) {
+                    // Two values: someone besides the proxy set it.
+                    (Some(value), None) => value.to_str().ok().and_then(ip::parse_entry),
+                    _ => None,
+                }
+            }
+        };
+        found.map(canonical)
+    }
+}
+
+/// A header list counts only if the request came from a trusted proxy; an
+/// untrusted peer is itself the client. Without a peer, the headers decide.
+fn behind_trusted(
+    peer: Option<IpAddr>,
+    trusted: &[IpNet],
+    walk: impl FnOnce() -> Option<IpAddr>,
+) -> Option<IpAddr> {
+    match peer {
+        Some(peer) if !ip::is_in(trusted, peer) => Some(peer),
+        _ => walk(),
+    }
+}
+
+/// The entries of every `X-Forwarded-For` line, in order.
+fn xff_entries(headers: &HeaderMap) -> Option<Vec<&str>> {
+    let mut entries = Vec::new();
+    for value in headers.get_all(X_FORWARDED_FOR) {
+        // A line that is not text poisons the list: stop, don't skip.
+        entries.extend(value.to_str().ok()?.split(','));
+    }
+    Some(entries)
+}
+
+/// Walks `X-Forwarded-For` from the right past trusted proxies.
+pub fn rightmost_untrusted_xff(headers: &HeaderMap, trusted: &[IpNet]) -> Option<IpAddr> {
+    let entries = xff_entries(headers)?;
+    walk(
+        entries.iter().rev().map(|entry| ip::parse_entry(entry)),
+        trusted,
+    )
+}
+
+/// Walks the `for=` nodes of `Forwarded` from the right past trusted
+/// proxies; `unknown`, obfuscated nodes and unreadable headers stop it.
+pub fn rightmost_untrusted_forwarded(headers: &HeaderMap, trusted: &[IpNet]) -> Option<IpAddr> {
+    let mut elements = Vec::new();
+    for value in headers.get_all(FORWARDED) {
+        elements.extend(parse_forwarded(value.to_str().ok()?).ok()?);
+    }
+    let nodes = elements
+        .into_iter()
+        .rev()
+        .map(|element| match element.for_node {
+            Some(Node::Ip(ip, _)) => Some(ip),
+            _ => None,
+        });
+    walk(nodes, trusted)
+}
+
+/// The first address from the right that is not trusted; the last one seen
+/// if all are (a request from inside); `None` at anything not an address.
+fn walk(nodes: impl Iterator<Item = Option<IpAddr>>, trusted: &[IpNet]) -> Option<IpAddr> {
+    let mut last = None;
+    for node in nodes {
+        let ip = node?;
+        if !ip::is_in(trusted, ip) {
+            return Some(ip);
+        }
+        last = Some(ip);
+    }
+    last
+}
+
+/// The `X-Forwarded-For` entry `hops` places from the right (1 is the
+/// rightmost); `None` if there are fewer entries.
+pub fn nth_from_right_xff(headers: &HeaderMap, hops: usize) -> Option<IpAddr> {
+    let entries = xff_entries(headers)?;
+    let index = entries.len().checked_sub(hops.max(1))?;
+    ip::parse_entry(entries[index])
+}

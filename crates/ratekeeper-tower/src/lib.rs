@@ -1,0 +1,7 @@
+//! tower middleware for [`ratekeeper`]: rate limits for axum, hyper and
+//! tonic services.
+//!
+//! This crate is being built up; today it holds [`client`], which finds a
+//! request's client address behind proxies.
+
+pub mod client;
