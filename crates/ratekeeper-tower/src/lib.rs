@@ -2,6 +2,8 @@
 //! tonic services.
 //!
 //! This crate is being built up; today it holds [`client`], which finds a
-//! request's client address behind proxies.
+//! request's client address behind proxies, and [`headers`], which writes
+//! the rate-limit response headers.
 
 pub mod client;
+pub mod headers;

@@ -1,0 +1,208 @@
+//! Rate-limit response headers: the IETF draft's `RateLimit-Policy` and
+//! `RateLimit` fields, the legacy `X-RateLimit-*` ones, and `Retry-After`.
+//!
+//! The draft fields are Structured Fields lists (RFC 8941):
+//!
+//! ```text
+//! RateLimit-Policy: "per-ip";q=100;w=60, "global";q=1000;w=60
+//! RateLimit: "per-ip";r=42;t=17
+//! ```
+//!
+//! `q` is the quota, `w` the window in whole seconds, `r` what remains and
+//! `t` the seconds until the quota is whole again; `pk`, when a partition
+//! key is given, is a byte sequence (`:base64:`) telling clients that share
+//! a quota which one this is.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+use http::HeaderMap;
+use ratekeeper::{Decision, RetryAfter};
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit`.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`.
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Which rate-limit headers responses carry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HeaderStyle {
+    /// The IETF draft's `RateLimit-Policy` and `RateLimit`.
+    #[default]
+    Draft,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`, as GitHub and
+    /// express-rate-limit send them.
+    Legacy,
+    /// Both.
+    Both,
+    /// None (a 429 still carries `Retry-After`).
+    None,
+}
+
+/// How `X-RateLimit-Reset` tells the reset time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ResetStyle {
+    /// Unix time in seconds, as GitHub sends it.
+    #[default]
+    UnixSeconds,
+    /// Seconds from now.
+    DeltaSeconds,
+}
+
+/// One limit's part in a response: its name, numbers and decision.
+#[derive(Clone, Copy, Debug)]
+pub struct PolicyReport<'a> {
+    /// The policy's name (a [`ratekeeper::Limit`] name: printable ASCII
+    /// without quotes or backslashes).
+    pub name: &'a str,
+    /// The time over which the quota is granted.
+    pub window: Duration,
+    /// The decision for this request.
+    pub decision: &'a Decision,
+    /// The partition key (`pk`), when clients should know which quota
+    /// they share.
+    pub partition_key: Option<&'a [u8]>,
+}
+
+/// Whole seconds, rounded up.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Appends a Structured Fields string: printable ASCII, quotes and
+/// backslashes escaped, anything else dropped (never an invalid field).
+fn push_sf_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => {}
+        }
+    }
+    out.push('"');
+}
+
+fn push_partition_key(out: &mut String, key: Option<&[u8]>) {
+    if let Some(key) = key {
+        out.push_str(";pk=:");
+        out.push_str(&base64::engine::general_purpose::STANDARD.encode(key));
+        out.push(':');
+    }
+}
+
+/// The `RateLimit-Policy` value listing every policy: `"name";q=..;w=..`.
+pub fn ratelimit_policy_value(policies: &[PolicyReport<'_>]) -> String {
+    let mut out = String::new();
+    for (index, policy) in policies.iter().enumerate() {
+        if index > 0 {
+            out.push_str(", ");
+        }
+        push_sf_string(&mut out, policy.name);
+        out.push_str(";q=");
+        out.push_str(&sf_integer(policy.decision.limit()));
+        out.push_str(";w=");
+        out.push_str(&sf_integer(ceil_secs(policy.window).max(1)));
+        push_partition_key(&mut out, policy.partition_key);
+    }
+    out
+}
+
+/// The `RateLimit` value for one policy: `"name";r=..;t=..`.
+pub fn ratelimit_value(policy: &PolicyReport<'_>) -> String {
+    let mut out = String::new();
+    push_sf_string(&mut out, policy.name);
+    out.push_str(";r=");
+    out.push_str(&sf_integer(policy.decision.remaining()));
+    out.push_str(";t=");
+    out.push_str(&sf_integer(ceil_secs(policy.decision.reset())));
+    push_partition_key(&mut out, policy.partition_key);
+    out
+}
+
+/// Structured Fields integers have at most 15 digits: clamp.
+fn sf_integer(n: u64) -> String {
+    n.min(999_999_999_999_999).to_string()
+}
+
+/// `Retry-After` in whole seconds, rounded up and at least 1, for a denied
+/// decision; `None` when allowed or never (no wait helps).
+pub fn retry_after_secs(retry: RetryAfter) -> Option<u64> {
+    match retry {
+        RetryAfter::After(wait) if wait > Duration::ZERO => Some(ceil_secs(wait).max(1)),
+        RetryAfter::After(_) | RetryAfter::Never => None,
+    }
+}
+
+/// The policy reported in `RateLimit` when several apply: the one with the
+/// least remaining, and of those the longest reset.
+pub fn tightest<'a, 'b>(policies: &'b [PolicyReport<'a>]) -> Option<&'b PolicyReport<'a>> {
+    policies.iter().min_by(|a, b| {
+        a.decision
+            .remaining()
+            .cmp(&b.decision.remaining())
+            .then(b.decision.reset().cmp(&a.decision.reset()))
+    })
+}
+
+/// Adds the headers of `style` for `policies` to `headers`; `RateLimit`
+/// and the legacy fields report the tightest policy.
+pub fn insert_headers(
+    headers: &mut HeaderMap,
+    style: HeaderStyle,
+    reset_style: ResetStyle,
+    policies: &[PolicyReport<'_>],
+) {
+    let Some(tightest) = tightest(policies) else {
+        return;
+    };
+    if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
+        insert(headers, RATELIMIT_POLICY, ratelimit_policy_value(policies));
+        insert(headers, RATELIMIT, ratelimit_value(tightest));
+    }
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        let decision = tightest.decision;
+        insert(headers, X_RATELIMIT_LIMIT, decision.limit().to_string());
+        insert(
+            headers,
+            X_RATELIMIT_REMAINING,
+            decision.remaining().to_string(),
+        );
+        let reset = ceil_secs(decision.reset());
+        let reset = match reset_style {
+            ResetStyle::DeltaSeconds => reset,
+            ResetStyle::UnixSeconds => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                ceil_secs(now).saturating_add(reset)
+            }
+        };
+        insert(headers, X_RATELIMIT_RESET, reset.to_string());
+    }
+}
+
+/// Adds `Retry-After` for a denied request.
+pub fn insert_retry_after(headers: &mut HeaderMap, retry: RetryAfter) {
+    if let Some(secs) = retry_after_secs(retry) {
+        insert(headers, RETRY_AFTER, secs.to_string());
+    }
+}
+
+fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
+    // Every value built here is printable ASCII, so this cannot fail; if it
+    // somehow did, leaving the header out is better than a panic.
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert(name, value);
+    }
+}
