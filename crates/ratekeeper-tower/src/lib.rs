@@ -1,9 +1,15 @@
 //! tower middleware for [`ratekeeper`]: rate limits for axum, hyper and
 //! tonic services.
 //!
-//! This crate is being built up; today it holds [`client`], which finds a
-//! request's client address behind proxies, and [`headers`], which writes
-//! the rate-limit response headers.
+//! [`RateLimitLayer`] limits requests through any [`ratekeeper::Store`];
+//! [`client`] finds a request's client address behind proxies, and
+//! [`headers`] writes the rate-limit response headers.
 
 pub mod client;
 pub mod headers;
+mod limit;
+
+pub use limit::{
+    ConfigWarning, Key, LayerError, PeerAddr, RateLimit, RateLimitBody, RateLimitLayer,
+    RateLimitLayerBuilder, Refusal, ResponseFormat, ResponseFuture, UNKNOWN_KEY,
+};

@@ -1,0 +1,218 @@
+//! What a limit counts by: the key of a request.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use http::header::HeaderName;
+use http::request::Parts;
+
+use crate::client::{network, ClientIp};
+
+/// The key every request whose client cannot be found shares: such
+/// requests are limited together, never let through unlimited.
+pub const UNKNOWN_KEY: &[u8] = b"unknown";
+
+/// The socket peer of a request, for servers that are not axum: insert it
+/// into the request's extensions (a plain [`SocketAddr`] works too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+type KeyFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
+
+/// How a request becomes the key a limit counts by.
+///
+/// ```
+/// use http::HeaderName;
+/// use ratekeeper_tower::client::{private_networks, ClientIp};
+/// use ratekeeper_tower::Key;
+///
+/// // The client behind our proxies, by its IPv6 /64.
+/// let per_client = Key::client_network(ClientIp::XForwardedFor { trusted: private_networks() }, 32, 64);
+/// // An API key header and the route, as one key.
+/// let api_key = HeaderName::from_static("x-api-key");
+/// let per_key_and_route = Key::compose([Key::header(api_key), Key::route()]);
+/// ```
+#[derive(Clone)]
+pub struct Key(Kind);
+
+#[derive(Clone)]
+enum Kind {
+    Global,
+    Client {
+        strategy: ClientIp,
+        prefixes: Option<(u8, u8)>,
+    },
+    Header(HeaderName),
+    Route,
+    Function(Arc<KeyFn>),
+    Compose(Vec<Key>),
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Kind::Global => f.write_str("Key::global"),
+            Kind::Client { strategy, prefixes } => f
+                .debug_struct("Key::client")
+                .field("strategy", strategy)
+                .field("prefixes", prefixes)
+                .finish(),
+            Kind::Header(name) => f.debug_tuple("Key::header").field(name).finish(),
+            Kind::Route => f.write_str("Key::route"),
+            Kind::Function(_) => f.write_str("Key::from_fn"),
+            Kind::Compose(parts) => f.debug_tuple("Key::compose").field(parts).finish(),
+        }
+    }
+}
+
+/// What a key extraction found.
+pub(crate) struct Extracted {
+    pub(crate) key: Vec<u8>,
+    /// The key needed the socket peer and the server did not provide it.
+    pub(crate) missing_peer: bool,
+}
+
+impl Key {
+    /// One key for every request: a global limit.
+    pub fn global() -> Self {
+        Key(Kind::Global)
+    }
+
+    /// The socket peer's address.
+    pub fn peer() -> Self {
+        Key::client_ip(ClientIp::Peer)
+    }
+
+    /// The client's address, found by `strategy`.
+    pub fn client_ip(strategy: ClientIp) -> Self {
+        Key(Kind::Client {
+            strategy,
+            prefixes: None,
+        })
+    }
+
+    /// The client's network: its address cut to `v4_prefix` bits for IPv4
+    /// and `v6_prefix` for IPv6 (64 or 56 are usual: one subscriber), after
+    /// IPv4-mapped addresses are unmapped.
+    pub fn client_network(strategy: ClientIp, v4_prefix: u8, v6_prefix: u8) -> Self {
+        Key(Kind::Client {
+            strategy,
+            prefixes: Some((v4_prefix, v6_prefix)),
+        })
+    }
+
+    /// The value of one header, such as an API key. Requests without it
+    /// share the [`UNKNOWN_KEY`]; pair this with authentication that
+    /// requires the header.
+    pub fn header(name: HeaderName) -> Self {
+        Key(Kind::Header(name))
+    }
+
+    /// The route: the method and the path, without the query.
+    pub fn route() -> Self {
+        Key(Kind::Route)
+    }
+
+    /// Any function of the request; `None` puts it in the shared
+    /// [`UNKNOWN_KEY`].
+    pub fn from_fn(f: impl Fn(&Parts) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
+        Key(Kind::Function(Arc::new(f)))
+    }
+
+    /// Several keys as one, unambiguously: each part is prefixed with its
+    /// length, so `["a|b", "c"]` and `["a", "b|c"]` differ.
+    pub fn compose(parts: impl IntoIterator<Item = Key>) -> Self {
+        Key(Kind::Compose(parts.into_iter().collect()))
+    }
+
+    /// The header a client can set that this key trusts, if any: for the
+    /// start-up warnings.
+    pub(crate) fn spoofable_header(&self) -> Option<&HeaderName> {
+        match &self.0 {
+            Kind::Header(name) => Some(name),
+            Kind::Client {
+                strategy: ClientIp::Header(name),
+                ..
+            } => Some(name),
+            Kind::Compose(parts) => parts.iter().find_map(Key::spoofable_header),
+            _ => None,
+        }
+    }
+
+    /// The proxy networks this key trusts, if any.
+    pub(crate) fn trusted_networks(&self) -> Vec<&ipnet::IpNet> {
+        match &self.0 {
+            Kind::Client {
+                strategy: ClientIp::XForwardedFor { trusted } | ClientIp::Forwarded { trusted },
+                ..
+            } => trusted.iter().collect(),
+            Kind::Compose(parts) => parts.iter().flat_map(Key::trusted_networks).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn extract(&self, parts: &Parts) -> Extracted {
+        let mut missing_peer = false;
+        let key = self
+            .part(parts, &mut missing_peer)
+            .unwrap_or_else(|| UNKNOWN_KEY.to_vec());
+        Extracted { key, missing_peer }
+    }
+
+    fn part(&self, parts: &Parts, missing_peer: &mut bool) -> Option<Vec<u8>> {
+        match &self.0 {
+            Kind::Global => Some(b"global".to_vec()),
+            Kind::Client { strategy, prefixes } => {
+                let peer = peer_of(parts);
+                if peer.is_none() && !matches!(strategy, ClientIp::Hops(_) | ClientIp::Header(_)) {
+                    *missing_peer = true;
+                }
+                let ip = strategy.find(&parts.headers, peer)?;
+                Some(match prefixes {
+                    Some((v4, v6)) => network(ip, *v4, *v6).to_string().into_bytes(),
+                    None => ip.to_string().into_bytes(),
+                })
+            }
+            Kind::Header(name) => parts
+                .headers
+                .get(name)
+                .map(|value| value.as_bytes().to_vec()),
+            Kind::Route => {
+                let mut route = parts.method.as_str().as_bytes().to_vec();
+                route.push(b' ');
+                route.extend_from_slice(parts.uri.path().as_bytes());
+                Some(route)
+            }
+            Kind::Function(f) => f(parts),
+            Kind::Compose(keys) => {
+                let mut out = Vec::new();
+                for key in keys {
+                    let part = key
+                        .part(parts, missing_peer)
+                        .unwrap_or_else(|| UNKNOWN_KEY.to_vec());
+                    out.extend_from_slice(part.len().to_string().as_bytes());
+                    out.push(b':');
+                    out.extend_from_slice(&part);
+                }
+                Some(out)
+            }
+        }
+    }
+}
+
+/// The socket peer: axum's `ConnectInfo<SocketAddr>`, a [`PeerAddr`], or a
+/// plain [`SocketAddr`] in the request's extensions.
+pub(crate) fn peer_of(parts: &Parts) -> Option<IpAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(info) = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(info.0.ip());
+    }
+    if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
+        return Some(addr.ip());
+    }
+    parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
+}

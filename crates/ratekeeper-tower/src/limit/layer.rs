@@ -1,0 +1,329 @@
+//! The layer and its builder.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Method, Response};
+use http_body_util::Full;
+use ratekeeper::{Limit, Store};
+use thiserror::Error;
+use tower::Layer;
+
+use super::key::Key;
+use super::response::{Refusal, ResponseFormat};
+use super::service::RateLimit;
+use crate::headers::{HeaderStyle, ResetStyle};
+
+type CustomResponse = dyn Fn(&Refusal) -> Option<Response<Full<Bytes>>> + Send + Sync;
+type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+
+/// One limit and what it counts by.
+#[derive(Clone, Debug)]
+pub(crate) struct Rule {
+    pub(crate) limit: Limit,
+    pub(crate) key: Key,
+}
+
+/// Everything the services of one layer share.
+pub(crate) struct Shared<S> {
+    pub(crate) store: S,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) headers: HeaderStyle,
+    pub(crate) reset: ResetStyle,
+    pub(crate) format: ResponseFormat,
+    pub(crate) skip_paths: Vec<String>,
+    pub(crate) skip_methods: Vec<Method>,
+    pub(crate) allow_keys: HashSet<Vec<u8>>,
+    pub(crate) shadow: bool,
+    pub(crate) custom: Option<Arc<CustomResponse>>,
+    pub(crate) cost: Option<Arc<CostFn>>,
+    pub(crate) missing_peer_logged: AtomicBool,
+}
+
+/// A configuration that works but is probably not what was meant; logged
+/// when the layer is built (as express-rate-limit's validations do) and
+/// kept for inspection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigWarning {
+    /// A trusted proxy network covers every address, so any client can
+    /// name its own key in `X-Forwarded-For` or `Forwarded`.
+    TrustsEveryProxy {
+        /// The limit concerned.
+        limit: String,
+    },
+    /// A limit is keyed by a header a client can send itself. Fine behind a
+    /// proxy that always overwrites it; otherwise each client picks its own
+    /// key.
+    SpoofableHeader {
+        /// The limit concerned.
+        limit: String,
+        /// The header.
+        header: String,
+    },
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigWarning::TrustsEveryProxy { limit } => write!(
+                f,
+                "limit {limit:?} trusts every address as a proxy: any client can choose its key with X-Forwarded-For or Forwarded"
+            ),
+            ConfigWarning::SpoofableHeader { limit, header } => write!(
+                f,
+                "limit {limit:?} is keyed by the {header} header, which any client can set unless a proxy overwrites it"
+            ),
+        }
+    }
+}
+
+/// Why a layer could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LayerError {
+    /// No limit was given.
+    #[error("a rate-limit layer needs at least one limit")]
+    NoLimits,
+    /// Two limits have the same name (their headers would be ambiguous).
+    #[error("two limits are named {0:?}")]
+    DuplicateLimit(String),
+}
+
+/// A tower [`Layer`] that rate-limits requests through a [`Store`].
+///
+/// Every service the layer makes, and every clone of those, shares one
+/// store and one configuration: limits hold across all of them (tower's own
+/// `RateLimit` keeps a count per clone, which under axum means per
+/// connection or per request).
+pub struct RateLimitLayer<S> {
+    shared: Arc<Shared<S>>,
+    warnings: Arc<[ConfigWarning]>,
+}
+
+impl<S> Clone for RateLimitLayer<S> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            shared: Arc::clone(&self.shared),
+            warnings: Arc::clone(&self.warnings),
+        }
+    }
+}
+
+impl<S> fmt::Debug for RateLimitLayer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("rules", &self.shared.rules)
+            .field("shadow", &self.shared.shadow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> RateLimitLayer<S> {
+    /// A builder for a layer deciding through `store`.
+    pub fn builder(store: S) -> RateLimitLayerBuilder<S> {
+        RateLimitLayerBuilder {
+            store,
+            rules: Vec::new(),
+            headers: HeaderStyle::default(),
+            reset: ResetStyle::default(),
+            format: ResponseFormat::default(),
+            skip_paths: Vec::new(),
+            skip_methods: vec![Method::OPTIONS],
+            allow_keys: HashSet::new(),
+            shadow: false,
+            custom: None,
+            cost: None,
+        }
+    }
+}
+
+impl<S> RateLimitLayer<S> {
+    /// The configuration warnings found when the layer was built.
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
+    }
+
+    /// The store the layer decides through.
+    pub fn store(&self) -> &S {
+        &self.shared.store
+    }
+}
+
+impl<S, Inner> Layer<Inner> for RateLimitLayer<S> {
+    type Service = RateLimit<Inner, S>;
+
+    fn layer(&self, inner: Inner) -> Self::Service {
+        RateLimit::new(inner, Arc::clone(&self.shared))
+    }
+}
+
+/// Builds a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
+#[must_use = "a builder does nothing until built"]
+pub struct RateLimitLayerBuilder<S> {
+    store: S,
+    rules: Vec<Rule>,
+    headers: HeaderStyle,
+    reset: ResetStyle,
+    format: ResponseFormat,
+    skip_paths: Vec<String>,
+    skip_methods: Vec<Method>,
+    allow_keys: HashSet<Vec<u8>>,
+    shadow: bool,
+    custom: Option<Arc<CustomResponse>>,
+    cost: Option<Arc<CostFn>>,
+}
+
+impl<S> fmt::Debug for RateLimitLayerBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> RateLimitLayerBuilder<S> {
+    /// Adds a limit, counted per `key`. A request must pass every limit,
+    /// all or nothing.
+    pub fn limit(mut self, limit: Limit, key: Key) -> Self {
+        self.rules.push(Rule { limit, key });
+        self
+    }
+
+    /// Which rate-limit headers responses carry (default: the draft's).
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.headers = style;
+        self
+    }
+
+    /// How `X-RateLimit-Reset` is written (default: Unix seconds).
+    pub fn reset_style(mut self, style: ResetStyle) -> Self {
+        self.reset = style;
+        self
+    }
+
+    /// Text or `application/problem+json` refusals (default: text).
+    pub fn format(mut self, format: ResponseFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// Requests whose path starts with one of `prefixes` are not limited.
+    pub fn skip_paths<P: Into<String>>(mut self, prefixes: impl IntoIterator<Item = P>) -> Self {
+        self.skip_paths.extend(prefixes.into_iter().map(Into::into));
+        self
+    }
+
+    /// Requests with these methods are not limited (default: `OPTIONS`, so
+    /// CORS preflights never count). Replaces the list.
+    pub fn skip_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.skip_methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Requests any of whose keys is in `keys` (as a limit's [`Key`] makes
+    /// them: an address, a header value) are not limited.
+    pub fn allow_keys<K: Into<Vec<u8>>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
+        self.allow_keys.extend(keys.into_iter().map(Into::into));
+        self
+    }
+
+    /// Shadow mode: decide, count and send the headers, but never refuse;
+    /// to try limits on real traffic before enforcing them.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// A custom refusal: return `Some` response to send instead of the
+    /// default 429 or 503 (the rate-limit headers are still added).
+    pub fn on_refusal(
+        mut self,
+        f: impl Fn(&Refusal) -> Option<Response<Full<Bytes>>> + Send + Sync + 'static,
+    ) -> Self {
+        self.custom = Some(Arc::new(f));
+        self
+    }
+
+    /// The cost of a request (default: 1), for limits on work rather than
+    /// requests.
+    pub fn cost(mut self, f: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Arc::new(f));
+        self
+    }
+
+    /// Builds the layer, logging any [`ConfigWarning`].
+    pub fn build(self) -> Result<RateLimitLayer<S>, LayerError> {
+        if self.rules.is_empty() {
+            return Err(LayerError::NoLimits);
+        }
+        let mut names = HashSet::new();
+        for rule in &self.rules {
+            if !names.insert(rule.limit.name()) {
+                return Err(LayerError::DuplicateLimit(rule.limit.name().to_owned()));
+            }
+        }
+        let warnings: Arc<[ConfigWarning]> = self.rules.iter().flat_map(warnings_for).collect();
+        for warning in warnings.iter() {
+            tracing::warn!("{warning}");
+        }
+        let shared = Shared {
+            store: self.store,
+            rules: self.rules,
+            headers: self.headers,
+            reset: self.reset,
+            format: self.format,
+            skip_paths: self.skip_paths,
+            skip_methods: self.skip_methods,
+            allow_keys: self.allow_keys,
+            shadow: self.shadow,
+            custom: self.custom,
+            cost: self.cost,
+            missing_peer_logged: AtomicBool::new(false),
+        };
+        Ok(RateLimitLayer {
+            shared: Arc::new(shared),
+            warnings,
+        })
+    }
+}
+
+/// Headers any client can set, which only a proxy that overwrites them
+/// makes trustworthy.
+const SPOOFABLE: &[&str] = &[
+    "x-forwarded-for",
+    "x-real-ip",
+    "forwarded",
+    "cf-connecting-ip",
+    "true-client-ip",
+    "fly-client-ip",
+    "x-client-ip",
+];
+
+fn warnings_for(rule: &Rule) -> Vec<ConfigWarning> {
+    let limit = rule.limit.name().to_owned();
+    let mut warnings = Vec::new();
+    if rule
+        .key
+        .trusted_networks()
+        .iter()
+        .any(|net| net.prefix_len() == 0)
+    {
+        warnings.push(ConfigWarning::TrustsEveryProxy {
+            limit: limit.clone(),
+        });
+    }
+    if let Some(header) = rule.key.spoofable_header() {
+        if SPOOFABLE.contains(&header.as_str()) {
+            warnings.push(ConfigWarning::SpoofableHeader {
+                limit,
+                header: header.as_str().to_owned(),
+            });
+        }
+    }
+    warnings
+}

@@ -1,0 +1,57 @@
+//! The rate-limit middleware: a tower [`Layer`](tower::Layer) for axum,
+//! hyper and tonic.
+//!
+//! Each request becomes one key per limit ([`Key`]: the client behind
+//! proxies, a header, the route, any function), is checked against every
+//! limit at once through a [`Store`](ratekeeper::Store), all or nothing,
+//! and then either reaches the service, with the rate-limit headers added
+//! to its response, or is refused: 429 with `Retry-After` and
+//! `Cache-Control: no-store` (text or RFC 9457 problem+json), or 503 when
+//! the store failed closed. gRPC requests are refused with `grpc-status` 8
+//! (`RESOURCE_EXHAUSTED`) or 14 (`UNAVAILABLE`) instead.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::net::SocketAddr;
+//!
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::Full;
+//! use ratekeeper::{Gcra, Limit, MemoryStore};
+//! use ratekeeper_tower::{Key, PeerAddr, RateLimitLayer};
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder(MemoryStore::new())
+//!     .limit(Limit::new("per-ip", Gcra::per_minute(2)?)?, Key::peer())
+//!     .build()?;
+//! let hello = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("hello")))) });
+//! let mut service = layer.layer(hello);
+//!
+//! let request = || {
+//!     let mut request = Request::new(());
+//!     request.extensions_mut().insert(PeerAddr("192.0.2.1:5000".parse::<SocketAddr>().unwrap()));
+//!     request
+//! };
+//! let first = service.ready().await?.call(request()).await?;
+//! assert_eq!(first.headers()["ratelimit"], r#""per-ip";r=1;t=30"#);
+//! let _ = service.ready().await?.call(request()).await?;
+//! let third = service.ready().await?.call(request()).await?;
+//! assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(third.headers()["retry-after"], "30");
+//! # Ok(())
+//! # }
+//! ```
+
+mod key;
+mod layer;
+mod response;
+mod service;
+
+pub use key::{Key, PeerAddr, UNKNOWN_KEY};
+pub use layer::{ConfigWarning, LayerError, RateLimitLayer, RateLimitLayerBuilder};
+pub use response::{Refusal, ResponseFormat};
+pub use service::{RateLimit, RateLimitBody, ResponseFuture};

@@ -1,0 +1,207 @@
+//! The service: decide, then call the inner service or refuse.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{Either, Full};
+use ratekeeper::{Limit, MultiOutcome, Outcome, Store};
+use tower::Service;
+
+use super::key::Extracted;
+use super::layer::Shared;
+use super::response::{is_grpc, refusal_response, Refusal};
+use crate::headers::{insert_headers, PolicyReport};
+
+/// The response body: the inner service's, or a refusal's.
+pub type RateLimitBody<B> = Either<B, Full<Bytes>>;
+
+/// The future of a [`RateLimit`] call.
+pub type ResponseFuture<B, E> =
+    Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>;
+
+/// The rate-limited service; made by [`RateLimitLayer`](super::RateLimitLayer).
+pub struct RateLimit<Inner, S> {
+    inner: Inner,
+    shared: Arc<Shared<S>>,
+}
+
+impl<Inner: Clone, S> Clone for RateLimit<Inner, S> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<Inner: std::fmt::Debug, S> std::fmt::Debug for RateLimit<Inner, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Inner, S> RateLimit<Inner, S> {
+    pub(crate) fn new(inner: Inner, shared: Arc<Shared<S>>) -> Self {
+        RateLimit { inner, shared }
+    }
+}
+
+impl<Inner, S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<Inner, S>
+where
+    Inner: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    Inner::Future: Send + 'static,
+    Inner::Error: 'static,
+    S: Store + 'static,
+    ReqBody: Send + 'static,
+    ResBody: 'static,
+{
+    type Response = Response<RateLimitBody<ResBody>>;
+    type Error = Inner::Error;
+    type Future = ResponseFuture<ResBody, Inner::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The service that was polled ready goes into the future; a clone
+        // stays for the next call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        Box::pin(decide_then_call(shared, inner, request))
+    }
+}
+
+async fn decide_then_call<Inner, S, ReqBody, ResBody>(
+    shared: Arc<Shared<S>>,
+    mut inner: Inner,
+    request: Request<ReqBody>,
+) -> Result<Response<RateLimitBody<ResBody>>, Inner::Error>
+where
+    Inner: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Store,
+{
+    let pass = |response: Response<ResBody>| response.map(Either::Left);
+    if skipped(&shared, &request) {
+        return inner.call(request).await.map(pass);
+    }
+    let (parts, body) = request.into_parts();
+    let keys: Vec<Extracted> = shared
+        .rules
+        .iter()
+        .map(|rule| rule.key.extract(&parts))
+        .collect();
+    if keys.iter().any(|key| key.missing_peer)
+        && !shared.missing_peer_logged.swap(true, Ordering::Relaxed)
+    {
+        tracing::error!(
+            "a rate limit is keyed by the client address, but the request carries no socket peer; \
+             such requests share one \"unknown\" key. With axum, serve with \
+             `into_make_service_with_connect_info::<SocketAddr>()`; with hyper, insert a \
+             `PeerAddr` into the request's extensions"
+        );
+    }
+    if keys.iter().any(|key| shared.allow_keys.contains(&key.key)) {
+        return inner.call(Request::from_parts(parts, body)).await.map(pass);
+    }
+    let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
+    let checks: Vec<(&Limit, &[u8])> = shared
+        .rules
+        .iter()
+        .zip(&keys)
+        .map(|(rule, key)| (&rule.limit, key.key.as_slice()))
+        .collect();
+    let grpc = is_grpc(&parts.headers);
+    let multi = match shared.store.check_all(&checks, cost).await {
+        Ok(multi) => multi,
+        Err(error) => {
+            if shared.shadow {
+                tracing::warn!(%error, "rate-limit store failed (shadow mode: request passed)");
+                return inner.call(Request::from_parts(parts, body)).await.map(pass);
+            }
+            tracing::warn!(%error, "rate-limit store failed closed");
+            let refusal = Refusal::StoreUnavailable {
+                reason: error.to_string(),
+            };
+            return Ok(refuse(&shared, &refusal, grpc, &checks, None));
+        }
+    };
+    if multi.is_allowed() || shared.shadow {
+        if !multi.is_allowed() {
+            tracing::info!(limits = ?violated(&checks, &multi), "shadow mode: request over a limit passed");
+        }
+        let mut response = inner.call(Request::from_parts(parts, body)).await?;
+        add_rate_limit_headers(&shared, response.headers_mut(), &checks, &multi);
+        return Ok(pass(response));
+    }
+    let refusal = Refusal::Limited {
+        violated: violated(&checks, &multi),
+        retry_after: multi.retry_after(),
+    };
+    Ok(refuse(&shared, &refusal, grpc, &checks, Some(&multi)))
+}
+
+fn skipped<B>(shared: &Shared<impl Sized>, request: &Request<B>) -> bool {
+    shared.skip_methods.contains(request.method())
+        || shared
+            .skip_paths
+            .iter()
+            .any(|prefix| request.uri().path().starts_with(prefix.as_str()))
+}
+
+fn violated(checks: &[(&Limit, &[u8])], multi: &MultiOutcome) -> Vec<String> {
+    checks
+        .iter()
+        .zip(multi.outcomes())
+        .filter(|(_, outcome)| !outcome.is_allowed())
+        .map(|((limit, _), _)| limit.name().to_owned())
+        .collect()
+}
+
+fn add_rate_limit_headers<S>(
+    shared: &Shared<S>,
+    headers: &mut http::HeaderMap,
+    checks: &[(&Limit, &[u8])],
+    multi: &MultiOutcome,
+) {
+    let reports: Vec<PolicyReport<'_>> = checks
+        .iter()
+        .zip(multi.outcomes())
+        .filter_map(|((limit, _), outcome)| match outcome {
+            Outcome::Decided(decision) => Some(PolicyReport {
+                name: limit.name(),
+                window: ratekeeper::Algorithm::window(limit.policy()),
+                decision,
+                partition_key: None,
+            }),
+            _ => None,
+        })
+        .collect();
+    insert_headers(headers, shared.headers, shared.reset, &reports);
+}
+
+fn refuse<S, B>(
+    shared: &Shared<S>,
+    refusal: &Refusal,
+    grpc: bool,
+    checks: &[(&Limit, &[u8])],
+    multi: Option<&MultiOutcome>,
+) -> Response<RateLimitBody<B>> {
+    let mut response = shared
+        .custom
+        .as_ref()
+        .and_then(|custom| custom(refusal))
+        .unwrap_or_else(|| refusal_response(refusal, shared.format, grpc));
+    if let Some(multi) = multi {
+        add_rate_limit_headers(shared, response.headers_mut(), checks, multi);
+    }
+    response.map(Either::Right)
+}
