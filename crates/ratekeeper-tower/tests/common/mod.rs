@@ -1,0 +1,65 @@
+//! A real HTTP client over loopback for the end-to-end tests.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// What came back.
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
+}
+
+impl Reply {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+}
+
+/// A client for one server.
+pub(crate) struct Http {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    base: String,
+}
+
+impl Http {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
+        Http {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            base: format!("http://{addr}"),
+        }
+    }
+
+    pub(crate) async fn send(&self, method: Method, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = self
+            .client
+            .request(request.body(Empty::new()).unwrap())
+            .await
+            .expect("the server answers");
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("a whole body").to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    pub(crate) async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
+        self.send(Method::GET, path, headers).await
+    }
+}
