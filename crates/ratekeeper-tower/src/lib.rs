@@ -13,3 +13,8 @@ pub use limit::{
     ConfigWarning, Key, LayerError, PeerAddr, RateLimit, RateLimitBody, RateLimitLayer,
     RateLimitLayerBuilder, Refusal, ResponseFormat, ResponseFuture, UNKNOWN_KEY,
 };
+
+/// Compiles the example in this crate's README.md as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

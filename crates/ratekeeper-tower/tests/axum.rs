@@ -219,6 +219,29 @@ async fn skips_paths_methods_and_allow_listed_keys() {
 }
 
 #[tokio::test]
+async fn partition_keys_name_the_quota() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .limit(
+            per_minute("per-key", 5),
+            Key::header(HeaderName::from_static("x-api-key")),
+        )
+        .partition_keys(true)
+        .build()
+        .unwrap();
+    let http = serve(app().layer(layer)).await;
+    let reply = http.get("/", &[("x-api-key", "abc")]).await;
+    // pk is the key's bytes as an sf-binary: "abc" is YWJj.
+    assert_eq!(
+        reply.header("ratelimit"),
+        Some(r#""per-key";r=4;t=12;pk=:YWJj:"#)
+    );
+    assert_eq!(
+        reply.header("ratelimit-policy"),
+        Some(r#""per-key";q=5;w=60;pk=:YWJj:"#)
+    );
+}
+
+#[tokio::test]
 async fn shadow_mode_reports_but_never_refuses() {
     let layer = RateLimitLayer::builder(MemoryStore::new())
         .limit(per_minute("per-ip", 1), Key::peer())

@@ -39,6 +39,7 @@ pub(crate) struct Shared<S> {
     pub(crate) skip_methods: Vec<Method>,
     pub(crate) allow_keys: HashSet<Vec<u8>>,
     pub(crate) shadow: bool,
+    pub(crate) partition_keys: bool,
     pub(crate) custom: Option<Arc<CustomResponse>>,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) missing_peer_logged: AtomicBool,
@@ -136,6 +137,7 @@ impl<S: Store> RateLimitLayer<S> {
             skip_methods: vec![Method::OPTIONS],
             allow_keys: HashSet::new(),
             shadow: false,
+            partition_keys: false,
             custom: None,
             cost: None,
         }
@@ -174,6 +176,7 @@ pub struct RateLimitLayerBuilder<S> {
     skip_methods: Vec<Method>,
     allow_keys: HashSet<Vec<u8>>,
     shadow: bool,
+    partition_keys: bool,
     custom: Option<Arc<CustomResponse>>,
     cost: Option<Arc<CostFn>>,
 }
@@ -239,6 +242,14 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         self
     }
 
+    /// Whether the draft fields carry each policy's partition key (`pk`,
+    /// the request's key for that limit), so clients that share a quota
+    /// can tell which one a field is about (default: no).
+    pub fn partition_keys(mut self, enabled: bool) -> Self {
+        self.partition_keys = enabled;
+        self
+    }
+
     /// A custom refusal: return `Some` response to send instead of the
     /// default 429 or 503 (the rate-limit headers are still added).
     pub fn on_refusal(
@@ -281,6 +292,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             skip_methods: self.skip_methods,
             allow_keys: self.allow_keys,
             shadow: self.shadow,
+            partition_keys: self.partition_keys,
             custom: self.custom,
             cost: self.cost,
             missing_peer_logged: AtomicBool::new(false),

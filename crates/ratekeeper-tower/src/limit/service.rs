@@ -175,12 +175,12 @@ fn add_rate_limit_headers<S>(
     let reports: Vec<PolicyReport<'_>> = checks
         .iter()
         .zip(multi.outcomes())
-        .filter_map(|((limit, _), outcome)| match outcome {
+        .filter_map(|((limit, key), outcome)| match outcome {
             Outcome::Decided(decision) => Some(PolicyReport {
                 name: limit.name(),
                 window: ratekeeper::Algorithm::window(limit.policy()),
                 decision,
-                partition_key: None,
+                partition_key: shared.partition_keys.then_some(*key),
             }),
             _ => None,
         })
