@@ -1,6 +1,10 @@
 //! Clocks.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod common;
+
+use common::{eventually, threads_named};
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratekeeper::{Clock, CoarseClock, ManualClock, MonotonicClock, Timestamp, UnixClock};
 
@@ -66,33 +70,10 @@ fn timestamps_saturate() {
     );
 }
 
-/// Coarse-clock threads alive in this process (Linux names them in /proc).
-fn coarse_clock_threads() -> usize {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() == "rk-coarse-clock")
-        .count()
-}
-
-/// Waits until `done` holds, for at most five seconds; whether it did.
-fn eventually(mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    done()
-}
-
 /// The only test here that makes coarse clocks, so it can count their threads.
 #[test]
 fn coarse_clock_steps_forward_and_stops_with_its_last_clone() {
-    let has_proc = std::path::Path::new("/proc/self/task").exists();
+    let coarse_clock_threads = || threads_named("rk-coarse-clock");
     let clock = CoarseClock::new(Duration::from_millis(1)).unwrap();
     assert_eq!(clock.resolution(), Duration::from_millis(1));
     let start = clock.now();
@@ -106,16 +87,16 @@ fn coarse_clock_steps_forward_and_stops_with_its_last_clone() {
         assert!(now >= last);
         last = now;
     }
-    if has_proc {
-        assert!(eventually(|| coarse_clock_threads() == 1));
+    if coarse_clock_threads().is_some() {
+        assert!(eventually(|| coarse_clock_threads() == Some(1)));
     }
     let clone = clock.clone();
     drop(clock);
     assert!(clone.now() >= last);
     drop(clone);
-    if has_proc {
+    if coarse_clock_threads().is_some() {
         assert!(
-            eventually(|| coarse_clock_threads() == 0),
+            eventually(|| coarse_clock_threads() == Some(0)),
             "the clock's thread outlived it"
         );
     }

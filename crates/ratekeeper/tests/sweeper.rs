@@ -4,36 +4,18 @@
 //! This file holds a single test so that no other limiter in the same
 //! process starts sweeper threads while it counts them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
+
+use common::{eventually, threads_named};
 
 use ratekeeper::{FixedWindow, MemoryLimiter, MIN_SWEEP_INTERVAL};
 
-/// Sweeper threads alive in this process (Linux names them in /proc).
-fn sweeper_threads() -> usize {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() == "rk-sweeper")
-        .count()
-}
-
-/// Waits until `done` holds, for at most five seconds; whether it did.
-fn eventually(mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    done()
-}
-
 #[test]
 fn the_sweeper_evicts_on_its_own_and_stops_with_the_limiter() {
-    let has_proc = std::path::Path::new("/proc/self/task").exists();
+    let sweeper_threads = || threads_named("rk-sweeper").unwrap_or(0);
+    let has_proc = threads_named("rk-sweeper").is_some();
     let before = sweeper_threads();
 
     // A window of 1 ms: keys are fresh again almost at once, and the sweeper
