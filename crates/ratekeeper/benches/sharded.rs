@@ -129,109 +129,53 @@ fn sharded_max_limit() -> u64 {
     (shards * u64::from(u32::MAX)).min(ratekeeper::MAX_QUOTA)
 }
 
+/// Benchmarks `op` on a fresh limiter per sample, made by `fresh`, whose
+/// window must hold the whole sample (so every measured check allows).
+fn allow_on<L: Sync>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    threads: usize,
+    fresh: impl Fn() -> (L, u64),
+    op: impl Fn(&L) + Sync,
+) {
+    group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
+        b.iter_custom(|iters| {
+            let (limiter, limit) = fresh();
+            assert!(iters <= limit / 2, "sample too large for one window");
+            run_threads(threads, iters, || op(&limiter))
+        })
+    });
+}
+
 fn allow(c: &mut Criterion) {
+    let now = Timestamp::from_secs(1);
+    let sharded = || {
+        let limiter = ShardedWindow::new(sharded_max_limit(), HOUR).unwrap();
+        let limit = limiter.limit();
+        (limiter, limit)
+    };
+    let single = || (SingleWord::new(u64::MAX, HOUR), u64::MAX);
     let mut group = c.benchmark_group("allow");
     group.throughput(Throughput::Elements(1));
     for threads in [1, 2] {
-        group.bench_with_input(
-            BenchmarkId::new("sharded_check", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iters| {
-                    let limiter = ShardedWindow::new(sharded_max_limit(), HOUR).unwrap();
-                    assert!(
-                        iters <= limiter.limit() / 2,
-                        "sample too large for one window"
-                    );
-                    run_threads(threads, iters, || {
-                        black_box(limiter.check(black_box(1)));
-                    })
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("sharded_check_at", threads),
-            &threads,
-            |b, &threads| {
-                let now = Timestamp::from_secs(1);
-                b.iter_custom(|iters| {
-                    let limiter = ShardedWindow::new(sharded_max_limit(), HOUR).unwrap();
-                    assert!(
-                        iters <= limiter.limit() / 2,
-                        "sample too large for one window"
-                    );
-                    run_threads(threads, iters, || {
-                        black_box(limiter.check_at(black_box(now), black_box(1)));
-                    })
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("sharded_admit", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iters| {
-                    let limiter = ShardedWindow::new(sharded_max_limit(), HOUR).unwrap();
-                    assert!(
-                        iters <= limiter.limit() / 2,
-                        "sample too large for one window"
-                    );
-                    run_threads(threads, iters, || {
-                        black_box(limiter.admit(black_box(1)));
-                    })
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("sharded_admit_at", threads),
-            &threads,
-            |b, &threads| {
-                let now = Timestamp::from_secs(1);
-                b.iter_custom(|iters| {
-                    let limiter = ShardedWindow::new(sharded_max_limit(), HOUR).unwrap();
-                    assert!(
-                        iters <= limiter.limit() / 2,
-                        "sample too large for one window"
-                    );
-                    run_threads(threads, iters, || {
-                        black_box(limiter.admit_at(black_box(now), black_box(1)));
-                    })
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("single_word_check", threads),
-            &threads,
-            |b, &threads| {
-                b.iter_custom(|iters| {
-                    let limiter = SingleWord::new(u64::MAX, HOUR);
-                    assert!(
-                        iters <= limiter.limit / 2,
-                        "sample too large for one window"
-                    );
-                    run_threads(threads, iters, || {
-                        black_box(limiter.check(black_box(1)));
-                    })
-                })
-            },
-        );
-        group.bench_with_input(
-            BenchmarkId::new("single_word_check_at", threads),
-            &threads,
-            |b, &threads| {
-                let now = Timestamp::from_secs(1);
-                b.iter_custom(|iters| {
-                    let limiter = SingleWord::new(u64::MAX, HOUR);
-                    assert!(
-                        iters <= limiter.limit / 2,
-                        "sample too large for one window"
-                    );
-                    run_threads(threads, iters, || {
-                        black_box(limiter.check_at(black_box(now), black_box(1)));
-                    })
-                })
-            },
-        );
+        allow_on(&mut group, "sharded_check", threads, sharded, |l| {
+            black_box(l.check(black_box(1)));
+        });
+        allow_on(&mut group, "sharded_check_at", threads, sharded, |l| {
+            black_box(l.check_at(black_box(now), black_box(1)));
+        });
+        allow_on(&mut group, "sharded_admit", threads, sharded, |l| {
+            black_box(l.admit(black_box(1)));
+        });
+        allow_on(&mut group, "sharded_admit_at", threads, sharded, |l| {
+            black_box(l.admit_at(black_box(now), black_box(1)));
+        });
+        allow_on(&mut group, "single_word_check", threads, single, |l| {
+            black_box(l.check(black_box(1)));
+        });
+        allow_on(&mut group, "single_word_check_at", threads, single, |l| {
+            black_box(l.check_at(black_box(now), black_box(1)));
+        });
     }
     group.finish();
 }
