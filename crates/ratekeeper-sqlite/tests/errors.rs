@@ -1,0 +1,220 @@
+//! Failures: bad options, unreadable rows, a locked database. None panics.
+
+use std::error::Error as _;
+use std::time::{Duration, Instant};
+
+use ratekeeper::{Gcra, Limit, ManualClock, Store, StoreError, Timestamp};
+use ratekeeper_sqlite::{SqliteError, SqliteStore, MAX_BUSY_TIMEOUT};
+use rusqlite::Connection;
+
+fn limit() -> Limit {
+    Limit::new("login", Gcra::per_minute(5).unwrap()).unwrap()
+}
+
+#[test]
+fn unreadable_states_are_invalid_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("garbage.db");
+    let store = SqliteStore::builder(&path)
+        .clock(ManualClock::new(Timestamp::from_secs(1)))
+        .open()
+        .unwrap();
+    let raw = Connection::open(&path).unwrap();
+    let limit = limit();
+    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+
+    for garbage in [
+        "'not json'",
+        "'{\"policy\":\"leaky_bucket\",\"level\":1}'",
+        "'{\"policy\":\"gcra\",\"tat\":-5}'",
+        "42",
+        "NULL",
+        "x'00ff'",
+    ] {
+        // NOT NULL refuses a NULL: write an empty string instead.
+        let garbage = if garbage == "NULL" { "''" } else { garbage };
+        raw.execute(&format!("UPDATE ratekeeper SET state = {garbage}"), [])
+            .unwrap();
+        let check = store.check_blocking(&limit, b"k", 1).unwrap_err();
+        assert!(
+            matches!(check, StoreError::InvalidReply(_)),
+            "{garbage}: {check:?}"
+        );
+        let message = check.source().unwrap().to_string();
+        assert!(message.contains("login"), "{message}");
+        let peek = store.peek_blocking(&limit, b"k").unwrap_err();
+        assert!(matches!(peek, StoreError::InvalidReply(_)), "{peek:?}");
+        let refund = store.refund_blocking(&limit, b"k", 1).unwrap_err();
+        assert!(matches!(refund, StoreError::InvalidReply(_)), "{refund:?}");
+        let all = store.check_all_blocking(&[(&limit, b"k")], 1).unwrap_err();
+        assert!(matches!(all, StoreError::InvalidReply(_)), "{all:?}");
+    }
+    // Other keys still work, and a reset clears the bad row.
+    assert!(store
+        .check_blocking(&limit, b"other", 1)
+        .unwrap()
+        .is_allowed());
+    assert!(store.reset_blocking(&limit, b"k").unwrap());
+    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn unreadable_states_are_invalid_replies_in_async_code_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("garbage-async.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let limit = limit();
+    assert!(store.check(&limit, b"k", 1).await.unwrap().is_allowed());
+    Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE ratekeeper SET state = '{'", [])
+        .unwrap();
+    let error = store.check(&limit, b"k", 1).await.unwrap_err();
+    assert!(matches!(error, StoreError::InvalidReply(_)), "{error:?}");
+}
+
+#[test]
+fn a_locked_database_is_busy_within_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locked.db");
+    let timeout = Duration::from_millis(200);
+    let store = SqliteStore::builder(&path)
+        .busy_timeout(timeout)
+        .open()
+        .unwrap();
+    let limit = limit();
+    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+
+    // Another connection (another process, as far as SQLite can tell)
+    // holds the write lock.
+    let holder = Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    for _ in 0..2 {
+        let started = Instant::now();
+        let error = store.check_blocking(&limit, b"k", 1).unwrap_err();
+        let waited = started.elapsed();
+        assert!(
+            matches!(error, StoreError::Busy(t) if t == timeout),
+            "{error:?}"
+        );
+        assert!(waited >= timeout, "gave up after {waited:?}");
+        assert!(waited < timeout * 10, "waited {waited:?}");
+    }
+    let error = store.check_all_blocking(&[(&limit, b"k")], 1).unwrap_err();
+    assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
+    let error = store.refund_blocking(&limit, b"k", 1).unwrap_err();
+    assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
+    let error = store.purge_blocking(Timestamp::MAX).unwrap_err();
+    assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
+    // In WAL mode readers do not wait for the writer.
+    assert_eq!(store.peek_blocking(&limit, b"k").unwrap().remaining(), 4);
+    assert_eq!(store.count_blocking().unwrap(), 1);
+
+    // Released within the timeout, the lock is waited for.
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        holder.execute_batch("COMMIT").unwrap();
+    });
+    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+    release.join().unwrap();
+}
+
+#[test]
+fn a_zero_busy_timeout_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("impatient.db");
+    let store = SqliteStore::builder(&path)
+        .busy_timeout(Duration::ZERO)
+        .open()
+        .unwrap();
+    let holder = Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let error = store.check_blocking(&limit(), b"k", 1).unwrap_err();
+    assert!(
+        matches!(error, StoreError::Busy(Duration::ZERO)),
+        "{error:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("options.db");
+    for table in [
+        "",
+        "1x",
+        "a-b",
+        "a;DROP TABLE x",
+        "sqlite_x",
+        &"t".repeat(64),
+    ] {
+        let error = SqliteStore::builder(&path).table(table).open().unwrap_err();
+        assert!(
+            matches!(error, SqliteError::InvalidTableName { ref name, .. } if name == table),
+            "{table:?}: {error:?}"
+        );
+        assert!(error.to_string().contains("invalid table name"));
+    }
+    let error = SqliteStore::builder(&path)
+        .busy_timeout(MAX_BUSY_TIMEOUT + Duration::from_millis(1))
+        .open()
+        .unwrap_err();
+    assert!(
+        matches!(error, SqliteError::BusyTimeoutTooLong { .. }),
+        "{error:?}"
+    );
+    // Nothing was created by the refused options.
+    assert!(!path.exists());
+}
+
+#[test]
+fn bad_files_and_tables_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not a database.
+    let text = dir.path().join("text.db");
+    std::fs::write(
+        &text,
+        "this is not a database, just some text to fill a page".repeat(100),
+    )
+    .unwrap();
+    let error = SqliteStore::open(&text).unwrap_err();
+    assert!(
+        matches!(error, SqliteError::Setup { .. } | SqliteError::Open { .. }),
+        "{error:?}"
+    );
+    // A directory that does not exist.
+    let error = SqliteStore::open(dir.path().join("missing/dir/x.db")).unwrap_err();
+    assert!(matches!(error, SqliteError::Open { .. }), "{error:?}");
+    // A table of the same name with other columns.
+    let other = dir.path().join("other.db");
+    Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE ratekeeper (id INTEGER PRIMARY KEY, note TEXT)")
+        .unwrap();
+    let error = SqliteStore::open(&other).unwrap_err();
+    assert!(
+        matches!(error, SqliteError::Setup { ref table, .. } if table == "ratekeeper"),
+        "{error:?}"
+    );
+    // Another table name in the same file works beside it.
+    let store = SqliteStore::builder(&other).table("limits").open().unwrap();
+    assert!(store
+        .check_blocking(&limit(), b"k", 1)
+        .unwrap()
+        .is_allowed());
+}
+
+#[test]
+fn the_file_is_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal.db");
+    let _store = SqliteStore::open(&path).unwrap();
+    let mode: String = Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
