@@ -111,9 +111,9 @@ struct Inner<C> {
 /// Every policy works. Rows outlive the configuration: when a limit's
 /// policy changes under the same name, a row holding another kind of
 /// policy's state counts as fresh, as [`Policy`] defines it, while a state
-/// of the same kind is read under the new numbers (a token bucket's level,
-/// kept in units that depend on its numbers, then reads as a different
-/// number of tokens, at most a full bucket). To start a changed limit over,
+/// of the same kind is read under the new numbers (a token bucket's state
+/// records its unit, so it keeps its number of tokens, at most a full
+/// bucket). To start a changed limit over,
 /// give it a new name or [`reset`](SqliteStore::reset) its keys. (The
 /// in-memory store starts every key of a changed limit over.) This store
 /// never answers

@@ -73,6 +73,7 @@ fn states_round_trip_through_serde() {
         State::TokenBucket(TokenBucketState {
             level: -5,
             at: t(7),
+            unit: 3,
         }),
         State::Gcra(GcraState { tat: t(u64::MAX) }),
         State::FixedWindow(FixedWindowState {
@@ -101,6 +102,16 @@ fn states_round_trip_through_serde() {
         r#"{"policy":"fixed_window","start":60,"count":3}"#
     );
     assert!(serde_json::from_str::<State>(r#"{"policy":"leaky","x":1}"#).is_err());
+    // A token bucket state without its unit still reads.
+    let old: State = serde_json::from_str(r#"{"policy":"token_bucket","level":4,"at":9}"#).unwrap();
+    assert_eq!(
+        old,
+        State::TokenBucket(TokenBucketState {
+            level: 4,
+            at: t(9),
+            unit: 0
+        })
+    );
 }
 
 fn states_example() -> State {

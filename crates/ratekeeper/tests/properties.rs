@@ -657,7 +657,11 @@ fn any_duration() -> impl Strategy<Value = Duration> {
 }
 
 fn any_token_bucket_state() -> impl Strategy<Value = TokenBucketState> {
-    (any_i64(), any_time()).prop_map(|(level, at)| TokenBucketState { level, at })
+    (any_i64(), any_time(), any::<u64>()).prop_map(|(level, at, unit)| TokenBucketState {
+        level,
+        at,
+        unit,
+    })
 }
 
 fn any_state_of(kind: PolicyKind) -> BoxedStrategy<State> {
@@ -848,7 +852,7 @@ proptest! {
         // An empty bucket at time 0 is the edge of the debt arithmetic.
         state in prop_oneof![
             2 => any_token_bucket_state(),
-            1 => Just(TokenBucketState { level: 0, at: Timestamp::ZERO }),
+            1 => Just(TokenBucketState { level: 0, at: Timestamp::ZERO, unit: 0 }),
         ],
         steps in proptest::collection::vec(
             (any_time(), any_u64(), any_duration(), any_time()),

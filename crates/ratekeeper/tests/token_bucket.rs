@@ -230,3 +230,24 @@ fn extreme_times_do_not_overflow() {
         .duration()
         .is_some());
 }
+
+#[test]
+fn a_state_written_under_other_numbers_keeps_its_tokens() {
+    // 1 per second, burst 10, five tokens taken at t=0...
+    let before = TokenBucket::new(1, Duration::from_secs(1), 10).unwrap();
+    let state = before.decide(&before.fresh(), ms(0), 5).1;
+    assert_eq!(before.tokens(&state, ms(0)), 5);
+    // ...read by 10 per second, burst 10 (another unit): still five tokens.
+    let after = TokenBucket::new(10, Duration::from_secs(1), 10).unwrap();
+    assert_eq!(after.tokens(&state, ms(0)), 5);
+    assert_eq!(after.peek(&state, ms(0)).remaining(), 5);
+    // And by 3 per second, burst 10, where a token is not a whole number of
+    // the old units: rounded down, never up.
+    let thirds = TokenBucket::new(3, Duration::from_secs(1), 10).unwrap();
+    assert_eq!(thirds.tokens(&state, ms(0)), 5);
+    let debt = before
+        .reserve(&state, ms(0), 7, Duration::from_secs(10))
+        .unwrap()
+        .1;
+    assert_eq!(thirds.tokens(&debt, ms(0)), -2);
+}

@@ -51,12 +51,20 @@ pub struct TokenBucket {
 /// `level` is in the bucket's internal units (see the module docs), negative
 /// while reservations owe tokens; [`TokenBucket::tokens`] reads it in tokens.
 /// [`Algorithm::fresh`] makes a full bucket.
+///
+/// The state records its unit, so a state written under other numbers (a
+/// configuration change, a rolling deploy sharing a database) keeps its
+/// number of tokens, rounded down, rather than being misread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TokenBucketState {
-    /// Tokens left at `at`, in the bucket's internal units.
+    /// Tokens left at `at`, in units of `1 / unit` token.
     pub level: i64,
     /// When `level` was measured.
     pub at: Timestamp,
+    /// How many units make a token; 0 (a state from before it was
+    /// recorded) means the reading bucket's own.
+    #[serde(default)]
+    pub unit: u64,
 }
 
 /// Tokens reserved ahead by [`TokenBucket::reserve`].
@@ -243,9 +251,14 @@ impl TokenBucket {
         let now = now.max(state.at);
         let elapsed = now.as_nanos() - state.at.as_nanos();
         let gained = elapsed.saturating_mul(self.gain_per_nano);
+        let level = if state.unit == self.unit || state.unit == 0 {
+            state.level
+        } else {
+            rescale(state.level, state.unit, self.unit)
+        };
         // A level above full (a state written under a larger burst) counts
         // as full; a corrupt very negative level saturates.
-        let deficit = (self.full as i64).saturating_sub(state.level).max(0) as u64;
+        let deficit = (self.full as i64).saturating_sub(level).max(0) as u64;
         (deficit.saturating_sub(gained), now)
     }
 
@@ -269,6 +282,7 @@ impl TokenBucket {
         TokenBucketState {
             level: level as i64,
             at,
+            unit: self.unit,
         }
     }
 
@@ -287,6 +301,7 @@ impl Algorithm for TokenBucket {
         TokenBucketState {
             level: self.full as i64,
             at: Timestamp::ZERO,
+            unit: self.unit,
         }
     }
 
@@ -352,6 +367,13 @@ impl Algorithm for TokenBucket {
     fn window(&self) -> Duration {
         Duration::from_nanos(self.full.div_ceil(self.gain_per_nano))
     }
+}
+
+/// `level` units of `1 / from` token in units of `1 / to`, rounded toward
+/// fewer tokens (more debt), so a rescaled state never grants more.
+fn rescale(level: i64, from: u64, to: u64) -> i64 {
+    let scaled = (i128::from(level) * i128::from(to)).div_euclid(i128::from(from));
+    scaled.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
 /// Greatest common divisor (Euclid); both arguments are positive.
