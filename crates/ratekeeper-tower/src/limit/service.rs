@@ -120,7 +120,16 @@ where
         .map(|(rule, key)| (&rule.limit, key.key.as_slice()))
         .collect();
     let grpc = is_grpc(&parts.headers);
-    let multi = match shared.store.check_all(&checks, cost).await {
+    let decided = match checks.as_slice() {
+        // One limit (the usual case): one store call, no all-or-nothing
+        // bookkeeping.
+        [(limit, key)] => shared.store.check(limit, key, cost).await.map(|outcome| {
+            let denied = (!outcome.is_allowed()).then_some(0);
+            MultiOutcome::new(vec![outcome], denied)
+        }),
+        _ => shared.store.check_all(&checks, cost).await,
+    };
+    let multi = match decided {
         Ok(multi) => multi,
         Err(error) => {
             if shared.shadow {
