@@ -1,0 +1,95 @@
+//! A [`ratekeeper`] store on Redis and Redis Cluster.
+//!
+//! [`RedisStore`] implements [`ratekeeper::Store`] for every policy: each
+//! decision is **one round trip running one Lua script**, atomic, on
+//! **Redis's own clock** (`TIME` inside the script), so two requests can
+//! never both take a key's last unit, from any host, and hosts whose clocks
+//! disagree still get the same decisions. Every call is bounded by a
+//! timeout ([`StoreError::Timeout`](ratekeeper::StoreError::Timeout)); wrap
+//! the store in [`ratekeeper::Resilient`] to fail open, closed, or to a local
+//! fallback while Redis is away.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use ratekeeper::{Gcra, Limit, Store};
+//! use ratekeeper_redis::RedisStore;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = RedisStore::builder()
+//!     .prefix("myapp:")
+//!     .timeout(Duration::from_millis(50))
+//!     .connect("redis://127.0.0.1:6379")
+//!     .await?;
+//! let per_user = Limit::new("per-user", Gcra::per_second(10)?)?;
+//! let outcome = store.check(&per_user, b"alice", 1).await?;
+//! if !outcome.is_allowed() {
+//!     // 429, Retry-After: outcome.retry_after()
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Keys and state
+//!
+//! A limit keeps `key`'s state at `{prefix}{limit name}:{key}` (prefix
+//! `ratekeeper:` by default) as one small string: a tag byte and two or
+//! three doubles packed with Lua's `struct` (17 or 25 bytes); the sliding
+//! log keeps 16 bytes per instant with allowed hits. Each write sets the
+//! key's TTL to the moment its state equals a fresh one (plus a
+//! millisecond), so idle keys disappear on their own.
+//!
+//! # Exactness and precision
+//!
+//! Lua numbers are doubles, exact for integers up to 2^53. The script keeps
+//! times in **microseconds** since the Unix epoch (what `TIME` gives) and
+//! runs the core's integer arithmetic on numbers that stay below 2^53: the
+//! token bucket in the core's units of 1/P token, GCRA with the core's
+//! emission interval in whole nanoseconds (its state is the time of the last
+//! write in µs and the theoretical arrival time's distance from it in ns),
+//! the window policies with windows in µs. (One rounding differs: a token
+//! bucket state written under other numbers is rescaled exactly while the
+//! product fits 2^53, else one internal unit short, never more.) So every decision equals
+//! [`Algorithm::decide`](ratekeeper::Algorithm::decide) of the pure policy at
+//! the server's time in whole microseconds, field for field (the tests
+//! replay each policy through the core). Policies whose numbers would not
+//! stay exact are refused with
+//! [`StoreError::Unsupported`](ratekeeper::StoreError::Unsupported);
+//! [`check_policy`] says which bound they miss (windows must be whole
+//! microseconds, tolerances and buckets at most 2^53 ns, a sliding window's
+//! `limit × window` at most 2^53 µs).
+//!
+//! # Several limits at once
+//!
+//! [`check_all`](ratekeeper::Store::check_all) decides every limit in one
+//! script, all or nothing: on one server always. On Redis Cluster one script
+//! can only touch one hash slot: put a hash tag in the keys (`{user42}`) and
+//! a request's limits share a slot and stay one atomic script. Keys in
+//! different slots are decided one script per slot, each atomic, with the
+//! earlier slots refunded when a later one denies ([`CrossSlot::Compensate`],
+//! the default), or refused ([`CrossSlot::Refuse`]).
+//!
+//! # Cost
+//!
+//! A decision is `TIME`, `GET` and, when allowed, one `SET` (`PX` with the
+//! new expiry, or `KEEPTTL` when a window's key already expires with its
+//! window) in one script. Numbers go in, out and into the stored state as
+//! packed doubles (one `struct.unpack` for the arguments, one string for the
+//! reply; no `tonumber`, `tostring` or `cjson`), and the hot path allocates
+//! no table and no closure with upvalues: allocations are what such a
+//! script spends its time on beyond its commands. Those three commands are
+//! most of its Redis CPU; see the crate's README for the measured figures.
+//!
+//! # Runtime
+//!
+//! The store runs on Tokio (the redis crate's `tokio-comp`), with the time
+//! driver enabled for the timeouts.
+
+mod params;
+mod slot;
+mod store;
+
+pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
+pub use slot::hash_slot;
+pub use store::{
+    ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREFIX, DEFAULT_TIMEOUT, SCRIPT,
+};

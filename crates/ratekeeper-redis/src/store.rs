@@ -1,0 +1,672 @@
+//! The store: connections, the script call, replies.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::{
+    Algorithm, Decision, Limit, MultiOutcome, Outcome, RetryAfter, Store, StoreError, Timestamp,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
+use thiserror::Error;
+
+use crate::params::{Params, MAX_EXACT};
+use crate::slot::hash_slot;
+
+/// The Lua source of the decision script.
+pub const SCRIPT: &str = include_str!("ratekeeper.lua");
+
+/// The key prefix used unless the builder sets another.
+pub const DEFAULT_PREFIX: &str = "ratekeeper:";
+
+/// The per-call timeout used unless the builder sets another.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The time allowed to establish the first connection unless the builder
+/// sets another.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a [`RedisStore`] could not be made.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL was refused or the server could not be reached.
+    #[error("could not connect to Redis")]
+    Redis(#[from] RedisError),
+    /// No connection was established within the connect timeout.
+    #[error("could not connect to Redis within {0:?}")]
+    Timeout(Duration),
+    /// The key prefix holds a brace, which would break Redis Cluster hash
+    /// tags in the keys.
+    #[error("the key prefix {0:?} contains a brace; hash tags belong in the keys")]
+    BadPrefix(String),
+}
+
+/// What [`RedisStore::check_all`](Store::check_all) does on Redis Cluster
+/// when the keys of one request are in different hash slots (one script can
+/// only touch keys of one slot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CrossSlot {
+    /// One script per slot, in order of the limits; each slot's limits are
+    /// decided all or nothing, and when a later slot denies, the earlier
+    /// slots are refunded (as [`Store::check_all`]'s default does). No limit
+    /// ever admits more than its quota, and a denied request keeps nothing
+    /// once the refunds land, but for that instant other requests may see
+    /// the earlier limits tighter than they end up; a failure between the
+    /// calls can leave the earlier slots charged (stricter, never looser).
+    /// Each script has its own timeout, so such a check can take up to one
+    /// timeout per slot.
+    #[default]
+    Compensate,
+    /// Refuse with [`StoreError::UnsupportedOperation`]: put a hash tag in
+    /// the keys (`{user42}`) so that they share a slot.
+    Refuse,
+}
+
+/// Settings for a [`RedisStore`]; made by [`RedisStore::builder`].
+#[derive(Clone, Debug)]
+pub struct RedisStoreBuilder {
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    cross_slot: CrossSlot,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        RedisStoreBuilder {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            cross_slot: CrossSlot::default(),
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key (default [`DEFAULT_PREFIX`]); it must not
+    /// contain `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The most time one call may take, round trip included (default
+    /// [`DEFAULT_TIMEOUT`]); past it the call fails with
+    /// [`StoreError::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The most time establishing the first connection may take (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// What a multi-limit check does across Redis Cluster hash slots
+    /// (default [`CrossSlot::Compensate`]).
+    pub fn cross_slot(mut self, cross_slot: CrossSlot) -> Self {
+        self.cross_slot = cross_slot;
+        self
+    }
+
+    /// Connects to one Redis server, `redis://host:port/db`.
+    ///
+    /// The connection is multiplexed (many calls in flight at once) and
+    /// reconnects on its own after a failure.
+    pub async fn connect(self, url: &str) -> Result<RedisStore, ConnectError> {
+        self.check_prefix()?;
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(50))))
+            .set_response_timeout(Some(self.timeout))
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(100))
+            .set_number_of_retries(3);
+        let manager = tokio::time::timeout(
+            self.connect_timeout,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| ConnectError::Timeout(self.connect_timeout))??;
+        Ok(self.build(Connection::Node(manager)))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes.
+    pub async fn cluster<I, S>(self, urls: I) -> Result<RedisStore, ConnectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.check_prefix()?;
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let client = ClusterClient::builder(urls)
+            .connection_timeout(self.timeout.max(Duration::from_millis(50)))
+            .response_timeout(self.timeout)
+            .retries(2)
+            .min_retry_wait(10)
+            .max_retry_wait(100)
+            .build()?;
+        let connection = tokio::time::timeout(self.connect_timeout, client.get_async_connection())
+            .await
+            .map_err(|_| ConnectError::Timeout(self.connect_timeout))??;
+        Ok(self.build(Connection::Cluster(connection)))
+    }
+
+    fn check_prefix(&self) -> Result<(), ConnectError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(ConnectError::BadPrefix(self.prefix.clone()));
+        }
+        Ok(())
+    }
+
+    fn build(self, connection: Connection) -> RedisStore {
+        RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                prefix: self.prefix.into_bytes(),
+                timeout: self.timeout,
+                cross_slot: self.cross_slot,
+                sha: redis::Script::new(SCRIPT).get_hash().to_owned(),
+            }),
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Connection {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    async fn query(&mut self, cmd: &Cmd) -> Result<Vec<u8>, RedisError> {
+        match self {
+            Connection::Node(c) => cmd.query_async(c).await,
+            Connection::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+}
+
+struct Inner {
+    connection: Connection,
+    prefix: Vec<u8>,
+    timeout: Duration,
+    cross_slot: CrossSlot,
+    sha: String,
+}
+
+/// A rate-limit [`Store`] on Redis or Redis Cluster.
+///
+/// Each decision is one round trip running one Lua script (`EVALSHA`,
+/// loaded again by `EVAL` after a `NOSCRIPT`), atomic, on Redis's own clock
+/// (`TIME`), so clients whose clocks disagree get the same decisions. A
+/// limit's key for `key` is `{prefix}{limit name}:{key}`; it expires when its
+/// state is fresh again. Every call is bounded by the timeout.
+///
+/// Decisions equal the pure policies' ([`Algorithm::decide`]) at the
+/// server's time in whole microseconds, for every policy that
+/// [`check_policy`](crate::check_policy) accepts; others are refused with
+/// [`StoreError::Unsupported`].
+///
+/// Clones share the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.inner.connection {
+            Connection::Node(_) => "node",
+            Connection::Cluster(_) => "cluster",
+        };
+        f.debug_struct("RedisStore")
+            .field("connection", &kind)
+            .field("prefix", &String::from_utf8_lossy(&self.inner.prefix))
+            .field("timeout", &self.inner.timeout)
+            .field("cross_slot", &self.inner.cross_slot)
+            .finish()
+    }
+}
+
+/// One limit of a call: its key, script parameters and quota.
+struct Prepared {
+    key: Vec<u8>,
+    params: Params,
+    quota: u64,
+}
+
+/// The script's operations.
+const CHECK: u8 = 1;
+const PEEK: u8 = 2;
+const REFUND: u8 = 3;
+
+/// The pinned time (µs) of a test hook, or Redis's clock.
+type Now = Option<u64>;
+
+impl RedisStore {
+    /// A builder with the defaults: prefix [`DEFAULT_PREFIX`], timeout
+    /// [`DEFAULT_TIMEOUT`].
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+
+    /// Connects to one Redis server with the default settings.
+    pub async fn connect(url: &str) -> Result<RedisStore, ConnectError> {
+        Self::builder().connect(url).await
+    }
+
+    /// Connects to a Redis Cluster with the default settings.
+    pub async fn cluster<I, S>(urls: I) -> Result<RedisStore, ConnectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().cluster(urls).await
+    }
+
+    /// The key under which `limit` keeps `key`'s state:
+    /// `{prefix}{limit name}:{key}`.
+    pub fn key(&self, limit: &Limit, key: &[u8]) -> Vec<u8> {
+        let prefix = &self.inner.prefix;
+        let mut out = Vec::with_capacity(prefix.len() + limit.name().len() + 1 + key.len());
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(limit.name().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(key);
+        out
+    }
+
+    /// The per-call timeout.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Like [`Store::check`], also returning the Redis server's time the
+    /// decision was made at (whole microseconds since the Unix epoch).
+    pub async fn check_with_time(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Outcome, Timestamp), StoreError> {
+        self.check_at(limit, key, cost, None).await
+    }
+
+    /// **Test hook**: a view of this store whose scripts take `now` (rounded
+    /// down to whole microseconds since the Unix epoch) instead of reading
+    /// Redis's clock, so tests can replay a sequence of times. Keys it
+    /// writes live at least an hour, whatever their state. Never use it to
+    /// decide real requests: it is the caller's clock, which is exactly what
+    /// the store exists to avoid.
+    pub fn pinned(&self, now: Timestamp) -> Pinned<'_> {
+        Pinned {
+            store: self,
+            now_us: now.as_nanos() / 1_000,
+        }
+    }
+
+    fn prepare(&self, limit: &Limit, key: &[u8]) -> Result<Prepared, StoreError> {
+        let policy = limit.policy();
+        let params = Params::of(policy).map_err(|e| StoreError::Unsupported(e.kind))?;
+        Ok(Prepared {
+            key: self.key(limit, key),
+            params,
+            quota: policy.quota(),
+        })
+    }
+
+    async fn check_at(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        now: Now,
+    ) -> Result<(Outcome, Timestamp), StoreError> {
+        let prepared = [self.prepare(limit, key)?];
+        let reply = self.run(CHECK, &prepared, cost, now).await?;
+        let (outcomes, _, at) = parse(&prepared, &reply)?;
+        Ok((outcomes[0], at))
+    }
+
+    async fn peek_at(&self, limit: &Limit, key: &[u8], now: Now) -> Result<Decision, StoreError> {
+        let prepared = [self.prepare(limit, key)?];
+        let reply = self.run(PEEK, &prepared, 0, now).await?;
+        let (outcomes, _, _) = parse(&prepared, &reply)?;
+        outcomes[0]
+            .decision()
+            .copied()
+            .ok_or_else(|| StoreError::invalid_reply("a peek was not decided"))
+    }
+
+    async fn refund_at(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        now: Now,
+    ) -> Result<(), StoreError> {
+        let prepared = [self.prepare(limit, key)?];
+        self.run(REFUND, &prepared, units, now).await.map(|_| ())
+    }
+
+    async fn check_all_at(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+        now: Now,
+    ) -> Result<MultiOutcome, StoreError> {
+        let prepared = checks
+            .iter()
+            .map(|&(limit, key)| self.prepare(limit, key))
+            .collect::<Result<Vec<_>, _>>()?;
+        if prepared.is_empty() {
+            return Ok(MultiOutcome::new(Vec::new(), None));
+        }
+        let groups = match self.inner.connection {
+            Connection::Node(_) => vec![(0..prepared.len()).collect::<Vec<_>>()],
+            Connection::Cluster(_) => by_slot(&prepared),
+        };
+        if groups.len() == 1 {
+            let reply = self.run(CHECK, &prepared, cost, now).await?;
+            let (outcomes, denied, _) = parse(&prepared, &reply)?;
+            return Ok(MultiOutcome::new(outcomes, denied));
+        }
+        if self.inner.cross_slot == CrossSlot::Refuse {
+            return Err(StoreError::UnsupportedOperation(
+                "check limits whose keys are in different Redis Cluster hash slots at once",
+            ));
+        }
+        // One script per slot; refund the slots already charged if a later
+        // one denies or fails.
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; prepared.len()];
+        let pick = |group: &[usize]| -> Vec<Prepared> {
+            group
+                .iter()
+                .map(|&i| Prepared {
+                    key: prepared[i].key.clone(),
+                    params: prepared[i].params,
+                    quota: prepared[i].quota,
+                })
+                .collect()
+        };
+        let parts: Vec<Vec<Prepared>> = groups.iter().map(|g| pick(g)).collect();
+        for (g, part) in parts.iter().enumerate() {
+            let result = match self.run(CHECK, part, cost, now).await {
+                Ok(reply) => parse(part, &reply),
+                Err(error) => Err(error),
+            };
+            let (group_outcomes, denied, _) = match result {
+                Ok(parsed) => parsed,
+                Err(error) => {
+                    self.refund_parts(&parts[..g], cost, now).await;
+                    return Err(error);
+                }
+            };
+            for (&i, outcome) in groups[g].iter().zip(group_outcomes) {
+                outcomes[i] = Some(outcome);
+            }
+            if let Some(d) = denied {
+                self.refund_parts(&parts[..g], cost, now).await;
+                for (later, part) in parts.iter().enumerate().skip(g + 1) {
+                    let reply = self.run(PEEK, part, 0, now).await?;
+                    let (peeked, _, _) = parse(part, &reply)?;
+                    for (&i, outcome) in groups[later].iter().zip(peeked) {
+                        outcomes[i] = Some(outcome);
+                    }
+                }
+                let outcomes = outcomes.into_iter().map(Option::unwrap).collect();
+                return Ok(MultiOutcome::new(outcomes, Some(groups[g][d])));
+            }
+        }
+        let outcomes = outcomes.into_iter().map(Option::unwrap).collect();
+        Ok(MultiOutcome::new(outcomes, None))
+    }
+
+    async fn refund_parts(&self, parts: &[Vec<Prepared>], cost: u64, now: Now) {
+        for part in parts {
+            // A refund that fails leaves the limit stricter, never looser.
+            let _ = self.run(REFUND, part, cost, now).await;
+        }
+    }
+
+    /// Runs the script once over `prepared`, within the timeout.
+    async fn run(
+        &self,
+        op: u8,
+        prepared: &[Prepared],
+        cost: u64,
+        now: Now,
+    ) -> Result<Vec<i64>, StoreError> {
+        let inner = &*self.inner;
+        if prepared.len() > MAX_LIMITS {
+            return Err(StoreError::UnsupportedOperation(
+                "check more than 1,000 limits in one call",
+            ));
+        }
+        // Anything past 2^53 is past every quota; the script sees it exactly.
+        let cost = cost.min(MAX_EXACT);
+        let call = async {
+            let mut connection = inner.connection.clone();
+            let evalsha = script_cmd("EVALSHA", &inner.sha, op, prepared, cost, now);
+            match connection.query(&evalsha).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    // EVAL runs the script and caches it on that node.
+                    let eval = script_cmd("EVAL", SCRIPT, op, prepared, cost, now);
+                    connection.query(&eval).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(inner.timeout, call).await {
+            Ok(Ok(reply)) => numbers(&reply),
+            Ok(Err(error)) => Err(store_error(error, inner.timeout)),
+            Err(_) => Err(StoreError::Timeout(inner.timeout)),
+        }
+    }
+}
+
+fn script_cmd(name: &str, script: &str, op: u8, prepared: &[Prepared], cost: u64, now: Now) -> Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(script).arg(prepared.len());
+    for p in prepared {
+        cmd.arg(&p.key[..]);
+    }
+    // One argument of little-endian doubles (exact: all are below 2^53),
+    // which the script reads with one `struct.unpack`.
+    let mut arg = Vec::with_capacity(17 + 25 * prepared.len());
+    arg.push(op);
+    arg.extend_from_slice(&(cost as f64).to_le_bytes());
+    arg.extend_from_slice(&(now.unwrap_or(0).min(MAX_EXACT) as f64).to_le_bytes());
+    for p in prepared {
+        arg.push(p.params.code);
+        for value in p.params.args {
+            arg.extend_from_slice(&(value as f64).to_le_bytes());
+        }
+    }
+    cmd.arg(arg);
+    cmd
+}
+
+/// The most limits one call takes (the script unpacks its reply's numbers
+/// on Lua's stack).
+const MAX_LIMITS: usize = 1_000;
+
+/// The script's reply: little-endian doubles, each an integer.
+fn numbers(reply: &[u8]) -> Result<Vec<i64>, StoreError> {
+    if !reply.len().is_multiple_of(8) {
+        return Err(StoreError::invalid_reply(format!(
+            "a reply of {} bytes",
+            reply.len()
+        )));
+    }
+    reply
+        .chunks_exact(8)
+        .map(|chunk| {
+            let value = f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            let exact = value.fract() == 0.0 && value.abs() <= MAX_EXACT as f64;
+            exact
+                .then_some(value as i64)
+                .ok_or_else(|| StoreError::invalid_reply(format!("{value} is not an integer")))
+        })
+        .collect()
+}
+
+fn store_error(error: RedisError, timeout: Duration) -> StoreError {
+    if error.is_timeout() {
+        return StoreError::Timeout(timeout);
+    }
+    match error.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::invalid_reply(error),
+        _ => StoreError::unavailable(error),
+    }
+}
+
+/// Groups the limits by hash slot, in order of first appearance.
+fn by_slot(prepared: &[Prepared]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, p) in prepared.iter().enumerate() {
+        let slot = hash_slot(&p.key);
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((slot, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, members)| members).collect()
+}
+
+type Parsed = (Vec<Outcome>, Option<usize>, Timestamp);
+
+/// Reads a reply of six numbers per limit, the denying index and the time.
+fn parse(prepared: &[Prepared], reply: &[i64]) -> Result<Parsed, StoreError> {
+    let n = prepared.len();
+    if reply.len() != n * 6 + 2 {
+        return Err(StoreError::invalid_reply(format!(
+            "expected {} numbers, got {}",
+            n * 6 + 2,
+            reply.len()
+        )));
+    }
+    let outcomes = prepared
+        .iter()
+        .zip(reply.chunks_exact(6))
+        .map(|(p, r)| decision(p.quota, r).map(Outcome::Decided))
+        .collect::<Result<Vec<_>, _>>()?;
+    let denied = match reply[n * 6] {
+        0 => None,
+        i if (1..=n as i64).contains(&i) => Some(i as usize - 1),
+        i => return Err(StoreError::invalid_reply(format!("bad limit index {i}"))),
+    };
+    let now = u64::try_from(reply[n * 6 + 1])
+        .map_err(|_| StoreError::invalid_reply("negative server time"))?;
+    Ok((outcomes, denied, Timestamp::from_micros(now)))
+}
+
+fn decision(quota: u64, r: &[i64]) -> Result<Decision, StoreError> {
+    let bad = || StoreError::invalid_reply(format!("invalid decision {r:?}"));
+    let non_negative = |v: i64| u64::try_from(v).map_err(|_| bad());
+    let duration = |us: i64, ns: i64| -> Result<Duration, StoreError> {
+        let (us, ns) = (non_negative(us)?, non_negative(ns)?);
+        if ns >= 1_000 {
+            return Err(bad());
+        }
+        Ok(Duration::from_micros(us) + Duration::from_nanos(ns))
+    };
+    let remaining = non_negative(r[1])?;
+    let reset = duration(r[2], r[3])?;
+    match r[0] {
+        1 => Ok(Decision::allowed(quota, remaining, reset)),
+        0 => {
+            let retry = match r[4] {
+                -1 => RetryAfter::Never,
+                us => RetryAfter::After(duration(us, r[5])?),
+            };
+            Ok(Decision::denied(quota, remaining, reset, retry))
+        }
+        _ => Err(bad()),
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        self.check_at(limit, key, cost, None).await.map(|(o, _)| o)
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        self.peek_at(limit, key, None).await
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        self.refund_at(limit, key, units, None).await
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+    ) -> Result<MultiOutcome, StoreError> {
+        self.check_all_at(checks, cost, None).await
+    }
+}
+
+/// **Test hook**: a [`RedisStore`] whose scripts use a pinned time instead of
+/// Redis's clock; made by [`RedisStore::pinned`]. Only for tests that replay
+/// a sequence of times.
+#[derive(Clone, Copy, Debug)]
+pub struct Pinned<'a> {
+    store: &'a RedisStore,
+    now_us: u64,
+}
+
+impl Pinned<'_> {
+    /// Like [`Store::check`], also returning the time the script used (the
+    /// pinned one).
+    pub async fn check_with_time(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Outcome, Timestamp), StoreError> {
+        self.store
+            .check_at(limit, key, cost, Some(self.now_us))
+            .await
+    }
+}
+
+impl Store for Pinned<'_> {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        let now = Some(self.now_us);
+        self.store
+            .check_at(limit, key, cost, now)
+            .await
+            .map(|(o, _)| o)
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        self.store.peek_at(limit, key, Some(self.now_us)).await
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        self.store
+            .refund_at(limit, key, units, Some(self.now_us))
+            .await
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+    ) -> Result<MultiOutcome, StoreError> {
+        self.store
+            .check_all_at(checks, cost, Some(self.now_us))
+            .await
+    }
+}

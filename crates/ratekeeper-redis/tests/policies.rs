@@ -1,0 +1,266 @@
+//! Every policy's decisions through Redis equal the pure core's for the same
+//! sequence of requests, peeks and refunds at the same (whole-µs) times.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{RedisServer, Rng};
+use ratekeeper::{
+    Algorithm, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
+    StoreError, Timestamp, TokenBucket,
+};
+use ratekeeper_redis::{check_policy, RedisStore};
+
+fn policies() -> Vec<Policy> {
+    let s = Duration::from_secs;
+    let ms = Duration::from_millis;
+    vec![
+        // 3 per second: a token is 10^9 internal units, a nanosecond adds 3.
+        TokenBucket::new(3, s(1), 5).unwrap().into(),
+        TokenBucket::new(10, s(1), 10).unwrap().into(),
+        TokenBucket::new(7, ms(1_300), 4).unwrap().into(),
+        // An emission interval of 333,333,334 ns: not whole microseconds.
+        Gcra::new(3, s(1), 4).unwrap().into(),
+        Gcra::per_second(10).unwrap().into(),
+        FixedWindow::new(5, s(1)).unwrap().into(),
+        FixedWindow::new(3, ms(700)).unwrap().into(),
+        SlidingLog::new(4, s(1)).unwrap().into(),
+        SlidingLog::new(9, ms(1_500)).unwrap().into(),
+        SlidingWindow::new(7, s(1)).unwrap().into(),
+        SlidingWindow::new(3, ms(700)).unwrap().into(),
+        SlidingWindow::new(1_000, s(60)).unwrap().into(),
+    ]
+}
+
+/// A realistic Unix time in µs, so the script sees numbers of today's size.
+const T0_US: u64 = 1_760_000_000_123_457;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_policy_matches_the_core() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    for (index, policy) in policies().into_iter().enumerate() {
+        let limit = Limit::new(format!("policy-{index}"), policy.clone()).unwrap();
+        let quota = policy.quota();
+        let window_us = policy.window().as_micros() as u64;
+        let mut rng = Rng::new(0x5eed + index as u64);
+        let mut state = policy.fresh();
+        let mut now = T0_US;
+        let (mut allowed, mut denied) = (0, 0);
+        for step in 0..400 {
+            // Mostly short steps, sometimes none, sometimes a long gap.
+            now += match rng.below(10) {
+                0 => 0,
+                1 => window_us + rng.below(2 * window_us),
+                _ => rng.below(window_us / 4 + 1),
+            };
+            let at = Timestamp::from_micros(now);
+            let pinned = store.pinned(at);
+            let context = format!("{policy:?} step {step} at {now} us");
+            match rng.below(20) {
+                0 => {
+                    let expected = policy.peek(&state, at);
+                    assert_eq!(
+                        pinned.peek(&limit, b"k").await.unwrap(),
+                        expected,
+                        "{context}"
+                    );
+                }
+                1 => {
+                    let units = 1 + rng.below(quota);
+                    state = policy.refund(&state, at, units);
+                    pinned.refund(&limit, b"k", units).await.unwrap();
+                }
+                r => {
+                    let cost = match r {
+                        2 => 0,
+                        3 => quota + 1 + rng.below(3),
+                        4 => 1 + rng.below(quota),
+                        _ => 1,
+                    };
+                    let (expected, next) = policy.decide(&state, at, cost);
+                    state = next;
+                    let (outcome, used) = pinned.check_with_time(&limit, b"k", cost).await.unwrap();
+                    assert_eq!(used, at, "the script used the pinned time");
+                    assert_eq!(outcome, Outcome::Decided(expected), "{context} cost {cost}");
+                    if expected.is_allowed() {
+                        allowed += 1;
+                    } else {
+                        denied += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            allowed > 20 && denied > 20,
+            "{policy:?}: {allowed} allowed, {denied} denied"
+        );
+    }
+}
+
+/// On Redis's own clock: the script reports the time it used, and the core
+/// at those times decides the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clock_decisions_match_the_core() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    for (index, policy) in policies().into_iter().enumerate() {
+        let limit = Limit::new(format!("live-{index}"), policy.clone()).unwrap();
+        let mut state = policy.fresh();
+        let mut last = Timestamp::ZERO;
+        for _ in 0..(policy.quota() + 3).min(40) {
+            let (outcome, at) = store.check_with_time(&limit, b"k", 1).await.unwrap();
+            assert!(at >= last, "Redis's clock went back");
+            last = at;
+            let (expected, next) = policy.decide(&state, at, 1);
+            state = next;
+            assert_eq!(outcome, Outcome::Decided(expected), "{policy:?} at {at:?}");
+        }
+    }
+}
+
+/// Keys expire when their state is fresh again, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_expire_with_their_state() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut con = server.connection();
+    let cases: Vec<Policy> = vec![
+        TokenBucket::per_second(10).unwrap().into(),
+        Gcra::per_second(10).unwrap().into(),
+        FixedWindow::new(10, Duration::from_secs(3_600))
+            .unwrap()
+            .into(),
+        SlidingLog::new(10, Duration::from_secs(30)).unwrap().into(),
+        SlidingWindow::new(10, Duration::from_secs(30))
+            .unwrap()
+            .into(),
+    ];
+    for (index, policy) in cases.into_iter().enumerate() {
+        let limit = Limit::new(format!("ttl-{index}"), policy.clone()).unwrap();
+        let (_, first) = store.check_with_time(&limit, b"k", 1).await.unwrap();
+        let (_, at) = store.check_with_time(&limit, b"k", 1).await.unwrap();
+        let key = store.key(&limit, b"k");
+        let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+        let state = policy.decide(&policy.fresh(), first, 1).1;
+        let state = policy.decide(&state, at, 1).1;
+        // The key outlives its state by at most 2 ms, and never dies first.
+        let want = policy.expires_at(&state).duration_since(at).as_millis() as i64;
+        assert!(
+            pttl > 0 && (want - 5..=want + 2).contains(&pttl),
+            "{policy:?}: PTTL {pttl} ms, state fresh again in {want} ms"
+        );
+    }
+    // A refund back to full removes the key.
+    let limit = Limit::new("ttl-refund", Gcra::per_second(10).unwrap()).unwrap();
+    assert!(store.check(&limit, b"k", 3).await.unwrap().is_allowed());
+    store.refund(&limit, b"k", 5).await.unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(store.key(&limit, b"k"))
+        .query(&mut con)
+        .unwrap();
+    assert!(!exists, "a state refunded to fresh is deleted");
+}
+
+/// The script is reloaded after SCRIPT FLUSH (NOSCRIPT), in the same call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_the_script_after_a_flush() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let limit = Limit::new(
+        "flush",
+        FixedWindow::new(2, Duration::from_secs(3_600)).unwrap(),
+    )
+    .unwrap();
+    let at = Timestamp::from_micros(T0_US);
+    assert!(store
+        .pinned(at)
+        .check(&limit, b"k", 1)
+        .await
+        .unwrap()
+        .is_allowed());
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(store
+        .pinned(at)
+        .check(&limit, b"k", 1)
+        .await
+        .unwrap()
+        .is_allowed());
+    assert!(!store
+        .pinned(at)
+        .check(&limit, b"k", 1)
+        .await
+        .unwrap()
+        .is_allowed());
+}
+
+/// Policies whose numbers cannot stay exact in doubles are refused, with a
+/// reason from `check_policy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inexact_policies_are_refused() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let odd: Policy = FixedWindow::new(10, Duration::from_nanos(1_500))
+        .unwrap()
+        .into();
+    let reason = check_policy(&odd).unwrap_err();
+    assert!(reason.to_string().contains("microseconds"), "{reason}");
+    let limit = Limit::new("odd", odd).unwrap();
+    let error = store.check(&limit, b"k", 1).await.unwrap_err();
+    assert!(matches!(error, StoreError::Unsupported(_)), "{error:?}");
+    let huge: Policy = SlidingWindow::new(1 << 30, Duration::from_secs(86_400))
+        .unwrap()
+        .into();
+    let limit = Limit::new("huge", huge).unwrap();
+    let error = store.peek(&limit, b"k").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unsupported(_)), "{error:?}");
+}
+
+/// A token bucket whose numbers change under the same name (a new
+/// configuration, a rolling deploy) keeps its tokens, as the core does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_bucket_keeps_its_tokens_across_new_numbers() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let before: Policy = TokenBucket::new(1_000, Duration::from_secs(1), 50)
+        .unwrap()
+        .into();
+    let after: Policy = TokenBucket::new(300, Duration::from_secs(1), 40)
+        .unwrap()
+        .into();
+    let mut state = before.fresh();
+    let mut rng = Rng::new(11);
+    let mut now = T0_US;
+    for (phase, policy) in [(0, &before), (1, &after), (2, &before)] {
+        let limit = Limit::new("tb-change", policy.clone()).unwrap();
+        for step in 0..40 {
+            now += rng.below(3_000);
+            let at = Timestamp::from_micros(now);
+            let cost = 1 + rng.below(3);
+            let (expected, next) = policy.decide(&state, at, cost);
+            state = next;
+            let outcome = store.pinned(at).check(&limit, b"k", cost).await.unwrap();
+            assert_eq!(
+                outcome,
+                Outcome::Decided(expected),
+                "phase {phase} step {step}"
+            );
+        }
+    }
+}
