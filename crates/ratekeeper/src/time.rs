@@ -70,6 +70,11 @@ impl Timestamp {
         self.0
     }
 
+    /// Whole microseconds since the epoch, rounded down.
+    pub const fn as_micros(self) -> u64 {
+        self.0 / 1_000
+    }
+
     /// Whole milliseconds since the epoch, rounded down.
     pub const fn as_millis(self) -> u64 {
         self.0 / 1_000_000

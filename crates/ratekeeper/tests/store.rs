@@ -298,5 +298,9 @@ fn limit_names_are_checked() {
         Limit::new("{tag}", policy),
         Err(LimitNameError::BadCharacter { character: '{', .. })
     ));
-    assert!(Limit::new("per-ip:v2", policy).is_ok());
+    assert!(matches!(
+        Limit::new("a:b", policy),
+        Err(LimitNameError::BadCharacter { character: ':', .. })
+    ));
+    assert!(Limit::new("per-ip.v2", policy).is_ok());
 }

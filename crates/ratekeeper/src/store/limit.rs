@@ -15,8 +15,9 @@ pub const MAX_LIMIT_NAME: usize = 64;
 /// The name separates the keys of different limits in a shared store (a
 /// Redis key is `{prefix}{name}:{key}`) and names the policy in rate-limit
 /// headers, so it is 1 to 64 bytes of printable ASCII without spaces,
-/// quotes, backslashes or braces (those would break Structured Fields or
-/// Redis Cluster hash tags). Clones are cheap.
+/// quotes, backslashes, braces or colons (those would break Structured
+/// Fields, Redis Cluster hash tags, or the `name:key` separation, where `a:b`
+/// with key `c` and `a` with key `b:c` would meet). Clones are cheap.
 ///
 /// ```
 /// use ratekeeper::{Gcra, Limit};
@@ -48,7 +49,7 @@ pub enum LimitNameError {
         len: usize,
     },
     /// The name holds a character that is not allowed.
-    #[error("the limit name {name:?} contains {character:?}; use letters, digits and punctuation other than quotes, backslashes and braces")]
+    #[error("the limit name {name:?} contains {character:?}; use letters, digits and punctuation other than quotes, backslashes, braces and colons")]
     BadCharacter {
         /// The name given.
         name: String,
@@ -98,7 +99,7 @@ fn check_name(name: &str) -> Result<(), LimitNameError> {
             len: name.len(),
         });
     }
-    let refused = |c: char| !c.is_ascii_graphic() || matches!(c, '"' | '\\' | '{' | '}');
+    let refused = |c: char| !c.is_ascii_graphic() || matches!(c, '"' | '\\' | '{' | '}' | ':');
     match name.chars().find(|&c| refused(c)) {
         Some(character) => Err(LimitNameError::BadCharacter {
             name: name.to_owned(),
