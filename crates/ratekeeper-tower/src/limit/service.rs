@@ -15,7 +15,7 @@ use tower::Service;
 use super::key::Extracted;
 use super::layer::Shared;
 use super::response::{is_grpc, refusal_response, Refusal};
-use crate::headers::{insert_headers, PolicyReport};
+use crate::headers::{insert_headers, HeaderStyle, PolicyReport};
 
 /// The response body: the inner service's, or a refusal's.
 pub type RateLimitBody<B> = Either<B, Full<Bytes>>;
@@ -119,7 +119,6 @@ where
         .zip(&keys)
         .map(|(rule, key)| (&rule.limit, key.key.as_slice()))
         .collect();
-    let grpc = is_grpc(&parts.headers);
     let decided = match checks.as_slice() {
         // One limit (the usual case): one store call, no all-or-nothing
         // bookkeeping.
@@ -140,6 +139,7 @@ where
             let refusal = Refusal::StoreUnavailable {
                 reason: error.to_string(),
             };
+            let grpc = is_grpc(&parts.headers);
             return Ok(refuse(&shared, &refusal, grpc, &checks, None));
         }
     };
@@ -155,6 +155,7 @@ where
         violated: violated(&checks, &multi),
         retry_after: multi.retry_after(),
     };
+    let grpc = is_grpc(&parts.headers);
     Ok(refuse(&shared, &refusal, grpc, &checks, Some(&multi)))
 }
 
@@ -181,6 +182,9 @@ fn add_rate_limit_headers<S>(
     checks: &[(&Limit, &[u8])],
     multi: &MultiOutcome,
 ) {
+    if shared.headers == HeaderStyle::None {
+        return;
+    }
     let reports: Vec<PolicyReport<'_>> = checks
         .iter()
         .zip(multi.outcomes())
