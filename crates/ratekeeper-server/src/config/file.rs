@@ -1,0 +1,73 @@
+//! The configuration file as written: serde structs for the TOML document,
+//! every value wrapped in [`Spanned`] so validation can say where it is.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A list of strings, each with its place.
+pub(crate) type Strings = Spanned<Vec<Spanned<String>>>;
+
+/// The whole document.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileConfig {
+    pub(crate) store: Option<Spanned<FileStore>>,
+    pub(crate) listen: Option<Spanned<FileListen>>,
+    pub(crate) limits: Option<Spanned<Vec<Spanned<FileLimit>>>>,
+}
+
+/// `[store]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileStore {
+    pub(crate) kind: Option<Spanned<String>>,
+    pub(crate) max_keys: Option<Spanned<u64>>,
+    pub(crate) on_failure: Option<Spanned<String>>,
+    pub(crate) fallback: Option<Spanned<bool>>,
+    pub(crate) path: Option<Spanned<String>>,
+    pub(crate) url: Option<Spanned<String>>,
+    pub(crate) urls: Option<Strings>,
+    pub(crate) prefix: Option<Spanned<String>>,
+    pub(crate) timeout_ms: Option<Spanned<u64>>,
+}
+
+/// `[listen]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileListen {
+    pub(crate) http: Option<Spanned<String>>,
+    pub(crate) grpc: Option<Spanned<String>>,
+    pub(crate) admin: Option<Spanned<String>>,
+}
+
+/// One `[[limits]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileLimit {
+    pub(crate) name: Spanned<String>,
+    pub(crate) rate: Spanned<String>,
+    pub(crate) policy: Option<Spanned<String>>,
+    pub(crate) key: Strings,
+    pub(crate) trusted_proxies: Option<Strings>,
+    pub(crate) shadow: Option<Spanned<bool>>,
+    #[serde(rename = "match")]
+    pub(crate) matcher: Option<Spanned<FileMatch>>,
+}
+
+/// `[limits.match]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileMatch {
+    pub(crate) domain: Option<Spanned<String>>,
+    pub(crate) descriptors: Option<Spanned<Vec<Spanned<FileDescriptor>>>>,
+    pub(crate) methods: Option<Strings>,
+    pub(crate) path_prefix: Option<Spanned<String>>,
+}
+
+/// One entry of `descriptors`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileDescriptor {
+    pub(crate) key: Spanned<String>,
+    pub(crate) value: Option<Spanned<String>>,
+}

@@ -1,0 +1,521 @@
+//! The service's configuration: a TOML file of the store, the listening
+//! addresses and named limits, overridden by environment variables, and
+//! checked before use.
+//!
+//! ```toml
+//! [store]
+//! kind = "memory"            # or "sqlite" (path), "redis" (url) or "redis-cluster" (urls)
+//! max_keys = 100000          # keys kept in memory (the memory store, or the fallback)
+//! on_failure = "closed"      # redis and sqlite: "closed" refuses, "open" allows on failure
+//! fallback = false           # redis: decide in memory while Redis is down
+//!
+//! [listen]                   # each defaults to the address shown; "off" disables one
+//! http = "127.0.0.1:8080"
+//! grpc = "127.0.0.1:8081"
+//! admin = "127.0.0.1:9090"
+//!
+//! [[limits]]
+//! name = "per-ip"
+//! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
+//! policy = "gcra"            # token_bucket (default), gcra, fixed_window, sliding_log, sliding_window
+//! key = ["client_ip"]        # peer, client_ip, route, global, header:NAME, descriptor:KEY
+//! trusted_proxies = ["10.0.0.0/8"]   # for client_ip; default: private networks
+//! shadow = false             # decide and report, but never refuse
+//! [limits.match]
+//! domain = "edge"            # Envoy's domain
+//! descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
+//! methods = ["POST"]
+//! path_prefix = "/api"
+//! ```
+//!
+//! # Store
+//!
+//! `memory` (the default) keeps up to `max_keys` keys in this process.
+//! `sqlite` needs `path`; `redis` needs `url` (`redis://`, `rediss://` or
+//! `redis+unix://`), `redis-cluster` needs `urls`; both take `prefix`
+//! (default `ratekeeper:`, without `{` or `}`) and `timeout_ms` (default
+//! 100). Fields that do not apply to the kind are refused.
+//!
+//! # Limits
+//!
+//! Each limit has a unique `name` (the core's [`Limit`] rules: printable
+//! ASCII without spaces, quotes, backslashes, braces or colons), a `rate`
+//! ([`Rate`] strings; a burst only for `token_bucket` and `gcra`), a `policy`
+//! and a `key`: the parts the limited key is made of, in order, such as
+//! `["client_ip", "route"]`. `global` stands alone: one count for everyone.
+//! `trusted_proxies` (CIDRs) only goes with `client_ip`. A limit without a
+//! `[limits.match]` table applies to every request.
+//!
+//! In `match`, a descriptor without `value` matches any value (and the value
+//! becomes part of the key), a value ending in `*` matches by prefix, and any
+//! other value exactly, as in Envoy's own rate limit service.
+//!
+//! # Environment
+//!
+//! `RATEKEEPER_STORE__KIND=redis`, `RATEKEEPER_STORE__URL=redis://...`,
+//! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080` and, per limit,
+//! `RATEKEEPER_LIMITS__PER_IP__RATE=50/minute` override the file; see
+//! [`Config::from_toml_str_with_env`] for the scheme. Errors in an
+//! overridden value name the variable.
+//!
+//! # Errors
+//!
+//! [`ConfigError`]'s messages read `FILE:LINE:COLUMN: FIELD: MESSAGE`, such
+//! as `ratekeeper.toml:12:8: limits[1].rate: unknown time unit "fortnight" ...`.
+
+mod env;
+mod error;
+mod file;
+mod validate;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{HeaderName, Method};
+use ratekeeper::{FailureMode, Limit, Rate};
+use ratekeeper_tower::client::ClientIp;
+
+pub use error::{ConfigError, Location};
+
+/// The configuration `ratekeeper serve` runs with when given none: an
+/// in-memory store, loopback ports and one example limit.
+pub const DEFAULT_TOML: &str = r#"# ratekeeper's built-in defaults
+[store]
+kind = "memory"
+max_keys = 100000
+
+[listen]
+http = "127.0.0.1:8080"
+grpc = "127.0.0.1:8081"
+admin = "127.0.0.1:9090"
+
+[[limits]]
+name = "per-client"
+rate = "100/minute"
+policy = "gcra"
+key = ["client_ip"]
+"#;
+
+/// This process's environment variables whose names start with
+/// `RATEKEEPER_`, for [`Config::load_with_env`]. Unlike [`std::env::vars`]
+/// it never panics: variables that are not valid Unicode are skipped.
+pub fn process_vars() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().filter_map(|(name, value)| {
+        let name = name.into_string().ok()?;
+        if !name.starts_with(env::PREFIX) {
+            return None;
+        }
+        Some((name, value.into_string().ok()?))
+    })
+}
+
+/// The source name of [`DEFAULT_TOML`] in messages.
+const DEFAULT_SOURCE: &str = "<built-in defaults>";
+
+/// A checked configuration of the service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Where the counts are kept.
+    pub store: StoreConfig,
+    /// The addresses to listen on.
+    pub listen: ListenConfig,
+    /// The limits, in the file's order, with unique names.
+    pub limits: Vec<LimitConfig>,
+}
+
+/// The store and what to do when it fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// Which store.
+    pub backend: Backend,
+    /// How many keys the in-memory table (the store, or the fallback) keeps,
+    /// in `1..=`[`ratekeeper::MAX_KEYS`].
+    pub max_keys: usize,
+    /// Whether requests pass while a remote store fails.
+    pub on_failure: FailureMode,
+    /// Whether to decide in memory while a remote store fails.
+    pub fallback: bool,
+}
+
+/// Which store keeps the counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// This process's memory.
+    Memory,
+    /// A SQLite database file.
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// One Redis server.
+    Redis {
+        /// Its URL.
+        url: String,
+        /// The prefix of every key.
+        prefix: String,
+        /// The timeout of each call.
+        timeout: Duration,
+    },
+    /// A Redis Cluster.
+    RedisCluster {
+        /// The URLs of some of its nodes.
+        urls: Vec<String>,
+        /// The prefix of every key.
+        prefix: String,
+        /// The timeout of each call.
+        timeout: Duration,
+    },
+}
+
+impl Backend {
+    /// The kind's name in the file: `memory`, `sqlite`, `redis` or
+    /// `redis-cluster`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Sqlite { .. } => "sqlite",
+            Backend::Redis { .. } => "redis",
+            Backend::RedisCluster { .. } => "redis-cluster",
+        }
+    }
+}
+
+/// The addresses to listen on; `None` turns a front door off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListenConfig {
+    /// The HTTP JSON API and nginx `auth_request` endpoint.
+    pub http: Option<SocketAddr>,
+    /// Envoy's rate limit service over gRPC.
+    pub grpc: Option<SocketAddr>,
+    /// Health, metrics, stats and the dashboard.
+    pub admin: Option<SocketAddr>,
+}
+
+impl Default for ListenConfig {
+    /// `127.0.0.1`, ports 8080 (HTTP), 8081 (gRPC) and 9090 (admin).
+    fn default() -> Self {
+        let local = |port| Some(SocketAddr::from(([127, 0, 0, 1], port)));
+        ListenConfig {
+            http: local(8080),
+            grpc: local(8081),
+            admin: local(9090),
+        }
+    }
+}
+
+/// One named limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitConfig {
+    /// The name and policy.
+    pub limit: Limit,
+    /// The rate the policy was built from.
+    pub rate: Rate,
+    /// The parts of the key, in order; never empty.
+    pub key: Vec<KeyPart>,
+    /// Decide and report, but let every request through.
+    pub shadow: bool,
+    /// Which requests the limit applies to.
+    pub matcher: Match,
+}
+
+/// One part of a limit's key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyPart {
+    /// The socket peer's address (`peer`).
+    Peer,
+    /// The client's address behind trusted proxies (`client_ip`).
+    ClientIp(ClientIp),
+    /// The request's route or path (`route`).
+    Route,
+    /// One key for every request (`global`).
+    Global,
+    /// A request header's value (`header:NAME`).
+    Header(HeaderName),
+    /// An Envoy descriptor entry's value (`descriptor:KEY`).
+    Descriptor(String),
+}
+
+impl std::fmt::Display for KeyPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyPart::Peer => f.write_str("peer"),
+            KeyPart::ClientIp(ClientIp::XForwardedFor { trusted })
+                if *trusted == ratekeeper_tower::client::private_networks() =>
+            {
+                f.write_str("client_ip (trusting private networks)")
+            }
+            KeyPart::ClientIp(ClientIp::XForwardedFor { trusted }) => {
+                let nets: Vec<String> = trusted.iter().map(ToString::to_string).collect();
+                write!(f, "client_ip (trusting {})", nets.join(", "))
+            }
+            KeyPart::ClientIp(_) => f.write_str("client_ip"),
+            KeyPart::Route => f.write_str("route"),
+            KeyPart::Global => f.write_str("global"),
+            KeyPart::Header(name) => write!(f, "header:{name}"),
+            KeyPart::Descriptor(key) => write!(f, "descriptor:{key}"),
+        }
+    }
+}
+
+/// Which requests a limit applies to; every condition given must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Match {
+    /// Envoy's domain.
+    pub domain: Option<String>,
+    /// Envoy descriptor entries, in order.
+    pub descriptors: Vec<DescriptorMatch>,
+    /// HTTP methods (upper case); empty means any.
+    pub methods: Vec<Method>,
+    /// The start of the request's path.
+    pub path_prefix: Option<String>,
+}
+
+impl Match {
+    /// Whether nothing is required: the limit applies to every request.
+    pub fn is_any(&self) -> bool {
+        *self == Match::default()
+    }
+}
+
+/// One descriptor entry a limit requires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DescriptorMatch {
+    /// The entry's key.
+    pub key: String,
+    /// What its value must be.
+    pub value: ValueMatch,
+}
+
+/// What a descriptor entry's value must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ValueMatch {
+    /// Anything (no `value` given): each value counts separately.
+    Any,
+    /// Exactly this.
+    Exact(String),
+    /// Starting with this (a `value` ending in `*`).
+    Prefix(String),
+}
+
+impl ValueMatch {
+    /// Whether `value` matches.
+    pub fn matches(&self, value: &str) -> bool {
+        match self {
+            ValueMatch::Any => true,
+            ValueMatch::Exact(exact) => value == exact,
+            ValueMatch::Prefix(prefix) => value.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+impl Default for Config {
+    /// [`DEFAULT_TOML`]: what `ratekeeper serve` runs with when given no file.
+    fn default() -> Self {
+        // DEFAULT_TOML is valid (a test checks it); the fallback without
+        // limits only keeps this function free of panics.
+        Config::from_toml_str(DEFAULT_TOML, DEFAULT_SOURCE).unwrap_or_else(|_| Config {
+            store: StoreConfig {
+                backend: Backend::Memory,
+                max_keys: ratekeeper::DEFAULT_MAX_KEYS,
+                on_failure: FailureMode::Closed,
+                fallback: false,
+            },
+            listen: ListenConfig::default(),
+            limits: Vec::new(),
+        })
+    }
+}
+
+impl Config {
+    /// Parses and checks `text`, naming it `source` in errors (usually the
+    /// file's path), without environment overrides.
+    ///
+    /// ```
+    /// use ratekeeper_server::Config;
+    ///
+    /// let config = Config::from_toml_str(
+    ///     "[[limits]]\nname = \"api\"\nrate = \"10/s burst 20\"\nkey = [\"header:x-api-key\"]\n",
+    ///     "ratekeeper.toml",
+    /// )?;
+    /// assert_eq!(config.limits[0].limit.name(), "api");
+    ///
+    /// let error = Config::from_toml_str(
+    ///     "[[limits]]\nname = \"api\"\nrate = \"10/fortnight\"\nkey = [\"global\"]\n",
+    ///     "ratekeeper.toml",
+    /// )
+    /// .unwrap_err();
+    /// assert!(error.to_string().starts_with(
+    ///     "ratekeeper.toml:3:8: limits[0].rate: unknown time unit \"fortnight\""
+    /// ));
+    /// # Ok::<(), ratekeeper_server::ConfigError>(())
+    /// ```
+    pub fn from_toml_str(text: &str, source: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str_with_env(text, source, std::iter::empty::<(String, String)>())
+    }
+
+    /// Parses `text`, applies the overrides among `vars` (name and value
+    /// pairs, such as [`process_vars`]), and checks the result.
+    ///
+    /// A variable `RATEKEEPER_<SECTION>__<FIELD>` sets `<field>` of
+    /// `[<section>]` (`RATEKEEPER_STORE__KIND=redis`,
+    /// `RATEKEEPER_STORE__URL=redis://cache:6379`,
+    /// `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080`), and
+    /// `RATEKEEPER_LIMITS__<NAME>__<FIELD>` sets a field of the limit called
+    /// `<NAME>`, written in upper case with `_` for every character other
+    /// than a letter or digit (`RATEKEEPER_LIMITS__PER_IP__RATE=50/minute`
+    /// for the limit `per-ip`); deeper fields follow the same way
+    /// (`RATEKEEPER_LIMITS__PER_IP__MATCH__DOMAIN=edge`). Field names are
+    /// case-insensitive. Text fields take the value as it is; lists (`key`,
+    /// `urls`, `trusted_proxies`, `methods`) take a TOML array or
+    /// comma-separated words; other fields take a TOML value (`100000`,
+    /// `true`). Variables with no `__` after `RATEKEEPER_`, such as
+    /// `RATEKEEPER_CONFIG`, and variables without the prefix are ignored; an
+    /// override of a limit that does not exist is an error. Errors in
+    /// overridden values name the variable (`env RATEKEEPER_STORE__URL: ...`).
+    pub fn from_toml_str_with_env<I, K, V>(
+        text: &str,
+        source: &str,
+        vars: I,
+    ) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        validate::load(text, source, vars)
+    }
+
+    /// Reads and checks the file at `path`, without environment overrides.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        Config::load_with_env(path, std::iter::empty::<(String, String)>())
+    }
+
+    /// Reads the file at `path`, applies the overrides among `vars` (see
+    /// [`Config::from_toml_str_with_env`]) and checks the result. The
+    /// service passes [`process_vars`].
+    pub fn load_with_env<I, K, V>(path: impl AsRef<Path>, vars: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_toml_str_with_env(&text, &path.display().to_string(), vars)
+    }
+
+    /// A description for `ratekeeper check`: the store, the addresses, then
+    /// one line per limit with its name, policy, rate, key and match.
+    ///
+    /// ```
+    /// use ratekeeper_server::Config;
+    ///
+    /// let text = Config::default().explain();
+    /// assert!(text.contains("limit per-client: gcra 100/minute, key client_ip"));
+    /// ```
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let store = &self.store;
+        let backend = match &store.backend {
+            Backend::Memory => "memory".to_owned(),
+            Backend::Sqlite { path } => format!("sqlite {}", path.display()),
+            Backend::Redis {
+                url,
+                prefix,
+                timeout,
+            } => format!(
+                "redis {url} (prefix {prefix:?}, timeout {}ms)",
+                timeout.as_millis()
+            ),
+            Backend::RedisCluster {
+                urls,
+                prefix,
+                timeout,
+            } => format!(
+                "redis-cluster {} (prefix {prefix:?}, timeout {}ms)",
+                urls.join(" "),
+                timeout.as_millis()
+            ),
+        };
+        let _ = write!(out, "store: {backend}, max_keys {}", store.max_keys);
+        if !matches!(store.backend, Backend::Memory) {
+            let mode = match store.on_failure {
+                FailureMode::Open => "open",
+                _ => "closed",
+            };
+            let fallback = if store.fallback { "on" } else { "off" };
+            let _ = write!(out, ", on failure {mode}, fallback {fallback}");
+        }
+        out.push('\n');
+        let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
+        let _ = writeln!(
+            out,
+            "listen: http {}, grpc {}, admin {}",
+            addr(&self.listen.http),
+            addr(&self.listen.grpc),
+            addr(&self.listen.admin)
+        );
+        for limit in &self.limits {
+            let key: Vec<String> = limit.key.iter().map(ToString::to_string).collect();
+            let _ = write!(
+                out,
+                "limit {}: {} {}, key {}",
+                limit.limit.name(),
+                limit.limit.policy().kind(),
+                limit.rate,
+                key.join(" + ")
+            );
+            let _ = write!(out, ", match {}", explain_match(&limit.matcher));
+            if limit.shadow {
+                out.push_str(" (shadow)");
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// `match` in words.
+fn explain_match(matcher: &Match) -> String {
+    if matcher.is_any() {
+        return "every request".to_owned();
+    }
+    let mut parts = Vec::new();
+    if let Some(domain) = &matcher.domain {
+        parts.push(format!("domain {domain}"));
+    }
+    if !matcher.descriptors.is_empty() {
+        let entries: Vec<String> = matcher
+            .descriptors
+            .iter()
+            .map(|d| match &d.value {
+                ValueMatch::Any => d.key.clone(),
+                ValueMatch::Exact(value) => format!("{}={value}", d.key),
+                ValueMatch::Prefix(prefix) => format!("{}={prefix}*", d.key),
+            })
+            .collect();
+        parts.push(format!("descriptors [{}]", entries.join(", ")));
+    }
+    if !matcher.methods.is_empty() {
+        let methods: Vec<&str> = matcher.methods.iter().map(Method::as_str).collect();
+        parts.push(format!("methods {}", methods.join(" ")));
+    }
+    if let Some(prefix) = &matcher.path_prefix {
+        parts.push(format!("path {prefix}*"));
+    }
+    parts.join(", ")
+}

@@ -1,0 +1,11 @@
+//! The `ratekeeper` rate-limit service.
+//!
+//! For now this crate holds the service's [configuration](config): the TOML
+//! file of named limits and the store, environment overrides, and
+//! validation with errors that name the file, line and field. The front
+//! doors (HTTP, Envoy's gRPC API, nginx `auth_request`, the reverse proxy)
+//! come next.
+
+pub mod config;
+
+pub use config::{Config, ConfigError};

@@ -1,0 +1,563 @@
+//! The service configuration: a full file, each invalid case with its exact
+//! message, environment overrides, and the defaults.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use ratekeeper::{FailureMode, PolicyKind};
+use ratekeeper_server::config::{Backend, KeyPart, Location, ValueMatch, DEFAULT_TOML};
+use ratekeeper_server::{Config, ConfigError};
+
+const FULL: &str = r#"[store]
+kind = "redis"
+url = "redis://127.0.0.1:6379"
+prefix = "rk:"
+timeout_ms = 250
+max_keys = 5000
+on_failure = "open"
+fallback = true
+
+[listen]
+http = "0.0.0.0:8080"
+grpc = "off"
+
+[[limits]]
+name = "per-ip"
+rate = "100/minute"
+policy = "gcra"
+key = ["client_ip"]
+trusted_proxies = ["10.0.0.0/8", "192.0.2.1"]
+
+[[limits]]
+name = "login"
+rate = "5 per 30s"
+policy = "sliding_window"
+key = ["descriptor:remote_address", "route"]
+shadow = true
+[limits.match]
+domain = "edge"
+descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }, { key = "user", value = "adm*" }]
+methods = ["post"]
+path_prefix = "/api"
+
+[[limits]]
+name = "api-key"
+rate = "10/s burst 20"
+key = ["header:X-Api-Key"]
+"#;
+
+fn err(text: &str) -> String {
+    match Config::from_toml_str(text, "ratekeeper.toml") {
+        Ok(config) => panic!("accepted: {config:?}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn err_env(text: &str, vars: &[(&str, &str)]) -> String {
+    match Config::from_toml_str_with_env(text, "ratekeeper.toml", vars.iter().copied()) {
+        Ok(config) => panic!("accepted: {config:?}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// A file of one limit with `body` as its fields after `name`.
+fn limit(body: &str) -> String {
+    format!("[[limits]]\nname = \"a\"\n{body}")
+}
+
+#[test]
+fn full_file() {
+    let config = Config::from_toml_str(FULL, "ratekeeper.toml").unwrap();
+    assert_eq!(
+        config.store.backend,
+        Backend::Redis {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            prefix: "rk:".to_owned(),
+            timeout: Duration::from_millis(250),
+        }
+    );
+    assert_eq!(config.store.max_keys, 5000);
+    assert_eq!(config.store.on_failure, FailureMode::Open);
+    assert!(config.store.fallback);
+    assert_eq!(
+        config.listen.http,
+        Some("0.0.0.0:8080".parse::<SocketAddr>().unwrap())
+    );
+    assert_eq!(config.listen.grpc, None);
+    assert_eq!(config.listen.admin, Some("127.0.0.1:9090".parse().unwrap()));
+
+    assert_eq!(config.limits.len(), 3);
+    let per_ip = &config.limits[0];
+    assert_eq!(per_ip.limit.name(), "per-ip");
+    assert_eq!(per_ip.limit.policy().kind(), PolicyKind::Gcra);
+    assert_eq!(per_ip.rate.to_string(), "100/minute");
+    assert!(per_ip.matcher.is_any());
+    assert!(!per_ip.shadow);
+
+    let login = &config.limits[1];
+    assert_eq!(login.limit.policy().kind(), PolicyKind::SlidingWindow);
+    assert_eq!(
+        login.key,
+        vec![
+            KeyPart::Descriptor("remote_address".to_owned()),
+            KeyPart::Route
+        ]
+    );
+    assert!(login.shadow);
+    assert_eq!(login.matcher.domain.as_deref(), Some("edge"));
+    let descriptors: Vec<(&str, &ValueMatch)> = login
+        .matcher
+        .descriptors
+        .iter()
+        .map(|d| (d.key.as_str(), &d.value))
+        .collect();
+    assert_eq!(
+        descriptors,
+        vec![
+            ("remote_address", &ValueMatch::Any),
+            ("path", &ValueMatch::Exact("/login".to_owned())),
+            ("user", &ValueMatch::Prefix("adm".to_owned())),
+        ]
+    );
+    assert_eq!(login.matcher.methods, vec![http::Method::POST]);
+    assert_eq!(login.matcher.path_prefix.as_deref(), Some("/api"));
+
+    let api = &config.limits[2];
+    assert_eq!(api.limit.policy().kind(), PolicyKind::TokenBucket);
+    assert_eq!((api.rate.amount(), api.rate.burst()), (10, 20));
+    assert_eq!(
+        api.key,
+        vec![KeyPart::Header(http::HeaderName::from_static("x-api-key"))]
+    );
+
+    assert_eq!(
+        config.explain(),
+        "store: redis redis://127.0.0.1:6379 (prefix \"rk:\", timeout 250ms), max_keys 5000, on failure open, fallback on\n\
+         listen: http 0.0.0.0:8080, grpc off, admin 127.0.0.1:9090\n\
+         limit per-ip: gcra 100/minute, key client_ip (trusting 10.0.0.0/8, 192.0.2.1/32), match every request\n\
+         limit login: sliding_window 5/30s, key descriptor:remote_address + route, match domain edge, descriptors [remote_address, path=/login, user=adm*], methods POST, path /api* (shadow)\n\
+         limit api-key: token_bucket 10/second burst 20, key header:x-api-key, match every request\n"
+    );
+}
+
+#[test]
+fn defaults_validate() {
+    let parsed = Config::from_toml_str(DEFAULT_TOML, "defaults").unwrap();
+    let config = Config::default();
+    assert_eq!(config, parsed);
+    assert_eq!(config.store.backend, Backend::Memory);
+    assert_eq!(config.store.max_keys, 100_000);
+    assert_eq!(config.listen.http, Some("127.0.0.1:8080".parse().unwrap()));
+    assert_eq!(config.limits.len(), 1);
+    assert_eq!(
+        config.explain(),
+        "store: memory, max_keys 100000\n\
+         listen: http 127.0.0.1:8080, grpc 127.0.0.1:8081, admin 127.0.0.1:9090\n\
+         limit per-client: gcra 100/minute, key client_ip (trusting private networks), match every request\n"
+    );
+}
+
+#[test]
+fn minimal_file_takes_defaults() {
+    let config =
+        Config::from_toml_str(&limit("rate = \"1/s\"\nkey = [\"global\"]\n"), "x").unwrap();
+    assert_eq!(config.store.backend, Backend::Memory);
+    assert_eq!(config.listen, Default::default());
+    assert_eq!(
+        config.limits[0].limit.policy().kind(),
+        PolicyKind::TokenBucket
+    );
+}
+
+#[test]
+fn syntax_error() {
+    assert_eq!(
+        err("[store]\nkind = \"memory\nmax_keys = 1\n"),
+        "ratekeeper.toml:2:15: invalid basic string, expected `\"`"
+    );
+}
+
+#[test]
+fn unknown_fields() {
+    assert_eq!(
+        err("[store]\nkind = \"memory\"\nmax_key = 5\n"),
+        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`"
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `shadow`, `match`"
+    );
+    assert_eq!(
+        err("[stores]\n"),
+        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `limits`"
+    );
+}
+
+#[test]
+fn wrong_types() {
+    assert_eq!(
+        err("[store]\nmax_keys = \"many\"\n"),
+        "ratekeeper.toml:2:12: store.max_keys: invalid type: string \"many\", expected u64"
+    );
+}
+
+#[test]
+fn missing_fields() {
+    assert_eq!(
+        err("[[limits]]\nname = \"a\"\nkey = [\"peer\"]\n"),
+        "ratekeeper.toml:1:1: limits[0]: missing field `rate`"
+    );
+    assert_eq!(
+        err("[store]\nkind = \"memory\"\n"),
+        "ratekeeper.toml: limits: no limits are defined; add a [[limits]] table with a name, a rate and a key"
+    );
+}
+
+#[test]
+fn duplicate_names() {
+    let text = format!(
+        "{}\n{}",
+        limit("rate = \"1/s\"\nkey = [\"peer\"]\n"),
+        limit("rate = \"2/s\"\nkey = [\"peer\"]\n")
+    );
+    assert_eq!(
+        err(&text),
+        "ratekeeper.toml:7:8: limits[1].name: duplicate limit name \"a\"; the first is at ratekeeper.toml:2:8"
+    );
+}
+
+#[test]
+fn bad_names() {
+    assert_eq!(
+        err("[[limits]]\nname = \"a b\"\nrate = \"1/s\"\nkey = [\"peer\"]\n"),
+        "ratekeeper.toml:2:8: limits[0].name: the limit name \"a b\" contains ' '; use letters, digits and punctuation other than quotes, backslashes, braces and colons"
+    );
+}
+
+#[test]
+fn bad_rates() {
+    assert_eq!(
+        err(&limit("rate = \"10/fortnight\"\nkey = [\"peer\"]\n")),
+        "ratekeeper.toml:3:8: limits[0].rate: unknown time unit \"fortnight\" in rate; expected ms, s, m, h, d or w (or ns, us, or a long name such as \"minutes\")"
+    );
+    assert_eq!(
+        err(&limit("rate = \"100 minute\"\nkey = [\"peer\"]\n")),
+        "ratekeeper.toml:3:8: limits[0].rate: missing \"/\" or \"per\" between the amount and the period in rate; expected something like \"100/minute\" or \"5 per 30s\""
+    );
+}
+
+#[test]
+fn burst_on_a_window_policy() {
+    assert_eq!(
+        err(&limit("rate = \"10/s burst 20\"\npolicy = \"fixed_window\"\nkey = [\"peer\"]\n")),
+        "ratekeeper.toml:3:8: limits[0].rate: the fixed_window policy takes no burst; give the limit per window instead"
+    );
+}
+
+#[test]
+fn unknown_policy() {
+    assert_eq!(
+        err(&limit("rate = \"10/s\"\npolicy = \"leaky\"\nkey = [\"peer\"]\n")),
+        "ratekeeper.toml:4:10: limits[0].policy: unknown policy \"leaky\"; expected token_bucket, gcra, fixed_window, sliding_log or sliding_window"
+    );
+}
+
+#[test]
+fn bad_key_parts() {
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"peer\", \"cookie\"]\n")),
+        "ratekeeper.toml:4:16: limits[0].key[1]: unknown key part \"cookie\"; expected peer, client_ip, route, global, header:NAME or descriptor:KEY"
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = []\n")),
+        "ratekeeper.toml:4:7: limits[0].key: the key must have at least one part, such as [\"client_ip\"] or [\"global\"]"
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"header:bad header\"]\n")),
+        "ratekeeper.toml:4:8: limits[0].key[0]: invalid header name \"bad header\" in key part \"header:bad header\""
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"global\", \"peer\"]\n")),
+        "ratekeeper.toml:4:7: limits[0].key: \"global\" is one key for every request and cannot be combined with other parts"
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"peer\", \"peer\"]\n")),
+        "ratekeeper.toml:4:16: limits[0].key[1]: the key part \"peer\" is given twice"
+    );
+}
+
+#[test]
+fn bad_cidrs() {
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"client_ip\"]\ntrusted_proxies = [\"10.0.0.0/33\"]\n")),
+        "ratekeeper.toml:5:20: limits[0].trusted_proxies[0]: invalid network \"10.0.0.0/33\"; expected a CIDR such as \"10.0.0.0/8\" or an IP address"
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\ntrusted_proxies = [\"10.0.0.0/8\"]\n")),
+        "ratekeeper.toml:5:19: limits[0].trusted_proxies: trusted_proxies applies only to a key with \"client_ip\""
+    );
+}
+
+#[test]
+fn bad_matches() {
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\n[limits.match]\npath_prefix = \"api\"\n")),
+        "ratekeeper.toml:6:15: limits[0].match.path_prefix: the path prefix \"api\" must start with \"/\""
+    );
+    assert_eq!(
+        err(&limit(
+            "rate = \"1/s\"\nkey = [\"peer\"]\n[limits.match]\nmethods = [\"GE T\"]\n"
+        )),
+        "ratekeeper.toml:6:12: limits[0].match.methods[0]: invalid HTTP method \"GE T\""
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\n[limits.match]\ndescriptors = [{ key = \"a\", value = \"\" }]\n")),
+        "ratekeeper.toml:6:37: limits[0].match.descriptors[0].value: the value must not be empty; leave it out to match any value"
+    );
+    assert_eq!(
+        err(&limit(
+            "rate = \"1/s\"\nkey = [\"peer\"]\n[limits.match]\ndescriptors = [{ value = \"x\" }]\n"
+        )),
+        "ratekeeper.toml:6:16: limits[0].match.descriptors[0]: missing field `key`"
+    );
+}
+
+#[test]
+fn bad_stores() {
+    let one = "\n[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"peer\"]\n";
+    assert_eq!(
+        err(&format!("[store]\nkind = \"redis\"\n{one}")),
+        "ratekeeper.toml:2:8: store.url: a redis store needs a url, such as \"redis://127.0.0.1:6379\""
+    );
+    assert_eq!(
+        err(&format!(
+            "[store]\nkind = \"redis-cluster\"\nurls = []\n{one}"
+        )),
+        "ratekeeper.toml:3:8: store.urls: the list of urls must not be empty"
+    );
+    assert_eq!(
+        err(&format!("[store]\nkind = \"redis\"\nurl = \"http://x\"\n{one}")),
+        "ratekeeper.toml:3:7: store.url: invalid Redis url \"http://x\"; expected redis://HOST:PORT, rediss://HOST:PORT or redis+unix:///PATH"
+    );
+    assert_eq!(
+        err(&format!("[store]\nkind = \"sqlite\"\n{one}")),
+        "ratekeeper.toml:2:8: store.path: a sqlite store needs a path to its database file"
+    );
+    assert_eq!(
+        err(&format!("[store]\nkind = \"mongo\"\n{one}")),
+        "ratekeeper.toml:2:8: store.kind: unknown store kind \"mongo\"; expected memory, sqlite, redis or redis-cluster"
+    );
+    assert_eq!(
+        err(&format!("[store]\nmax_keys = 0\n{one}")),
+        "ratekeeper.toml:2:12: store.max_keys: max_keys must be greater than zero"
+    );
+    assert_eq!(
+        err(&format!("[store]\nmax_keys = 2000000000\n{one}")),
+        "ratekeeper.toml:2:12: store.max_keys: max_keys is 2000000000, above the largest supported value 1073741824"
+    );
+    assert_eq!(
+        err(&format!("[store]\nurl = \"redis://x\"\n{one}")),
+        "ratekeeper.toml:2:7: store.url: url applies only to the redis store, not to a memory store"
+    );
+    assert_eq!(
+        err(&format!("[store]\nkind = \"redis\"\nurl = \"redis://x\"\non_failure = \"maybe\"\n{one}")),
+        "ratekeeper.toml:4:14: store.on_failure: unknown failure mode \"maybe\"; expected \"closed\" (refuse requests) or \"open\" (allow them)"
+    );
+    assert_eq!(
+        err(&format!("[store]\nkind = \"redis\"\nurl = \"redis://x\"\nprefix = \"{{rk}}\"\n{one}")),
+        "ratekeeper.toml:4:10: store.prefix: the prefix \"{rk}\" contains a brace; braces would change Redis Cluster's hash slots"
+    );
+}
+
+#[test]
+fn bad_listen() {
+    let one = "\n[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"peer\"]\n";
+    assert_eq!(
+        err(&format!("[listen]\nhttp = \"localhost\"\n{one}")),
+        "ratekeeper.toml:2:8: listen.http: invalid address \"localhost\"; expected IP:PORT such as \"127.0.0.1:8080\" or \"[::1]:8080\", or \"off\""
+    );
+    assert_eq!(
+        err(&format!("[listen]\ngrpc = \"127.0.0.1:8080\"\n{one}")),
+        "ratekeeper.toml:2:8: listen.grpc: 127.0.0.1:8080 is already the http address (by default)"
+    );
+    assert_eq!(
+        err(&format!("[listen]\nhttp = \"127.0.0.1:9090\"\n{one}")),
+        "ratekeeper.toml:2:8: listen.http: 127.0.0.1:9090 is already the admin address (by default)"
+    );
+    assert_eq!(
+        err(&format!(
+            "[listen]\nhttp = \"[::1]:1\"\nadmin = \"[::1]:1\"\n{one}"
+        )),
+        "ratekeeper.toml:3:9: listen.admin: [::1]:1 is already the http address"
+    );
+    let config = Config::from_toml_str(
+        &format!("[listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n{one}"),
+        "x",
+    )
+    .unwrap();
+    assert_eq!(config.listen.grpc, Some("127.0.0.1:0".parse().unwrap()));
+}
+
+#[test]
+fn columns_count_characters() {
+    assert_eq!(
+        err("# é\n[[limits]]\nname = \"é\"\nrate = \"1/s\"\nkey = [\"peer\"]\n"),
+        "ratekeeper.toml:3:8: limits[0].name: the limit name \"é\" contains 'é'; use letters, digits and punctuation other than quotes, backslashes, braces and colons"
+    );
+}
+
+#[test]
+fn env_overrides() {
+    let vars = [
+        ("PATH", "/usr/bin"),
+        ("RATEKEEPER_CONFIG", "ignored.toml"),
+        ("RATEKEEPER_STORE__KIND", "redis"),
+        ("RATEKEEPER_STORE__URL", "redis://cache:6379"),
+        ("RATEKEEPER_STORE__PREFIX", "123"),
+        ("RATEKEEPER_STORE__MAX_KEYS", "77"),
+        ("RATEKEEPER_STORE__FALLBACK", "true"),
+        ("RATEKEEPER_LISTEN__HTTP", "0.0.0.0:80"),
+        ("RATEKEEPER_LIMITS__PER_IP__RATE", "50/minute"),
+        ("RATEKEEPER_LIMITS__PER_IP__KEY", "client_ip, route"),
+        (
+            "RATEKEEPER_LIMITS__PER_IP__TRUSTED_PROXIES",
+            "[\"10.1.0.0/16\"]",
+        ),
+        ("ratekeeper_limits__login__match__path_prefix", "ignored"),
+        ("RATEKEEPER_LIMITS__login__Match__Domain", "inner"),
+        (
+            "RATEKEEPER_LIMITS__LOGIN__MATCH__DESCRIPTORS",
+            "[{ key = \"path\", value = \"/x*\" }]",
+        ),
+    ];
+    let text = "[store]\nkind = \"memory\"\n\n[[limits]]\nname = \"per-ip\"\nrate = \"100/minute\"\nkey = [\"peer\"]\n\n[[limits]]\nname = \"login\"\nrate = \"1/s\"\nkey = [\"peer\"]\n";
+    let config = Config::from_toml_str_with_env(text, "ratekeeper.toml", vars).unwrap();
+    assert_eq!(
+        config.store.backend,
+        Backend::Redis {
+            url: "redis://cache:6379".to_owned(),
+            prefix: "123".to_owned(),
+            timeout: Duration::from_millis(100),
+        }
+    );
+    assert_eq!(config.store.max_keys, 77);
+    assert!(config.store.fallback);
+    assert_eq!(config.listen.http, Some("0.0.0.0:80".parse().unwrap()));
+    assert_eq!(config.limits[0].rate.to_string(), "50/minute");
+    assert_eq!(config.limits[0].key.len(), 2);
+    assert_eq!(config.limits[0].key[1], KeyPart::Route);
+    assert_eq!(
+        config.limits[0].key[0],
+        KeyPart::ClientIp(ratekeeper_tower::client::ClientIp::XForwardedFor {
+            trusted: vec!["10.1.0.0/16".parse().unwrap()]
+        })
+    );
+    // Names after the prefix are case-insensitive; the prefix is not.
+    let login = &config.limits[1].matcher;
+    assert_eq!(login.domain.as_deref(), Some("inner"));
+    assert_eq!(login.path_prefix, None);
+    assert_eq!(login.descriptors.len(), 1);
+    assert_eq!(login.descriptors[0].key, "path");
+    assert_eq!(
+        login.descriptors[0].value,
+        ValueMatch::Prefix("/x".to_owned())
+    );
+    // The file alone is untouched.
+    let plain = Config::from_toml_str(text, "ratekeeper.toml").unwrap();
+    assert_eq!(plain.store.backend, Backend::Memory);
+}
+
+#[test]
+fn env_errors_name_the_variable() {
+    let text = limit("rate = \"1/s\"\nkey = [\"peer\"]\n");
+    assert_eq!(
+        err_env(&text, &[("RATEKEEPER_STORE__KIND", "redis")]),
+        "env RATEKEEPER_STORE__KIND: store.url: a redis store needs a url, such as \"redis://127.0.0.1:6379\""
+    );
+    assert_eq!(
+        err_env(&text, &[("RATEKEEPER_LIMITS__A__RATE", "10/fortnight")]),
+        "env RATEKEEPER_LIMITS__A__RATE: limits[0].rate: unknown time unit \"fortnight\" in rate; expected ms, s, m, h, d or w (or ns, us, or a long name such as \"minutes\")"
+    );
+    assert_eq!(
+        err_env(&text, &[("RATEKEEPER_LIMITS__B__RATE", "1/s")]),
+        "env RATEKEEPER_LIMITS__B__RATE: limits: there is no limit named \"B\" to override"
+    );
+    assert_eq!(
+        err_env(&text, &[("RATEKEEPER_STORE__KINDS", "redis")]),
+        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`"
+    );
+    assert_eq!(
+        err_env(&text, &[("RATEKEEPER_STORE__MAX_KEYS", "lots")]),
+        "env RATEKEEPER_STORE__MAX_KEYS: store.max_keys: invalid type: string \"lots\", expected u64"
+    );
+    assert_eq!(
+        err_env(&text, &[("RATEKEEPER_STORE____KIND", "x")]),
+        "env RATEKEEPER_STORE____KIND: : empty name between \"__\" separators; expected RATEKEEPER_SECTION__FIELD"
+    );
+}
+
+#[test]
+fn process_vars_only_yields_ours() {
+    assert!(
+        ratekeeper_server::config::process_vars().all(|(name, _)| name.starts_with("RATEKEEPER_"))
+    );
+}
+
+#[test]
+fn errors_expose_location_and_field() {
+    let error =
+        Config::from_toml_str(&limit("rate = \"x\"\nkey = [\"peer\"]\n"), "f.toml").unwrap_err();
+    assert_eq!(error.field(), Some("limits[0].rate"));
+    assert_eq!(
+        error.location(),
+        Some(&Location::File {
+            source: "f.toml".to_owned(),
+            line: 3,
+            column: 8
+        })
+    );
+}
+
+#[test]
+fn load_reads_files() {
+    let dir = std::env::temp_dir().join(format!("ratekeeper-server-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratekeeper.toml");
+    std::fs::write(&path, FULL).unwrap();
+    let config = Config::load(&path).unwrap();
+    assert_eq!(config.limits.len(), 3);
+    std::fs::write(&path, "[store]\nkind = 3\n").unwrap();
+    let message = Config::load(&path).unwrap_err().to_string();
+    assert_eq!(
+        message,
+        format!(
+            "{}:2:8: store.kind: invalid type: integer `3`, expected a string",
+            path.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(matches!(Config::load(&path), Err(ConfigError::Read { .. })));
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC*") {
+        let _ = Config::from_toml_str(&text, "x.toml");
+    }
+
+    #[test]
+    fn arbitrary_toml_like_text_never_panics(
+        text in "(\\[\\[?(store|listen|limits|limits\\.match)\\]\\]?\n|(name|rate|key|kind|url|urls|max_keys|policy|trusted_proxies|descriptors|methods|path_prefix|domain) = (\"[a-z0-9/:. *_-]{0,12}\"|[0-9]{1,12}|\\[\"[a-z_:]{0,10}\"\\]|true|\\[\\{ ?key = \"[a-z]{0,3}\" ?\\}\\])\n){0,12}"
+    ) {
+        let _ = Config::from_toml_str(&text, "x.toml");
+    }
+
+    #[test]
+    fn arbitrary_env_never_panics(
+        name in "RATEKEEPER_[A-Z_]{0,30}",
+        value in "\\PC{0,20}",
+    ) {
+        let _ = Config::from_toml_str_with_env(DEFAULT_TOML, "x.toml", [(name, value)]);
+    }
+}
