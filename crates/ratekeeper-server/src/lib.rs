@@ -2,9 +2,10 @@
 //!
 //! For now this crate holds the service's [configuration](config): the TOML
 //! file of named limits and the store, environment overrides, and
-//! validation with errors that name the file, line and field. The front
-//! doors (HTTP, Envoy's gRPC API, nginx `auth_request`, the reverse proxy)
-//! come next.
+//! validation with errors that name the file, line and field; and the
+//! `ratekeeper` command with its `check` subcommand (`ratekeeper check
+//! --config FILE`). The front doors (HTTP, Envoy's gRPC API, nginx
+//! `auth_request`, the reverse proxy) and `ratekeeper serve` come next.
 
 pub mod config;
 
