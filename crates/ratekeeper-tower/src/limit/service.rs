@@ -20,9 +20,51 @@ use crate::headers::{insert_headers, HeaderStyle, PolicyReport};
 /// The response body: the inner service's, or a refusal's.
 pub type RateLimitBody<B> = Either<B, Full<Bytes>>;
 
-/// The future of a [`RateLimit`] call.
-pub type ResponseFuture<B, E> =
+type BoxedResponse<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>;
+
+pin_project_lite::pin_project! {
+    /// The future of a [`RateLimit`] call.
+    ///
+    /// With a store that decides at once (the in-memory one), the decision
+    /// is made in `call` and this future is the inner service's, or a
+    /// ready refusal; with a store that waits (SQLite, Redis), it is the
+    /// whole asynchronous decision, boxed.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        state: State<F, B, E>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProjection]
+    enum State<F, B, E> {
+        Inner { #[pin] future: F, headers: http::HeaderMap },
+        Ready { response: Option<Response<RateLimitBody<B>>> },
+        Waiting { future: BoxedResponse<B, E> },
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<RateLimitBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProjection::Inner { future, headers } => {
+                let mut response = std::task::ready!(future.poll(cx))?;
+                response.headers_mut().extend(std::mem::take(headers));
+                Poll::Ready(Ok(response.map(Either::Left)))
+            }
+            StateProjection::Ready { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("a ResponseFuture polled after it completed"))),
+            StateProjection::Waiting { future } => future.as_mut().poll(cx),
+        }
+    }
+}
 
 /// The rate-limited service; made by [`RateLimitLayer`](super::RateLimitLayer).
 pub struct RateLimit<Inner, S> {
@@ -64,20 +106,102 @@ where
 {
     type Response = Response<RateLimitBody<ResBody>>;
     type Error = Inner::Error;
-    type Future = ResponseFuture<ResBody, Inner::Error>;
+    type Future = ResponseFuture<Inner::Future, ResBody, Inner::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The service that was polled ready goes into the future; a clone
-        // stays for the next call.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let shared = Arc::clone(&self.shared);
-        Box::pin(decide_then_call(shared, inner, request))
+        let shared = &*self.shared;
+        if skipped(shared, &request) {
+            return inner_future(self.inner.call(request), http::HeaderMap::new());
+        }
+        let (parts, body) = request.into_parts();
+        let keys = extract_keys(shared, &parts);
+        if keys.iter().any(|key| shared.allow_keys.contains(&key.key)) {
+            return inner_future(
+                self.inner.call(Request::from_parts(parts, body)),
+                http::HeaderMap::new(),
+            );
+        }
+        let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
+        let checks: Vec<(&Limit, &[u8])> = shared
+            .rules
+            .iter()
+            .zip(&keys)
+            .map(|(rule, key)| (&rule.limit, key.key.as_slice()))
+            .collect();
+        match shared.store.check_all_now(&checks, cost) {
+            // Decided at once: call the inner service here, with no clone
+            // and no boxed future.
+            Some(Ok(multi)) if multi.is_allowed() || shared.shadow => {
+                let mut headers = http::HeaderMap::new();
+                add_rate_limit_headers(shared, &mut headers, &checks, &multi);
+                inner_future(self.inner.call(Request::from_parts(parts, body)), headers)
+            }
+            Some(Ok(multi)) => {
+                let refusal = Refusal::Limited {
+                    violated: violated(&checks, &multi),
+                    retry_after: multi.retry_after(),
+                };
+                let response = refuse(
+                    shared,
+                    &refusal,
+                    is_grpc(&parts.headers),
+                    &checks,
+                    Some(&multi),
+                );
+                ResponseFuture {
+                    state: State::Ready {
+                        response: Some(response),
+                    },
+                }
+            }
+            Some(Err(_)) | None => {
+                // The store waits (or failed): the asynchronous path, which
+                // owns a ready inner service and the shared state.
+                drop(checks);
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let shared = Arc::clone(&self.shared);
+                let future = Box::pin(decide_then_call(
+                    shared,
+                    inner,
+                    Request::from_parts(parts, body),
+                ));
+                ResponseFuture {
+                    state: State::Waiting { future },
+                }
+            }
+        }
     }
+}
+
+fn inner_future<F, B, E>(future: F, headers: http::HeaderMap) -> ResponseFuture<F, B, E> {
+    ResponseFuture {
+        state: State::Inner { future, headers },
+    }
+}
+
+/// Each rule's key for the request, logging once if the peer is missing.
+fn extract_keys<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Vec<Extracted> {
+    let keys: Vec<Extracted> = shared
+        .rules
+        .iter()
+        .map(|rule| rule.key.extract(parts))
+        .collect();
+    if keys.iter().any(|key| key.missing_peer)
+        && !shared.missing_peer_logged.swap(true, Ordering::Relaxed)
+    {
+        tracing::error!(
+            "a rate limit is keyed by the client address, but the request carries no socket peer; \
+             such requests share one \"unknown\" key. With axum, serve with \
+             `into_make_service_with_connect_info::<SocketAddr>()`; with hyper, insert a \
+             `PeerAddr` into the request's extensions"
+        );
+    }
+    keys
 }
 
 async fn decide_then_call<Inner, S, ReqBody, ResBody>(
@@ -94,21 +218,7 @@ where
         return inner.call(request).await.map(pass);
     }
     let (parts, body) = request.into_parts();
-    let keys: Vec<Extracted> = shared
-        .rules
-        .iter()
-        .map(|rule| rule.key.extract(&parts))
-        .collect();
-    if keys.iter().any(|key| key.missing_peer)
-        && !shared.missing_peer_logged.swap(true, Ordering::Relaxed)
-    {
-        tracing::error!(
-            "a rate limit is keyed by the client address, but the request carries no socket peer; \
-             such requests share one \"unknown\" key. With axum, serve with \
-             `into_make_service_with_connect_info::<SocketAddr>()`; with hyper, insert a \
-             `PeerAddr` into the request's extensions"
-        );
-    }
+    let keys = extract_keys(&shared, &parts);
     if keys.iter().any(|key| shared.allow_keys.contains(&key.key)) {
         return inner.call(Request::from_parts(parts, body)).await.map(pass);
     }

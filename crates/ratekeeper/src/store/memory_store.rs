@@ -194,11 +194,32 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
         self.with_limiter(limit, |limiter| limiter.refund(key, units))
     }
 
+    fn check_all_now(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+    ) -> Option<Result<MultiOutcome, StoreError>> {
+        Some(self.decide_all(checks, cost))
+    }
+
     async fn check_all(
         &self,
         checks: &[(&Limit, &[u8])],
         cost: u64,
     ) -> Result<MultiOutcome, StoreError> {
+        self.decide_all(checks, cost)
+    }
+}
+
+impl<C: Clock + Clone + 'static> MemoryStore<C> {
+    /// Several limits at once, all or nothing; one limit without the
+    /// bookkeeping.
+    fn decide_all(&self, checks: &[(&Limit, &[u8])], cost: u64) -> Result<MultiOutcome, StoreError> {
+        if let [(limit, key)] = checks {
+            let outcome = self.with_limiter(limit, |limiter| limiter.check(key, cost))?;
+            let denied = (!outcome.is_allowed()).then_some(0);
+            return Ok(MultiOutcome::new(vec![outcome], denied));
+        }
         let limiters = checks
             .iter()
             .map(|&(limit, _)| self.limiter(limit))

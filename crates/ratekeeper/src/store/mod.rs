@@ -63,6 +63,19 @@ pub trait Store: Send + Sync {
         units: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Decides at once, without waiting, when this store can: an in-memory
+    /// store can, a networked one cannot. `None` (the default) means the
+    /// caller must use [`check_all`](Store::check_all). Front ends try this
+    /// first, to skip the asynchronous path where nothing would wait.
+    fn check_all_now(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+    ) -> Option<Result<MultiOutcome, StoreError>> {
+        let _ = (checks, cost);
+        None
+    }
+
     /// Decides one request against several limits, all or nothing: it is
     /// recorded in every limit if each allows it, and in none otherwise.
     ///
