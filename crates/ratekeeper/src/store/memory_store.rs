@@ -214,7 +214,11 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
 impl<C: Clock + Clone + 'static> MemoryStore<C> {
     /// Several limits at once, all or nothing; one limit without the
     /// bookkeeping.
-    fn decide_all(&self, checks: &[(&Limit, &[u8])], cost: u64) -> Result<MultiOutcome, StoreError> {
+    fn decide_all(
+        &self,
+        checks: &[(&Limit, &[u8])],
+        cost: u64,
+    ) -> Result<MultiOutcome, StoreError> {
         if let [(limit, key)] = checks {
             let outcome = self.with_limiter(limit, |limiter| limiter.check(key, cost))?;
             let denied = (!outcome.is_allowed()).then_some(0);
