@@ -491,6 +491,21 @@ impl<C: Clock> Inner<C> {
     }
 
     fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        self.update(limit, key, |policy, current, now| {
+            let (decision, next) = policy.decide(current, now, cost);
+            (Outcome::Decided(decision), next)
+        })
+    }
+
+    /// Reads `key`'s state under `limit` (fresh if it has none), lets
+    /// `change` compute a result and the next state, and writes that state
+    /// back, all in one immediate transaction.
+    fn update<R>(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        change: impl FnOnce(&Policy, &State, ratekeeper::Timestamp) -> (R, State),
+    ) -> Result<R, StoreError> {
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = self.clock.now();
@@ -504,7 +519,7 @@ impl<C: Clock> Inner<C> {
                     &fresh
                 }
             };
-            let (decision, next) = policy.decide(current, now, cost);
+            let (result, next) = change(policy, current, now);
             write(
                 &tx,
                 &self.sql,
@@ -515,7 +530,7 @@ impl<C: Clock> Inner<C> {
                 &next,
             )?;
             tx.commit()?;
-            Ok(Outcome::Decided(decision))
+            Ok(result)
         })
     }
 
@@ -533,26 +548,8 @@ impl<C: Clock> Inner<C> {
     }
 
     fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
-        self.with_conn(|conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let now = self.clock.now();
-            let policy = limit.policy();
-            let stored = read(&tx, &self.sql, limit.name(), key)?;
-            let next = match &stored {
-                Some(state) => policy.refund(state, now, units),
-                None => policy.refund(&policy.fresh(), now, units),
-            };
-            write(
-                &tx,
-                &self.sql,
-                policy,
-                limit.name(),
-                key,
-                stored.as_ref(),
-                &next,
-            )?;
-            tx.commit()?;
-            Ok(())
+        self.update(limit, key, |policy, current, now| {
+            ((), policy.refund(current, now, units))
         })
     }
 
