@@ -8,5 +8,6 @@
 //! `auth_request`, the reverse proxy) and `ratekeeper serve` come next.
 
 pub mod config;
+pub mod engine;
 
 pub use config::{Config, ConfigError};

@@ -1,0 +1,169 @@
+//! Keys made of parts: where each part's value comes from, and how the
+//! values are put together so that different parts never give the same key.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use http::{HeaderMap, Method};
+
+use crate::config::KeyPart;
+
+/// The value of every key part a request has (its peer, headers, route,
+/// descriptor entries...). Each front door has its own.
+pub trait KeySource {
+    /// The value of `part`, or `None` when this request does not have it.
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>>;
+}
+
+/// The value every request shares when a part is missing and the front door
+/// counts such requests together (a client that cannot be found is limited
+/// as one, never let through unlimited).
+pub const UNKNOWN: &str = "unknown";
+
+/// The value of `global`: one count for everyone.
+const GLOBAL: &str = "*";
+
+/// Puts `parts`' values from `source` together into a key, or names the
+/// first part `source` lacks.
+///
+/// Values are joined with `|`, and `|` and `\` inside a value are escaped
+/// with `\`, so the key stays readable in `redis-cli` and two different
+/// lists of values never meet: `["a|b"]` gives `a\|b`, `["a", "b"]` gives
+/// `a|b`.
+pub fn compose<'p>(parts: &'p [KeyPart], source: &dyn KeySource) -> Result<Vec<u8>, &'p KeyPart> {
+    let mut key = Vec::with_capacity(32);
+    for (index, part) in parts.iter().enumerate() {
+        if index > 0 {
+            key.push(b'|');
+        }
+        let value = match part {
+            KeyPart::Global => Cow::Borrowed(GLOBAL),
+            _ => source.part(part).ok_or(part)?,
+        };
+        for byte in value.bytes() {
+            if byte == b'|' || byte == b'\\' {
+                key.push(b'\\');
+            }
+            key.push(byte);
+        }
+    }
+    Ok(key)
+}
+
+/// An HTTP request's key parts: its peer, the client behind trusted
+/// proxies, its route and headers. Descriptor entries it has none of.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpSource<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The path, without the query.
+    pub path: &'a str,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+    /// The socket peer, when known.
+    pub peer: Option<IpAddr>,
+}
+
+impl KeySource for HttpSource<'_> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+        match part {
+            KeyPart::Peer => self.peer.map(|ip| Cow::Owned(ip.to_string())),
+            KeyPart::ClientIp(rule) => rule
+                .find(self.headers, self.peer)
+                .map(|ip| Cow::Owned(ip.to_string())),
+            KeyPart::Route => Some(Cow::Owned(format!("{} {}", self.method, self.path))),
+            KeyPart::Header(name) => self
+                .headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(Cow::Borrowed),
+            KeyPart::Global => Some(Cow::Borrowed(GLOBAL)),
+            KeyPart::Descriptor(_) => None,
+        }
+    }
+}
+
+/// Key parts given by name, as the HTTP decision API takes them:
+/// `peer`, `client_ip`, `route`, `header:NAME` (lower case) and
+/// `descriptor:KEY`.
+#[derive(Clone, Copy, Debug)]
+pub struct NamedParts<'a>(pub &'a HashMap<String, String>);
+
+impl KeySource for NamedParts<'_> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+        let value = match part {
+            KeyPart::Peer => self.0.get("peer"),
+            KeyPart::ClientIp(_) => self.0.get("client_ip"),
+            KeyPart::Route => self.0.get("route"),
+            KeyPart::Header(name) => self.0.get(&format!("header:{name}")),
+            KeyPart::Descriptor(key) => self.0.get(&format!("descriptor:{key}")),
+            KeyPart::Global => return Some(Cow::Borrowed(GLOBAL)),
+        };
+        value.map(|v| Cow::Borrowed(v.as_str()))
+    }
+}
+
+/// Any source, with [`UNKNOWN`] for every part it lacks.
+#[derive(Clone, Copy, Debug)]
+pub struct OrUnknown<S>(pub S);
+
+impl<S: KeySource> KeySource for OrUnknown<S> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+        Some(self.0.part(part).unwrap_or(Cow::Borrowed(UNKNOWN)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Values(Vec<&'static str>);
+
+    impl KeySource for Values {
+        fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+            match part {
+                KeyPart::Descriptor(key) => {
+                    let index: usize = key.parse().ok()?;
+                    self.0.get(index).map(|v| Cow::Borrowed(*v))
+                }
+                _ => None,
+            }
+        }
+    }
+
+    fn parts(n: usize) -> Vec<KeyPart> {
+        (0..n).map(|i| KeyPart::Descriptor(i.to_string())).collect()
+    }
+
+    #[test]
+    fn values_are_joined_and_escaped() {
+        let key = compose(&parts(2), &Values(vec!["a|b", "c\\"])).unwrap();
+        assert_eq!(key, b"a\\|b|c\\\\");
+        assert_eq!(compose(&parts(2), &Values(vec!["a", "b"])).unwrap(), b"a|b");
+        assert_eq!(compose(&parts(1), &Values(vec!["a|b"])).unwrap(), b"a\\|b");
+    }
+
+    #[test]
+    fn a_missing_part_is_named_unless_unknown_is_allowed() {
+        let source = Values(vec!["a"]);
+        let all = parts(2);
+        assert_eq!(compose(&all, &source), Err(&all[1]));
+        assert_eq!(compose(&all, &OrUnknown(source)).unwrap(), b"a|unknown");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn different_values_never_share_a_key(
+            a in proptest::collection::vec("[a-c|\\\\]{0,4}", 1..4),
+            b in proptest::collection::vec("[a-c|\\\\]{0,4}", 1..4),
+        ) {
+            let leak = |v: &Vec<String>| -> Vec<&'static str> {
+                v.iter().map(|s| &*Box::leak(s.clone().into_boxed_str())).collect()
+            };
+            let ka = compose(&parts(a.len()), &Values(leak(&a))).unwrap();
+            let kb = compose(&parts(b.len()), &Values(leak(&b))).unwrap();
+            proptest::prop_assert_eq!(ka == kb, a == b);
+        }
+    }
+}

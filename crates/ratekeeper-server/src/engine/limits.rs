@@ -1,0 +1,129 @@
+//! The running set of limits: the configuration's limits, ready to match
+//! requests and build keys. Replaced whole on a reload.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+use ratekeeper::{Algorithm, Limit};
+
+use super::key::{compose, KeySource};
+use crate::config::{KeyPart, LimitConfig};
+
+/// One configured limit.
+#[derive(Debug)]
+pub struct ActiveLimit {
+    config: LimitConfig,
+}
+
+impl ActiveLimit {
+    /// The limit as configured.
+    pub fn config(&self) -> &LimitConfig {
+        &self.config
+    }
+
+    /// The store's limit: name and policy.
+    pub fn limit(&self) -> &Limit {
+        &self.config.limit
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        self.config.limit.name()
+    }
+
+    /// The time over which the quota is granted.
+    pub fn window(&self) -> Duration {
+        self.config.limit.policy().window()
+    }
+
+    /// Whether the limit decides and reports but never refuses.
+    pub fn is_shadow(&self) -> bool {
+        self.config.shadow
+    }
+
+    /// The parts its keys are made of.
+    pub fn key_parts(&self) -> &[KeyPart] {
+        &self.config.key
+    }
+
+    /// The key of a request whose parts `source` gives, or the first part
+    /// it lacks.
+    pub fn key(&self, source: &dyn KeySource) -> Result<Vec<u8>, &KeyPart> {
+        compose(&self.config.key, source)
+    }
+
+    /// Whether the limit applies to an HTTP request with `method` and
+    /// `path`: its `match` names no Envoy domain or descriptors, and its
+    /// methods and path prefix (if any) agree.
+    pub fn matches_http(&self, method: &Method, path: &str) -> bool {
+        let matcher = &self.config.matcher;
+        matcher.domain.is_none()
+            && matcher.descriptors.is_empty()
+            && (matcher.methods.is_empty() || matcher.methods.contains(method))
+            && matcher
+                .path_prefix
+                .as_deref()
+                .is_none_or(|prefix| path.starts_with(prefix))
+    }
+}
+
+/// The limits in force, in the configuration's order.
+#[derive(Debug, Default)]
+pub struct LimitSet {
+    limits: Vec<Arc<ActiveLimit>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl LimitSet {
+    /// The set of `limits` (whose names the configuration made unique).
+    pub fn new(limits: &[LimitConfig]) -> LimitSet {
+        let limits: Vec<Arc<ActiveLimit>> = limits
+            .iter()
+            .map(|config| {
+                Arc::new(ActiveLimit {
+                    config: config.clone(),
+                })
+            })
+            .collect();
+        let by_name = limits
+            .iter()
+            .enumerate()
+            .map(|(index, limit)| (limit.name().to_owned(), index))
+            .collect();
+        LimitSet { limits, by_name }
+    }
+
+    /// Every limit, in the configuration's order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<ActiveLimit>> {
+        self.limits.iter()
+    }
+
+    /// The limit called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<ActiveLimit>> {
+        self.by_name.get(name).map(|&index| &self.limits[index])
+    }
+
+    /// How many limits there are.
+    pub fn len(&self) -> usize {
+        self.limits.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.limits.is_empty()
+    }
+
+    /// The limits that apply to an HTTP request (see
+    /// [`ActiveLimit::matches_http`]).
+    pub fn for_http<'a>(
+        &'a self,
+        method: &'a Method,
+        path: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<ActiveLimit>> + 'a {
+        self.limits
+            .iter()
+            .filter(move |limit| limit.matches_http(method, path))
+    }
+}

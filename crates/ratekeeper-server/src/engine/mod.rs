@@ -1,0 +1,247 @@
+//! The engine every front door decides through: the limits in force and the
+//! store, with all-or-nothing checks of several limits.
+//!
+//! A front door turns a request into [`Check`]s (a limit, a key built by
+//! [`ActiveLimit::key`] from a [`KeySource`], a cost) and asks
+//! [`Engine::check`]; the [`Verdict`] says what each limit decided. The
+//! limits can be replaced while requests run ([`Engine::replace_limits`]):
+//! requests already deciding finish on the set they started with, and the
+//! store keeps every count (a limit whose policy changed starts fresh in
+//! the in-memory store, as [`MemoryStore`](ratekeeper::MemoryStore) says).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ratekeeper::{ManualClock, Timestamp};
+//! use ratekeeper_server::engine::{Check, Engine, OrUnknown, NamedParts};
+//! use ratekeeper_server::Config;
+//!
+//! # tokio_test_block_on(async {
+//! let config = Config::from_toml_str(
+//!     "[[limits]]\nname = \"per-user\"\nrate = \"2/minute\"\nkey = [\"header:x-user\"]\n",
+//!     "example.toml",
+//! )?;
+//! let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
+//! let engine = Engine::start(&config, clock).await?;
+//!
+//! let parts = [("header:x-user".to_owned(), "alice".to_owned())].into();
+//! let limits = engine.limits();
+//! let limit = limits.get("per-user").unwrap();
+//! let key = limit.key(&OrUnknown(NamedParts(&parts))).unwrap();
+//! let check = || vec![Check::new(Arc::clone(limit), key.clone(), 1)];
+//! assert!(engine.check(check()).await?.is_allowed());
+//! assert!(engine.check(check()).await?.is_allowed());
+//! assert!(!engine.check(check()).await?.is_allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+mod error;
+mod key;
+mod limits;
+mod store;
+mod verdict;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use ratekeeper::{Limit, Outcome, Store, StoreError};
+
+pub use error::{DecideError, StartError};
+pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
+pub use limits::{ActiveLimit, LimitSet};
+pub use store::{AnyStore, SharedClock};
+pub use verdict::{Check, LimitResult, Verdict};
+
+use crate::config::{Config, StoreConfig};
+
+/// The limits in force and the store: cheap to clone, shared by every
+/// front door.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    limits: ArcSwap<LimitSet>,
+    store: AnyStore,
+    store_config: StoreConfig,
+    /// The limit `/readyz` reads through to ask the store if it answers.
+    probe: Limit,
+}
+
+impl Engine {
+    /// Opens the store `config` names and puts its limits in force. The
+    /// in-memory store runs on `clock`.
+    pub async fn start(config: &Config, clock: SharedClock) -> Result<Engine, StartError> {
+        let store = AnyStore::open(&config.store, clock).await?;
+        Ok(Engine::with_store(config, store))
+    }
+
+    /// An engine on a store opened elsewhere (a test's, a failing one).
+    pub fn with_store(config: &Config, store: AnyStore) -> Engine {
+        let probe = Limit::new(
+            "ratekeeper-readyz",
+            ratekeeper::Gcra::per_second(1).expect("1 per second is a valid rate"),
+        )
+        .expect("ratekeeper-readyz is a valid limit name");
+        Engine {
+            inner: Arc::new(Inner {
+                limits: ArcSwap::from_pointee(LimitSet::new(&config.limits)),
+                store,
+                store_config: config.store.clone(),
+                probe,
+            }),
+        }
+    }
+
+    /// The limits in force now.
+    pub fn limits(&self) -> Arc<LimitSet> {
+        self.inner.limits.load_full()
+    }
+
+    /// Puts `config`'s limits in force. The store cannot change without a
+    /// restart: `false` says `config` names another store, whose section
+    /// was ignored.
+    pub fn replace_limits(&self, config: &Config) -> bool {
+        self.inner
+            .limits
+            .store(Arc::new(LimitSet::new(&config.limits)));
+        config.store == self.inner.store_config
+    }
+
+    /// The store.
+    pub fn store(&self) -> &AnyStore {
+        &self.inner.store
+    }
+
+    /// Whether the store answers (the failure policy aside).
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.inner.store.ping(&self.inner.probe).await
+    }
+
+    /// Decides one request against every check, all or nothing: if any
+    /// limit not in shadow mode refuses, nothing is taken from the others.
+    ///
+    /// Shadow limits are decided after the others, and only charged when
+    /// the request passes them: they report what they would have done
+    /// without changing what happens.
+    pub async fn check(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+        let store = &self.inner.store;
+        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
+            (0..checks.len()).partition(|&i| checks[i].limit.is_shadow());
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
+
+        let allowed = self.check_enforced(&checks, &enforced, &mut outcomes).await?;
+        for &index in &shadow {
+            let check = &checks[index];
+            let outcome = if allowed {
+                store.check(check.limit.limit(), &check.key, check.cost).await?
+            } else {
+                Outcome::Decided(store.peek(check.limit.limit(), &check.key).await?)
+            };
+            outcomes[index] = Some(outcome);
+        }
+
+        let results = checks
+            .into_iter()
+            .zip(outcomes)
+            .filter_map(|(check, outcome)| Some(LimitResult { check, outcome: outcome? }))
+            .collect();
+        Ok(Verdict { results })
+    }
+
+    /// Decides the enforced checks all or nothing, filling `outcomes`; says
+    /// whether all allowed.
+    async fn check_enforced(
+        &self,
+        checks: &[Check],
+        enforced: &[usize],
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        let Some(&first) = enforced.first() else {
+            return Ok(true);
+        };
+        let cost = checks[first].cost;
+        if enforced.iter().all(|&i| checks[i].cost == cost) {
+            // One cost for all: the store's own all-or-nothing check (one
+            // script or transaction where the store can).
+            let pairs: Vec<(&Limit, &[u8])> = enforced
+                .iter()
+                .map(|&i| (checks[i].limit.limit(), checks[i].key.as_slice()))
+                .collect();
+            let multi = match store.check_all_now(&pairs, cost) {
+                Some(result) => result?,
+                None => store.check_all(&pairs, cost).await?,
+            };
+            for (&index, outcome) in enforced.iter().zip(multi.outcomes()) {
+                outcomes[index] = Some(*outcome);
+            }
+            return Ok(multi.is_allowed());
+        }
+        // Costs differ (Envoy's per-descriptor hits): one at a time, giving
+        // back what was taken when one refuses or fails.
+        for (position, &index) in enforced.iter().enumerate() {
+            let check = &checks[index];
+            let outcome = match store.check(check.limit.limit(), &check.key, check.cost).await {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    self.refund_taken(checks, &enforced[..position]).await;
+                    return Err(error);
+                }
+            };
+            outcomes[index] = Some(outcome);
+            if !outcome.is_allowed() {
+                self.refund_taken(checks, &enforced[..position]).await;
+                for &rest in &enforced[position + 1..] {
+                    let check = &checks[rest];
+                    let decision = store.peek(check.limit.limit(), &check.key).await?;
+                    outcomes[rest] = Some(Outcome::Decided(decision));
+                }
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Gives back the cost of `taken`, ignoring failures: a refund that
+    /// fails can only leave a limit stricter than it should be.
+    async fn refund_taken(&self, checks: &[Check], taken: &[usize]) {
+        for &index in taken {
+            let check = &checks[index];
+            let _ = self
+                .inner
+                .store
+                .refund(check.limit.limit(), &check.key, check.cost)
+                .await;
+        }
+    }
+
+    /// The status of every check, taking nothing (their costs are ignored).
+    pub async fn peek(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+        let mut results = Vec::with_capacity(checks.len());
+        for check in checks {
+            let decision = self.inner.store.peek(check.limit.limit(), &check.key).await?;
+            results.push(LimitResult {
+                check,
+                outcome: Outcome::Decided(decision),
+            });
+        }
+        Ok(Verdict { results })
+    }
+
+    /// Gives each check's cost back to its key.
+    pub async fn refund(&self, checks: &[Check]) -> Result<(), StoreError> {
+        for check in checks {
+            self.inner
+                .store
+                .refund(check.limit.limit(), &check.key, check.cost)
+                .await?;
+        }
+        Ok(())
+    }
+}
