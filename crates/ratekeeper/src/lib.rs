@@ -25,7 +25,9 @@
 //! - [`ShardedWindow`]: a fixed window for one key hit from every core, with
 //!   per-core shards that stay exact;
 //! - [`check_all`]: several limits for one request, all or nothing;
-//! - [`Actions`]: named limits from configuration, where 0 switches one off.
+//! - [`Actions`]: named limits from configuration, where 0 switches one off;
+//! - [`LimitStats`] and [`Stats`]: what each limit allowed and denied, per
+//!   UTC calendar window, and the keys it denied most.
 //!
 //! # Example
 //!
@@ -66,6 +68,7 @@ mod outcome;
 mod policy;
 mod rate;
 mod sharded;
+mod stats;
 mod store;
 mod time;
 
@@ -88,6 +91,10 @@ pub use policy::token_bucket::{Reservation, ReserveError, TokenBucket, TokenBuck
 pub use policy::{Algorithm, Policy, PolicyKind, State, UnknownPolicyKind, MAX_PERIOD, MAX_QUOTA};
 pub use rate::{ParseRateError, Rate};
 pub use sharded::ShardedWindow;
+pub use stats::{
+    LimitSnapshot, LimitStats, Period, PeriodTraffic, Stats, StatsConfig, StatsSnapshot, TopKey,
+    TrafficWindows, WindowTraffic,
+};
 pub use store::{
     BackendError, CounterStore, FailureMode, FailurePolicy, Limit, LimitNameError, MemoryStore,
     Resilient, ResilientStats, Store, StoreError, WindowCounter, MAX_LIMIT_NAME,
