@@ -1,13 +1,24 @@
 //! The `ratekeeper` rate-limit service.
 //!
-//! For now this crate holds the service's [configuration](config): the TOML
-//! file of named limits and the store, environment overrides, and
-//! validation with errors that name the file, line and field; and the
-//! `ratekeeper` command with its `check` subcommand (`ratekeeper check
-//! --config FILE`). The front doors (HTTP, Envoy's gRPC API, nginx
-//! `auth_request`, the reverse proxy) and `ratekeeper serve` come next.
+//! The `ratekeeper` binary runs it (`ratekeeper serve [--config FILE]`) and
+//! checks configurations (`ratekeeper check --config FILE`); this library is
+//! the same service, to embed or test:
+//!
+//! - [`config`]: the TOML file of the store, the addresses and named
+//!   limits, environment overrides, and errors that name file, line and
+//!   field;
+//! - [`engine`]: the limits in force and the store, which every front door
+//!   decides through, all or nothing over several limits;
+//! - the front doors: [`http`] (the JSON decision API and nginx
+//!   `auth_request`), Envoy's rate limit service over gRPC, the reverse
+//!   proxy, and [`admin`] (health and readiness);
+//! - [`serve`]: listeners, reloads on SIGHUP or a changed file, and a
+//!   graceful shutdown.
 
+pub mod admin;
 pub mod config;
 pub mod engine;
+pub mod http;
+pub mod serve;
 
 pub use config::{Config, ConfigError};

@@ -1,14 +1,16 @@
 //! The `ratekeeper` command.
 //!
-//! `ratekeeper check --config FILE` validates a configuration file (with
-//! the `RATEKEEPER_*` environment overrides applied) and explains it; the
-//! service itself (`ratekeeper serve`) comes with the front doors.
+//! `ratekeeper serve` runs the service (on its built-in defaults without
+//! `--config`); `ratekeeper check --config FILE` validates a configuration
+//! file (with the `RATEKEEPER_*` environment overrides applied) and explains
+//! it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ratekeeper_server::config::{process_vars, DEFAULT_TOML};
+use ratekeeper_server::serve::{Options, Service};
 use ratekeeper_server::Config;
 
 /// Rate limiting as a service.
@@ -21,6 +23,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the service: the HTTP decision API, Envoy's gRPC API and the
+    /// admin port. Without --config, on the built-in defaults (an
+    /// in-memory store and loopback ports).
+    Serve {
+        /// The configuration file; reloaded on SIGHUP and when it changes.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Check a configuration file and explain what it sets up.
     Check {
         /// The configuration file; without one, the built-in defaults.
@@ -35,6 +45,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve { config } => serve(config),
         Command::Check {
             print_default: true,
             ..
@@ -43,15 +54,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Check { config, .. } => {
-            let loaded = match &config {
-                Some(path) => Config::load_with_env(path, process_vars()),
-                None => Config::from_toml_str_with_env(
-                    DEFAULT_TOML,
-                    "<built-in defaults>",
-                    process_vars(),
-                ),
-            };
-            match loaded {
+            match load(config.as_deref()) {
                 Ok(config) => {
                     print!("{}", config.explain());
                     println!("ok");
@@ -64,4 +67,80 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The configuration at `path`, or the built-in defaults, with the
+/// environment's overrides.
+fn load(path: Option<&Path>) -> Result<Config, ratekeeper_server::ConfigError> {
+    match path {
+        Some(path) => Config::load_with_env(path, process_vars()),
+        None => Config::from_toml_str_with_env(DEFAULT_TOML, "<built-in defaults>", process_vars()),
+    }
+}
+
+fn serve(path: Option<PathBuf>) -> ExitCode {
+    init_logging();
+    let config = match load(path.as_deref()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut options = Options::default();
+    options.config_path = path;
+    let result = runtime.block_on(async move {
+        let service = Service::start(config, options).await?;
+        let addrs = service.addrs();
+        let store = service.engine().store().kind();
+        let limits = service.engine().limits().len();
+        println!("ratekeeper {} ({store} store, {limits} limits)", env!("CARGO_PKG_VERSION"));
+        if let Some(addr) = addrs.http {
+            println!("http  http://{addr}  (POST /v1/check, GET /v1/auth)");
+        }
+        if let Some(addr) = addrs.grpc {
+            println!("grpc  {addr}  (envoy.service.ratelimit.v3.RateLimitService)");
+        }
+        if let Some(addr) = addrs.admin {
+            println!("admin http://{addr}  (/healthz, /readyz)");
+        }
+        service.run().await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error_chain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes, on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Logs to stderr; `RUST_LOG` picks the level (`info` by default).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }

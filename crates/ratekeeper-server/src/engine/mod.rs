@@ -47,7 +47,7 @@ mod verdict;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use ratekeeper::{Limit, Outcome, Store, StoreError};
+use ratekeeper::{Decision, Limit, Outcome, Store, StoreError};
 
 pub use error::{DecideError, StartError};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
@@ -178,10 +178,15 @@ impl Engine {
                 Some(result) => result?,
                 None => store.check_all(&pairs, cost).await?,
             };
+            let allowed = multi.is_allowed();
             for (&index, outcome) in enforced.iter().zip(multi.outcomes()) {
-                outcomes[index] = Some(*outcome);
+                outcomes[index] = Some(if allowed {
+                    *outcome
+                } else {
+                    given_back(*outcome, cost)
+                });
             }
-            return Ok(multi.is_allowed());
+            return Ok(allowed);
         }
         // Costs differ (Envoy's per-descriptor hits): one at a time, giving
         // back what was taken when one refuses or fails.
@@ -197,6 +202,9 @@ impl Engine {
             outcomes[index] = Some(outcome);
             if !outcome.is_allowed() {
                 self.refund_taken(checks, &enforced[..position]).await;
+                for &taken in &enforced[..position] {
+                    outcomes[taken] = outcomes[taken].map(|o| given_back(o, checks[taken].cost));
+                }
                 for &rest in &enforced[position + 1..] {
                     let check = &checks[rest];
                     let decision = store.peek(check.limit.limit(), &check.key).await?;
@@ -243,5 +251,21 @@ impl Engine {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// The outcome of a limit that allowed a request the others refused, once
+/// its units were given back: what it reports is what the request left,
+/// which is nothing.
+fn given_back(outcome: Outcome, cost: u64) -> Outcome {
+    match outcome {
+        Outcome::Decided(decision) if decision.is_allowed() => {
+            Outcome::Decided(Decision::allowed(
+                decision.limit(),
+                decision.remaining().saturating_add(cost).min(decision.limit()),
+                decision.reset(),
+            ))
+        }
+        other => other,
     }
 }

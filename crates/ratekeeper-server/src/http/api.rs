@@ -1,0 +1,156 @@
+//! `POST /v1/check`, `/v1/peek`, `/v1/refund` and `GET /v1/limits`.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::Method;
+
+use super::error::ApiError;
+use super::headers::verdict_headers;
+use super::json::{
+    DecisionRequest, DecisionResponse, LimitDescription, RefundResponse, Refunded,
+};
+use crate::config::KeyPart;
+use crate::engine::{ActiveLimit, Check, Engine, KeySource, NamedParts};
+
+type Body = Result<Json<DecisionRequest>, axum::extract::rejection::JsonRejection>;
+
+/// Decides a request and records it where allowed.
+pub(super) async fn check(State(engine): State<Engine>, body: Body) -> Result<Response, ApiError> {
+    let request = body?.0;
+    let checks = checks(&engine, &request)?;
+    let verdict = engine.check(checks).await?;
+    Ok(answer(&verdict))
+}
+
+/// The status the request would get, taking nothing.
+pub(super) async fn peek(State(engine): State<Engine>, body: Body) -> Result<Response, ApiError> {
+    let request = body?.0;
+    let checks = checks(&engine, &request)?;
+    let verdict = engine.peek(checks).await?;
+    Ok(answer(&verdict))
+}
+
+/// Gives `cost` units back to the request's key under each limit.
+pub(super) async fn refund(
+    State(engine): State<Engine>,
+    body: Body,
+) -> Result<Json<RefundResponse>, ApiError> {
+    let request = body?.0;
+    let checks = checks(&engine, &request)?;
+    engine.refund(&checks).await?;
+    let refunded = checks
+        .iter()
+        .map(|check| Refunded {
+            name: check.limit.name().to_owned(),
+            key: String::from_utf8_lossy(&check.key).into_owned(),
+            units: check.cost,
+        })
+        .collect();
+    Ok(Json(RefundResponse { refunded }))
+}
+
+/// Every limit in force.
+pub(super) async fn limits(State(engine): State<Engine>) -> Json<serde_json::Value> {
+    let limits: Vec<LimitDescription> = engine
+        .limits()
+        .iter()
+        .map(|limit| LimitDescription::new(limit.config()))
+        .collect();
+    Json(serde_json::json!({ "limits": limits }))
+}
+
+/// The JSON answer, with the verdict's headers on the response too.
+fn answer(verdict: &crate::engine::Verdict) -> Response {
+    let headers = verdict_headers(verdict);
+    let fields: BTreeMap<String, String> = headers
+        .iter()
+        .filter(|(name, _)| *name != http::header::CACHE_CONTROL)
+        .filter_map(|(name, value)| Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned())))
+        .collect();
+    let body = DecisionResponse::new(verdict, fields);
+    (headers, Json(body)).into_response()
+}
+
+/// The request's checks: the limits it names, or those matching its method
+/// and path, each with its key.
+fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
+    let limits = engine.limits();
+    let method = match &request.method {
+        Some(method) => Some(
+            Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+                .map_err(|_| ApiError::Body(format!("invalid method {method:?}")))?,
+        ),
+        None => None,
+    };
+    let chosen: Vec<Arc<ActiveLimit>> = match &request.limits {
+        Some(names) => names
+            .iter()
+            .map(|name| {
+                limits
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| ApiError::UnknownLimit(name.clone()))
+            })
+            .collect::<Result<_, _>>()?,
+        None => limits
+            .iter()
+            .filter(|limit| applies(limit, method.as_ref(), request.path.as_deref()))
+            .cloned()
+            .collect(),
+    };
+    let source = ApiSource {
+        parts: NamedParts(&request.key),
+        method: method.as_ref(),
+        path: request.path.as_deref(),
+    };
+    chosen
+        .into_iter()
+        .map(|limit| {
+            let key = limit.key(&source).map_err(|part| ApiError::MissingPart {
+                limit: limit.name().to_owned(),
+                part: part.to_string(),
+            })?;
+            Ok(Check::new(limit, key, request.cost))
+        })
+        .collect()
+}
+
+/// Whether `limit` applies to a request of `method` and `path`, either of
+/// which may be unknown: a condition on something unknown does not hold.
+fn applies(limit: &ActiveLimit, method: Option<&Method>, path: Option<&str>) -> bool {
+    let matcher = &limit.config().matcher;
+    if matcher.domain.is_some() || !matcher.descriptors.is_empty() {
+        return false;
+    }
+    let method_ok = matcher.methods.is_empty() || method.is_some_and(|m| matcher.methods.contains(m));
+    let path_ok = match &matcher.path_prefix {
+        None => true,
+        Some(prefix) => path.is_some_and(|p| p.starts_with(prefix.as_str())),
+    };
+    method_ok && path_ok
+}
+
+/// Key parts from the body's `key`, and `route` from its method and path
+/// when `key` does not give it.
+struct ApiSource<'a> {
+    parts: NamedParts<'a>,
+    method: Option<&'a Method>,
+    path: Option<&'a str>,
+}
+
+impl KeySource for ApiSource<'_> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+        if let Some(value) = self.parts.part(part) {
+            return Some(value);
+        }
+        match (part, self.method, self.path) {
+            (KeyPart::Route, Some(method), Some(path)) => Some(Cow::Owned(format!("{method} {path}"))),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The API's errors, answered as RFC 9457 problem details.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ratekeeper::StoreError;
+use thiserror::Error;
+
+/// Why an API request failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// The body was not the JSON the endpoint takes.
+    #[error("invalid request body: {0}")]
+    Body(String),
+    /// A limit named in the request does not exist.
+    #[error("no limit is named {0:?}")]
+    UnknownLimit(String),
+    /// A limit's key needs a part the request did not give.
+    #[error("limit {limit:?} needs the key part {part:?} in \"key\"")]
+    MissingPart {
+        /// The limit.
+        limit: String,
+        /// The part, as the configuration writes it.
+        part: String,
+    },
+    /// The store failed and fails closed.
+    #[error("the rate-limit store failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    /// The status the error is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Body(_) | ApiError::MissingPart { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnknownLimit(_) => StatusCode::NOT_FOUND,
+            ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = serde_json::json!({
+            "type": "about:blank",
+            "title": status.canonical_reason().unwrap_or("Error"),
+            "status": status.as_u16(),
+            "detail": self.to_string(),
+        });
+        let mut response = (status, axum::Json(body)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+        ApiError::Body(rejection.body_text())
+    }
+}

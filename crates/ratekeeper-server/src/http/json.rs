@@ -1,0 +1,245 @@
+//! The JSON bodies of the decision API.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use ratekeeper::{Algorithm, RetryAfter};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{KeyPart, LimitConfig, ValueMatch};
+use crate::engine::{LimitResult, Verdict};
+
+/// The body of `POST /v1/check`, `/v1/peek` and `/v1/refund`.
+///
+/// ```json
+/// {"limits": ["per-user"], "key": {"header:x-user": "alice"}, "cost": 1}
+/// {"method": "POST", "path": "/login", "key": {"client_ip": "203.0.113.7"}}
+/// ```
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct DecisionRequest {
+    /// The limits to check, by name. Without it, the limits whose `match`
+    /// fits `method` and `path` (and those that match every request).
+    #[serde(default)]
+    pub limits: Option<Vec<String>>,
+    /// The HTTP method the decision is for, to choose limits by their
+    /// `match.methods` and to make the `route` key part.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// The path (without query) the decision is for, to choose limits by
+    /// `match.path_prefix` and to make the `route` key part.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The key parts by their names in the configuration: `peer`,
+    /// `client_ip`, `route`, `header:NAME` (lower case), `descriptor:KEY`.
+    #[serde(default)]
+    pub key: HashMap<String, String>,
+    /// The units the request takes (check), or gives back (refund); 1 by
+    /// default; 0 only reports.
+    #[serde(default = "one")]
+    pub cost: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// The answer of `POST /v1/check` and `/v1/peek`.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct DecisionResponse {
+    /// Whether the request may proceed (shadow limits never refuse).
+    pub allowed: bool,
+    /// The first limit that refused it.
+    pub denied_by: Option<String>,
+    /// Whole seconds to wait before retrying, rounded up (at least 1 when
+    /// refused); `null` when no wait is enough (the cost exceeds a quota).
+    pub retry_after: Option<u64>,
+    /// Every limit that applied, in the configuration's order.
+    pub limits: Vec<LimitStatus>,
+    /// The response headers an HTTP server would add: the IETF draft's
+    /// `RateLimit-Policy` and `RateLimit`, and `Retry-After` when refused.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// One limit's decision.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct LimitStatus {
+    /// The limit's name.
+    pub name: String,
+    /// The request's key under it (invalid UTF-8 replaced).
+    pub key: String,
+    /// Whether this limit allowed the request.
+    pub allowed: bool,
+    /// Whether the limit only reports.
+    pub shadow: bool,
+    /// Whether the store had no room for a new key (nothing was counted).
+    pub saturated: bool,
+    /// The quota.
+    pub limit: u64,
+    /// Units left after this request.
+    pub remaining: u64,
+    /// Milliseconds until the quota is whole again.
+    pub reset_ms: u64,
+    /// Milliseconds until the same cost can succeed (0 when allowed);
+    /// `null` when never.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// A key part as the configuration file writes it.
+fn part_name(part: &KeyPart) -> String {
+    match part {
+        KeyPart::ClientIp(_) => "client_ip".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl LimitStatus {
+    fn new(result: &LimitResult) -> LimitStatus {
+        let decision = result.decision();
+        LimitStatus {
+            name: result.check.limit.name().to_owned(),
+            key: String::from_utf8_lossy(&result.check.key).into_owned(),
+            allowed: !result.refused(),
+            shadow: result.check.limit.is_shadow(),
+            saturated: result.outcome.is_saturated(),
+            limit: decision.limit(),
+            remaining: decision.remaining(),
+            reset_ms: millis(decision.reset()),
+            retry_after_ms: decision.retry_after().duration().map(millis),
+        }
+    }
+}
+
+impl DecisionResponse {
+    /// The answer for `verdict`, with `headers` (name and value) already
+    /// worked out by the caller.
+    pub fn new(verdict: &Verdict, headers: BTreeMap<String, String>) -> DecisionResponse {
+        let allowed = verdict.is_allowed();
+        let retry_after = if allowed {
+            Some(0)
+        } else {
+            match verdict.retry_after() {
+                RetryAfter::Never => None,
+                after => ratekeeper_tower::headers::retry_after_secs(after),
+            }
+        };
+        DecisionResponse {
+            allowed,
+            denied_by: verdict.denied_by().map(|r| r.check.limit.name().to_owned()),
+            retry_after,
+            limits: verdict.results.iter().map(LimitStatus::new).collect(),
+            headers,
+        }
+    }
+}
+
+/// The answer of `POST /v1/refund`.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct RefundResponse {
+    /// The units given back to each limit's key.
+    pub refunded: Vec<Refunded>,
+}
+
+/// Units given back to one key.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct Refunded {
+    /// The limit's name.
+    pub name: String,
+    /// The key (invalid UTF-8 replaced).
+    pub key: String,
+    /// The units.
+    pub units: u64,
+}
+
+/// One entry of `GET /v1/limits`.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct LimitDescription {
+    /// The name.
+    pub name: String,
+    /// The policy: `token_bucket`, `gcra`, `fixed_window`, `sliding_log`
+    /// or `sliding_window`.
+    pub policy: String,
+    /// The rate as configured (`100/minute`).
+    pub rate: String,
+    /// Units granted per window.
+    pub quota: u64,
+    /// The window in milliseconds.
+    pub window_ms: u64,
+    /// The key's parts.
+    pub key: Vec<String>,
+    /// Whether it only reports.
+    pub shadow: bool,
+    /// Which requests it applies to.
+    #[serde(rename = "match")]
+    pub matcher: MatchDescription,
+}
+
+/// A limit's `match`, as `GET /v1/limits` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct MatchDescription {
+    /// Envoy's domain.
+    pub domain: Option<String>,
+    /// Descriptor entries: `{"key": K}` for any value, `{"key": K,
+    /// "value": V}` (a trailing `*` matches by prefix).
+    pub descriptors: Vec<BTreeMap<String, String>>,
+    /// HTTP methods; empty for any.
+    pub methods: Vec<String>,
+    /// The start of the path.
+    pub path_prefix: Option<String>,
+}
+
+impl LimitDescription {
+    /// The description of `config`.
+    pub fn new(config: &LimitConfig) -> LimitDescription {
+        let policy = config.limit.policy();
+        let descriptors = config
+            .matcher
+            .descriptors
+            .iter()
+            .map(|entry| {
+                let mut map = BTreeMap::from([("key".to_owned(), entry.key.clone())]);
+                match &entry.value {
+                    ValueMatch::Any => {}
+                    ValueMatch::Exact(value) => {
+                        map.insert("value".to_owned(), value.clone());
+                    }
+                    ValueMatch::Prefix(prefix) => {
+                        map.insert("value".to_owned(), format!("{prefix}*"));
+                    }
+                }
+                map
+            })
+            .collect();
+        LimitDescription {
+            name: config.limit.name().to_owned(),
+            policy: policy.kind().to_string(),
+            rate: config.rate.to_string(),
+            quota: policy.quota(),
+            window_ms: millis(policy.window()),
+            key: config.key.iter().map(part_name).collect(),
+            shadow: config.shadow,
+            matcher: MatchDescription {
+                domain: config.matcher.domain.clone(),
+                descriptors,
+                methods: config
+                    .matcher
+                    .methods
+                    .iter()
+                    .map(|m| m.as_str().to_owned())
+                    .collect(),
+                path_prefix: config.matcher.path_prefix.clone(),
+            },
+        }
+    }
+}

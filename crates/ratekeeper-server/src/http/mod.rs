@@ -1,0 +1,72 @@
+//! The HTTP decision API: `POST /v1/check`, `/v1/peek`, `/v1/refund` and
+//! `GET /v1/limits`, as JSON.
+//!
+//! A check names its limits, or gives the method and path so the limits
+//! whose `match` fits are chosen, and gives the key parts by their names in
+//! the configuration:
+//!
+//! ```text
+//! POST /v1/check
+//! {"limits": ["per-user"], "key": {"header:x-user": "alice"}, "cost": 1}
+//!
+//! 200 OK
+//! RateLimit-Policy: "per-user";q=100;w=60
+//! RateLimit: "per-user";r=99;t=1
+//! {"allowed": true, "denied_by": null, "retry_after": 0,
+//!  "limits": [{"name": "per-user", "key": "alice", "allowed": true, "shadow": false,
+//!              "saturated": false, "limit": 100, "remaining": 99, "reset_ms": 600,
+//!              "retry_after_ms": 0}],
+//!  "headers": {"ratelimit": "\"per-user\";r=99;t=1",
+//!              "ratelimit-policy": "\"per-user\";q=100;w=60"}}
+//! ```
+//!
+//! The answer is 200 whether the request is allowed or not (`allowed`
+//! says); a refused check also carries `Retry-After` (and the field of the
+//! same name in `headers`). Errors are RFC 9457 problem details: 400 for a
+//! body that is not the API's JSON or lacks a key part a limit needs, 404
+//! for an unknown limit, 503 when the store failed and fails closed.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ratekeeper::MonotonicClock;
+//! use ratekeeper_server::{engine::Engine, http, Config};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let engine = Engine::start(&Config::default(), Arc::new(MonotonicClock::new())).await?;
+//! let app: axum::Router = http::router(engine);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! # drop((app, listener));
+//! // axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod api;
+mod error;
+mod headers;
+mod json;
+
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use error::ApiError;
+pub use json::{
+    DecisionRequest, DecisionResponse, LimitDescription, LimitStatus, MatchDescription,
+    RefundResponse, Refunded,
+};
+
+use crate::engine::Engine;
+
+/// The decision API's routes on `engine`.
+pub fn router(engine: Engine) -> Router {
+    routes().with_state(engine)
+}
+
+/// The routes, before the engine is given.
+pub(crate) fn routes() -> Router<Engine> {
+    Router::new()
+        .route("/v1/check", post(api::check))
+        .route("/v1/peek", post(api::peek))
+        .route("/v1/refund", post(api::refund))
+        .route("/v1/limits", get(api::limits))
+}

@@ -1,0 +1,280 @@
+//! Running the service: the engine, one listener per front door, reloads
+//! and a graceful shutdown.
+//!
+//! [`Service::start`] binds every address of `[listen]` (port 0 picks a
+//! free port; the bound addresses are reported by [`Service::addrs`]),
+//! serves until [`Service::shutdown`] or, in [`Service::run`], SIGTERM or
+//! Ctrl-C, then stops accepting, lets requests in flight finish, and
+//! returns. With a configuration file, SIGHUP or a change of the file
+//! reloads the limits (see [`Service::reload`]).
+
+mod reload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::MonotonicClock;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Mutex};
+use tokio::task::JoinSet;
+
+use crate::config::{Config, ConfigError};
+use crate::engine::{Engine, SharedClock, StartError};
+use reload::{Reloaded, Reloader};
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// An address could not be bound.
+    #[error("cannot listen on {addr} ({door})")]
+    Bind {
+        /// The front door: `http`, `grpc` or `admin`.
+        door: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A front door failed while serving.
+    #[error("the {door} server failed")]
+    Serve {
+        /// The front door.
+        door: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where the front doors listen, once bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Addrs {
+    /// The HTTP decision API and nginx `auth_request` endpoint.
+    pub http: Option<SocketAddr>,
+    /// Envoy's rate limit service.
+    pub grpc: Option<SocketAddr>,
+    /// Health checks.
+    pub admin: Option<SocketAddr>,
+}
+
+/// How to run: where the configuration came from, and the clock.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Options {
+    /// The configuration file, if any: reloaded on SIGHUP and when it
+    /// changes.
+    pub config_path: Option<PathBuf>,
+    /// How often the file is checked for changes.
+    pub watch_interval: Duration,
+    /// The clock of the in-memory store.
+    pub clock: SharedClock,
+}
+
+impl Default for Options {
+    /// No file, a 1 s watch interval, the monotonic clock.
+    fn default() -> Self {
+        Options {
+            config_path: None,
+            watch_interval: Duration::from_secs(1),
+            clock: Arc::new(MonotonicClock::new()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("config_path", &self.config_path)
+            .field("watch_interval", &self.watch_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The running service.
+#[derive(Debug)]
+pub struct Service {
+    engine: Engine,
+    addrs: Addrs,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<Result<(), ServeError>>,
+    reloader: Option<Arc<Mutex<Reloader>>>,
+}
+
+impl Service {
+    /// Opens the store, binds every front door and starts serving.
+    pub async fn start(config: Config, options: Options) -> Result<Service, ServeError> {
+        let engine = Engine::start(&config, Arc::clone(&options.clock)).await?;
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let mut addrs = Addrs::default();
+
+        if let Some(addr) = config.listen.http {
+            let listener = bind("http", addr).await?;
+            addrs.http = Some(local_addr("http", &listener)?);
+            let app = crate::http::router(engine.clone());
+            tasks.spawn(serve_axum("http", listener, app, stopped.clone()));
+        }
+        if let Some(addr) = config.listen.grpc {
+            let listener = bind("grpc", addr).await?;
+            addrs.grpc = Some(local_addr("grpc", &listener)?);
+            tasks.spawn(serve_grpc(listener, engine.clone(), stopped.clone()));
+        }
+        if let Some(addr) = config.listen.admin {
+            let listener = bind("admin", addr).await?;
+            addrs.admin = Some(local_addr("admin", &listener)?);
+            let app = crate::admin::router(engine.clone());
+            tasks.spawn(serve_axum("admin", listener, app, stopped.clone()));
+        }
+
+        let reloader = options.config_path.map(|path| {
+            Arc::new(Mutex::new(Reloader::new(path, engine.clone())))
+        });
+        if let Some(reloader) = &reloader {
+            let reloader = Arc::clone(reloader);
+            let interval = options.watch_interval;
+            let stopped = stopped.clone();
+            tasks.spawn(async move {
+                reload::watch(reloader, interval, stopped).await;
+                Ok(())
+            });
+        }
+        Ok(Service {
+            engine,
+            addrs,
+            stop,
+            tasks,
+            reloader,
+        })
+    }
+
+    /// The engine the front doors decide through.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The bound addresses.
+    pub fn addrs(&self) -> Addrs {
+        self.addrs
+    }
+
+    /// Re-reads the configuration file now. An invalid file is refused
+    /// with its error and the running limits stay; without a file there is
+    /// nothing to do.
+    pub async fn reload(&self) -> Result<(), ConfigError> {
+        if let Some(reloader) = &self.reloader {
+            let outcome = reloader.lock().await.reload(true)?;
+            if let Reloaded::Applied { limits } = outcome {
+                tracing::info!(limits, "configuration reloaded");
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks every front door to stop: no new connections, requests in
+    /// flight finish. [`Service::wait`] returns when they have.
+    pub fn shutdown(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Waits until every front door has stopped (after
+    /// [`Service::shutdown`], or a failure).
+    pub async fn wait(mut self) -> Result<(), ServeError> {
+        let mut first_error = None;
+        while let Some(joined) = self.tasks.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    // One door failing stops the others: a half-running
+                    // service would look healthy to its checks.
+                    let _ = self.stop.send(true);
+                    first_error.get_or_insert(error);
+                }
+                Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+                Err(_) => {}
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
+    pub async fn run(self) -> Result<(), ServeError> {
+        let mut stopped = self.stop.subscribe();
+        tokio::select! {
+            () = termination() => {
+                tracing::info!("stopping: finishing the requests in flight");
+                self.shutdown();
+            }
+            _ = stopped.wait_for(|stop| *stop) => {}
+        }
+        self.wait().await
+    }
+}
+
+async fn bind(door: &'static str, addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { door, addr, source })
+}
+
+fn local_addr(door: &'static str, listener: &TcpListener) -> Result<SocketAddr, ServeError> {
+    listener
+        .local_addr()
+        .map_err(|source| ServeError::Serve { door, source })
+}
+
+/// Resolves when `stopped` turns true (or its sender is gone).
+async fn stop_signal(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+async fn serve_axum(
+    door: &'static str,
+    listener: TcpListener,
+    app: axum::Router,
+    stopped: watch::Receiver<bool>,
+) -> Result<(), ServeError> {
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop_signal(stopped))
+    .await
+    .map_err(|source| ServeError::Serve { door, source })
+}
+
+async fn serve_grpc(
+    listener: TcpListener,
+    engine: Engine,
+    stopped: watch::Receiver<bool>,
+) -> Result<(), ServeError> {
+    // The Envoy door lands separately; until then the port is held open
+    // and closed with the others.
+    let _ = (listener, engine);
+    stop_signal(stopped).await;
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,148 @@
+//! Reloading the limits from the configuration file, on SIGHUP or when the
+//! file changes.
+//!
+//! The file is polled (its modification time, length and contents) rather
+//! than watched through inotify: polling sees a file replaced by an editor
+//! or a Kubernetes ConfigMap symlink swap the same way, costs one `stat` per
+//! interval, and needs no extra dependency.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use std::sync::Arc;
+
+use tokio::sync::{watch, Mutex};
+
+use crate::config::{process_vars, Config, ConfigError};
+use crate::engine::Engine;
+
+/// What is known of the file the running limits came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    modified: Option<SystemTime>,
+    len: u64,
+    text: String,
+}
+
+/// Reloads one engine's limits from one file.
+#[derive(Debug)]
+pub(crate) struct Reloader {
+    path: PathBuf,
+    engine: Engine,
+    seen: Option<Seen>,
+}
+
+/// What a reload did.
+#[derive(Debug)]
+pub(crate) enum Reloaded {
+    /// The file had not changed.
+    Unchanged,
+    /// The new limits are in force.
+    Applied {
+        /// How many limits there are now.
+        limits: usize,
+    },
+}
+
+impl Reloader {
+    /// A reloader of `path` into `engine`, which already runs the file's
+    /// current contents.
+    pub(crate) fn new(path: PathBuf, engine: Engine) -> Reloader {
+        let seen = read(&path).ok();
+        Reloader { path, engine, seen }
+    }
+
+    /// Reads the file and, if it changed (or `force`), checks it and puts
+    /// its limits in force. An invalid file is refused and the running
+    /// limits kept.
+    pub(crate) fn reload(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
+        let seen = read(&self.path).map_err(|source| ConfigError::Read {
+            path: self.path.clone(),
+            source,
+        })?;
+        if !force && self.seen.as_ref() == Some(&seen) {
+            return Ok(Reloaded::Unchanged);
+        }
+        let result = Config::from_toml_str_with_env(
+            &seen.text,
+            &self.path.display().to_string(),
+            process_vars(),
+        );
+        // Remember the contents even when they are refused, so a broken
+        // file is reported once, not at every poll.
+        self.seen = Some(seen);
+        let config = result?;
+        if !self.engine.replace_limits(&config) {
+            tracing::warn!(
+                "the [store] section changed; the store only changes on a restart"
+            );
+        }
+        Ok(Reloaded::Applied {
+            limits: config.limits.len(),
+        })
+    }
+}
+
+/// Reloads on SIGHUP and whenever the file changes (checked every
+/// `interval`), logging what happened, until `stopped` turns true.
+pub(crate) async fn watch(
+    reloader: Arc<Mutex<Reloader>>,
+    interval: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut hangup = hangup_signal();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let force = tokio::select! {
+            _ = ticker.tick() => false,
+            Some(()) = recv(&mut hangup) => true,
+            _ = stopped.wait_for(|stop| *stop) => return,
+        };
+        let mut reloader = reloader.lock().await;
+        match reloader.reload(force) {
+            Ok(Reloaded::Unchanged) => {}
+            Ok(Reloaded::Applied { limits }) => {
+                tracing::info!(path = %reloader.path.display(), limits, "configuration reloaded");
+            }
+            Err(error) => {
+                tracing::error!(%error, "configuration refused; the running limits stay");
+            }
+        }
+    }
+}
+
+fn read(path: &Path) -> std::io::Result<Seen> {
+    let text = std::fs::read_to_string(path)?;
+    let meta = std::fs::metadata(path)?;
+    Ok(Seen {
+        modified: meta.modified().ok(),
+        len: meta.len(),
+        text,
+    })
+}
+
+#[cfg(unix)]
+type Hangup = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangup = Option<()>;
+
+#[cfg(unix)]
+fn hangup_signal() -> Hangup {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+}
+
+#[cfg(not(unix))]
+fn hangup_signal() -> Hangup {
+    None
+}
+
+/// The next SIGHUP; pending forever where there is none.
+async fn recv(hangup: &mut Hangup) -> Option<()> {
+    #[cfg(unix)]
+    if let Some(signal) = hangup {
+        return signal.recv().await;
+    }
+    let _ = hangup;
+    std::future::pending().await
+}
