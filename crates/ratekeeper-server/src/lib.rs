@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod config;
 pub mod engine;
+pub mod envoy;
 pub mod http;
 pub mod serve;
 

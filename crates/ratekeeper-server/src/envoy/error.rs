@@ -1,0 +1,56 @@
+//! Why a `ShouldRateLimit` call was not answered, and the gRPC status each
+//! reason becomes.
+
+use ratekeeper::StoreError;
+use thiserror::Error;
+
+/// Why a request to Envoy's rate limit service got a gRPC error instead of
+/// a response.
+///
+/// Envoy treats any gRPC error as a failure of the service and lets the
+/// filter's `failure_mode_deny` decide; so does [`tonic::Status::from`]:
+/// a failed store is `UNAVAILABLE`, a malformed request
+/// `INVALID_ARGUMENT`, never `UNKNOWN`.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum EnvoyError {
+    /// The request has no domain.
+    #[error("the rate limit domain must not be empty")]
+    EmptyDomain,
+    /// The request has no descriptors.
+    #[error("the rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    /// A descriptor's limit override cannot be used.
+    #[error("descriptors[{index}].limit: {reason}")]
+    InvalidOverride {
+        /// The descriptor's position in the request.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store failed, and the failure policy refuses.
+    #[error("the rate-limit store failed: {0}")]
+    Store(#[from] StoreError),
+    /// The engine answered a different number of results than it was
+    /// asked (a bug, reported rather than a panic).
+    #[error("the engine answered {got} results for {asked} checks")]
+    Mismatch {
+        /// Checks asked.
+        asked: usize,
+        /// Results answered.
+        got: usize,
+    },
+}
+
+impl From<EnvoyError> for tonic::Status {
+    fn from(error: EnvoyError) -> tonic::Status {
+        let message = error.to_string();
+        match error {
+            EnvoyError::EmptyDomain
+            | EnvoyError::NoDescriptors
+            | EnvoyError::InvalidOverride { .. } => tonic::Status::invalid_argument(message),
+            EnvoyError::Store(_) => tonic::Status::unavailable(message),
+            EnvoyError::Mismatch { .. } => tonic::Status::internal(message),
+        }
+    }
+}

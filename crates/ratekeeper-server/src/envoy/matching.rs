@@ -1,0 +1,317 @@
+//! Which configured limits apply to one Envoy descriptor, in the model of
+//! Envoy's own rate limit service, and where their keys come from.
+//!
+//! A limit applies to a descriptor of a request in domain `D` when:
+//!
+//! - its `match.domain` is `D` (a limit without a domain never applies to
+//!   gRPC requests: Envoy always sends one);
+//! - its `match.descriptors` has as many entries as the descriptor, and
+//!   they match entry by entry, in order: the same key, and a value that
+//!   [matches](ValueMatch::matches) (no value: any value; a value ending
+//!   in `*`: by prefix; otherwise exactly). So `[remote_address]` applies to
+//!   `[("remote_address", "10.0.0.1")]` but not to
+//!   `[("remote_address", "10.0.0.1"), ("path", "/login")]`, which needs a
+//!   limit of its own, as nested descriptors do in Envoy's service;
+//! - it names no HTTP methods or path prefix, which a descriptor does not
+//!   have.
+//!
+//! A limit without `match.descriptors` never applies to a descriptor.
+//!
+//! Each value matched by a wildcard (no value, or a prefix) is counted
+//! separately, as Envoy's service does: the entry's value is added to the
+//! limit's key unless the key already has its `descriptor:KEY` part
+//! ([`key_parts`]). The parts of the key come from the descriptor
+//! ([`DescriptorSource`]): `descriptor:KEY` from the entry with that key,
+//! `peer` and `client_ip` from the `remote_address` entry Envoy's
+//! `remote_address` action sends, and `global` from nothing.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::proto::rate_limit_descriptor::Entry;
+use crate::config::{KeyPart, LimitConfig, Match, ValueMatch};
+use crate::engine::{ActiveLimit, KeySource, LimitSet};
+
+/// The descriptor key of the client's address, as Envoy's
+/// `remote_address` rate limit action sends it.
+pub const REMOTE_ADDRESS: &str = "remote_address";
+
+/// Whether a limit's `matcher` applies to the descriptor `entries` of a
+/// request in `domain` (see the module's documentation).
+pub fn matches(matcher: &Match, domain: &str, entries: &[Entry]) -> bool {
+    matcher.domain.as_deref() == Some(domain)
+        && matcher.methods.is_empty()
+        && matcher.path_prefix.is_none()
+        && !matcher.descriptors.is_empty()
+        && matcher.descriptors.len() == entries.len()
+        && matcher
+            .descriptors
+            .iter()
+            .zip(entries)
+            .all(|(want, entry)| want.key == entry.key && want.value.matches(&entry.value))
+}
+
+/// The limits among `limits` that apply to the descriptor `entries` of a
+/// request in `domain`, in the configuration's order.
+pub fn applicable<'a>(
+    limits: &'a LimitSet,
+    domain: &'a str,
+    entries: &'a [Entry],
+) -> impl Iterator<Item = &'a Arc<ActiveLimit>> + 'a {
+    limits
+        .iter()
+        .filter(move |limit| matches(&limit.config().matcher, domain, entries))
+}
+
+/// Whether any limit of `limits` is in `domain`: Envoy's service only
+/// honours a descriptor's limit override in a domain it knows.
+pub fn knows_domain(limits: &LimitSet, domain: &str) -> bool {
+    limits
+        .iter()
+        .any(|limit| limit.config().matcher.domain.as_deref() == Some(domain))
+}
+
+/// The parts of `limit`'s key for a descriptor: its configured key, then a
+/// `descriptor:KEY` part for each entry it matches by a wildcard (any
+/// value or a prefix) that the key does not already hold (`peer` and
+/// `client_ip` hold `remote_address`), so that each value is counted
+/// separately.
+pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
+    let covered = |key: &str| {
+        limit.key.iter().any(|part| match part {
+            KeyPart::Descriptor(have) => have == key,
+            KeyPart::Peer | KeyPart::ClientIp(_) => key == REMOTE_ADDRESS,
+            _ => false,
+        })
+    };
+    let wildcards = limit
+        .matcher
+        .descriptors
+        .iter()
+        .filter(|want| !matches!(want.value, ValueMatch::Exact(_)) && !covered(&want.key));
+    let mut extra = wildcards
+        .map(|want| KeyPart::Descriptor(want.key.clone()))
+        .peekable();
+    if extra.peek().is_none() {
+        return Cow::Borrowed(&limit.key);
+    }
+    let mut parts = limit.key.clone();
+    for part in extra {
+        if !parts.contains(&part) {
+            parts.push(part);
+        }
+    }
+    Cow::Owned(parts)
+}
+
+/// The key parts a descriptor gives: `descriptor:KEY` from the first entry
+/// with that key, `peer` and `client_ip` from its `remote_address` entry,
+/// `global` always; routes and headers never.
+#[derive(Clone, Copy, Debug)]
+pub struct DescriptorSource<'a>(pub &'a [Entry]);
+
+impl DescriptorSource<'_> {
+    fn value(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|entry| entry.key == key)
+            .map(|entry| entry.value.as_str())
+    }
+}
+
+impl KeySource for DescriptorSource<'_> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+        match part {
+            KeyPart::Descriptor(key) => self.value(key).map(Cow::Borrowed),
+            KeyPart::Peer | KeyPart::ClientIp(_) => self.value(REMOTE_ADDRESS).map(Cow::Borrowed),
+            KeyPart::Global => Some(Cow::Borrowed("*")),
+            KeyPart::Route | KeyPart::Header(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{compose, OrUnknown};
+    use crate::Config;
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+        pairs
+            .iter()
+            .map(|&(key, value)| Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            })
+            .collect()
+    }
+
+    /// One limit per `match` table given (TOML inline tables).
+    fn limits(matches: &[&str]) -> LimitSet {
+        LimitSet::new(&configs(matches))
+    }
+
+    fn configs(matches: &[&str]) -> Vec<LimitConfig> {
+        let mut toml = String::new();
+        for (index, matcher) in matches.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[limits]]\nname = \"l{index}\"\nrate = \"10/minute\"\nkey = [\"global\"]\nmatch = {matcher}\n"
+            ));
+        }
+        Config::from_toml_str(&toml, "test.toml").unwrap().limits
+    }
+
+    fn names(limits: &LimitSet, domain: &str, pairs: &[(&str, &str)]) -> Vec<String> {
+        let entries = entries(pairs);
+        applicable(limits, domain, &entries)
+            .map(|limit| limit.name().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_domain_must_be_the_requests() {
+        let set = limits(&[
+            r#"{ domain = "edge", descriptors = [{ key = "k" }] }"#,
+            r#"{ descriptors = [{ key = "k" }] }"#,
+        ]);
+        assert_eq!(names(&set, "edge", &[("k", "v")]), ["l0"]);
+        assert!(names(&set, "other", &[("k", "v")]).is_empty());
+    }
+
+    #[test]
+    fn limits_without_descriptors_or_with_http_conditions_never_apply() {
+        let set = limits(&[
+            r#"{ domain = "edge" }"#,
+            r#"{ domain = "edge", descriptors = [{ key = "k" }], methods = ["GET"] }"#,
+            r#"{ domain = "edge", descriptors = [{ key = "k" }], path_prefix = "/a" }"#,
+        ]);
+        assert!(names(&set, "edge", &[("k", "v")]).is_empty());
+        assert!(names(&set, "edge", &[]).is_empty());
+        let all = LimitSet::new(&[]);
+        assert!(names(&all, "edge", &[("k", "v")]).is_empty());
+    }
+
+    #[test]
+    fn values_match_exactly_by_prefix_or_any() {
+        let set = limits(&[
+            r#"{ domain = "d", descriptors = [{ key = "path", value = "/login" }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "path", value = "/api/*" }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "path" }] }"#,
+        ]);
+        assert_eq!(names(&set, "d", &[("path", "/login")]), ["l0", "l2"]);
+        assert_eq!(names(&set, "d", &[("path", "/api/users")]), ["l1", "l2"]);
+        assert_eq!(names(&set, "d", &[("path", "/api/")]), ["l1", "l2"]);
+        assert_eq!(names(&set, "d", &[("path", "/api")]), ["l2"]);
+        assert_eq!(names(&set, "d", &[("path", "/login2")]), ["l2"]);
+        assert!(names(&set, "d", &[("other", "/login")]).is_empty());
+    }
+
+    #[test]
+    fn nested_descriptors_match_entry_by_entry_with_the_same_length() {
+        let set = limits(&[
+            r#"{ domain = "d", descriptors = [{ key = "remote_address" }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }] }"#,
+        ]);
+        assert_eq!(names(&set, "d", &[("remote_address", "10.0.0.1")]), ["l0"]);
+        assert_eq!(
+            names(
+                &set,
+                "d",
+                &[("remote_address", "10.0.0.1"), ("path", "/login")]
+            ),
+            ["l1"]
+        );
+        // Order matters, and every entry must match.
+        assert!(names(
+            &set,
+            "d",
+            &[("path", "/login"), ("remote_address", "10.0.0.1")]
+        )
+        .is_empty());
+        assert!(names(&set, "d", &[("remote_address", "10.0.0.1"), ("path", "/")]).is_empty());
+        assert!(names(
+            &set,
+            "d",
+            &[("remote_address", "1"), ("path", "/login"), ("x", "y")]
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn the_domain_is_known_when_a_limit_names_it() {
+        let set = limits(&[r#"{ domain = "edge", descriptors = [{ key = "k" }] }"#]);
+        assert!(knows_domain(&set, "edge"));
+        assert!(!knows_domain(&set, "other"));
+    }
+
+    fn key(limit: &LimitConfig, pairs: &[(&str, &str)]) -> String {
+        let entries = entries(pairs);
+        let parts = key_parts(limit);
+        let key = compose(&parts, &OrUnknown(DescriptorSource(&entries))).unwrap();
+        String::from_utf8(key).unwrap()
+    }
+
+    #[test]
+    fn wildcard_values_are_counted_separately() {
+        let set = configs(&[
+            r#"{ domain = "d", descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "path", value = "/api/*" }] }"#,
+        ]);
+        assert_eq!(
+            key_parts(&set[0]).as_ref(),
+            [
+                KeyPart::Global,
+                KeyPart::Descriptor("remote_address".into())
+            ]
+        );
+        assert_eq!(
+            key(
+                &set[0],
+                &[("remote_address", "10.0.0.1"), ("path", "/login")]
+            ),
+            "*|10.0.0.1"
+        );
+        assert_eq!(key(&set[1], &[("path", "/api/a")]), "*|/api/a");
+        assert_ne!(
+            key(&set[1], &[("path", "/api/a")]),
+            key(&set[1], &[("path", "/api/b")])
+        );
+    }
+
+    #[test]
+    fn keys_come_from_the_descriptor() {
+        let toml = r#"
+[[limits]]
+name = "per-user"
+rate = "10/minute"
+key = ["descriptor:user", "client_ip"]
+match = { domain = "d", descriptors = [{ key = "user" }, { key = "remote_address" }] }
+
+[[limits]]
+name = "by-header"
+rate = "10/minute"
+key = ["header:x-api-key"]
+match = { domain = "d", descriptors = [{ key = "plan", value = "free" }] }
+"#;
+        let set = Config::from_toml_str(toml, "test.toml").unwrap().limits;
+        // Already in the key: not added twice.
+        assert_eq!(key_parts(&set[0]).len(), 2);
+        assert_eq!(
+            key(
+                &set[0],
+                &[("user", "alice"), ("remote_address", "10.0.0.1")]
+            ),
+            "alice|10.0.0.1"
+        );
+        // A part the descriptor cannot give is shared by all as "unknown".
+        assert_eq!(key(&set[1], &[("plan", "free")]), "unknown");
+        let entries = entries(&[("user", "bob")]);
+        let source = DescriptorSource(&entries);
+        assert_eq!(source.part(&KeyPart::Route), None);
+        assert_eq!(source.part(&KeyPart::Peer), None);
+        assert_eq!(
+            source.part(&KeyPart::Descriptor("user".into())).as_deref(),
+            Some("bob")
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! Envoy's rate limit service API v3 over gRPC
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`), wire
+//! compatible with Envoy's `envoy.filters.http.ratelimit` and
+//! `envoy.filters.network.ratelimit` filters.
+//!
+//! # Matching
+//!
+//! Each descriptor of a request is matched against the configured limits in
+//! the model of Envoy's own rate limit service ([`matching`]): a limit
+//! applies when its `match.domain` is the request's domain and its
+//! `match.descriptors` match the descriptor's entries one by one (same
+//! length, same keys, values exact, by prefix with a trailing `*`, or any
+//! when no value is given; each value a wildcard matches is counted
+//! separately). Several limits may apply to one descriptor; a descriptor no
+//! limit applies to is answered `OK` with no `current_limit`.
+//!
+//! # Deciding
+//!
+//! - Every descriptor of a request is decided together, all or nothing: a
+//!   request one limit refuses takes nothing from the others.
+//! - A descriptor costs its `hits_addend` if set, else the request's
+//!   (`0` there means 1). A descriptor `hits_addend` of 0 only reports.
+//! - `is_negative_hits` gives the hits back (refunds first, then the rest
+//!   of the request), and never refuses.
+//! - A descriptor's `limit` override is handled as Envoy's own service does
+//!   (`GetLimit` in envoyproxy/ratelimit): in a domain some limit names, it
+//!   replaces the configured limits for that descriptor by a fixed window
+//!   of `requests_per_unit` per unit (months are 30 days and years 365, as
+//!   there), counted per domain and full list of entries, never in shadow
+//!   mode. Zero requests per unit refuses every hit. An override with an
+//!   unknown unit is refused with `INVALID_ARGUMENT`.
+//! - Limits in shadow mode are decided and shown but never make a status
+//!   or the request `OVER_LIMIT`, as Envoy's service's `shadow_mode`.
+//!
+//! # Answering
+//!
+//! `statuses` has one entry per descriptor, in order: the code, the limit
+//! that refused it or else the one with the least remaining
+//! (`current_limit`, its name and its rate in Envoy's units, see
+//! [`units`]), `limit_remaining` and `duration_until_reset`.
+//! `overall_code` is `OVER_LIMIT` when any status is.
+//! `response_headers_to_add` carries the IETF draft's `RateLimit-Policy`
+//! and `RateLimit` fields for the limits that applied (shadow ones aside),
+//! and `Retry-After` in whole seconds when the request is over a limit
+//! that a wait can satisfy.
+//!
+//! A failed store is a gRPC `UNAVAILABLE` error (never `UNKNOWN`), so the
+//! filter's `failure_mode_deny` decides; see [`EnvoyError`].
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ratekeeper::{ManualClock, Timestamp};
+//! use ratekeeper_server::engine::Engine;
+//! use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;
+//! use ratekeeper_server::envoy::proto::rate_limit_response::Code;
+//! use ratekeeper_server::envoy::proto::{RateLimitDescriptor, RateLimitRequest};
+//! use ratekeeper_server::envoy::EnvoyService;
+//! use ratekeeper_server::Config;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let config = Config::from_toml_str(
+//!     r#"
+//! [[limits]]
+//! name = "per-ip"
+//! rate = "2/minute"
+//! key = ["client_ip"]
+//! match = { domain = "edge", descriptors = [{ key = "remote_address" }] }
+//! "#,
+//!     "ratekeeper.toml",
+//! )?;
+//! let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
+//! let service = EnvoyService::new(Engine::start(&config, clock).await?);
+//! // service.into_server() goes on a tonic server; here it is asked directly.
+//!
+//! let request = RateLimitRequest {
+//!     domain: "edge".into(),
+//!     descriptors: vec![RateLimitDescriptor {
+//!         entries: vec![Entry { key: "remote_address".into(), value: "10.0.0.1".into() }],
+//!         ..Default::default()
+//!     }],
+//!     hits_addend: 0,
+//! };
+//! let codes: Vec<i32> = [
+//!     service.decide(&request).await?,
+//!     service.decide(&request).await?,
+//!     service.decide(&request).await?,
+//! ]
+//! .iter()
+//! .map(|response| response.overall_code)
+//! .collect();
+//! assert_eq!(codes, [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod error;
+pub mod matching;
+pub mod proto;
+mod service;
+pub mod units;
+
+pub use error::EnvoyError;
+pub use service::EnvoyService;

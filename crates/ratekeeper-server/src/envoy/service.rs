@@ -1,0 +1,392 @@
+//! `ShouldRateLimit`: Envoy's request turned into the engine's checks, and
+//! the engine's verdict into Envoy's response.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::{Decision, FixedWindow, Limit, Rate};
+use ratekeeper_tower::headers::{self, PolicyReport};
+use tonic::{Request, Response, Status};
+
+use super::error::EnvoyError;
+use super::matching::{self, DescriptorSource};
+use super::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use super::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use super::proto::{HeaderValue, RateLimitRequest, RateLimitResponse, RateLimitUnit};
+use super::units;
+use crate::config::{KeyPart, LimitConfig, Match};
+use crate::engine::{compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown};
+
+/// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`)
+/// deciding through an [`Engine`].
+///
+/// Serve it with [`EnvoyService::into_server`] on a tonic server; or call
+/// [`EnvoyService::decide`] directly. See the [module](super) for what it
+/// answers.
+#[derive(Clone, Debug)]
+pub struct EnvoyService {
+    engine: Engine,
+}
+
+/// One check of the request, and what it belongs to.
+struct Planned {
+    /// The request descriptor it comes from.
+    descriptor: usize,
+    /// Whether its hits are given back (`is_negative_hits`).
+    refund: bool,
+    /// The limit as Envoy's `current_limit` shows it.
+    shown: RateLimit,
+}
+
+/// What a descriptor's override asks for.
+enum Override {
+    /// A limit of its own.
+    Limit(Arc<ActiveLimit>, RateLimit),
+    /// Zero requests per unit: every hit is over the limit.
+    Zero(RateLimit, Duration),
+}
+
+impl EnvoyService {
+    /// The service deciding through `engine`.
+    pub fn new(engine: Engine) -> EnvoyService {
+        EnvoyService { engine }
+    }
+
+    /// The tonic server of this service, to add to a
+    /// `tonic::transport::Server`.
+    pub fn into_server(self) -> RateLimitServiceServer<EnvoyService> {
+        RateLimitServiceServer::new(self)
+    }
+
+    /// Answers one `ShouldRateLimit` request.
+    ///
+    /// Errors are a failed store ([`EnvoyError::Store`]) and malformed
+    /// requests (no domain, no descriptors, an override with an unknown
+    /// unit); whatever the request holds, this never panics.
+    pub async fn decide(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, EnvoyError> {
+        if request.domain.is_empty() {
+            return Err(EnvoyError::EmptyDomain);
+        }
+        if request.descriptors.is_empty() {
+            return Err(EnvoyError::NoDescriptors);
+        }
+        let domain = request.domain.as_str();
+        let limits = self.engine.limits();
+        let request_hits = match request.hits_addend {
+            0 => 1,
+            hits => u64::from(hits),
+        };
+        let knows_domain = matching::knows_domain(&limits, domain);
+
+        let mut takes = Vec::new();
+        let mut take_plans = Vec::new();
+        let mut refunds = Vec::new();
+        let mut refund_plans = Vec::new();
+        // Descriptors whose override allows nothing, with what to show.
+        let mut zero: Vec<Option<(RateLimit, Duration)>> = vec![None; request.descriptors.len()];
+        let mut blocked = false;
+
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            let hits = descriptor.hits_addend.unwrap_or(request_hits);
+            let refund = descriptor.is_negative_hits;
+            let mut push = |limit: Arc<ActiveLimit>, key: Vec<u8>, shown: RateLimit| {
+                let plan = Planned {
+                    descriptor: index,
+                    refund,
+                    shown,
+                };
+                let check = Check::new(limit, key, hits);
+                if refund {
+                    refunds.push(check);
+                    refund_plans.push(plan);
+                } else {
+                    takes.push(check);
+                    take_plans.push(plan);
+                }
+            };
+            match &descriptor.limit {
+                // Envoy's service: an override replaces the configured
+                // limits, in a domain it knows.
+                Some(limit_override) if knows_domain => {
+                    match override_limit(index, limit_override)? {
+                        Override::Limit(limit, shown) => {
+                            push(limit, override_key(domain, &descriptor.entries), shown);
+                        }
+                        Override::Zero(shown, window) => {
+                            blocked |= hits > 0 && !refund;
+                            zero[index] = Some((shown, window));
+                        }
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    let source = OrUnknown(DescriptorSource(&descriptor.entries));
+                    for limit in matching::applicable(&limits, domain, &descriptor.entries) {
+                        let parts = matching::key_parts(limit.config());
+                        // OrUnknown gives every part, so this cannot fail;
+                        // a limit without a key would simply not apply.
+                        let Ok(key) = compose(&parts, &source) else {
+                            continue;
+                        };
+                        push(Arc::clone(limit), key, configured_rate(limit));
+                    }
+                }
+            }
+        }
+
+        // Refunds first: they never depend on the rest of the request.
+        if !refunds.is_empty() {
+            self.engine.refund(&refunds).await?;
+        }
+        let asked = takes.len();
+        // A zero override refuses the request: the others only report.
+        let taken = if blocked {
+            self.engine.peek(takes).await?
+        } else {
+            self.engine.check(takes).await?
+        };
+        let retry_after = taken.retry_after();
+        let refunded = if refund_plans.is_empty() {
+            Vec::new()
+        } else {
+            self.engine.peek(refunds).await?.results
+        };
+        if taken.results.len() != asked || refunded.len() != refund_plans.len() {
+            return Err(EnvoyError::Mismatch {
+                asked: asked + refund_plans.len(),
+                got: taken.results.len() + refunded.len(),
+            });
+        }
+        let results: Vec<(&LimitResult, &Planned, Decision)> = taken
+            .results
+            .iter()
+            .zip(&take_plans)
+            .chain(refunded.iter().zip(&refund_plans))
+            .map(|(result, plan)| (result, plan, result.decision()))
+            .collect();
+
+        let statuses: Vec<DescriptorStatus> = zero
+            .into_iter()
+            .enumerate()
+            .map(|(index, zero)| match zero {
+                Some((shown, window)) => zero_status(shown, window),
+                None => descriptor_status(
+                    results
+                        .iter()
+                        .filter(|(_, plan, _)| plan.descriptor == index),
+                ),
+            })
+            .collect();
+        let over = statuses
+            .iter()
+            .any(|status| status.code == Code::OverLimit as i32);
+        let mut response = RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            ..RateLimitResponse::default()
+        };
+        add_headers(&mut response.response_headers_to_add, &results);
+        if over {
+            if let Some(secs) = headers::retry_after_secs(retry_after) {
+                response
+                    .response_headers_to_add
+                    .push(header("retry-after", secs.to_string()));
+            }
+        }
+        Ok(response)
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for EnvoyService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.decide(request.get_ref())
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
+    }
+}
+
+/// A configured limit as Envoy's `current_limit`.
+fn configured_rate(limit: &ActiveLimit) -> RateLimit {
+    let rate = &limit.config().rate;
+    let (requests_per_unit, unit) = units::envoy_rate(rate.amount(), rate.period());
+    RateLimit {
+        name: limit.name().to_owned(),
+        requests_per_unit,
+        unit: unit as i32,
+    }
+}
+
+/// The limit a descriptor's override asks for: a fixed window of
+/// `requests_per_unit` per unit, as Envoy's own service counts, named
+/// `envoy-override-N-per-UNIT` so that different overrides never share a
+/// count.
+fn override_limit(
+    index: usize,
+    limit_override: &RateLimitOverride,
+) -> Result<Override, EnvoyError> {
+    let invalid = |reason: String| EnvoyError::InvalidOverride { index, reason };
+    let unit = RateLimitUnit::try_from(limit_override.unit)
+        .map_err(|_| invalid(format!("unknown unit {}", limit_override.unit)))?;
+    let window =
+        units::unit_duration(unit).ok_or_else(|| invalid("the unit is UNKNOWN".to_owned()))?;
+    let requests = limit_override.requests_per_unit;
+    let unit_name = unit.as_str_name().to_ascii_lowercase();
+    let shown = RateLimit {
+        name: format!("envoy-override-{requests}-per-{unit_name}"),
+        requests_per_unit: requests,
+        unit: units::response_unit(unit) as i32,
+    };
+    if requests == 0 {
+        return Ok(Override::Zero(shown, window));
+    }
+    let rate = Rate::new(u64::from(requests), window).map_err(|e| invalid(e.to_string()))?;
+    let policy = FixedWindow::from_rate(&rate).map_err(|e| invalid(e.to_string()))?;
+    let limit = Limit::new(shown.name.clone(), policy).map_err(|e| invalid(e.to_string()))?;
+    let config = LimitConfig {
+        limit,
+        rate,
+        key: vec![KeyPart::Global],
+        shadow: false,
+        matcher: Match::default(),
+    };
+    let active = LimitSet::new(&[config])
+        .iter()
+        .next()
+        .cloned()
+        .ok_or_else(|| invalid("no limit could be built".to_owned()))?;
+    Ok(Override::Limit(active, shown))
+}
+
+/// The key of an override: the domain and every entry, as Envoy's service
+/// keys it, with `|`, `=` and `\` escaped so different descriptors never
+/// share a key.
+fn override_key(domain: &str, entries: &[Entry]) -> Vec<u8> {
+    fn push(key: &mut Vec<u8>, text: &str) {
+        for byte in text.bytes() {
+            if matches!(byte, b'|' | b'=' | b'\\') {
+                key.push(b'\\');
+            }
+            key.push(byte);
+        }
+    }
+    let mut key = Vec::with_capacity(domain.len() + 16 * entries.len());
+    push(&mut key, domain);
+    for entry in entries {
+        key.push(b'|');
+        push(&mut key, &entry.key);
+        key.push(b'=');
+        push(&mut key, &entry.value);
+    }
+    key
+}
+
+/// The status of a descriptor whose override allows nothing.
+fn zero_status(shown: RateLimit, window: Duration) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::OverLimit as i32,
+        current_limit: Some(shown),
+        limit_remaining: 0,
+        duration_until_reset: Some(duration(window)),
+    }
+}
+
+/// The status of one descriptor from the results of its limits: OK with no
+/// limit when none applied; otherwise the limit that refused it, or else
+/// the tightest (least remaining, then longest reset). Shadow limits are
+/// shown only when no other limit applied, and never refuse; refunds never
+/// refuse.
+fn descriptor_status<'a>(
+    results: impl Iterator<Item = &'a (&'a LimitResult, &'a Planned, Decision)>,
+) -> DescriptorStatus {
+    let mine: Vec<&(&LimitResult, &Planned, Decision)> = results.collect();
+    let enforced: Vec<_> = mine
+        .iter()
+        .copied()
+        .filter(|(result, _, _)| !result.check.limit.is_shadow())
+        .collect();
+    let pool = if enforced.is_empty() { mine } else { enforced };
+    let refusing = pool.iter().copied().find(|(result, plan, _)| {
+        !plan.refund && !result.check.limit.is_shadow() && result.refused()
+    });
+    let chosen = refusing.or_else(|| {
+        pool.iter().copied().min_by(|(_, _, a), (_, _, b)| {
+            a.remaining()
+                .cmp(&b.remaining())
+                .then(b.reset().cmp(&a.reset()))
+        })
+    });
+    let Some((_, plan, decision)) = chosen else {
+        return DescriptorStatus {
+            code: Code::Ok as i32,
+            ..DescriptorStatus::default()
+        };
+    };
+    DescriptorStatus {
+        code: if refusing.is_some() {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        } as i32,
+        current_limit: Some(plan.shown.clone()),
+        limit_remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
+        duration_until_reset: Some(duration(decision.reset())),
+    }
+}
+
+/// The draft's `RateLimit-Policy` (every limit that applied, not in shadow
+/// mode, once per name: its tightest key) and `RateLimit` (the tightest).
+fn add_headers(out: &mut Vec<HeaderValue>, results: &[(&LimitResult, &Planned, Decision)]) {
+    let mut reports: Vec<PolicyReport<'_>> = Vec::new();
+    for (result, _, decision) in results {
+        if result.check.limit.is_shadow() {
+            continue;
+        }
+        let report = PolicyReport {
+            name: result.check.limit.name(),
+            window: result.check.limit.window(),
+            decision,
+            partition_key: None,
+        };
+        match reports.iter_mut().find(|seen| seen.name == report.name) {
+            Some(seen) if report.decision.remaining() < seen.decision.remaining() => *seen = report,
+            Some(_) => {}
+            None => reports.push(report),
+        }
+    }
+    let Some(tightest) = headers::tightest(&reports) else {
+        return;
+    };
+    out.push(header(
+        headers::RATELIMIT_POLICY.as_str(),
+        headers::ratelimit_policy_value(&reports),
+    ));
+    out.push(header(
+        headers::RATELIMIT.as_str(),
+        headers::ratelimit_value(tightest),
+    ));
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
+    }
+}
+
+/// A protobuf duration, clamped to its range.
+fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration::try_from(d).unwrap_or(prost_types::Duration {
+        seconds: i64::MAX,
+        nanos: 999_999_999,
+    })
+}

@@ -1,0 +1,534 @@
+//! Envoy's rate limit service over real gRPC on loopback: the service
+//! started in-process on 127.0.0.1:0, asked by a tonic client generated
+//! from the same .proto files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper_server::engine::Engine;
+use ratekeeper_server::envoy::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use ratekeeper_server::envoy::proto::rate_limit_response::{
+    rate_limit::Unit, Code, DescriptorStatus,
+};
+use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient;
+use ratekeeper_server::envoy::proto::{
+    RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
+};
+use ratekeeper_server::envoy::EnvoyService;
+use ratekeeper_server::Config;
+use tokio::sync::oneshot;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Server};
+
+/// A running service and a client connected to it.
+struct Rls {
+    client: RateLimitServiceClient<Channel>,
+    clock: Arc<ManualClock>,
+    _stop: oneshot::Sender<()>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn serve(engine: Engine) -> (RateLimitServiceClient<Channel>, oneshot::Sender<()>) {
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = incoming.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        Server::builder()
+            .add_service(EnvoyService::new(engine).into_server())
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    (RateLimitServiceClient::new(channel), stop)
+}
+
+/// The service on an in-memory store running on a manual clock.
+async fn start(toml: &str) -> Rls {
+    let config = Config::from_toml_str(toml, "test.toml").unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let (client, stop) = serve(engine).await;
+    Rls {
+        client,
+        clock,
+        _stop: stop,
+        _dir: None,
+    }
+}
+
+fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: pairs
+            .iter()
+            .map(|&(key, value)| Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn with_hits(mut descriptor: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
+    descriptor.hits_addend = Some(hits);
+    descriptor
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+impl Rls {
+    async fn ask(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        self.client
+            .should_rate_limit(request)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// One descriptor in `domain`; its status and the overall code.
+    async fn one(&mut self, domain: &str, descriptor: RateLimitDescriptor) -> DescriptorStatus {
+        let response = self.ask(request(domain, vec![descriptor])).await;
+        assert_eq!(response.statuses.len(), 1);
+        let status = response.statuses[0].clone();
+        assert_eq!(response.overall_code, status.code, "{response:?}");
+        status
+    }
+}
+
+fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    response
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+const PER_IP: &str = r#"
+[[limits]]
+name = "per-ip"
+rate = "3/minute"
+policy = "fixed_window"
+key = ["client_ip"]
+match = { domain = "edge", descriptors = [{ key = "remote_address" }] }
+"#;
+
+#[tokio::test]
+async fn every_descriptor_gets_a_status_and_unmatched_ones_are_ok_without_a_limit() {
+    let mut rls = start(PER_IP).await;
+    let response = rls
+        .ask(request(
+            "edge",
+            vec![
+                descriptor(&[("remote_address", "10.0.0.1")]),
+                descriptor(&[("header_match", "x")]),
+            ],
+        ))
+        .await;
+    assert_eq!(response.overall_code, OK);
+    assert_eq!(response.statuses.len(), 2);
+    let first = &response.statuses[0];
+    assert_eq!(first.code, OK);
+    let limit = first.current_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+        ("per-ip", 3, Unit::Minute as i32)
+    );
+    assert_eq!(first.limit_remaining, 2);
+    let reset = first.duration_until_reset.unwrap();
+    assert!(reset.seconds > 0 && reset.seconds <= 60, "{reset:?}");
+    let second = &response.statuses[1];
+    assert_eq!(second.code, OK);
+    assert_eq!(second.current_limit, None);
+    assert_eq!(second.limit_remaining, 0);
+
+    // Another domain knows no limit.
+    let other = rls
+        .one("inner", descriptor(&[("remote_address", "10.0.0.1")]))
+        .await;
+    assert_eq!((other.code, other.current_limit), (OK, None));
+}
+
+#[tokio::test]
+async fn a_limit_of_n_admits_exactly_n() {
+    let mut rls = start(PER_IP).await;
+    let ip = || descriptor(&[("remote_address", "10.0.0.1")]);
+    for remaining in [2, 1, 0] {
+        let status = rls.one("edge", ip()).await;
+        assert_eq!((status.code, status.limit_remaining), (OK, remaining));
+    }
+    for _ in 0..3 {
+        let status = rls.one("edge", ip()).await;
+        assert_eq!((status.code, status.limit_remaining), (OVER, 0));
+    }
+    // Each address has its own count.
+    let other = rls
+        .one("edge", descriptor(&[("remote_address", "10.0.0.2")]))
+        .await;
+    assert_eq!(other.code, OK);
+    // The next window admits again.
+    rls.clock.advance(Duration::from_secs(60));
+    assert_eq!(rls.one("edge", ip()).await.code, OK);
+}
+
+#[tokio::test]
+async fn wildcards_and_nested_descriptors_match_as_in_envoys_service() {
+    let mut rls = start(
+        r#"
+[[limits]]
+name = "ip"
+rate = "2/minute"
+key = ["global"]
+match = { domain = "edge", descriptors = [{ key = "remote_address" }] }
+
+[[limits]]
+name = "ip-login"
+rate = "1/minute"
+key = ["global"]
+match = { domain = "edge", descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }] }
+
+[[limits]]
+name = "api"
+rate = "1/minute"
+key = ["global"]
+match = { domain = "edge", descriptors = [{ key = "path", value = "/api/*" }] }
+"#,
+    )
+    .await;
+    let name = |status: &DescriptorStatus| status.current_limit.as_ref().map(|l| l.name.clone());
+
+    // Nested: only the two-entry limit applies, per address.
+    let login = |ip: &str| descriptor(&[("remote_address", ip), ("path", "/login")]);
+    let status = rls.one("edge", login("10.0.0.1")).await;
+    assert_eq!(
+        (status.code, name(&status).as_deref()),
+        (OK, Some("ip-login"))
+    );
+    assert_eq!(rls.one("edge", login("10.0.0.1")).await.code, OVER);
+    assert_eq!(rls.one("edge", login("10.0.0.2")).await.code, OK);
+    // The one-entry limit was not touched by the nested descriptor.
+    let status = rls
+        .one("edge", descriptor(&[("remote_address", "10.0.0.1")]))
+        .await;
+    assert_eq!((status.code, status.limit_remaining), (OK, 1));
+    assert_eq!(name(&status).as_deref(), Some("ip"));
+    // Another path under the same address: no limit has those entries.
+    let status = rls
+        .one(
+            "edge",
+            descriptor(&[("remote_address", "10.0.0.1"), ("path", "/home")]),
+        )
+        .await;
+    assert_eq!((status.code, status.current_limit), (OK, None));
+
+    // Prefix: every value under /api/ matches, each counted separately.
+    let api = |path: &str| descriptor(&[("path", path)]);
+    assert_eq!(
+        name(&rls.one("edge", api("/api/users")).await).as_deref(),
+        Some("api")
+    );
+    assert_eq!(rls.one("edge", api("/api/users")).await.code, OVER);
+    assert_eq!(rls.one("edge", api("/api/orders")).await.code, OK);
+    assert_eq!(rls.one("edge", api("/apix")).await.current_limit, None);
+}
+
+#[tokio::test]
+async fn hits_addend_at_request_and_descriptor_level() {
+    let mut rls = start(
+        r#"
+[[limits]]
+name = "per-user"
+rate = "10/minute"
+policy = "fixed_window"
+key = ["descriptor:user"]
+match = { domain = "d", descriptors = [{ key = "user" }] }
+"#,
+    )
+    .await;
+    let user = || descriptor(&[("user", "alice")]);
+
+    // The request's hits_addend.
+    let mut ask = request("d", vec![user()]);
+    ask.hits_addend = 3;
+    assert_eq!(rls.ask(ask.clone()).await.statuses[0].limit_remaining, 7);
+    // The descriptor's replaces it.
+    ask.descriptors = vec![with_hits(user(), 2)];
+    assert_eq!(rls.ask(ask.clone()).await.statuses[0].limit_remaining, 5);
+    // 0 at the descriptor only reports.
+    ask.descriptors = vec![with_hits(user(), 0)];
+    for _ in 0..3 {
+        let response = rls.ask(ask.clone()).await;
+        assert_eq!(
+            (response.overall_code, response.statuses[0].limit_remaining),
+            (OK, 5)
+        );
+    }
+    // 0 at the request means 1.
+    assert_eq!(rls.one("d", user()).await.limit_remaining, 4);
+    // More hits than remain: refused, nothing taken.
+    let status = rls.one("d", with_hits(user(), 5)).await;
+    assert_eq!((status.code, status.limit_remaining), (OVER, 4));
+    let status = rls.one("d", with_hits(user(), 4)).await;
+    assert_eq!((status.code, status.limit_remaining), (OK, 0));
+    // Reporting an exhausted key is not over the limit, as in Envoy's service.
+    assert_eq!(rls.one("d", with_hits(user(), 0)).await.code, OK);
+    assert_eq!(rls.one("d", user()).await.code, OVER);
+}
+
+#[tokio::test]
+async fn a_descriptor_override_replaces_the_configured_limit() {
+    let mut rls = start(PER_IP).await;
+    let overridden = |requests, unit: RateLimitUnit| {
+        let mut d = descriptor(&[("remote_address", "10.0.0.1")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: requests,
+            unit: unit as i32,
+        });
+        d
+    };
+    for remaining in [1, 0] {
+        let status = rls.one("edge", overridden(2, RateLimitUnit::Hour)).await;
+        assert_eq!((status.code, status.limit_remaining), (OK, remaining));
+        let limit = status.current_limit.unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("envoy-override-2-per-hour", 2, Unit::Hour as i32)
+        );
+        let reset = status.duration_until_reset.unwrap().seconds;
+        assert!(reset > 60 && reset <= 3600, "{reset}");
+    }
+    assert_eq!(
+        rls.one("edge", overridden(2, RateLimitUnit::Hour))
+            .await
+            .code,
+        OVER
+    );
+    // The configured limit was not used.
+    let status = rls
+        .one("edge", descriptor(&[("remote_address", "10.0.0.1")]))
+        .await;
+    assert_eq!((status.code, status.limit_remaining), (OK, 2));
+    // Other numbers are another count.
+    assert_eq!(
+        rls.one("edge", overridden(5, RateLimitUnit::Hour))
+            .await
+            .code,
+        OK
+    );
+    // Zero per unit refuses every hit.
+    let status = rls.one("edge", overridden(0, RateLimitUnit::Second)).await;
+    assert_eq!(status.code, OVER);
+    assert_eq!(status.current_limit.unwrap().requests_per_unit, 0);
+    // In a domain no limit names, an override is ignored, as in Envoy's service.
+    let status = rls
+        .one("elsewhere", overridden(1, RateLimitUnit::Hour))
+        .await;
+    assert_eq!((status.code, status.current_limit), (OK, None));
+    // An unknown unit is a bad request.
+    let error = rls
+        .client
+        .should_rate_limit(request("edge", vec![overridden(1, RateLimitUnit::Unknown)]))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().contains("descriptors[0].limit"), "{error}");
+}
+
+#[tokio::test]
+async fn negative_hits_give_back() {
+    let mut rls = start(PER_IP).await;
+    let ip = || descriptor(&[("remote_address", "10.0.0.1")]);
+    for _ in 0..3 {
+        assert_eq!(rls.one("edge", ip()).await.code, OK);
+    }
+    assert_eq!(rls.one("edge", ip()).await.code, OVER);
+    let mut refund = with_hits(ip(), 2);
+    refund.is_negative_hits = true;
+    let status = rls.one("edge", refund).await;
+    assert_eq!((status.code, status.limit_remaining), (OK, 2));
+    assert_eq!(rls.one("edge", ip()).await.code, OK);
+    assert_eq!(rls.one("edge", ip()).await.code, OK);
+    assert_eq!(rls.one("edge", ip()).await.code, OVER);
+}
+
+#[tokio::test]
+async fn responses_carry_the_draft_headers_and_retry_after_when_over() {
+    let mut rls = start(PER_IP).await;
+    let ask = || request("edge", vec![descriptor(&[("remote_address", "10.0.0.1")])]);
+    let response = rls.ask(ask()).await;
+    assert_eq!(
+        header(&response, "ratelimit-policy"),
+        Some("\"per-ip\";q=3;w=60")
+    );
+    let value = header(&response, "ratelimit").unwrap();
+    assert!(value.starts_with("\"per-ip\";r=2;t="), "{value}");
+    assert_eq!(header(&response, "retry-after"), None);
+
+    rls.ask(ask()).await;
+    rls.ask(ask()).await;
+    rls.clock.advance(Duration::from_secs(5));
+    let response = rls.ask(ask()).await;
+    assert_eq!(response.overall_code, OVER);
+    let value = header(&response, "ratelimit").unwrap();
+    assert_eq!(value, "\"per-ip\";r=0;t=15");
+    // The fixed window began at t=960 (a multiple of 60), so at t=1005 the
+    // next one starts in 15 s.
+    assert_eq!(header(&response, "retry-after"), Some("15"));
+
+    // No limit, no headers.
+    let response = rls
+        .ask(request("edge", vec![descriptor(&[("k", "v")])]))
+        .await;
+    assert!(response.response_headers_to_add.is_empty(), "{response:?}");
+}
+
+#[tokio::test]
+async fn descriptors_are_decided_all_or_nothing() {
+    let mut rls = start(
+        r#"
+[[limits]]
+name = "per-user"
+rate = "10/minute"
+policy = "fixed_window"
+key = ["descriptor:user"]
+match = { domain = "d", descriptors = [{ key = "user" }] }
+
+[[limits]]
+name = "per-ip"
+rate = "1/minute"
+policy = "fixed_window"
+key = ["client_ip"]
+match = { domain = "d", descriptors = [{ key = "remote_address" }] }
+"#,
+    )
+    .await;
+    let both = || {
+        request(
+            "d",
+            vec![
+                descriptor(&[("user", "alice")]),
+                descriptor(&[("remote_address", "10.0.0.1")]),
+            ],
+        )
+    };
+    let response = rls.ask(both()).await;
+    assert_eq!(response.overall_code, OK);
+    assert_eq!(response.statuses[0].limit_remaining, 9);
+    assert_eq!(response.statuses[1].limit_remaining, 0);
+    for hits in [1, 3] {
+        let mut ask = both();
+        ask.hits_addend = hits;
+        let response = rls.ask(ask).await;
+        assert_eq!(response.overall_code, OVER);
+        assert_eq!(
+            (response.statuses[0].code, response.statuses[1].code),
+            (OK, OVER)
+        );
+    }
+    // The refused requests took nothing from the user's limit.
+    let status = rls
+        .one("d", with_hits(descriptor(&[("user", "alice")]), 0))
+        .await;
+    assert_eq!(status.limit_remaining, 9);
+    // Per-descriptor costs that differ are all or nothing too.
+    let response = rls
+        .ask(request(
+            "d",
+            vec![
+                with_hits(descriptor(&[("user", "alice")]), 4),
+                with_hits(descriptor(&[("remote_address", "10.0.0.1")]), 1),
+            ],
+        ))
+        .await;
+    assert_eq!(response.overall_code, OVER);
+    let status = rls
+        .one("d", with_hits(descriptor(&[("user", "alice")]), 0))
+        .await;
+    assert_eq!(status.limit_remaining, 9);
+}
+
+#[tokio::test]
+async fn shadow_limits_report_but_never_refuse() {
+    let mut rls = start(
+        r#"
+[[limits]]
+name = "trial"
+rate = "1/minute"
+policy = "fixed_window"
+key = ["client_ip"]
+shadow = true
+match = { domain = "edge", descriptors = [{ key = "remote_address" }] }
+"#,
+    )
+    .await;
+    let ip = || descriptor(&[("remote_address", "10.0.0.1")]);
+    for _ in 0..3 {
+        let response = rls.ask(request("edge", vec![ip()])).await;
+        assert_eq!(response.overall_code, OK);
+        let status = &response.statuses[0];
+        assert_eq!((status.code, status.limit_remaining), (OK, 0));
+        assert_eq!(status.current_limit.as_ref().unwrap().name, "trial");
+        assert!(response.response_headers_to_add.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_failed_store_is_unavailable_not_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counts.db");
+    let toml = format!(
+        "[store]\nkind = \"sqlite\"\npath = {path:?}\non_failure = \"closed\"\n{PER_IP}",
+        path = path.display().to_string()
+    );
+    let config = Config::from_toml_str(&toml, "test.toml").unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let (client, stop) = serve(engine).await;
+    let mut rls = Rls {
+        client,
+        clock,
+        _stop: stop,
+        _dir: Some(dir),
+    };
+    let ask = || request("edge", vec![descriptor(&[("remote_address", "10.0.0.1")])]);
+    assert_eq!(rls.ask(ask()).await.overall_code, OK);
+
+    // The store's table goes away under it: every statement fails.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE ratekeeper")
+        .unwrap();
+    let error = rls.client.should_rate_limit(ask()).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::Unavailable, "{error}");
+    assert!(error.message().contains("store"), "{error}");
+}
+
+#[tokio::test]
+async fn malformed_requests_are_invalid_arguments() {
+    let mut rls = start(PER_IP).await;
+    for bad in [
+        request("", vec![descriptor(&[("remote_address", "1")])]),
+        request("edge", vec![]),
+    ] {
+        let error = rls.client.should_rate_limit(bad).await.unwrap_err();
+        assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
+    }
+}
