@@ -58,7 +58,10 @@ async fn check_admits_exactly_the_quota_then_refuses_with_the_fields() {
     assert_eq!(service.post("/v1/check", bob).await.2["allowed"], true);
 
     service.clock.advance(Duration::from_secs(20));
-    assert_eq!(service.post("/v1/check", body.clone()).await.2["allowed"], true);
+    assert_eq!(
+        service.post("/v1/check", body.clone()).await.2["allowed"],
+        true
+    );
     assert_eq!(service.post("/v1/check", body).await.2["allowed"], false);
     service.stop().await;
 }
@@ -78,7 +81,10 @@ async fn peek_takes_nothing_and_refund_gives_back() {
     let refund = json!({"limits": ["per-user"], "key": {"header:x-user": "carol"}, "cost": 2});
     let (status, _, answer) = service.post("/v1/refund", refund).await;
     assert_eq!(status, 200);
-    assert_eq!(answer["refunded"][0], json!({"name": "per-user", "key": "carol", "units": 2}));
+    assert_eq!(
+        answer["refunded"][0],
+        json!({"name": "per-user", "key": "carol", "units": 2})
+    );
     let (_, _, answer) = service.post("/v1/peek", body).await;
     assert_eq!(answer["limits"][0]["remaining"], 2);
     service.stop().await;
@@ -103,9 +109,15 @@ key = ["global"]
 "#,
     );
     let service = TestService::start(&toml).await;
-    let login = json!({"method": "post", "path": "/login/form", "key": {"client_ip": "203.0.113.7"}});
+    let login =
+        json!({"method": "post", "path": "/login/form", "key": {"client_ip": "203.0.113.7"}});
     let (_, _, answer) = service.post("/v1/check", login.clone()).await;
-    let names: Vec<&Value> = answer["limits"].as_array().unwrap().iter().map(|l| &l["name"]).collect();
+    let names: Vec<&Value> = answer["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| &l["name"])
+        .collect();
     assert_eq!(names, ["login", "everything"]);
     assert_eq!(answer["limits"][0]["key"], "203.0.113.7|POST /login/form");
     assert_eq!(answer["limits"][1]["key"], "*");
@@ -140,16 +152,23 @@ key = ["header:x-team"]
 "#,
     );
     let service = TestService::start(&toml).await;
-    let request = |user: &str| {
-        json!({"limits": ["per-user", "per-team"], "key": {"header:x-user": user, "header:x-team": "red"}})
-    };
-    assert_eq!(service.post("/v1/check", request("a")).await.2["allowed"], true);
-    assert_eq!(service.post("/v1/check", request("a")).await.2["allowed"], true);
+    let request = |user: &str| json!({"limits": ["per-user", "per-team"], "key": {"header:x-user": user, "header:x-team": "red"}});
+    assert_eq!(
+        service.post("/v1/check", request("a")).await.2["allowed"],
+        true
+    );
+    assert_eq!(
+        service.post("/v1/check", request("a")).await.2["allowed"],
+        true
+    );
     for _ in 0..3 {
         let (_, headers, answer) = service.post("/v1/check", request("a")).await;
         assert_eq!(answer["allowed"], false);
         assert_eq!(answer["denied_by"], "per-team");
-        assert_eq!(answer["limits"][0]["remaining"], 3, "per-user was not charged");
+        assert_eq!(
+            answer["limits"][0]["remaining"], 3,
+            "per-user was not charged"
+        );
         // RateLimit reports the tightest; the policy field lists both.
         assert_eq!(headers["ratelimit"], "\"per-team\";r=0;t=60");
         assert_eq!(
@@ -173,7 +192,10 @@ shadow = true
     );
     let service = TestService::start(&toml).await;
     let body = json!({"key": {"header:x-user": "dave"}});
-    assert_eq!(service.post("/v1/check", body.clone()).await.2["allowed"], true);
+    assert_eq!(
+        service.post("/v1/check", body.clone()).await.2["allowed"],
+        true
+    );
     let (_, headers, answer) = service.post("/v1/check", body).await;
     assert_eq!(answer["allowed"], true);
     assert_eq!(answer["denied_by"], Value::Null);
@@ -187,13 +209,21 @@ shadow = true
 async fn bad_requests_get_problem_details() {
     let service = TestService::start(&config(PER_USER)).await;
     let cases = [
-        (json!({"limits": ["nope"]}), 404, "no limit is named \"nope\""),
+        (
+            json!({"limits": ["nope"]}),
+            404,
+            "no limit is named \"nope\"",
+        ),
         (
             json!({"limits": ["per-user"]}),
             400,
             "limit \"per-user\" needs the key part \"header:x-user\" in \"key\"",
         ),
-        (json!({"limits": ["per-user"], "cost": -1}), 400, "invalid request body"),
+        (
+            json!({"limits": ["per-user"], "cost": -1}),
+            400,
+            "invalid request body",
+        ),
         (json!({"limit": ["per-user"]}), 400, "unknown field `limit`"),
         (json!({"method": "GE T"}), 400, "invalid method"),
     ];
@@ -206,7 +236,10 @@ async fn bad_requests_get_problem_details() {
             .await
             .unwrap();
         assert_eq!(response.status().as_u16(), status, "{body}");
-        assert_eq!(response.headers()["content-type"], "application/problem+json");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
         let problem: Value = response.json().await.unwrap();
         assert_eq!(problem["status"], status);
         let text = problem["detail"].as_str().unwrap();
@@ -272,9 +305,19 @@ descriptors = [{ key = "remote_address" }, { key = "path", value = "/api*" }]
 #[tokio::test]
 async fn health_and_readiness() {
     let service = TestService::start(&config(PER_USER)).await;
-    let health = service.client.get(service.admin("/healthz")).send().await.unwrap();
+    let health = service
+        .client
+        .get(service.admin("/healthz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status().as_u16(), 200);
-    let ready = service.client.get(service.admin("/readyz")).send().await.unwrap();
+    let ready = service
+        .client
+        .get(service.admin("/readyz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status().as_u16(), 200);
     assert_eq!(ready.text().await.unwrap(), "ready (memory store)\n");
     service.stop().await;

@@ -27,7 +27,10 @@ async fn healthz() -> &'static str {
 /// 200 when the store answers, 503 with the reason when it does not.
 async fn readyz(State(engine): State<Engine>) -> (StatusCode, String) {
     match engine.ready().await {
-        Ok(()) => (StatusCode::OK, format!("ready ({} store)\n", engine.store().kind())),
+        Ok(()) => (
+            StatusCode::OK,
+            format!("ready ({} store)\n", engine.store().kind()),
+        ),
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {error}\n"),

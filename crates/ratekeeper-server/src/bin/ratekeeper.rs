@@ -5,8 +5,10 @@
 //! file (with the `RATEKEEPER_*` environment overrides applied) and explains
 //! it.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use ratekeeper_server::config::{process_vars, DEFAULT_TOML};
@@ -30,6 +32,10 @@ enum Command {
         /// The configuration file; reloaded on SIGHUP and when it changes.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// How often to check the file for changes, in seconds; 0 turns
+        /// the check off (SIGHUP still reloads).
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        watch: f64,
     },
     /// Check a configuration file and explain what it sets up.
     Check {
@@ -45,7 +51,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => serve(config),
+        Command::Serve { config, watch } => serve(config, watch),
         Command::Check {
             print_default: true,
             ..
@@ -53,19 +59,17 @@ fn main() -> ExitCode {
             print!("{DEFAULT_TOML}");
             ExitCode::SUCCESS
         }
-        Command::Check { config, .. } => {
-            match load(config.as_deref()) {
-                Ok(config) => {
-                    print!("{}", config.explain());
-                    println!("ok");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    ExitCode::from(2)
-                }
+        Command::Check { config, .. } => match load(config.as_deref()) {
+            Ok(config) => {
+                print!("{}", config.explain());
+                println!("ok");
+                ExitCode::SUCCESS
             }
-        }
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::from(2)
+            }
+        },
     }
 }
 
@@ -78,7 +82,7 @@ fn load(path: Option<&Path>) -> Result<Config, ratekeeper_server::ConfigError> {
     }
 }
 
-fn serve(path: Option<PathBuf>) -> ExitCode {
+fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
     init_logging();
     let config = match load(path.as_deref()) {
         Ok(config) => config,
@@ -87,30 +91,50 @@ fn serve(path: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
+    let Ok(watch) = Duration::try_from_secs_f64(watch) else {
+        eprintln!("error: --watch takes a number of seconds, not {watch}");
+        return ExitCode::from(2);
+    };
     let mut options = Options::default();
     options.config_path = path;
+    options.watch_interval = Some(watch);
     let result = runtime.block_on(async move {
         let service = Service::start(config, options).await?;
         let addrs = service.addrs();
         let store = service.engine().store().kind();
         let limits = service.engine().limits().len();
-        println!("ratekeeper {} ({store} store, {limits} limits)", env!("CARGO_PKG_VERSION"));
+        // Where it listens, on stdout; a closed stdout must not stop the
+        // service, so write errors are ignored.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "ratekeeper {} ({store} store, {limits} limits)",
+            env!("CARGO_PKG_VERSION")
+        );
         if let Some(addr) = addrs.http {
-            println!("http  http://{addr}  (POST /v1/check, GET /v1/auth)");
+            let _ = writeln!(out, "http  http://{addr}  (POST /v1/check, GET /v1/auth)");
         }
         if let Some(addr) = addrs.grpc {
-            println!("grpc  {addr}  (envoy.service.ratelimit.v3.RateLimitService)");
+            let _ = writeln!(
+                out,
+                "grpc  {addr}  (envoy.service.ratelimit.v3.RateLimitService)"
+            );
         }
         if let Some(addr) = addrs.admin {
-            println!("admin http://{addr}  (/healthz, /readyz)");
+            let _ = writeln!(out, "admin http://{addr}  (/healthz, /readyz)");
         }
+        let _ = out.flush();
+        drop(out);
         service.run().await
     });
     match result {

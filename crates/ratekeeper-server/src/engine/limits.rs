@@ -18,6 +18,13 @@ pub struct ActiveLimit {
 }
 
 impl ActiveLimit {
+    /// A limit that no configuration file names, checked through the
+    /// engine like the configured ones: Envoy's per-descriptor limit
+    /// overrides are built this way.
+    pub fn new(config: LimitConfig) -> ActiveLimit {
+        ActiveLimit { config }
+    }
+
     /// The limit as configured.
     pub fn config(&self) -> &LimitConfig {
         &self.config

@@ -135,11 +135,15 @@ impl Engine {
             (0..checks.len()).partition(|&i| checks[i].limit.is_shadow());
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
 
-        let allowed = self.check_enforced(&checks, &enforced, &mut outcomes).await?;
+        let allowed = self
+            .check_enforced(&checks, &enforced, &mut outcomes)
+            .await?;
         for &index in &shadow {
             let check = &checks[index];
             let outcome = if allowed {
-                store.check(check.limit.limit(), &check.key, check.cost).await?
+                store
+                    .check(check.limit.limit(), &check.key, check.cost)
+                    .await?
             } else {
                 Outcome::Decided(store.peek(check.limit.limit(), &check.key).await?)
             };
@@ -149,7 +153,12 @@ impl Engine {
         let results = checks
             .into_iter()
             .zip(outcomes)
-            .filter_map(|(check, outcome)| Some(LimitResult { check, outcome: outcome? }))
+            .filter_map(|(check, outcome)| {
+                Some(LimitResult {
+                    check,
+                    outcome: outcome?,
+                })
+            })
             .collect();
         Ok(Verdict { results })
     }
@@ -192,7 +201,10 @@ impl Engine {
         // back what was taken when one refuses or fails.
         for (position, &index) in enforced.iter().enumerate() {
             let check = &checks[index];
-            let outcome = match store.check(check.limit.limit(), &check.key, check.cost).await {
+            let outcome = match store
+                .check(check.limit.limit(), &check.key, check.cost)
+                .await
+            {
                 Ok(outcome) => outcome,
                 Err(error) => {
                     self.refund_taken(checks, &enforced[..position]).await;
@@ -233,7 +245,11 @@ impl Engine {
     pub async fn peek(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
         let mut results = Vec::with_capacity(checks.len());
         for check in checks {
-            let decision = self.inner.store.peek(check.limit.limit(), &check.key).await?;
+            let decision = self
+                .inner
+                .store
+                .peek(check.limit.limit(), &check.key)
+                .await?;
             results.push(LimitResult {
                 check,
                 outcome: Outcome::Decided(decision),
@@ -259,13 +275,14 @@ impl Engine {
 /// which is nothing.
 fn given_back(outcome: Outcome, cost: u64) -> Outcome {
     match outcome {
-        Outcome::Decided(decision) if decision.is_allowed() => {
-            Outcome::Decided(Decision::allowed(
-                decision.limit(),
-                decision.remaining().saturating_add(cost).min(decision.limit()),
-                decision.reset(),
-            ))
-        }
+        Outcome::Decided(decision) if decision.is_allowed() => Outcome::Decided(Decision::allowed(
+            decision.limit(),
+            decision
+                .remaining()
+                .saturating_add(cost)
+                .min(decision.limit()),
+            decision.reset(),
+        )),
         other => other,
     }
 }

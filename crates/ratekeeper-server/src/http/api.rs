@@ -11,9 +11,7 @@ use http::Method;
 
 use super::error::ApiError;
 use super::headers::verdict_headers;
-use super::json::{
-    DecisionRequest, DecisionResponse, LimitDescription, RefundResponse, Refunded,
-};
+use super::json::{DecisionRequest, DecisionResponse, LimitDescription, RefundResponse, Refunded};
 use crate::config::KeyPart;
 use crate::engine::{ActiveLimit, Check, Engine, KeySource, NamedParts};
 
@@ -70,7 +68,9 @@ fn answer(verdict: &crate::engine::Verdict) -> Response {
     let fields: BTreeMap<String, String> = headers
         .iter()
         .filter(|(name, _)| *name != http::header::CACHE_CONTROL)
-        .filter_map(|(name, value)| Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned())))
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
         .collect();
     let body = DecisionResponse::new(verdict, fields);
     (headers, Json(body)).into_response()
@@ -127,7 +127,8 @@ fn applies(limit: &ActiveLimit, method: Option<&Method>, path: Option<&str>) -> 
     if matcher.domain.is_some() || !matcher.descriptors.is_empty() {
         return false;
     }
-    let method_ok = matcher.methods.is_empty() || method.is_some_and(|m| matcher.methods.contains(m));
+    let method_ok =
+        matcher.methods.is_empty() || method.is_some_and(|m| matcher.methods.contains(m));
     let path_ok = match &matcher.path_prefix {
         None => true,
         Some(prefix) => path.is_some_and(|p| p.starts_with(prefix.as_str())),
@@ -149,7 +150,9 @@ impl KeySource for ApiSource<'_> {
             return Some(value);
         }
         match (part, self.method, self.path) {
-            (KeyPart::Route, Some(method), Some(path)) => Some(Cow::Owned(format!("{method} {path}"))),
+            (KeyPart::Route, Some(method), Some(path)) => {
+                Some(Cow::Owned(format!("{method} {path}")))
+            }
             _ => None,
         }
     }

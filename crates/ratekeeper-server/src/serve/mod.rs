@@ -73,8 +73,9 @@ pub struct Options {
     /// The configuration file, if any: reloaded on SIGHUP and when it
     /// changes.
     pub config_path: Option<PathBuf>,
-    /// How often the file is checked for changes.
-    pub watch_interval: Duration,
+    /// How often the file is checked for changes; `None` or zero: never
+    /// (SIGHUP still reloads).
+    pub watch_interval: Option<Duration>,
     /// The clock of the in-memory store.
     pub clock: SharedClock,
 }
@@ -84,7 +85,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             config_path: None,
-            watch_interval: Duration::from_secs(1),
+            watch_interval: Some(Duration::from_secs(1)),
             clock: Arc::new(MonotonicClock::new()),
         }
     }
@@ -135,9 +136,9 @@ impl Service {
             tasks.spawn(serve_axum("admin", listener, app, stopped.clone()));
         }
 
-        let reloader = options.config_path.map(|path| {
-            Arc::new(Mutex::new(Reloader::new(path, engine.clone())))
-        });
+        let reloader = options
+            .config_path
+            .map(|path| Arc::new(Mutex::new(Reloader::new(path, engine.clone()))));
         if let Some(reloader) = &reloader {
             let reloader = Arc::clone(reloader);
             let interval = options.watch_interval;

@@ -73,9 +73,7 @@ impl Reloader {
         self.seen = Some(seen);
         let config = result?;
         if !self.engine.replace_limits(&config) {
-            tracing::warn!(
-                "the [store] section changed; the store only changes on a restart"
-            );
+            tracing::warn!("the [store] section changed; the store only changes on a restart");
         }
         Ok(Reloaded::Applied {
             limits: config.limits.len(),
@@ -84,18 +82,22 @@ impl Reloader {
 }
 
 /// Reloads on SIGHUP and whenever the file changes (checked every
-/// `interval`), logging what happened, until `stopped` turns true.
+/// `interval`; never without one), logging what happened, until `stopped`
+/// turns true.
 pub(crate) async fn watch(
     reloader: Arc<Mutex<Reloader>>,
-    interval: Duration,
+    interval: Option<Duration>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut hangup = hangup_signal();
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = interval.filter(|i| !i.is_zero()).map(|interval| {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker
+    });
     loop {
         let force = tokio::select! {
-            _ = ticker.tick() => false,
+            _ = tick(&mut ticker) => false,
             Some(()) = recv(&mut hangup) => true,
             _ = stopped.wait_for(|stop| *stop) => return,
         };
@@ -145,4 +147,14 @@ async fn recv(hangup: &mut Hangup) -> Option<()> {
     }
     let _ = hangup;
     std::future::pending().await
+}
+
+/// The next tick; pending forever without a ticker.
+async fn tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker {
+        Some(ticker) => {
+            ticker.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }

@@ -12,7 +12,8 @@ use ratekeeper_server::Config;
 use serde_json::Value;
 
 /// `[listen]` on free loopback ports, to put before a test's limits.
-pub const LISTEN_ANY: &str = "[listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"off\"\nadmin = \"127.0.0.1:0\"\n";
+pub const LISTEN_ANY: &str =
+    "[listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"off\"\nadmin = \"127.0.0.1:0\"\n";
 
 /// A service on `toml` (its `[listen]` should be [`LISTEN_ANY`]) whose
 /// in-memory store runs on a manual clock.
@@ -24,17 +25,25 @@ pub struct TestService {
 
 impl TestService {
     pub async fn start(toml: &str) -> TestService {
-        Self::start_with(toml, None).await
+        Self::start_with(toml, None, None).await
     }
 
-    pub async fn start_with(toml: &str, path: Option<std::path::PathBuf>) -> TestService {
+    /// With a configuration file at `path` (whose contents should be
+    /// `toml`), checked for changes every `watch`.
+    pub async fn start_with(
+        toml: &str,
+        path: Option<std::path::PathBuf>,
+        watch: Option<Duration>,
+    ) -> TestService {
         let config = Config::from_toml_str(toml, "test.toml").expect("a valid test config");
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
         let mut options = Options::default();
         options.clock = clock.clone();
         options.config_path = path;
-        options.watch_interval = Duration::from_millis(50);
-        let service = Service::start(config, options).await.expect("the service starts");
+        options.watch_interval = watch;
+        let service = Service::start(config, options)
+            .await
+            .expect("the service starts");
         TestService {
             service,
             clock,
@@ -43,11 +52,17 @@ impl TestService {
     }
 
     pub fn http(&self, path: &str) -> String {
-        format!("http://{}{path}", self.service.addrs().http.expect("http is on"))
+        format!(
+            "http://{}{path}",
+            self.service.addrs().http.expect("http is on")
+        )
     }
 
     pub fn admin(&self, path: &str) -> String {
-        format!("http://{}{path}", self.service.addrs().admin.expect("admin is on"))
+        format!(
+            "http://{}{path}",
+            self.service.addrs().admin.expect("admin is on")
+        )
     }
 
     /// POSTs `body` to `path`; the status, headers and JSON answer.
@@ -68,5 +83,94 @@ impl TestService {
     pub async fn stop(self) {
         self.service.shutdown();
         self.service.wait().await.expect("a clean shutdown");
+    }
+}
+
+/// A `ratekeeper serve` process on free loopback ports, its environment
+/// cleared of `RATEKEEPER_*` but for what the test sets; killed when
+/// dropped.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub http: std::net::SocketAddr,
+    pub admin: Option<std::net::SocketAddr>,
+    /// The lines it printed before the addresses were known.
+    pub banner: Vec<String>,
+}
+
+impl ServeProcess {
+    /// `ratekeeper serve ARGS` with `env`; the listen addresses default to
+    /// port 0 unless `env` sets them.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        use std::io::{BufRead, BufReader};
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+        command.arg("serve").args(args);
+        for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
+            command.env_remove(key);
+        }
+        command
+            .env("RATEKEEPER_LISTEN__HTTP", "127.0.0.1:0")
+            .env("RATEKEEPER_LISTEN__GRPC", "127.0.0.1:0")
+            .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::piped());
+        let mut child = command.spawn().expect("the binary runs");
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let (mut http, mut admin, mut banner) = (None, None, Vec::new());
+        while let Some(Ok(line)) = lines.next() {
+            let addr = |rest: &str| rest.split_whitespace().next().and_then(|a| a.parse().ok());
+            if let Some(rest) = line.strip_prefix("http  http://") {
+                http = addr(rest);
+            }
+            if let Some(rest) = line.strip_prefix("admin http://") {
+                admin = addr(rest);
+            }
+            let done = line.starts_with("admin ");
+            banner.push(line);
+            if done {
+                break;
+            }
+        }
+        // Keep reading, so the process never writes into a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let http = http.unwrap_or_else(|| panic!("no http address in {banner:?}"));
+        ServeProcess {
+            child,
+            http,
+            admin,
+            banner,
+        }
+    }
+
+    /// Sends `signal` (`TERM`, `HUP`...) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit, for at most `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running after {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -1,0 +1,165 @@
+//! The service on Redis: a store that fails closed answers 503 and is not
+//! ready, one that fails open lets requests through, both recover without a
+//! restart; and two service processes sharing one Redis enforce one limit
+//! together.
+
+#[path = "../../ratekeeper-redis/tests/harness/mod.rs"]
+mod harness;
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{ServeProcess, TestService, LISTEN_ANY};
+use harness::RedisServer;
+use serde_json::json;
+
+fn redis_config(url: &str, on_failure: &str, rate: &str) -> String {
+    format!(
+        "{LISTEN_ANY}\n[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 200\non_failure = \"{on_failure}\"\n\n[[limits]]\nname = \"shared\"\nrate = \"{rate}\"\npolicy = \"gcra\"\nkey = [\"global\"]\n"
+    )
+}
+
+/// Polls `check` until it answers `status`, for at most `within`.
+async fn wait_for_status(service: &TestService, status: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (got, _, _) = service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await;
+        if got == status {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {got}, not {status}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn readyz(service: &TestService) -> u16 {
+    service
+        .client
+        .get(service.admin("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn a_store_failing_closed_answers_503_then_recovers() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let service = TestService::start(&redis_config(&redis.url(), "closed", "1000/minute")).await;
+    let (status, _, answer) = service
+        .post("/v1/check", json!({"limits": ["shared"]}))
+        .await;
+    assert_eq!((status, &answer["allowed"]), (200, &json!(true)));
+    assert_eq!(readyz(&service).await, 200);
+
+    redis.kill();
+    let (status, headers, answer) = service
+        .post("/v1/check", json!({"limits": ["shared"]}))
+        .await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(answer["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("the rate-limit store failed"));
+    assert_eq!(readyz(&service).await, 503);
+
+    redis.restart();
+    wait_for_status(&service, 200, Duration::from_secs(5)).await;
+    assert_eq!(readyz(&service).await, 200);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_store_failing_open_lets_requests_through_but_is_not_ready() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let service = TestService::start(&redis_config(&redis.url(), "open", "1/hour")).await;
+    assert_eq!(
+        service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await
+            .2["allowed"],
+        true
+    );
+    assert_eq!(
+        service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await
+            .2["allowed"],
+        false
+    );
+
+    redis.kill();
+    for _ in 0..3 {
+        let (status, _, answer) = service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await;
+        assert_eq!(
+            (status, &answer["allowed"]),
+            (200, &json!(true)),
+            "{answer}"
+        );
+    }
+    assert_eq!(readyz(&service).await, 503);
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while readyz(&service).await != 200 {
+        assert!(Instant::now() < deadline, "not ready after the restart");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    service.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_service_processes_on_one_redis_admit_the_limit_together() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    // 50 an hour: one unit comes back every 72 s, far longer than the test.
+    std::fs::write(&path, redis_config(&redis.url(), "closed", "50/hour")).unwrap();
+    let services = [
+        ServeProcess::start(&["--config", path.to_str().unwrap()], &[]),
+        ServeProcess::start(&["--config", path.to_str().unwrap()], &[]),
+    ];
+
+    let client = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let url = format!("http://{}/v1/check", services[i % 2].http);
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut allowed = 0;
+            for _ in 0..10 {
+                let answer: serde_json::Value = client
+                    .post(&url)
+                    .json(&json!({"limits": ["shared"]}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                allowed += u32::from(answer["allowed"] == true);
+            }
+            allowed
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += task.await.unwrap();
+    }
+    assert_eq!(allowed, 50, "160 requests through two processes");
+}
