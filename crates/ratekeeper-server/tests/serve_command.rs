@@ -129,3 +129,50 @@ fn an_invalid_file_stops_it_at_start_with_the_error() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn the_grpc_port_answers_envoys_should_rate_limit() {
+    use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;
+    use ratekeeper_server::envoy::proto::rate_limit_response::Code;
+    use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient;
+    use ratekeeper_server::envoy::proto::{RateLimitDescriptor, RateLimitRequest};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(
+        &path,
+        "[[limits]]\nname = \"edge\"\nrate = \"1/hour\"\nkey = [\"descriptor:remote_address\"]\n[limits.match]\ndomain = \"edge\"\ndescriptors = [{ key = \"remote_address\" }]\n",
+    )
+    .unwrap();
+    let process = ServeProcess::start(&["--config", path.to_str().unwrap()], &[]);
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", process.grpc.unwrap()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let request = || RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "remote_address".to_owned(),
+                value: "198.51.100.4".to_owned(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    let first = client
+        .should_rate_limit(request())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    let second = client
+        .should_rate_limit(request())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(second.overall_code, Code::OverLimit as i32);
+}

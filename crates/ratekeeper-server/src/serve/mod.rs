@@ -43,6 +43,9 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// The gRPC server failed while serving.
+    #[error("the grpc server failed")]
+    Grpc(#[source] tonic::transport::Error),
     /// A front door failed while serving.
     #[error("the {door} server failed")]
     Serve {
@@ -257,11 +260,10 @@ async fn serve_grpc(
     engine: Engine,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
-    // The Envoy door lands separately; until then the port is held open
-    // and closed with the others.
-    let _ = (listener, engine);
-    stop_signal(stopped).await;
-    Ok(())
+    crate::envoy::EnvoyService::new(engine)
+        .serve(listener, stop_signal(stopped))
+        .await
+        .map_err(ServeError::Grpc)
 }
 
 /// SIGTERM or Ctrl-C.

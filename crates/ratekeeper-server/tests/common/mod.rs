@@ -93,6 +93,7 @@ pub struct ServeProcess {
     pub child: std::process::Child,
     pub http: std::net::SocketAddr,
     pub admin: Option<std::net::SocketAddr>,
+    pub grpc: Option<std::net::SocketAddr>,
     /// The lines it printed before the addresses were known.
     pub banner: Vec<String>,
 }
@@ -116,11 +117,14 @@ impl ServeProcess {
         let mut child = command.spawn().expect("the binary runs");
         let stdout = child.stdout.take().expect("piped");
         let mut lines = BufReader::new(stdout).lines();
-        let (mut http, mut admin, mut banner) = (None, None, Vec::new());
+        let (mut http, mut admin, mut grpc, mut banner) = (None, None, None, Vec::new());
         while let Some(Ok(line)) = lines.next() {
             let addr = |rest: &str| rest.split_whitespace().next().and_then(|a| a.parse().ok());
             if let Some(rest) = line.strip_prefix("http  http://") {
                 http = addr(rest);
+            }
+            if let Some(rest) = line.strip_prefix("grpc  ") {
+                grpc = addr(rest);
             }
             if let Some(rest) = line.strip_prefix("admin http://") {
                 admin = addr(rest);
@@ -138,6 +142,7 @@ impl ServeProcess {
             child,
             http,
             admin,
+            grpc,
             banner,
         }
     }
