@@ -17,9 +17,9 @@ use ratekeeper_server::envoy::proto::{
 };
 use ratekeeper_server::envoy::EnvoyService;
 use ratekeeper_server::Config;
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 
 /// A running service and a client connected to it.
 struct Rls {
@@ -30,13 +30,12 @@ struct Rls {
 }
 
 async fn serve(engine: Engine) -> (RateLimitServiceClient<Channel>, oneshot::Sender<()>) {
-    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = incoming.local_addr().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
-        Server::builder()
-            .add_service(EnvoyService::new(engine).into_server())
-            .serve_with_incoming_shutdown(incoming, async {
+        EnvoyService::new(engine)
+            .serve(listener, async {
                 let _ = stopped.await;
             })
             .await
@@ -337,6 +336,29 @@ async fn a_descriptor_override_replaces_the_configured_limit() {
     let status = rls.one("edge", overridden(0, RateLimitUnit::Second)).await;
     assert_eq!(status.code, OVER);
     assert_eq!(status.current_limit.unwrap().requests_per_unit, 0);
+    // A zero override refuses the whole request: the other descriptor
+    // reports but takes nothing.
+    let response = rls
+        .ask(request(
+            "edge",
+            vec![
+                overridden(0, RateLimitUnit::Minute),
+                descriptor(&[("remote_address", "10.0.0.9")]),
+            ],
+        ))
+        .await;
+    assert_eq!(response.overall_code, OVER);
+    assert_eq!(
+        (response.statuses[0].code, response.statuses[1].code),
+        (OVER, OK)
+    );
+    let status = rls
+        .one(
+            "edge",
+            with_hits(descriptor(&[("remote_address", "10.0.0.9")]), 0),
+        )
+        .await;
+    assert_eq!(status.limit_remaining, 3);
     // In a domain no limit names, an override is ignored, as in Envoy's service.
     let status = rls
         .one("elsewhere", overridden(1, RateLimitUnit::Hour))
@@ -443,6 +465,17 @@ match = { domain = "d", descriptors = [{ key = "remote_address" }] }
             (OK, OVER)
         );
     }
+    // Both limits are in the draft fields; the tightest in RateLimit.
+    let mut ask = both();
+    ask.hits_addend = 1;
+    let response = rls.ask(ask).await;
+    assert_eq!(
+        header(&response, "ratelimit-policy"),
+        Some("\"per-user\";q=10;w=60, \"per-ip\";q=1;w=60")
+    );
+    assert!(header(&response, "ratelimit")
+        .unwrap()
+        .starts_with("\"per-ip\";r=0;"));
     // The refused requests took nothing from the user's limit.
     let status = rls
         .one("d", with_hits(descriptor(&[("user", "alice")]), 0))
@@ -531,4 +564,38 @@ async fn malformed_requests_are_invalid_arguments() {
         let error = rls.client.should_rate_limit(bad).await.unwrap_err();
         assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
     }
+}
+
+#[tokio::test]
+async fn concurrent_requests_over_grpc_admit_exactly_the_limit() {
+    let rls = start(
+        r#"
+[[limits]]
+name = "global"
+rate = "20/minute"
+policy = "gcra"
+key = ["global"]
+match = { domain = "edge", descriptors = [{ key = "generic_key", value = "all" }] }
+"#,
+    )
+    .await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let mut client = rls.client.clone();
+        calls.spawn(async move {
+            client
+                .should_rate_limit(request("edge", vec![descriptor(&[("generic_key", "all")])]))
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+        });
+    }
+    let mut admitted = 0;
+    while let Some(code) = calls.join_next().await {
+        let code = code.unwrap();
+        assert!(code == OK || code == OVER, "{code}");
+        admitted += usize::from(code == OK);
+    }
+    assert_eq!(admitted, 20);
 }

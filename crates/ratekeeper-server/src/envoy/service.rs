@@ -1,11 +1,15 @@
 //! `ShouldRateLimit`: Envoy's request turned into the engine's checks, and
 //! the engine's verdict into Envoy's response.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{Decision, FixedWindow, Limit, Rate};
 use ratekeeper_tower::headers::{self, PolicyReport};
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
 use super::error::EnvoyError;
@@ -16,7 +20,7 @@ use super::proto::rate_limit_service_server::{RateLimitService, RateLimitService
 use super::proto::{HeaderValue, RateLimitRequest, RateLimitResponse, RateLimitUnit};
 use super::units;
 use crate::config::{KeyPart, LimitConfig, Match};
-use crate::engine::{compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown};
+use crate::engine::{compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`)
 /// deciding through an [`Engine`].
@@ -57,6 +61,34 @@ impl EnvoyService {
     /// `tonic::transport::Server`.
     pub fn into_server(self) -> RateLimitServiceServer<EnvoyService> {
         RateLimitServiceServer::new(self)
+    }
+
+    /// Serves this service over gRPC (HTTP/2) on `listener` until
+    /// `shutdown` completes, then lets the calls in flight finish.
+    ///
+    /// ```no_run
+    /// # async fn run(engine: ratekeeper_server::engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
+    /// use ratekeeper_server::envoy::EnvoyService;
+    ///
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8081").await?;
+    /// EnvoyService::new(engine)
+    ///     .serve(listener, async { let _ = tokio::signal::ctrl_c().await; })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error> {
+        Server::builder()
+            .add_service(self.into_server())
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                shutdown,
+            )
+            .await
     }
 
     /// Answers one `ShouldRateLimit` request.
@@ -258,11 +290,7 @@ fn override_limit(
         shadow: false,
         matcher: Match::default(),
     };
-    let active = LimitSet::new(&[config])
-        .iter()
-        .next()
-        .cloned()
-        .ok_or_else(|| invalid("no limit could be built".to_owned()))?;
+    let active = Arc::new(ActiveLimit::new(config));
     Ok(Override::Limit(active, shown))
 }
 
@@ -389,4 +417,55 @@ fn duration(d: Duration) -> prost_types::Duration {
         seconds: i64::MAX,
         nanos: 999_999_999,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, value: &str) -> Entry {
+        Entry {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        }
+    }
+
+    #[test]
+    fn override_keys_never_mix_domains_or_entries() {
+        let a = override_key("d", &[entry("k", "a|b=c")]);
+        assert_eq!(a, b"d|k=a\\|b\\=c");
+        assert_ne!(a, override_key("d", &[entry("k", "a"), entry("b", "c")]));
+        assert_ne!(
+            override_key("d|k=v", &[]),
+            override_key("d", &[entry("k", "v")])
+        );
+    }
+
+    #[test]
+    fn overrides_are_checked() {
+        let unknown = RateLimitOverride {
+            requests_per_unit: 1,
+            unit: 0,
+        };
+        assert!(matches!(
+            override_limit(2, &unknown),
+            Err(EnvoyError::InvalidOverride { index: 2, .. })
+        ));
+        let bogus = RateLimitOverride {
+            requests_per_unit: 1,
+            unit: 99,
+        };
+        assert!(override_limit(0, &bogus).is_err());
+        let month = RateLimitOverride {
+            requests_per_unit: 100,
+            unit: RateLimitUnit::Month as i32,
+        };
+        let Ok(Override::Limit(limit, shown)) = override_limit(0, &month) else {
+            panic!("a valid override");
+        };
+        assert_eq!(limit.name(), "envoy-override-100-per-month");
+        assert_eq!(limit.window(), Duration::from_secs(30 * 86_400));
+        assert_eq!((shown.requests_per_unit, shown.unit), (100, 5));
+        assert!(!limit.is_shadow());
+    }
 }
