@@ -14,6 +14,13 @@
 //! separately). Several limits may apply to one descriptor; a descriptor no
 //! limit applies to is answered `OK` with no `current_limit`.
 //!
+//! A limit's key is built from the descriptor ([`matching::DescriptorSource`]):
+//! `descriptor:KEY` from the entry with that key, `peer` and `client_ip`
+//! from the `remote_address` entry, `global` as always. A part the
+//! descriptor cannot give (`route`, `header:NAME`, or a missing entry) is
+//! `unknown`, shared by every such request: limited together, never let
+//! through unlimited.
+//!
 //! # Deciding
 //!
 //! - Every descriptor of a request is decided together, all or nothing: a
