@@ -322,3 +322,62 @@ async fn health_and_readiness() {
     assert_eq!(ready.text().await.unwrap(), "ready (memory store)\n");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn descriptors_choose_limits_as_envoy_does() {
+    let toml = config(
+        r#"
+[[limits]]
+name = "edge-ip"
+rate = "2/minute"
+key = ["descriptor:remote_address"]
+[limits.match]
+domain = "edge"
+descriptors = [{ key = "remote_address" }]
+
+[[limits]]
+name = "edge-login"
+rate = "1/minute"
+key = ["descriptor:remote_address"]
+[limits.match]
+domain = "edge"
+descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
+"#,
+    );
+    let service = TestService::start(&toml).await;
+    let body = |ip: &str| {
+        json!({"domain": "edge", "descriptors": [
+            [{"key": "remote_address", "value": ip}],
+            [{"key": "remote_address", "value": ip}, {"key": "path", "value": "/login"}]
+        ]})
+    };
+    let (_, _, answer) = service.post("/v1/check", body("192.0.2.9")).await;
+    assert_eq!(answer["allowed"], true);
+    let names: Vec<&Value> = answer["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| &l["name"])
+        .collect();
+    assert_eq!(names, ["edge-ip", "edge-login"]);
+    assert_eq!(answer["limits"][0]["key"], "192.0.2.9");
+    let (_, _, answer) = service.post("/v1/check", body("192.0.2.9")).await;
+    assert_eq!(answer["denied_by"], "edge-login");
+    // Another domain matches nothing.
+    let other =
+        json!({"domain": "other", "descriptors": [[{"key": "remote_address", "value": "x"}]]});
+    let (status, _, answer) = service.post("/v1/check", other).await;
+    assert_eq!(
+        (status, answer["limits"].as_array().unwrap().len()),
+        (200, 0)
+    );
+    // Descriptors need a domain.
+    let (status, _, _) = service
+        .post(
+            "/v1/check",
+            json!({"descriptors": [[{"key": "a", "value": "b"}]]}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    service.stop().await;
+}

@@ -11,9 +11,13 @@ use http::Method;
 
 use super::error::ApiError;
 use super::headers::verdict_headers;
-use super::json::{DecisionRequest, DecisionResponse, LimitDescription, RefundResponse, Refunded};
+use super::json::{
+    DecisionRequest, DecisionResponse, DescriptorEntry, LimitDescription, RefundResponse, Refunded,
+};
 use crate::config::KeyPart;
-use crate::engine::{ActiveLimit, Check, Engine, KeySource, NamedParts};
+use crate::engine::{compose, ActiveLimit, Check, Engine, KeySource, LimitSet, NamedParts};
+use crate::envoy::matching::{self, DescriptorSource};
+use crate::envoy::proto::rate_limit_descriptor::Entry;
 
 type Body = Result<Json<DecisionRequest>, axum::extract::rejection::JsonRejection>;
 
@@ -87,6 +91,9 @@ fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiE
         ),
         None => None,
     };
+    if let Some(descriptors) = &request.descriptors {
+        return descriptor_checks(&limits, request, descriptors);
+    }
     let chosen: Vec<Arc<ActiveLimit>> = match &request.limits {
         Some(names) => names
             .iter()
@@ -111,13 +118,53 @@ fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiE
     chosen
         .into_iter()
         .map(|limit| {
-            let key = limit.key(&source).map_err(|part| ApiError::MissingPart {
-                limit: limit.name().to_owned(),
-                part: part.to_string(),
-            })?;
+            let key = limit.key(&source).map_err(|part| missing(&limit, part))?;
             Ok(Check::new(limit, key, request.cost))
         })
         .collect()
+}
+
+/// The checks of Envoy-style descriptors: for each, the limits of the
+/// domain that match it, keyed by its entries as the gRPC door does.
+fn descriptor_checks(
+    limits: &LimitSet,
+    request: &DecisionRequest,
+    descriptors: &[Vec<DescriptorEntry>],
+) -> Result<Vec<Check>, ApiError> {
+    if request.limits.is_some() {
+        return Err(ApiError::Body(
+            "give \"limits\" or \"descriptors\", not both".to_owned(),
+        ));
+    }
+    let Some(domain) = request.domain.as_deref() else {
+        return Err(ApiError::Body(
+            "\"descriptors\" need a \"domain\"".to_owned(),
+        ));
+    };
+    let mut checks = Vec::new();
+    for descriptor in descriptors {
+        let entries: Vec<Entry> = descriptor
+            .iter()
+            .map(|entry| Entry {
+                key: entry.key.clone(),
+                value: entry.value.clone(),
+            })
+            .collect();
+        let source = DescriptorSource(&entries);
+        for limit in matching::applicable(limits, domain, &entries) {
+            let parts = matching::key_parts(limit.config());
+            let key = compose(&parts, &source).map_err(|part| missing(limit, part))?;
+            checks.push(Check::new(Arc::clone(limit), key, request.cost));
+        }
+    }
+    Ok(checks)
+}
+
+fn missing(limit: &ActiveLimit, part: &KeyPart) -> ApiError {
+    ApiError::MissingPart {
+        limit: limit.name().to_owned(),
+        part: part.to_string(),
+    }
 }
 
 /// Whether `limit` applies to a request of `method` and `path`, either of

@@ -14,15 +14,25 @@ use crate::engine::{LimitResult, Verdict};
 /// ```json
 /// {"limits": ["per-user"], "key": {"header:x-user": "alice"}, "cost": 1}
 /// {"method": "POST", "path": "/login", "key": {"client_ip": "203.0.113.7"}}
+/// {"domain": "edge", "descriptors": [[{"key": "remote_address", "value": "203.0.113.7"}]]}
 /// ```
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct DecisionRequest {
-    /// The limits to check, by name. Without it, the limits whose `match`
-    /// fits `method` and `path` (and those that match every request).
+    /// The limits to check, by name. Without it (and without
+    /// `descriptors`), the limits whose `match` fits `method` and `path`
+    /// (and those that match every request).
     #[serde(default)]
     pub limits: Option<Vec<String>>,
+    /// Envoy's domain, for `descriptors`.
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// Envoy-style descriptors, each a list of entries: every limit of
+    /// `domain` whose `match.descriptors` fits one of them applies, keyed by
+    /// the descriptor's values, as over gRPC.
+    #[serde(default)]
+    pub descriptors: Option<Vec<Vec<DescriptorEntry>>>,
     /// The HTTP method the decision is for, to choose limits by their
     /// `match.methods` and to make the `route` key part.
     #[serde(default)]
@@ -39,6 +49,17 @@ pub struct DecisionRequest {
     /// default; 0 only reports.
     #[serde(default = "one")]
     pub cost: u64,
+}
+
+/// One entry of a descriptor.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct DescriptorEntry {
+    /// The entry's key, such as `remote_address`.
+    pub key: String,
+    /// Its value.
+    pub value: String,
 }
 
 fn one() -> u64 {

@@ -51,8 +51,8 @@ use axum::Router;
 
 pub use error::ApiError;
 pub use json::{
-    DecisionRequest, DecisionResponse, LimitDescription, LimitStatus, MatchDescription,
-    RefundResponse, Refunded,
+    DecisionRequest, DecisionResponse, DescriptorEntry, LimitDescription, LimitStatus,
+    MatchDescription, RefundResponse, Refunded,
 };
 
 use crate::engine::Engine;
