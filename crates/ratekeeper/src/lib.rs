@@ -78,7 +78,7 @@ pub use concurrency::{AcquireError, ConcurrencyLimiter, Permit};
 pub use decision::{Decision, RetryAfter};
 pub use error::PolicyError;
 pub use memory::{
-    BuildError, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
+    BuildError, ForgetHook, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
 };
 pub use multi::{check_all, MultiOutcome};

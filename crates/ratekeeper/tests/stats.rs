@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratekeeper::{
-    Clock, LimitStats, ManualClock, Period, Stats, StatsConfig, StatsSnapshot, Timestamp,
-    WindowTraffic,
+    Clock, FixedWindow, LimitStats, ManualClock, MemoryLimiter, Period, Policy, SlidingWindow,
+    Stats, StatsConfig, StatsSnapshot, Timestamp, WindowTraffic,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -467,4 +467,48 @@ fn the_registry_shares_handles_and_snapshots_as_json() {
 
     assert!(stats.remove("api").is_some());
     assert!(stats.snapshot(clock.now()).limits.is_empty());
+}
+
+#[test]
+fn a_limiter_forgets_per_key_counts_with_its_keys() {
+    let window = 10 * SECOND;
+    // Each policy with how long the limiter keeps an idle key: a window,
+    // two for the sliding window counter (its previous window still counts).
+    let policies: [(Policy, Duration); 2] = [
+        (FixedWindow::new(1, window).unwrap().into(), window), // lock-free table
+        (SlidingWindow::new(1, window).unwrap().into(), 2 * window), // locked table
+    ];
+    for (policy, keep) in policies {
+        let clock = at(1_704_672_000); // a multiple of the window
+        let mut config = StatsConfig::default();
+        config.key_retention = keep;
+        let stats = LimitStats::with_config(config);
+        let limiter = MemoryLimiter::builder(policy.clone())
+            .clock(clock.clone())
+            .background_sweep(false)
+            .on_forget(stats.clone())
+            .build()
+            .unwrap();
+        for key in ["a", "a", "a", "b", "b", "c", "c"] {
+            let now = clock.now();
+            let allowed = limiter.check_at(key, now, 1).is_allowed();
+            stats.record(now, allowed, key);
+        }
+        assert_eq!(stats.denied_for("a"), Some(2), "{policy:?}");
+        assert_eq!((limiter.len(), stats.keys_tracked()), (3, 3));
+
+        // Reset by hand: the limiter and the stats forget "c" together.
+        assert!(limiter.reset("c"));
+        assert_eq!(stats.denied_for("c"), None);
+
+        // Just before the keys are idle long enough, a sweep keeps them in
+        // both; at that time, the same sweep drops them from both.
+        clock.advance(keep - Duration::from_nanos(1));
+        assert_eq!(limiter.sweep(), 0, "{policy:?}");
+        assert_eq!(stats.keys_tracked(), 2);
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(limiter.sweep(), 2, "{policy:?}");
+        assert_eq!(stats.keys_tracked(), 0, "{policy:?}");
+        assert_eq!(stats.denied(), 4); // the totals keep them
+    }
 }

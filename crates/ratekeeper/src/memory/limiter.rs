@@ -48,6 +48,51 @@ pub enum BuildError {
     Sweeper(#[source] std::io::Error),
 }
 
+/// Told when a [`MemoryLimiter`] forgets keys, so that what is kept about
+/// them elsewhere goes too (see [`MemoryLimiterBuilder::on_forget`]).
+///
+/// [`LimitStats`](crate::LimitStats) implements it: its per-key denial
+/// counts are reaped after each sweep and dropped when a key is reset.
+/// Neither call is on the path of a decision.
+pub trait ForgetHook: Send + Sync + 'static {
+    /// A sweep at `now`, a time of the limiter's clock, evicted the keys
+    /// whose state was fresh: those idle for about a window.
+    fn swept(&self, now: Timestamp);
+    /// [`MemoryLimiter::reset`] forgot `key`.
+    fn reset(&self, key: &[u8]);
+}
+
+/// Reaps the per-key counts after each sweep and forgets a reset key's.
+///
+/// The sweep's time is the limiter's clock's, and the stats' times are Unix
+/// time: attach the stats to a limiter on a [`UnixClock`](crate::UnixClock)
+/// (or, in tests, a [`ManualClock`](crate::ManualClock) set to Unix time).
+/// For a limiter on a monotonic clock, implement [`ForgetHook`] on a
+/// wrapper that calls [`LimitStats::reap`](crate::LimitStats::reap) with a
+/// `UnixClock` reading instead. Set the stats'
+/// [`key_retention`](crate::StatsConfig::key_retention) to how long the
+/// limiter keeps an idle key (see there): a key's count then goes at the
+/// first sweep after the key itself could.
+impl ForgetHook for crate::LimitStats {
+    fn swept(&self, now: Timestamp) {
+        self.reap(now);
+    }
+
+    fn reset(&self, key: &[u8]) {
+        self.forget(key);
+    }
+}
+
+/// The optional hook, with a `Debug` for the builder's.
+#[derive(Clone)]
+struct Hook(Arc<dyn ForgetHook>);
+
+impl fmt::Debug for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ForgetHook")
+    }
+}
+
 /// Where the states live: lock-free slots for one-word policies, locked
 /// maps for the sliding ones.
 #[derive(Debug)]
@@ -63,6 +108,7 @@ struct Shared<C> {
     clock: C,
     max_keys: usize,
     sweep_interval: Duration,
+    on_forget: Option<Hook>,
     /// Dropped with the limiter, which tells the sweeper thread to stop.
     _stop_sweeper: Option<Sender<()>>,
 }
@@ -150,6 +196,7 @@ impl MemoryLimiter<MonotonicClock> {
             max_keys: DEFAULT_MAX_KEYS,
             clock: MonotonicClock::new(),
             background_sweep: true,
+            on_forget: None,
         }
     }
 }
@@ -263,12 +310,18 @@ impl<C: Clock> MemoryLimiter<C> {
     }
 
     /// Forgets `key`, as if it had never been seen: whether it was tracked.
+    /// The [`ForgetHook`], if any, is told either way.
     pub fn reset(&self, key: impl AsRef<[u8]>) -> bool {
-        let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
-        match &self.shared.table {
+        let key = key.as_ref();
+        let fingerprint = self.shared.hasher.fingerprint(key);
+        let tracked = match &self.shared.table {
             Table::Slots { slots, .. } => slots.remove(fingerprint),
             Table::Locked { rows } => rows.remove(fingerprint),
+        };
+        if let Some(hook) = &self.shared.on_forget {
+            hook.0.reset(key);
         }
+        tracked
     }
 
     /// Evicts the keys whose state is the same as a fresh one now: the
@@ -331,10 +384,14 @@ impl<C> MemoryLimiter<C> {
 
 impl<C> Shared<C> {
     fn sweep_at(&self, now: Timestamp) -> usize {
-        match &self.table {
+        let evicted = match &self.table {
             Table::Slots { policy, slots } => slots.sweep(|word| policy.is_fresh(word, now)),
             Table::Locked { rows } => rows.sweep(|state| self.policy.expires_at(state) <= now),
+        };
+        if let Some(hook) = &self.on_forget {
+            hook.0.swept(now);
         }
+        evicted
     }
 }
 
@@ -346,6 +403,7 @@ pub struct MemoryLimiterBuilder<C = MonotonicClock> {
     max_keys: usize,
     clock: C,
     background_sweep: bool,
+    on_forget: Option<Hook>,
 }
 
 impl<C> MemoryLimiterBuilder<C> {
@@ -364,7 +422,46 @@ impl<C> MemoryLimiterBuilder<C> {
             max_keys: self.max_keys,
             clock,
             background_sweep: self.background_sweep,
+            on_forget: self.on_forget,
         }
+    }
+
+    /// Tells `hook` after each sweep and each [`reset`](MemoryLimiter::reset),
+    /// so that what is kept about keys elsewhere, such as a
+    /// [`LimitStats`](crate::LimitStats)' per-key denials, goes with them
+    /// (default: none). Decisions never call it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper::{FixedWindow, LimitStats, ManualClock, MemoryLimiter, StatsConfig, Timestamp};
+    ///
+    /// let window = FixedWindow::new(1, Duration::from_secs(10))?;
+    /// let mut config = StatsConfig::default();
+    /// config.key_retention = Duration::from_secs(10); // the policy's window
+    /// let stats = LimitStats::with_config(config);
+    /// let clock = ManualClock::new(Timestamp::from_secs(1_704_672_000)); // Unix time
+    /// let limiter = MemoryLimiter::builder(window)
+    ///     .clock(clock.clone())
+    ///     .background_sweep(false)
+    ///     .on_forget(stats.clone())
+    ///     .build()?;
+    ///
+    /// for _ in 0..2 {
+    ///     let now = clock.now();
+    ///     let outcome = limiter.check_at("carol", now, 1);
+    ///     stats.record(now, outcome.is_allowed(), "carol");
+    /// }
+    /// assert_eq!(stats.denied_for("carol"), Some(1));
+    ///
+    /// clock.advance(Duration::from_secs(10));
+    /// limiter.sweep(); // the limiter forgets carol, and so do the stats
+    /// assert_eq!(stats.denied_for("carol"), None);
+    /// # use ratekeeper::Clock;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_forget(mut self, hook: impl ForgetHook) -> Self {
+        self.on_forget = Some(Hook(Arc::new(hook)));
+        self
     }
 
     /// Whether a background thread sweeps the table (default: yes). Turn it
@@ -410,6 +507,7 @@ impl<C> MemoryLimiterBuilder<C> {
             clock: self.clock,
             max_keys: self.max_keys,
             sweep_interval,
+            on_forget: self.on_forget,
             _stop_sweeper: self.background_sweep.then_some(stop),
         });
         if self.background_sweep {

@@ -18,6 +18,6 @@ mod slot_table;
 mod sync;
 
 pub use limiter::{
-    BuildError, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
+    BuildError, ForgetHook, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
 };

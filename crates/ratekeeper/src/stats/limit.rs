@@ -36,8 +36,9 @@ pub struct StatsConfig {
     /// further keys count as untracked. Zero turns per-key counts off.
     pub max_keys: usize,
     /// How long a key's count is kept after its last denial (default a
-    /// minute). Set it to the limit's window: a limiter forgets a key at
-    /// most one window after its last request, and its count goes then.
+    /// minute). Set it to how long the limiter keeps an idle key, so the
+    /// count goes when the key does: the policy's window, or twice it for
+    /// the sliding window counter, whose previous window still counts.
     pub key_retention: Duration,
 }
 
