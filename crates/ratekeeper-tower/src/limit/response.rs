@@ -37,6 +37,39 @@ pub enum Refusal {
     },
 }
 
+impl Refusal {
+    /// The response the middleware sends for this refusal to a request with
+    /// `request_headers`, without the rate-limit fields: for services that
+    /// decide elsewhere (a proxy deciding through its own engine) and want
+    /// the middleware's refusals. gRPC requests (by their `content-type`)
+    /// get a trailers-only response with `grpc-status` 8 or 14; others a
+    /// 429 or a 503 in `format`, with `Retry-After` and
+    /// `Cache-Control: no-store`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::{HeaderMap, StatusCode};
+    /// use ratekeeper::RetryAfter;
+    /// use ratekeeper_tower::{Refusal, ResponseFormat};
+    ///
+    /// let refusal = Refusal::Limited {
+    ///     violated: vec!["per-ip".into()],
+    ///     retry_after: RetryAfter::After(Duration::from_millis(1500)),
+    /// };
+    /// let response = refusal.response(ResponseFormat::Text, &HeaderMap::new());
+    /// assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(response.headers()["retry-after"], "2");
+    /// assert_eq!(response.headers()["cache-control"], "no-store");
+    /// ```
+    pub fn response(
+        &self,
+        format: ResponseFormat,
+        request_headers: &HeaderMap,
+    ) -> Response<Full<Bytes>> {
+        refusal_response(self, format, is_grpc(request_headers))
+    }
+}
+
 /// Whether the request is gRPC, whose errors travel in `grpc-status`.
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     headers
