@@ -42,6 +42,7 @@
 //! ```
 
 mod api;
+mod auth;
 mod error;
 mod headers;
 mod json;
@@ -69,4 +70,5 @@ pub(crate) fn routes() -> Router<Engine> {
         .route("/v1/peek", post(api::peek))
         .route("/v1/refund", post(api::refund))
         .route("/v1/limits", get(api::limits))
+        .merge(auth::routes())
 }
