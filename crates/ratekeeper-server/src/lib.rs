@@ -20,6 +20,7 @@ pub mod config;
 pub mod engine;
 pub mod envoy;
 pub mod http;
+pub mod proxy;
 pub mod serve;
 
 pub use config::{Config, ConfigError};

@@ -1,0 +1,156 @@
+//! The reverse proxy: ratekeeper in front of any HTTP app
+//! (`ratekeeper proxy --upstream http://127.0.0.1:3000 --config FILE`).
+//!
+//! Every request is decided against the limits whose `match` fits its
+//! method and path, each keyed from the request itself (`peer` is the
+//! socket peer, `client_ip` the limit's rule over `X-Forwarded-For` from
+//! that peer, `route`, `header:NAME`; a part that cannot be found is the
+//! shared key `unknown`, never unlimited). Then:
+//!
+//! - **allowed**: the request goes to the upstream and its response comes
+//!   back with the draft's `RateLimit-Policy` and `RateLimit` fields added;
+//! - **refused**: `429 Too Many Requests` with the fields, `Retry-After`
+//!   and `Cache-Control: no-store`; the upstream never sees the request;
+//! - **the store failed closed**: `503 Service Unavailable`.
+//!
+//! A request no limit applies to is forwarded without any field.
+//!
+//! # What is passed through
+//!
+//! The method, the path and query (after the upstream URL's own path, if
+//! it has one: `--upstream http://app:3000/base` sends `/x?y` to
+//! `/base/x?y`), every header but the hop-by-hop ones (`Connection` and the
+//! headers it names, `Keep-Alive`, `Proxy-Connection`,
+//! `Proxy-Authenticate`, `Proxy-Authorization`, `TE`, `Trailer`,
+//! `Transfer-Encoding`, `Upgrade`), the `Host` the client sent, and both
+//! bodies, streamed as they come (nothing is buffered, so uploads and
+//! downloads of any size pass in constant memory). The client's address is
+//! appended to `X-Forwarded-For`. The response's status, headers (again
+//! without the hop-by-hop ones) and body come back as the upstream sent
+//! them. An upstream that cannot be reached, or that fails before its
+//! response starts, is answered with `502 Bad Gateway`.
+//!
+//! Not supported: `https://` upstreams, protocol upgrades (WebSocket:
+//! `Upgrade` is hop-by-hop and removed) and HTTP/2 on either side.
+//!
+//! # The middleware
+//!
+//! The limits come from the configuration: chosen per request by their
+//! `match`, each with its own key and shadow mode, and replaced on reload.
+//! [`RateLimitLayer`](ratekeeper_tower::RateLimitLayer) takes a fixed list
+//! of limits and keys when it is built, so the proxy's layer decides
+//! through the service's [`Engine`] instead (the same engine, and the same
+//! counts, as the other front doors) and answers with the middleware's
+//! refusals ([`Refusal::response`](ratekeeper_tower::Refusal::response))
+//! and header fields ([`ratekeeper_tower::headers`]).
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ratekeeper::MonotonicClock;
+//! use ratekeeper_server::{engine::Engine, proxy, Config};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The app: any HTTP server.
+//! let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+//! let app_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let upstream = format!("http://{}", app_listener.local_addr()?).parse()?;
+//! tokio::spawn(async move { axum::serve(app_listener, app).await });
+//!
+//! // ratekeeper in front of it: 2 requests a minute per client.
+//! let config = Config::from_toml_str(
+//!     "[[limits]]\nname = \"per-client\"\nrate = \"2/minute\"\nkey = [\"client_ip\"]\n",
+//!     "example.toml",
+//! )?;
+//! let engine = Engine::start(&config, Arc::new(MonotonicClock::new())).await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let url = format!("http://{}/", listener.local_addr()?);
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let proxy = tokio::spawn(proxy::serve_proxy(engine, listener, upstream, async {
+//!     let _ = stopped.await;
+//! }));
+//!
+//! let client = reqwest::Client::new();
+//! let first = client.get(&url).send().await?;
+//! assert_eq!(first.status(), 200);
+//! assert_eq!(first.headers()["ratelimit-policy"], "\"per-client\";q=2;w=60");
+//! assert_eq!(first.text().await?, "hello");
+//! client.get(&url).send().await?;
+//! let third = client.get(&url).send().await?;
+//! assert_eq!(third.status(), 429);
+//! assert!(third.headers().contains_key("retry-after"));
+//!
+//! let _ = stop.send(());
+//! proxy.await??;
+//! # Ok(())
+//! # }
+//! ```
+
+mod forward;
+mod limit;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::http::Uri;
+use axum::Router;
+use thiserror::Error;
+use tokio::net::TcpListener;
+
+use crate::engine::Engine;
+use forward::{forward, Upstream};
+use limit::LimitLayer;
+
+/// Why the proxy could not start or stopped with an error.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// The upstream URL cannot be proxied to.
+    #[error("invalid upstream {uri:?}: {reason}")]
+    InvalidUpstream {
+        /// The URL as given.
+        uri: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Serving failed.
+    #[error("the proxy server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// The proxy as an axum [`Router`]: every request, any method and path,
+/// decided through `engine` and then forwarded to `upstream`
+/// (`http://host[:port][/path]`).
+///
+/// Serve it with
+/// `into_make_service_with_connect_info::<SocketAddr>()`, so that
+/// `X-Forwarded-For` and the `peer` and `client_ip` keys know the client
+/// (without it they are `unknown`, one count for all); [`serve_proxy`]
+/// does.
+pub fn router(engine: Engine, upstream: &Uri) -> Result<Router, ProxyError> {
+    let upstream = Upstream::new(upstream)?;
+    Ok(Router::new()
+        .fallback(forward)
+        .with_state(upstream)
+        .layer(LimitLayer::new(engine)))
+}
+
+/// Serves the proxy of [`router`] on `listener` until `shutdown`
+/// completes, then lets the requests in flight finish and returns.
+pub async fn serve_proxy(
+    engine: Engine,
+    listener: TcpListener,
+    upstream: Uri,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ProxyError> {
+    let app = router(engine, &upstream)?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(ProxyError::Serve)
+}
