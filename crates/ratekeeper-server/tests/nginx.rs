@@ -449,3 +449,41 @@ async fn ratekeeper_unreachable_is_a_503_not_a_pass() {
     assert_eq!(field(response.headers(), "cache-control"), "no-store");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failing_closed_is_a_503_for_the_client() {
+    let Some(binary) = nginx_binary("a_store_failing_closed_is_a_503_for_the_client") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("counts.db");
+    let toml = format!(
+        "[store]\nkind = \"sqlite\"\npath = {path:?}\non_failure = \"closed\"\n{PER_CLIENT}",
+        path = path.display().to_string()
+    );
+    let ratekeeper = start_ratekeeper(&toml).await;
+    let (app, hits) = start_app().await;
+    let nginx = Nginx::start(&binary, ratekeeper, app);
+    let client = client();
+    let first = client
+        .get(nginx.url("/"))
+        .send()
+        .await
+        .expect("nginx answers");
+    assert_eq!(first.status(), 200, "log:\n{}", nginx.log());
+
+    // The store's table goes away under it: ratekeeper answers 503, which
+    // auth_request takes as an error and the example turns into a 503.
+    rusqlite::Connection::open(&path)
+        .expect("the store's file")
+        .execute_batch("DROP TABLE ratekeeper")
+        .expect("the table dropped");
+    let refused = client
+        .get(nginx.url("/"))
+        .send()
+        .await
+        .expect("nginx answers");
+    assert_eq!(refused.status(), 503, "log:\n{}", nginx.log());
+    assert_eq!(field(refused.headers(), "retry-after"), "1");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}

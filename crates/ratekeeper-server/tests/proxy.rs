@@ -533,3 +533,39 @@ async fn an_upstream_that_cannot_be_proxied_to_is_refused_at_start() {
         "invalid upstream \"https://example.com/\": the upstream must be an http:// URL"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failing_closed_is_a_503_that_never_reaches_the_upstream() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("counts.db");
+    let toml = format!(
+        "[store]\nkind = \"sqlite\"\npath = {path:?}\non_failure = \"closed\"\n{PER_CLIENT}",
+        path = path.display().to_string()
+    );
+    let (upstream_addr, upstream) = start_upstream().await;
+    let proxy = Proxy::start(&toml, &format!("http://{upstream_addr}")).await;
+    let client = client();
+    let first = client
+        .get(proxy.url("/echo/x"))
+        .send()
+        .await
+        .expect("the proxy answers");
+    assert_eq!(first.status(), 201);
+
+    // The store's table goes away under it: every decision fails.
+    rusqlite::Connection::open(&path)
+        .expect("the store's file")
+        .execute_batch("DROP TABLE ratekeeper")
+        .expect("the table dropped");
+    let refused = client
+        .get(proxy.url("/echo/x"))
+        .send()
+        .await
+        .expect("the proxy answers");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(refused.headers()["cache-control"], "no-store");
+    assert!(refused.headers().get("ratelimit").is_none());
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 1);
+    proxy.stop().await;
+}
