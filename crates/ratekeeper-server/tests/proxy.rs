@@ -569,3 +569,151 @@ async fn a_store_failing_closed_is_a_503_that_never_reaches_the_upstream() {
     assert_eq!(upstream.hits.load(Ordering::SeqCst), 1);
     proxy.stop().await;
 }
+
+/// `ratekeeper proxy` as a real process, killed when dropped.
+struct ProxyProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ProxyProcess {
+    /// Starts `ratekeeper proxy` with `args` and reads where it listens
+    /// from its first line (at most 10 s).
+    fn start(args: &[&str]) -> ProxyProcess {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
+            .arg("proxy")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("ratekeeper starts");
+        let stdout = child.stdout.take().expect("its stdout");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = sender.send(line);
+        });
+        let mut process = ProxyProcess {
+            child,
+            url: String::new(),
+        };
+        let banner = receiver
+            .recv_timeout(STEP)
+            .expect("ratekeeper proxy says where it listens");
+        // "ratekeeper 0.1.0 proxy http://127.0.0.1:PORT -> http://... (...)"
+        process.url = banner
+            .split_whitespace()
+            .find(|word| word.starts_with("http://127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {banner:?}"))
+            .to_owned();
+        process
+    }
+
+    fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Waits at most 10 s for the process to exit.
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + STEP;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the process's status") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ratekeeper proxy did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_command_limits_reloads_on_sighup_and_stops_on_sigterm() {
+    let (upstream_addr, upstream) = start_upstream().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("ratekeeper.toml");
+    let limit = |rate: &str| {
+        format!("[[limits]]\nname = \"everyone\"\nrate = \"{rate}\"\nkey = [\"global\"]\n")
+    };
+    std::fs::write(&path, limit("2/hour")).expect("the config written");
+    let upstream_url = format!("http://{upstream_addr}");
+    let mut process = ProxyProcess::start(&[
+        "--upstream",
+        &upstream_url,
+        "--config",
+        path.to_str().expect("a UTF-8 path"),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let client = client();
+    let get = || client.get(format!("{}/echo/cmd", process.url)).send();
+    for _ in 0..2 {
+        assert_eq!(get().await.expect("the proxy answers").status(), 201);
+    }
+    let refused = get().await.expect("the proxy answers");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        refused.headers()["ratelimit-policy"],
+        "\"everyone\";q=2;w=3600"
+    );
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 2);
+
+    std::fs::write(&path, limit("5/hour")).expect("the config rewritten");
+    process.signal("HUP");
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let response = get().await.expect("the proxy answers");
+        if response.headers()["ratelimit-policy"] == "\"everyone\";q=5;w=3600" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGHUP did not reload"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    process.signal("TERM");
+    let status = process.wait_exit();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn the_proxy_command_refuses_an_upstream_it_cannot_proxy_to() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
+        .args([
+            "proxy",
+            "--upstream",
+            "https://example.com",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("ratekeeper runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "invalid upstream \"https://example.com/\": the upstream must be an http:// URL"
+        ),
+        "{stderr}"
+    );
+}

@@ -1,11 +1,13 @@
 //! The `ratekeeper` command.
 //!
 //! `ratekeeper serve` runs the service (on its built-in defaults without
-//! `--config`); `ratekeeper check --config FILE` validates a configuration
+//! `--config`); `ratekeeper proxy --upstream URL` puts the limits in front
+//! of an HTTP app as a reverse proxy; `ratekeeper check --config FILE` validates a configuration
 //! file (with the `RATEKEEPER_*` environment overrides applied) and explains
 //! it.
 
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,6 +39,20 @@ enum Command {
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
         watch: f64,
     },
+    /// Run as a reverse proxy in front of an HTTP app: every request is
+    /// decided against the limits, then forwarded to the upstream (bodies
+    /// streamed) or refused with a 429. SIGHUP reloads the limits.
+    Proxy {
+        /// The app: an http:// URL, such as http://127.0.0.1:3000.
+        #[arg(long, value_name = "URL")]
+        upstream: String,
+        /// The configuration file; without one, the built-in defaults.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Where to listen (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+        listen: SocketAddr,
+    },
     /// Check a configuration file and explain what it sets up.
     Check {
         /// The configuration file; without one, the built-in defaults.
@@ -52,6 +68,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config, watch } => serve(config, watch),
+        Command::Proxy {
+            upstream,
+            config,
+            listen,
+        } => proxy(&upstream, config, listen),
         Command::Check {
             print_default: true,
             ..
@@ -142,6 +163,139 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
         Err(error) => {
             eprintln!("error: {}", error_chain(&error));
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr) -> ExitCode {
+    init_logging();
+    let config = match load(path.as_deref()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let upstream: axum::http::Uri = match upstream.parse() {
+        Ok(uri) => uri,
+        Err(error) => {
+            eprintln!("error: --upstream {upstream:?} is not a URL: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result: Result<(), Box<dyn std::error::Error>> = runtime.block_on(async move {
+        use ratekeeper_server::engine::Engine;
+        let clock = std::sync::Arc::new(ratekeeper::MonotonicClock::new());
+        let engine = Engine::start(&config, clock).await?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|error| format!("cannot listen on {listen}: {error}"))?;
+        let addr = listener.local_addr()?;
+        // The upstream URL is checked, and the signals caught, before
+        // saying where the proxy listens: a signal sent as soon as the
+        // address is known is never missed.
+        drop(ratekeeper_server::proxy::router(engine.clone(), &upstream)?);
+        let signals = ProxySignals::catch()?;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "ratekeeper {} proxy http://{addr} -> {upstream} ({} store, {} limits)",
+            env!("CARGO_PKG_VERSION"),
+            engine.store().kind(),
+            engine.limits().len()
+        );
+        let _ = out.flush();
+        drop(out);
+        let stop = signals.run(engine.clone(), path);
+        ratekeeper_server::proxy::serve_proxy(engine, listener, upstream, stop).await?;
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error_chain(&*error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The signals `ratekeeper proxy` obeys: SIGTERM and Ctrl-C stop it,
+/// SIGHUP reloads the limits.
+struct ProxySignals {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl ProxySignals {
+    fn catch() -> std::io::Result<ProxySignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(ProxySignals {
+                terminate: signal(SignalKind::terminate())?,
+                hangup: signal(SignalKind::hangup())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(ProxySignals {})
+    }
+
+    /// Reloads the limits from `path` (if any) on each SIGHUP, an invalid
+    /// file logged and the running limits kept; the future completes on
+    /// SIGTERM or Ctrl-C.
+    #[cfg_attr(not(unix), allow(unused_variables))]
+    fn run(
+        self,
+        engine: ratekeeper_server::engine::Engine,
+        path: Option<PathBuf>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        #[cfg(unix)]
+        let ProxySignals {
+            mut terminate,
+            mut hangup,
+        } = self;
+        #[cfg(unix)]
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                let Some(path) = &path else {
+                    tracing::warn!("SIGHUP: no --config file to reload");
+                    continue;
+                };
+                match Config::load_with_env(path, process_vars()) {
+                    Ok(config) => {
+                        if !engine.replace_limits(&config) {
+                            tracing::warn!(
+                                "the store cannot change without a restart; its section was ignored"
+                            );
+                        }
+                        tracing::info!(limits = config.limits.len(), "limits reloaded");
+                    }
+                    Err(error) => {
+                        tracing::error!("reload refused, the running limits are kept: {error}")
+                    }
+                }
+            }
+        });
+        async move {
+            #[cfg(unix)]
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }
