@@ -17,7 +17,6 @@
 //! skipped with a message.
 
 #[path = "../../ratekeeper-redis/tests/harness/mod.rs"]
-#[allow(dead_code)]
 mod harness;
 
 use std::io::{BufRead, BufReader};
