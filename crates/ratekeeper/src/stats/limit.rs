@@ -77,8 +77,10 @@ struct Inner {
 /// Record each decision with [`record`](LimitStats::record), passing the
 /// time as Unix time (a [`UnixClock`](crate::UnixClock) reading, or a
 /// [`ManualClock`](crate::ManualClock) set to one in tests): the windows
-/// are calendar windows in UTC (see [`Period`](crate::Period)). Clones are
-/// cheap and share the counts.
+/// are calendar windows in UTC (see [`Period`](crate::Period)). Windows
+/// roll over when a record or a read first sees a later minute; a record
+/// whose time is before the newest minute seen counts in that minute.
+/// Clones are cheap and share the counts.
 ///
 /// # Cost
 ///

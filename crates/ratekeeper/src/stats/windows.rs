@@ -20,11 +20,11 @@
 //! that reads the new minute's number reads it after the swaps (release
 //! and acquire), so its increment follows them.
 //!
-//! A recorder whose time is a minute behind the live one (its clock read
-//! raced a rollover, or time went backwards) counts in the live minute:
-//! a request may be attributed to a later minute than its own, never an
-//! earlier one. Readers take the lock, so they see the live words and the
-//! closed windows at one consistent point.
+//! A recorder whose minute is before the live one (its clock read raced a
+//! rollover, or time went backwards) counts in the live minute: a request
+//! may be attributed to a later minute than its own, never an earlier one.
+//! Readers take the lock, so they see the live counters and the closed
+//! windows at one consistent point, never halfway through a rollover.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
