@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
-use ratekeeper::{Algorithm, Limit};
+use ratekeeper::{Algorithm, Limit, LimitStats, PolicyKind, Stats, StatsConfig};
 
 use super::key::{compose, KeySource};
 use crate::config::{KeyPart, LimitConfig};
@@ -15,14 +15,27 @@ use crate::config::{KeyPart, LimitConfig};
 #[derive(Debug)]
 pub struct ActiveLimit {
     config: LimitConfig,
+    stats: Option<LimitStats>,
 }
 
 impl ActiveLimit {
     /// A limit that no configuration file names, checked through the
     /// engine like the configured ones: Envoy's per-descriptor limit
     /// overrides are built this way.
+    ///
+    /// It keeps no statistics: they are kept by name, for the limits of
+    /// the configuration.
     pub fn new(config: LimitConfig) -> ActiveLimit {
-        ActiveLimit { config }
+        ActiveLimit {
+            config,
+            stats: None,
+        }
+    }
+
+    /// What this limit decided so far (counts, windows, keys denied most);
+    /// `None` for limits built outside the configuration.
+    pub fn stats(&self) -> Option<&LimitStats> {
+        self.stats.as_ref()
     }
 
     /// The limit as configured.
@@ -84,16 +97,53 @@ pub struct LimitSet {
 }
 
 impl LimitSet {
-    /// The set of `limits` (whose names the configuration made unique).
+    /// The set of `limits` (whose names the configuration made unique),
+    /// keeping no statistics.
     pub fn new(limits: &[LimitConfig]) -> LimitSet {
+        let limits = limits
+            .iter()
+            .map(|config| Arc::new(ActiveLimit::new(config.clone())))
+            .collect();
+        LimitSet::index(limits)
+    }
+
+    /// The set of `limits`, each recording its decisions in `stats` under
+    /// its name: a limit that a reload keeps keeps its statistics, and the
+    /// statistics of limits no longer configured are dropped.
+    pub fn with_stats(limits: &[LimitConfig], stats: &Stats) -> LimitSet {
         let limits: Vec<Arc<ActiveLimit>> = limits
             .iter()
             .map(|config| {
+                let name = config.limit.name();
+                let limit_stats = stats.get(name).unwrap_or_else(|| {
+                    let mut stats_config = StatsConfig::default();
+                    // A key's denials go when the store forgets the key:
+                    // after a window (two for the sliding window counter,
+                    // whose previous window still counts).
+                    let window = config.limit.policy().window();
+                    stats_config.key_retention = match config.limit.policy().kind() {
+                        PolicyKind::SlidingWindow => window.saturating_mul(2),
+                        _ => window,
+                    };
+                    let fresh = LimitStats::with_config(stats_config);
+                    stats.insert(name, fresh.clone());
+                    fresh
+                });
                 Arc::new(ActiveLimit {
                     config: config.clone(),
+                    stats: Some(limit_stats),
                 })
             })
             .collect();
+        for name in stats.names() {
+            if !limits.iter().any(|limit| limit.name() == name) {
+                stats.remove(&name);
+            }
+        }
+        LimitSet::index(limits)
+    }
+
+    fn index(limits: Vec<Arc<ActiveLimit>>) -> LimitSet {
         let by_name = limits
             .iter()
             .enumerate()

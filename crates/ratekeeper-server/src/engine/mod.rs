@@ -47,7 +47,7 @@ mod verdict;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use ratekeeper::{Decision, Limit, Outcome, Store, StoreError};
+use ratekeeper::{Clock, Decision, Limit, Outcome, Stats, Store, StoreError, Timestamp, UnixClock};
 
 pub use error::{DecideError, StartError};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
@@ -57,6 +57,15 @@ pub use verdict::{Check, LimitResult, Verdict};
 
 use crate::config::{Config, StoreConfig};
 
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("limits", &self.limits.load().len())
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The limits in force and the store: cheap to clone, shared by every
 /// front door.
 #[derive(Clone, Debug)]
@@ -64,36 +73,62 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     limits: ArcSwap<LimitSet>,
     store: AnyStore,
     store_config: StoreConfig,
     /// The limit `/readyz` reads through to ask the store if it answers.
     probe: Limit,
+    /// What each configured limit decided.
+    stats: Stats,
+    /// The wall clock the statistics' calendar windows follow.
+    wall_clock: SharedClock,
 }
 
 impl Engine {
     /// Opens the store `config` names and puts its limits in force. The
     /// in-memory store runs on `clock`.
     pub async fn start(config: &Config, clock: SharedClock) -> Result<Engine, StartError> {
+        Engine::start_with_wall_clock(config, clock, Arc::new(UnixClock)).await
+    }
+
+    /// [`Engine::start`], with the statistics following `wall_clock`
+    /// (Unix time) instead of the system's.
+    pub async fn start_with_wall_clock(
+        config: &Config,
+        clock: SharedClock,
+        wall_clock: SharedClock,
+    ) -> Result<Engine, StartError> {
         let store = AnyStore::open(&config.store, clock).await?;
-        Ok(Engine::with_store(config, store))
+        Ok(Engine::with_store_and_wall_clock(config, store, wall_clock))
     }
 
     /// An engine on a store opened elsewhere (a test's, a failing one).
     pub fn with_store(config: &Config, store: AnyStore) -> Engine {
+        Engine::with_store_and_wall_clock(config, store, Arc::new(UnixClock))
+    }
+
+    /// An engine on a store opened elsewhere, whose statistics follow
+    /// `wall_clock` (Unix time: the calendar windows are in UTC).
+    pub fn with_store_and_wall_clock(
+        config: &Config,
+        store: AnyStore,
+        wall_clock: SharedClock,
+    ) -> Engine {
         let probe = Limit::new(
             "ratekeeper-readyz",
             ratekeeper::Gcra::per_second(1).expect("1 per second is a valid rate"),
         )
         .expect("ratekeeper-readyz is a valid limit name");
+        let stats = Stats::new();
         Engine {
             inner: Arc::new(Inner {
-                limits: ArcSwap::from_pointee(LimitSet::new(&config.limits)),
+                limits: ArcSwap::from_pointee(LimitSet::with_stats(&config.limits, &stats)),
                 store,
                 store_config: config.store.clone(),
                 probe,
+                stats,
+                wall_clock,
             }),
         }
     }
@@ -107,10 +142,21 @@ impl Engine {
     /// restart: `false` says `config` names another store, whose section
     /// was ignored.
     pub fn replace_limits(&self, config: &Config) -> bool {
-        self.inner
-            .limits
-            .store(Arc::new(LimitSet::new(&config.limits)));
+        self.inner.limits.store(Arc::new(LimitSet::with_stats(
+            &config.limits,
+            &self.inner.stats,
+        )));
         config.store == self.inner.store_config
+    }
+
+    /// What the configured limits decided so far, by name.
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// Now, by the wall clock the statistics follow.
+    pub fn wall_now(&self) -> Timestamp {
+        self.inner.wall_clock.now()
     }
 
     /// The store.
@@ -150,6 +196,12 @@ impl Engine {
             outcomes[index] = Some(outcome);
         }
 
+        let now = self.inner.wall_clock.now();
+        for (check, outcome) in checks.iter().zip(&outcomes) {
+            if let (Some(stats), Some(outcome)) = (check.limit.stats(), outcome) {
+                stats.record(now, outcome.is_allowed(), &check.key);
+            }
+        }
         let results = checks
             .into_iter()
             .zip(outcomes)

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::MonotonicClock;
+use ratekeeper::{MonotonicClock, UnixClock};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};
@@ -81,15 +81,19 @@ pub struct Options {
     pub watch_interval: Option<Duration>,
     /// The clock of the in-memory store.
     pub clock: SharedClock,
+    /// The wall clock (Unix time) of the statistics' calendar windows.
+    pub wall_clock: SharedClock,
 }
 
 impl Default for Options {
-    /// No file, a 1 s watch interval, the monotonic clock.
+    /// No file, a 1 s watch interval, the monotonic clock for the store and
+    /// the system's clock for statistics.
     fn default() -> Self {
         Options {
             config_path: None,
             watch_interval: Some(Duration::from_secs(1)),
             clock: Arc::new(MonotonicClock::new()),
+            wall_clock: Arc::new(UnixClock),
         }
     }
 }
@@ -116,7 +120,12 @@ pub struct Service {
 impl Service {
     /// Opens the store, binds every front door and starts serving.
     pub async fn start(config: Config, options: Options) -> Result<Service, ServeError> {
-        let engine = Engine::start(&config, Arc::clone(&options.clock)).await?;
+        let engine = Engine::start_with_wall_clock(
+            &config,
+            Arc::clone(&options.clock),
+            Arc::clone(&options.wall_clock),
+        )
+        .await?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut addrs = Addrs::default();
@@ -138,6 +147,8 @@ impl Service {
             let app = crate::admin::router(engine.clone());
             tasks.spawn(serve_axum("admin", listener, app, stopped.clone()));
         }
+
+        tasks.spawn(reap_stats(engine.clone(), stopped.clone()));
 
         let reloader = options
             .config_path
@@ -264,6 +275,21 @@ async fn serve_grpc(
         .serve(listener, stop_signal(stopped))
         .await
         .map_err(ServeError::Grpc)
+}
+
+/// Drops the per-key denial counts of keys not denied lately, every few
+/// seconds, until `stopped`.
+async fn reap_stats(engine: Engine, mut stopped: watch::Receiver<bool>) -> Result<(), ServeError> {
+    let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                engine.stats().reap(engine.wall_now());
+            }
+            _ = stopped.wait_for(|stop| *stop) => return Ok(()),
+        }
+    }
 }
 
 /// SIGTERM or Ctrl-C.
