@@ -103,16 +103,16 @@ fn push_partition_key(out: &mut String, key: Option<&[u8]>) {
 
 /// The `RateLimit-Policy` value listing every policy: `"name";q=..;w=..`.
 pub fn ratelimit_policy_value(policies: &[PolicyReport<'_>]) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(policies.len() * 48);
     for (index, policy) in policies.iter().enumerate() {
         if index > 0 {
             out.push_str(", ");
         }
         push_sf_string(&mut out, policy.name);
         out.push_str(";q=");
-        out.push_str(&sf_integer(policy.decision.limit()));
+        push_sf_integer(&mut out, policy.decision.limit());
         out.push_str(";w=");
-        out.push_str(&sf_integer(ceil_secs(policy.window).max(1)));
+        push_sf_integer(&mut out, ceil_secs(policy.window).max(1));
         push_partition_key(&mut out, policy.partition_key);
     }
     out
@@ -120,19 +120,20 @@ pub fn ratelimit_policy_value(policies: &[PolicyReport<'_>]) -> String {
 
 /// The `RateLimit` value for one policy: `"name";r=..;t=..`.
 pub fn ratelimit_value(policy: &PolicyReport<'_>) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(policy.name.len() + 32);
     push_sf_string(&mut out, policy.name);
     out.push_str(";r=");
-    out.push_str(&sf_integer(policy.decision.remaining()));
+    push_sf_integer(&mut out, policy.decision.remaining());
     out.push_str(";t=");
-    out.push_str(&sf_integer(ceil_secs(policy.decision.reset())));
+    push_sf_integer(&mut out, ceil_secs(policy.decision.reset()));
     push_partition_key(&mut out, policy.partition_key);
     out
 }
 
-/// Structured Fields integers have at most 15 digits: clamp.
-fn sf_integer(n: u64) -> String {
-    n.min(999_999_999_999_999).to_string()
+/// Appends a Structured Fields integer, which has at most 15 digits:
+/// clamped.
+fn push_sf_integer(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n.min(999_999_999_999_999)));
 }
 
 /// `Retry-After` in whole seconds, rounded up and at least 1, for a denied
@@ -163,20 +164,39 @@ pub fn insert_headers(
     reset_style: ResetStyle,
     policies: &[PolicyReport<'_>],
 ) {
+    insert_headers_with_policy(headers, style, reset_style, policies, None);
+}
+
+/// [`insert_headers`], with the `RateLimit-Policy` value already made:
+/// it depends only on the limits (names, quotas, windows), so a layer whose
+/// limits are fixed makes it once ([`ratelimit_policy_value`]) and clones
+/// it into every response, which costs a reference count, not a format.
+/// `None` formats it from `policies`.
+pub fn insert_headers_with_policy(
+    headers: &mut HeaderMap,
+    style: HeaderStyle,
+    reset_style: ResetStyle,
+    policies: &[PolicyReport<'_>],
+    policy_value: Option<&HeaderValue>,
+) {
     let Some(tightest) = tightest(policies) else {
         return;
     };
     if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
-        insert(headers, RATELIMIT_POLICY, ratelimit_policy_value(policies));
+        match policy_value {
+            Some(value) => {
+                headers.insert(RATELIMIT_POLICY, value.clone());
+            }
+            None => insert(headers, RATELIMIT_POLICY, ratelimit_policy_value(policies)),
+        }
         insert(headers, RATELIMIT, ratelimit_value(tightest));
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         let decision = tightest.decision;
-        insert(headers, X_RATELIMIT_LIMIT, decision.limit().to_string());
-        insert(
-            headers,
+        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit()));
+        headers.insert(
             X_RATELIMIT_REMAINING,
-            decision.remaining().to_string(),
+            HeaderValue::from(decision.remaining()),
         );
         let reset = ceil_secs(decision.reset());
         let reset = match reset_style {
@@ -188,21 +208,22 @@ pub fn insert_headers(
                 ceil_secs(now).saturating_add(reset)
             }
         };
-        insert(headers, X_RATELIMIT_RESET, reset.to_string());
+        headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
     }
 }
 
 /// Adds `Retry-After` for a denied request.
 pub fn insert_retry_after(headers: &mut HeaderMap, retry: RetryAfter) {
     if let Some(secs) = retry_after_secs(retry) {
-        insert(headers, RETRY_AFTER, secs.to_string());
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
     }
 }
 
 fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
     // Every value built here is printable ASCII, so this cannot fail; if it
     // somehow did, leaving the header out is better than a panic.
-    if let Ok(value) = HeaderValue::from_str(&value) {
+    // `try_from(String)` takes the String's buffer without a copy.
+    if let Ok(value) = HeaderValue::try_from(value) {
         headers.insert(name, value);
     }
 }

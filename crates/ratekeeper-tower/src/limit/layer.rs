@@ -43,6 +43,9 @@ pub(crate) struct Shared<S> {
     pub(crate) custom: Option<Arc<CustomResponse>>,
     pub(crate) cost: Option<Arc<CostFn>>,
     pub(crate) missing_peer_logged: AtomicBool,
+    /// `RateLimit-Policy` for every rule, made once (without partition
+    /// keys it depends only on the limits).
+    pub(crate) policy_value: Option<http::HeaderValue>,
 }
 
 /// A configuration that works but is probably not what was meant; logged
@@ -282,7 +285,11 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         for warning in warnings.iter() {
             tracing::warn!("{warning}");
         }
+        let policy_value = (!self.partition_keys)
+            .then(|| policy_header(&self.rules))
+            .flatten();
         let shared = Shared {
+            policy_value,
             store: self.store,
             rules: self.rules,
             headers: self.headers,
@@ -302,6 +309,31 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             warnings,
         })
     }
+}
+
+/// The `RateLimit-Policy` value of `rules`, as every response reports it
+/// while each limit decides (a saturated one is left out, and the value is
+/// formatted then).
+fn policy_header(rules: &[Rule]) -> Option<http::HeaderValue> {
+    use ratekeeper::Algorithm;
+    let decisions: Vec<ratekeeper::Decision> = rules
+        .iter()
+        .map(|rule| {
+            let quota = rule.limit.policy().quota();
+            ratekeeper::Decision::allowed(quota, quota, std::time::Duration::ZERO)
+        })
+        .collect();
+    let reports: Vec<crate::headers::PolicyReport<'_>> = rules
+        .iter()
+        .zip(&decisions)
+        .map(|(rule, decision)| crate::headers::PolicyReport {
+            name: rule.limit.name(),
+            window: rule.limit.policy().window(),
+            decision,
+            partition_key: None,
+        })
+        .collect();
+    http::HeaderValue::try_from(crate::headers::ratelimit_policy_value(&reports)).ok()
 }
 
 /// Headers any client can set, which only a proxy that overwrites them
@@ -338,4 +370,41 @@ fn warnings_for(rule: &Rule) -> Vec<ConfigWarning> {
         }
     }
     warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratekeeper::{Algorithm, Policy, PolicyKind, Rate, Timestamp};
+
+    /// The ready-made `RateLimit-Policy` must be what formatting a real
+    /// decision of each policy gives.
+    #[test]
+    fn the_ready_made_policy_header_matches_a_real_decision() {
+        for kind in PolicyKind::ALL {
+            let text = match kind {
+                PolicyKind::TokenBucket | PolicyKind::Gcra => "10/s burst 20",
+                _ => "100 per 90s",
+            };
+            let rate: Rate = text.parse().unwrap();
+            let policy = Policy::new(kind, &rate).unwrap();
+            let (decision, _) = policy.decide(&policy.fresh(), Timestamp::from_secs(5), 1);
+            let limit = Limit::new("a", policy.clone()).unwrap();
+            let report = crate::headers::PolicyReport {
+                name: "a",
+                window: policy.window(),
+                decision: &decision,
+                partition_key: None,
+            };
+            let rules = [Rule {
+                limit,
+                key: Key::global(),
+            }];
+            assert_eq!(
+                policy_header(&rules).unwrap(),
+                crate::headers::ratelimit_policy_value(&[report]).as_str(),
+                "{kind}"
+            );
+        }
+    }
 }

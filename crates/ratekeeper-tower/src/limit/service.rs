@@ -15,7 +15,7 @@ use tower::Service;
 use super::key::Extracted;
 use super::layer::Shared;
 use super::response::{is_grpc, refusal_response, Refusal};
-use crate::headers::{insert_headers, HeaderStyle, PolicyReport};
+use crate::headers::{insert_headers_with_policy, HeaderStyle, PolicyReport};
 
 /// The response body: the inner service's, or a refusal's.
 pub type RateLimitBody<B> = Either<B, Full<Bytes>>;
@@ -308,7 +308,19 @@ fn add_rate_limit_headers<S>(
             _ => None,
         })
         .collect();
-    insert_headers(headers, shared.headers, shared.reset, &reports);
+    // The layer's ready-made RateLimit-Policy holds every rule; use it
+    // when every rule is reported.
+    let policy_value = shared
+        .policy_value
+        .as_ref()
+        .filter(|_| reports.len() == shared.rules.len());
+    insert_headers_with_policy(
+        headers,
+        shared.headers,
+        shared.reset,
+        &reports,
+        policy_value,
+    );
 }
 
 fn refuse<S, B>(
