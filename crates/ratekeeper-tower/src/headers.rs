@@ -179,22 +179,48 @@ pub fn insert_headers_with_policy(
     policies: &[PolicyReport<'_>],
     policy_value: Option<&HeaderValue>,
 ) {
+    write_headers(
+        &mut |name, value| {
+            headers.insert(name, value);
+        },
+        style,
+        reset_style,
+        policies,
+        policy_value,
+    );
+}
+
+/// [`insert_headers_with_policy`], handing each header to `put` instead of
+/// a map: the layer keeps them beside the inner service's future and adds
+/// them to its response, with no map of its own to fill and drop.
+pub(crate) fn write_headers(
+    put: &mut dyn FnMut(HeaderName, HeaderValue),
+    style: HeaderStyle,
+    reset_style: ResetStyle,
+    policies: &[PolicyReport<'_>],
+    policy_value: Option<&HeaderValue>,
+) {
     let Some(tightest) = tightest(policies) else {
         return;
     };
     if matches!(style, HeaderStyle::Draft | HeaderStyle::Both) {
-        match policy_value {
-            Some(value) => {
-                headers.insert(RATELIMIT_POLICY, value.clone());
-            }
-            None => insert(headers, RATELIMIT_POLICY, ratelimit_policy_value(policies)),
+        let policy = match policy_value {
+            Some(value) => Some(value.clone()),
+            None => HeaderValue::try_from(ratelimit_policy_value(policies)).ok(),
+        };
+        if let Some(policy) = policy {
+            put(RATELIMIT_POLICY, policy);
         }
-        insert(headers, RATELIMIT, ratelimit_value(tightest));
+        // Every value built here is printable ASCII, so this cannot fail;
+        // if it somehow did, leaving the header out beats a panic.
+        if let Ok(value) = HeaderValue::try_from(ratelimit_value(tightest)) {
+            put(RATELIMIT, value);
+        }
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         let decision = tightest.decision;
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit()));
-        headers.insert(
+        put(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit()));
+        put(
             X_RATELIMIT_REMAINING,
             HeaderValue::from(decision.remaining()),
         );
@@ -208,7 +234,7 @@ pub fn insert_headers_with_policy(
                 ceil_secs(now).saturating_add(reset)
             }
         };
-        headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+        put(X_RATELIMIT_RESET, HeaderValue::from(reset));
     }
 }
 
@@ -216,14 +242,5 @@ pub fn insert_headers_with_policy(
 pub fn insert_retry_after(headers: &mut HeaderMap, retry: RetryAfter) {
     if let Some(secs) = retry_after_secs(retry) {
         headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-    }
-}
-
-fn insert(headers: &mut HeaderMap, name: HeaderName, value: String) {
-    // Every value built here is printable ASCII, so this cannot fail; if it
-    // somehow did, leaving the header out is better than a panic.
-    // `try_from(String)` takes the String's buffer without a copy.
-    if let Ok(value) = HeaderValue::try_from(value) {
-        headers.insert(name, value);
     }
 }

@@ -15,7 +15,7 @@ use tower::Service;
 use super::key::Extracted;
 use super::layer::Shared;
 use super::response::{is_grpc, refusal_response, Refusal};
-use crate::headers::{insert_headers_with_policy, HeaderStyle, PolicyReport};
+use crate::headers::{write_headers, HeaderStyle, PolicyReport};
 
 /// The response body: the inner service's, or a refusal's.
 pub type RateLimitBody<B> = Either<B, Full<Bytes>>;
@@ -39,7 +39,7 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = StateProjection]
     enum State<F, B, E> {
-        Inner { #[pin] future: F, headers: http::HeaderMap },
+        Inner { #[pin] future: F, headers: PendingHeaders },
         Ready { response: Option<Response<RateLimitBody<B>>> },
         Waiting { future: BoxedResponse<B, E> },
     }
@@ -55,7 +55,7 @@ where
         match self.project().state.project() {
             StateProjection::Inner { future, headers } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
-                response.headers_mut().extend(std::mem::take(headers));
+                headers.add_to(response.headers_mut());
                 Poll::Ready(Ok(response.map(Either::Left)))
             }
             StateProjection::Ready { response } => Poll::Ready(Ok(response
@@ -115,18 +115,18 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         if skipped(shared, &request) {
-            return inner_future(self.inner.call(request), http::HeaderMap::new());
+            return inner_future(self.inner.call(request), PendingHeaders::default());
         }
         let (parts, body) = request.into_parts();
         let keys = extract_keys(shared, &parts);
         if keys.iter().any(|key| shared.allow_keys.contains(&key.key)) {
             return inner_future(
                 self.inner.call(Request::from_parts(parts, body)),
-                http::HeaderMap::new(),
+                PendingHeaders::default(),
             );
         }
         let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
-        let checks: Vec<(&Limit, &[u8])> = shared
+        let checks: Checks<'_> = shared
             .rules
             .iter()
             .zip(&keys)
@@ -136,8 +136,8 @@ where
             // Decided at once: call the inner service here, with no clone
             // and no boxed future.
             Some(Ok(multi)) if multi.is_allowed() || shared.shadow => {
-                let mut headers = http::HeaderMap::new();
-                add_rate_limit_headers(shared, &mut headers, &checks, &multi);
+                let mut headers = PendingHeaders::default();
+                add_rate_limit_headers(shared, &mut |n, v| headers.push(n, v), &checks, &multi);
                 inner_future(self.inner.call(Request::from_parts(parts, body)), headers)
             }
             Some(Ok(multi)) => {
@@ -178,15 +178,45 @@ where
     }
 }
 
-fn inner_future<F, B, E>(future: F, headers: http::HeaderMap) -> ResponseFuture<F, B, E> {
+/// The rate-limit headers of an allowed request, kept beside the inner
+/// service's future until its response comes: at most five (the draft's two
+/// and the legacy three), in place, so an allowed request makes no header
+/// map of its own.
+#[derive(Default)]
+pub(crate) struct PendingHeaders {
+    headers: [Option<(http::HeaderName, http::HeaderValue)>; 5],
+}
+
+impl PendingHeaders {
+    fn push(&mut self, name: http::HeaderName, value: http::HeaderValue) {
+        if let Some(free) = self.headers.iter_mut().find(|slot| slot.is_none()) {
+            *free = Some((name, value));
+        }
+    }
+
+    fn add_to(&mut self, headers: &mut http::HeaderMap) {
+        for (name, value) in self.headers.iter_mut().filter_map(Option::take) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+fn inner_future<F, B, E>(future: F, headers: PendingHeaders) -> ResponseFuture<F, B, E> {
     ResponseFuture {
         state: State::Inner { future, headers },
     }
 }
 
+/// Each rule's key, on the stack for up to four rules: a request under one
+/// or two limits (the usual) allocates no list.
+type Keys = smallvec::SmallVec<[Extracted; 4]>;
+
+/// Each rule's limit and key, as the store takes them.
+type Checks<'a> = smallvec::SmallVec<[(&'a Limit, &'a [u8]); 4]>;
+
 /// Each rule's key for the request, logging once if the peer is missing.
-fn extract_keys<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Vec<Extracted> {
-    let keys: Vec<Extracted> = shared
+fn extract_keys<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Keys {
+    let keys: Keys = shared
         .rules
         .iter()
         .map(|rule| rule.key.extract(parts))
@@ -258,7 +288,15 @@ where
             tracing::info!(limits = ?violated(&checks, &multi), "shadow mode: request over a limit passed");
         }
         let mut response = inner.call(Request::from_parts(parts, body)).await?;
-        add_rate_limit_headers(&shared, response.headers_mut(), &checks, &multi);
+        let headers = response.headers_mut();
+        add_rate_limit_headers(
+            &shared,
+            &mut |name, value| {
+                headers.insert(name, value);
+            },
+            &checks,
+            &multi,
+        );
         return Ok(pass(response));
     }
     let refusal = Refusal::Limited {
@@ -288,7 +326,7 @@ fn violated(checks: &[(&Limit, &[u8])], multi: &MultiOutcome) -> Vec<String> {
 
 fn add_rate_limit_headers<S>(
     shared: &Shared<S>,
-    headers: &mut http::HeaderMap,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
     checks: &[(&Limit, &[u8])],
     multi: &MultiOutcome,
 ) {
@@ -314,13 +352,7 @@ fn add_rate_limit_headers<S>(
         .policy_value
         .as_ref()
         .filter(|_| reports.len() == shared.rules.len());
-    insert_headers_with_policy(
-        headers,
-        shared.headers,
-        shared.reset,
-        &reports,
-        policy_value,
-    );
+    write_headers(put, shared.headers, shared.reset, &reports, policy_value);
 }
 
 fn refuse<S, B>(
@@ -336,7 +368,15 @@ fn refuse<S, B>(
         .and_then(|custom| custom(refusal))
         .unwrap_or_else(|| refusal_response(refusal, shared.format, grpc));
     if let Some(multi) = multi {
-        add_rate_limit_headers(shared, response.headers_mut(), checks, multi);
+        let headers = response.headers_mut();
+        add_rate_limit_headers(
+            shared,
+            &mut |name, value| {
+                headers.insert(name, value);
+            },
+            checks,
+            multi,
+        );
     }
     response.map(Either::Right)
 }
