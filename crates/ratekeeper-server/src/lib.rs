@@ -11,7 +11,8 @@
 //!   decides through, all or nothing over several limits;
 //! - the front doors: [`http`] (the JSON decision API and nginx
 //!   `auth_request`), Envoy's rate limit service over gRPC, the reverse
-//!   proxy, and [`admin`] (health and readiness);
+//!   proxy, and [`admin`] (health, readiness, Prometheus metrics, stats as
+//!   JSON and the live dashboard);
 //! - [`serve`]: listeners, reloads on SIGHUP or a changed file, and a
 //!   graceful shutdown.
 

@@ -1,22 +1,51 @@
-//! The admin port: `/healthz` (the process runs) and `/readyz` (the store
-//! answers).
+//! The admin port: `/healthz` (the process runs), `/readyz` (the store
+//! answers), `/metrics` (Prometheus), `/v1/stats` (JSON) and the dashboard
+//! at `/`.
 //!
 //! `/readyz` asks the store itself, past its failure policy: a Redis store
 //! failing open still decides requests, but the service is not ready.
+//!
+//! The pieces, one per file: `recorder` (what the engine records on the
+//! decision path for the metrics: latencies and near-limit counts),
+//! `metrics` (`/metrics`), `stats` (`/v1/stats`) and `dashboard` (`/`, the
+//! page in `dashboard.html`).
+
+mod dashboard;
+mod metrics;
+mod recorder;
+mod stats;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 
+pub use dashboard::DASHBOARD_HTML;
+pub use metrics::{render as render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+pub use recorder::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
+pub use stats::{FailureCounts, LimitReport, ServiceStats, StoreHealth, READY_TIMEOUT};
+
 use crate::engine::Engine;
 
 /// The admin routes on `engine`.
 pub fn router(engine: Engine) -> Router {
     Router::new()
+        .route("/", get(dashboard::dashboard))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::metrics))
+        .merge(stats_routes())
         .with_state(engine)
+}
+
+/// `GET /v1/stats` alone, to serve on another port too (the HTTP decision
+/// API's).
+pub fn stats_router(engine: Engine) -> Router {
+    stats_routes().with_state(engine)
+}
+
+fn stats_routes() -> Router<Engine> {
+    Router::new().route("/v1/stats", get(stats::stats))
 }
 
 /// Always 200: the process answers.

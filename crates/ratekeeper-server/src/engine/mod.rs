@@ -55,6 +55,7 @@ pub use limits::{ActiveLimit, LimitSet};
 pub use store::{AnyStore, SharedClock};
 pub use verdict::{Check, LimitResult, Verdict};
 
+use crate::admin::DecisionMetrics;
 use crate::config::{Config, StoreConfig};
 
 impl std::fmt::Debug for Inner {
@@ -83,6 +84,8 @@ struct Inner {
     stats: Stats,
     /// The wall clock the statistics' calendar windows follow.
     wall_clock: SharedClock,
+    /// Decision latencies and near-limit counts, for `/metrics`.
+    metrics: DecisionMetrics,
 }
 
 impl Engine {
@@ -129,6 +132,7 @@ impl Engine {
                 probe,
                 stats,
                 wall_clock,
+                metrics: DecisionMetrics::new(),
             }),
         }
     }
@@ -154,6 +158,11 @@ impl Engine {
         &self.inner.stats
     }
 
+    /// How long decisions took, and how many came near their limit.
+    pub fn decision_metrics(&self) -> &DecisionMetrics {
+        &self.inner.metrics
+    }
+
     /// Now, by the wall clock the statistics follow.
     pub fn wall_now(&self) -> Timestamp {
         self.inner.wall_clock.now()
@@ -175,7 +184,18 @@ impl Engine {
     /// Shadow limits are decided after the others, and only charged when
     /// the request passes them: they report what they would have done
     /// without changing what happens.
+    ///
+    /// Its latency, failed or not, goes to
+    /// [`decision_metrics`](Engine::decision_metrics).
     pub async fn check(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+        let started = std::time::Instant::now();
+        let verdict = self.decide(checks).await;
+        self.inner.metrics.observe(started.elapsed());
+        verdict
+    }
+
+    /// [`Engine::check`], unmeasured.
+    async fn decide(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
         let store = &self.inner.store;
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| checks[i].limit.is_shadow());
@@ -200,6 +220,9 @@ impl Engine {
         for (check, outcome) in checks.iter().zip(&outcomes) {
             if let (Some(stats), Some(outcome)) = (check.limit.stats(), outcome) {
                 stats.record(now, outcome.is_allowed(), &check.key);
+                self.inner
+                    .metrics
+                    .record_outcome(check.limit.name(), outcome);
             }
         }
         let results = checks

@@ -133,7 +133,9 @@ impl Service {
         if let Some(addr) = config.listen.http {
             let listener = bind("http", addr).await?;
             addrs.http = Some(local_addr("http", &listener)?);
-            let app = crate::http::router(engine.clone());
+            // `/v1/stats` too, for clients of the decision API.
+            let app = crate::http::router(engine.clone())
+                .merge(crate::admin::stats_router(engine.clone()));
             tasks.spawn(serve_axum("http", listener, app, stopped.clone()));
         }
         if let Some(addr) = config.listen.grpc {

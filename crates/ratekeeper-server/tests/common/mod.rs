@@ -20,6 +20,9 @@ pub const LISTEN_ANY: &str =
 pub struct TestService {
     pub service: Service,
     pub clock: Arc<ManualClock>,
+    /// The statistics' wall clock, when the test set one
+    /// ([`TestService::start_with_wall_clock`]); the system's otherwise.
+    pub wall_clock: Option<Arc<ManualClock>>,
     pub client: reqwest::Client,
 }
 
@@ -35,18 +38,37 @@ impl TestService {
         path: Option<std::path::PathBuf>,
         watch: Option<Duration>,
     ) -> TestService {
+        Self::start_full(toml, path, watch, None).await
+    }
+
+    /// With the statistics' calendar windows on a manual wall clock
+    /// starting at `wall` (Unix time).
+    pub async fn start_with_wall_clock(toml: &str, wall: Timestamp) -> TestService {
+        Self::start_full(toml, None, None, Some(Arc::new(ManualClock::new(wall)))).await
+    }
+
+    async fn start_full(
+        toml: &str,
+        path: Option<std::path::PathBuf>,
+        watch: Option<Duration>,
+        wall_clock: Option<Arc<ManualClock>>,
+    ) -> TestService {
         let config = Config::from_toml_str(toml, "test.toml").expect("a valid test config");
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
         let mut options = Options::default();
         options.clock = clock.clone();
         options.config_path = path;
         options.watch_interval = watch;
+        if let Some(wall_clock) = &wall_clock {
+            options.wall_clock = wall_clock.clone();
+        }
         let service = Service::start(config, options)
             .await
             .expect("the service starts");
         TestService {
             service,
             clock,
+            wall_clock,
             client: reqwest::Client::new(),
         }
     }

@@ -1,0 +1,227 @@
+//! `GET /metrics`: the service's metrics in the Prometheus text format
+//! (version 0.0.4), encoded by `prometheus-client`.
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `ratekeeper_decisions_total` | counter | `limit`, `decision` (`allowed`, `denied`) | what each configured limit decided |
+//! | `ratekeeper_near_limit_total` | counter | `limit` | allowed decisions that left at most [`NEAR_LIMIT_PERCENT`]% of the quota |
+//! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
+//! | `ratekeeper_limits_configured` | gauge | | limits in force |
+//! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
+//! | `ratekeeper_keys_tracked` | gauge | | keys the in-memory store holds (in-memory store only) |
+//! | `ratekeeper_store_failures_total` | counter | `store` | calls the store failed |
+//! | `ratekeeper_store_failed_open_total` | counter | `store` | requests allowed because the store failed open |
+//! | `ratekeeper_store_failed_closed_total` | counter | `store` | requests refused because the store failed closed |
+//! | `ratekeeper_store_fallback_total` | counter | `store` | requests decided by the in-memory fallback |
+//!
+//! The per-limit counters are read from the core's stats at scrape time,
+//! so the decision path counts each decision once. A limit's counters
+//! start from zero when it is configured, and go when a reload removes it;
+//! its near-limit counter is kept by name for the life of the process.
+//!
+//! A limit that allowed a request that another limit refused counts it as
+//! allowed: nothing was taken from it, but it did not refuse.
+//!
+//! [`NEAR_LIMIT_PERCENT`]: super::NEAR_LIMIT_PERCENT
+
+use std::fmt;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::recorder::LatencyHistogram;
+use super::stats::StoreHealth;
+use crate::engine::Engine;
+
+/// The `Content-Type` of `/metrics`.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// One configured limit's counters.
+#[derive(Debug)]
+struct LimitCounts {
+    name: String,
+    allowed: u64,
+    denied: u64,
+    near_limit: u64,
+}
+
+/// Everything one scrape reports, read before encoding (the store's
+/// health needs an `await`, the encoder cannot).
+#[derive(Debug)]
+struct Scrape {
+    limits: Vec<LimitCounts>,
+    latency: LatencyHistogram,
+    store: StoreHealth,
+}
+
+/// The metrics of `engine` now, in the Prometheus text format.
+///
+/// Asks the store whether it answers (for `ratekeeper_store_up`), waiting
+/// at most [`READY_TIMEOUT`](super::READY_TIMEOUT).
+pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
+    let store = StoreHealth::check(engine).await;
+    let metrics = engine.decision_metrics();
+    let limits = engine
+        .limits()
+        .iter()
+        .map(|limit| LimitCounts {
+            name: limit.name().to_owned(),
+            allowed: limit.stats().map_or(0, |stats| stats.allowed()),
+            denied: limit.stats().map_or(0, |stats| stats.denied()),
+            near_limit: metrics.near_limit(limit.name()),
+        })
+        .collect();
+    let scrape = Scrape {
+        limits,
+        latency: metrics.latency(),
+        store,
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// `GET /metrics`.
+pub(super) async fn metrics(State(engine): State<Engine>) -> Response {
+    match render(&engine).await {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(fmt::Error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the metrics could not be encoded\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Writes one counter (its name without `_total`, which the encoder adds)
+/// with one sample per label set.
+fn counter<L: prometheus_client::encoding::EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        metric
+            .encode_family(&labels)?
+            .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+    }
+    Ok(())
+}
+
+/// Writes one gauge with one sample per label set.
+fn gauge<L: prometheus_client::encoding::EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, i64)>,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        metric.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        counter(
+            &mut encoder,
+            "ratekeeper_decisions",
+            "Requests each configured limit allowed or denied.",
+            self.limits.iter().flat_map(|limit| {
+                [
+                    (
+                        [("limit", limit.name.as_str()), ("decision", "allowed")],
+                        limit.allowed,
+                    ),
+                    (
+                        [("limit", limit.name.as_str()), ("decision", "denied")],
+                        limit.denied,
+                    ),
+                ]
+            }),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_near_limit",
+            "Allowed requests that left at most 10% of the limit's quota.",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.near_limit)),
+        )?;
+
+        let latency = &self.latency;
+        encoder
+            .encode_descriptor(
+                "ratekeeper_decision_duration_seconds",
+                "Time to decide one request against all its limits.",
+                None,
+                MetricType::Histogram,
+            )?
+            .encode_histogram::<NoLabelSet>(
+                latency.sum_seconds,
+                latency.count,
+                &latency.buckets,
+                None,
+            )?;
+
+        let no_labels: [(&str, &str); 0] = [];
+        let limits = i64::try_from(self.limits.len()).unwrap_or(i64::MAX);
+        gauge(
+            &mut encoder,
+            "ratekeeper_limits_configured",
+            "Limits in force.",
+            [(no_labels, limits)],
+        )?;
+        let store = [("store", self.store.kind)];
+        gauge(
+            &mut encoder,
+            "ratekeeper_store_up",
+            "1 when the store answers, 0 when it does not.",
+            [(store, i64::from(self.store.ready))],
+        )?;
+        if let Some(keys) = self.store.keys_in_memory {
+            gauge(
+                &mut encoder,
+                "ratekeeper_keys_tracked",
+                "Keys the in-memory store holds.",
+                [(no_labels, i64::try_from(keys).unwrap_or(i64::MAX))],
+            )?;
+        }
+        let failures = self.store.failures.unwrap_or_default();
+        for (name, help, value) in [
+            (
+                "ratekeeper_store_failures",
+                "Calls the store failed.",
+                failures.failures,
+            ),
+            (
+                "ratekeeper_store_failed_open",
+                "Requests allowed because the store failed open.",
+                failures.failed_open,
+            ),
+            (
+                "ratekeeper_store_failed_closed",
+                "Requests refused because the store failed closed.",
+                failures.failed_closed,
+            ),
+            (
+                "ratekeeper_store_fallback",
+                "Requests decided by the in-memory fallback while the store failed.",
+                failures.fallback,
+            ),
+        ] {
+            counter(&mut encoder, name, help, [(store, value)])?;
+        }
+        Ok(())
+    }
+}

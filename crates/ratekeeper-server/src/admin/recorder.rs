@@ -1,0 +1,215 @@
+//! What the engine records for `/metrics` on the decision path, beyond the
+//! core's stats: how long decisions take, and how many allowed requests
+//! came near their limit.
+//!
+//! Both cost a few relaxed atomic operations per decision and take no lock
+//! on the common path: the latency histogram is an array of atomic
+//! counters, and the near-limit counters are only looked up (under a read
+//! lock) for the allowed decisions that came near their limit.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock};
+use std::time::Duration;
+
+use ratekeeper::Outcome;
+
+/// The upper bounds of the decision latency histogram's buckets, in
+/// nanoseconds: from 1 µs (the in-memory store) to 1 s (a remote store
+/// timing out). Larger latencies land in the `+Inf` bucket.
+const BOUNDS_NANOS: [u64; 19] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+];
+
+/// An allowed decision is *near its limit* when what it left is at most
+/// this fraction of the quota: `remaining <= quota / 10`, so the last 10
+/// units of a quota of 100 (and, for a quota under 10, only the last
+/// unit, `remaining == 0`).
+pub const NEAR_LIMIT_PERCENT: u64 = 10;
+
+/// Whether `outcome` allowed a request and left at most
+/// [`NEAR_LIMIT_PERCENT`] of its quota.
+pub fn is_near_limit(outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::Decided(decision) if decision.is_allowed() => {
+            // In u128: no product of two u64 overflows it.
+            u128::from(decision.remaining()) * 100
+                <= u128::from(decision.limit()) * u128::from(NEAR_LIMIT_PERCENT)
+        }
+        _ => false,
+    }
+}
+
+/// Decision latencies and near-limit counts, shared by the engine (which
+/// records) and the admin port (which reports).
+#[derive(Debug, Default)]
+pub struct DecisionMetrics {
+    /// Decisions per latency bucket (not cumulative); the last is `+Inf`.
+    buckets: [AtomicU64; BOUNDS_NANOS.len() + 1],
+    /// The sum of all latencies, in nanoseconds.
+    sum_nanos: AtomicU64,
+    /// Allowed decisions near their limit, by limit name.
+    near_limit: RwLock<HashMap<Box<str>, AtomicU64>>,
+}
+
+/// The decision latency histogram at one time.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct LatencyHistogram {
+    /// Each bucket's upper bound in seconds and the decisions that took
+    /// longer than the previous bound and at most this one (not
+    /// cumulative); the last bound is infinite.
+    pub buckets: Vec<(f64, u64)>,
+    /// Decisions observed.
+    pub count: u64,
+    /// Their total latency, in seconds.
+    pub sum_seconds: f64,
+}
+
+impl DecisionMetrics {
+    /// Nothing recorded yet.
+    pub fn new() -> DecisionMetrics {
+        DecisionMetrics::default()
+    }
+
+    /// Records one decision (one call of
+    /// [`Engine::check`](crate::engine::Engine::check), whatever the number
+    /// of limits it checked) that took `elapsed`.
+    pub fn observe(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = BOUNDS_NANOS.partition_point(|&bound| bound < nanos);
+        if let Some(counter) = self.buckets.get(bucket) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Counts `outcome` for the limit `name` if it allowed the request near
+    /// its limit (see [`NEAR_LIMIT_PERCENT`]); does nothing otherwise.
+    pub fn record_outcome(&self, name: &str, outcome: &Outcome) {
+        if !is_near_limit(outcome) {
+            return;
+        }
+        {
+            let counters = self
+                .near_limit
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(counter) = counters.get(name) {
+                counter.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let mut counters = self
+            .near_limit
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        counters
+            .entry(name.into())
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Allowed decisions of the limit `name` that came near it, since the
+    /// process started (kept by name across reloads).
+    pub fn near_limit(&self, name: &str) -> u64 {
+        self.near_limit
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .map_or(0, |counter| counter.load(Ordering::Relaxed))
+    }
+
+    /// The latency histogram now.
+    ///
+    /// Read while decisions are recorded, the buckets and the sum may be a
+    /// decision or two apart; `count` is always the buckets' total.
+    pub fn latency(&self) -> LatencyHistogram {
+        let buckets: Vec<(f64, u64)> = BOUNDS_NANOS
+            .iter()
+            .map(|&bound| Duration::from_nanos(bound).as_secs_f64())
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(&self.buckets)
+            .map(|(bound, counter)| (bound, counter.load(Ordering::Relaxed)))
+            .collect();
+        let count = buckets
+            .iter()
+            .fold(0u64, |total, (_, n)| total.saturating_add(*n));
+        LatencyHistogram {
+            buckets,
+            count,
+            sum_seconds: Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed)).as_secs_f64(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratekeeper::{Decision, RetryAfter};
+
+    fn allowed(limit: u64, remaining: u64) -> Outcome {
+        Outcome::Decided(Decision::allowed(limit, remaining, Duration::ZERO))
+    }
+
+    #[test]
+    fn near_limit_is_the_last_tenth_of_the_quota() {
+        assert!(!is_near_limit(&allowed(100, 11)));
+        assert!(is_near_limit(&allowed(100, 10)));
+        assert!(is_near_limit(&allowed(100, 0)));
+        assert!(!is_near_limit(&allowed(3, 1)));
+        assert!(is_near_limit(&allowed(3, 0)));
+        assert!(is_near_limit(&allowed(u64::MAX, 0)));
+        assert!(!is_near_limit(&allowed(u64::MAX, u64::MAX)));
+        let denied = Outcome::Decided(Decision::denied(3, 0, Duration::ZERO, RetryAfter::NOW));
+        assert!(!is_near_limit(&denied));
+        assert!(!is_near_limit(&Outcome::Saturated {
+            retry_after: Duration::ZERO
+        }));
+    }
+
+    #[test]
+    fn latencies_land_in_the_first_bucket_that_holds_them() {
+        let metrics = DecisionMetrics::new();
+        metrics.observe(Duration::from_nanos(1_000)); // le 1 µs
+        metrics.observe(Duration::from_nanos(1_001)); // le 2.5 µs
+        metrics.observe(Duration::from_secs(2)); // +Inf
+        metrics.observe(Duration::MAX); // +Inf, saturated
+        let latency = metrics.latency();
+        assert_eq!(latency.count, 4);
+        assert_eq!(latency.buckets[0], (1e-6, 1));
+        assert_eq!(latency.buckets[1], (2.5e-6, 1));
+        assert_eq!(latency.buckets.last(), Some(&(f64::INFINITY, 2)));
+        assert_eq!(latency.buckets.len(), BOUNDS_NANOS.len() + 1);
+    }
+
+    #[test]
+    fn near_limit_counts_by_name() {
+        let metrics = DecisionMetrics::new();
+        metrics.record_outcome("a", &allowed(10, 1));
+        metrics.record_outcome("a", &allowed(10, 5));
+        metrics.record_outcome("a", &allowed(10, 0));
+        metrics.record_outcome("b", &allowed(10, 0));
+        assert_eq!(metrics.near_limit("a"), 2);
+        assert_eq!(metrics.near_limit("b"), 1);
+        assert_eq!(metrics.near_limit("c"), 0);
+    }
+}

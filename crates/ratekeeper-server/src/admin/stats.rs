@@ -1,0 +1,178 @@
+//! `GET /v1/stats`: what every configured limit decided, and the store's
+//! health, as JSON.
+//!
+//! ```text
+//! GET /v1/stats
+//!
+//! 200 OK
+//! {"at_unix_secs": 1767225600,
+//!  "store": {"kind": "memory", "ready": true, "error": null,
+//!            "keys_in_memory": 2, "failures": null},
+//!  "decisions": 12,
+//!  "limits": [{"name": "per-user",
+//!              "config": {"name": "per-user", "policy": "gcra", "rate": "3/minute", ...},
+//!              "near_limit": 2,
+//!              "at_unix_secs": 1767225600, "allowed": 6, "denied": 6,
+//!              "windows": {"minute": {"current": {"start_unix_secs": 1767225600,
+//!                                                 "requests": 12, "denied": 6},
+//!                                     "previous": {...}},
+//!                          "hour": {...}, "day": {...}, "week": {...}},
+//!              "history": [{"start_unix_secs": ..., "requests": 0, "denied": 0}, ...],
+//!              "top_denied": [{"key": "alice", "count": 4, "error": 0}, ...],
+//!              "keys_tracked": 2, "untracked_denials": 0}]}
+//! ```
+//!
+//! The limits are in the configuration's order. Each limit's counts are
+//! those of the core's [`LimitSnapshot`] (flattened into the limit's
+//! object): totals since the limit was configured, the current and
+//! previous UTC minute, hour, day and week, the last 60 minutes oldest
+//! first, and the keys denied most. `near_limit` counts the allowed
+//! decisions that left at most
+//! [`NEAR_LIMIT_PERCENT`](super::NEAR_LIMIT_PERCENT)% of the quota.
+//! `store.failures` is `null` for the in-memory store, which cannot fail.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+use ratekeeper::{LimitSnapshot, ResilientStats};
+use serde::Serialize;
+
+use crate::engine::Engine;
+use crate::http::LimitDescription;
+
+/// How long `/v1/stats` and `/metrics` wait for the store to answer before
+/// calling it not ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The answer of `GET /v1/stats`.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct ServiceStats {
+    /// When the stats were taken, in seconds since the Unix epoch (the
+    /// statistics' wall clock).
+    pub at_unix_secs: u64,
+    /// The store's health.
+    pub store: StoreHealth,
+    /// Decisions made since the service started (calls of the decision
+    /// API, the gRPC service, nginx's `auth_request` and the proxy, however
+    /// many limits each checked).
+    pub decisions: u64,
+    /// Every configured limit, in the configuration's order.
+    pub limits: Vec<LimitReport>,
+}
+
+/// The store's health.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct StoreHealth {
+    /// `memory`, `sqlite` or `redis`.
+    pub kind: &'static str,
+    /// Whether the store itself answers now (the failure policy aside).
+    pub ready: bool,
+    /// Why it is not ready.
+    pub error: Option<String>,
+    /// Keys the in-memory store tracks; `None` for the others.
+    pub keys_in_memory: Option<usize>,
+    /// What the failure policy has done; `None` for the in-memory store.
+    pub failures: Option<FailureCounts>,
+}
+
+/// What a remote store's failure policy has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct FailureCounts {
+    /// Calls the store failed.
+    pub failures: u64,
+    /// Requests allowed because the store failed open.
+    pub failed_open: u64,
+    /// Requests refused because the store failed closed.
+    pub failed_closed: u64,
+    /// Requests decided by the in-memory fallback.
+    pub fallback: u64,
+}
+
+impl From<ResilientStats> for FailureCounts {
+    fn from(stats: ResilientStats) -> Self {
+        FailureCounts {
+            failures: stats.failures,
+            failed_open: stats.failed_open,
+            failed_closed: stats.failed_closed,
+            fallback: stats.fallback,
+        }
+    }
+}
+
+/// One limit's stats.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct LimitReport {
+    /// The limit's name.
+    pub name: String,
+    /// The limit as configured (as `GET /v1/limits` shows it).
+    pub config: LimitDescription,
+    /// Allowed decisions that left at most
+    /// [`NEAR_LIMIT_PERCENT`](super::NEAR_LIMIT_PERCENT)% of the quota.
+    pub near_limit: u64,
+    /// Totals, windows, the last hour and the keys denied most.
+    #[serde(flatten)]
+    pub stats: LimitSnapshot,
+}
+
+impl StoreHealth {
+    /// Asks the store whether it answers (waiting at most
+    /// [`READY_TIMEOUT`]) and reads its counters.
+    pub async fn check(engine: &Engine) -> StoreHealth {
+        let error = match tokio::time::timeout(READY_TIMEOUT, engine.ready()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error.to_string()),
+            Err(_) => Some(format!("the store did not answer within {READY_TIMEOUT:?}")),
+        };
+        let store = engine.store();
+        StoreHealth {
+            kind: store.kind(),
+            ready: error.is_none(),
+            error,
+            keys_in_memory: store.keys_in_memory(),
+            failures: store.failure_stats().map(FailureCounts::from),
+        }
+    }
+}
+
+impl ServiceStats {
+    /// Everything `GET /v1/stats` reports, now.
+    pub async fn gather(engine: &Engine) -> ServiceStats {
+        let store = StoreHealth::check(engine).await;
+        let now = engine.wall_now();
+        let metrics = engine.decision_metrics();
+        let limits = engine
+            .limits()
+            .iter()
+            .map(|limit| LimitReport {
+                name: limit.name().to_owned(),
+                config: LimitDescription::new(limit.config()),
+                near_limit: metrics.near_limit(limit.name()),
+                stats: limit
+                    .stats()
+                    .map(|stats| stats.snapshot(now))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        ServiceStats {
+            at_unix_secs: now.as_duration().as_secs(),
+            store,
+            decisions: metrics.latency().count,
+            limits,
+        }
+    }
+}
+
+/// `GET /v1/stats`; never cached.
+pub(super) async fn stats(State(engine): State<Engine>) -> impl IntoResponse {
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(ServiceStats::gather(&engine).await),
+    )
+}
