@@ -14,7 +14,9 @@
 //!   proxy, and [`admin`] (health, readiness, Prometheus metrics, stats as
 //!   JSON and the live dashboard);
 //! - [`serve`]: listeners, reloads on SIGHUP or a changed file, and a
-//!   graceful shutdown.
+//!   graceful shutdown;
+//! - [`simulate`]: policies run offline over a trace or a pattern, with
+//!   the decisions as CSV and an SVG chart (`ratekeeper simulate`).
 
 pub mod admin;
 pub mod config;
@@ -23,5 +25,6 @@ pub mod envoy;
 pub mod http;
 pub mod proxy;
 pub mod serve;
+pub mod simulate;
 
 pub use config::{Config, ConfigError};
