@@ -239,11 +239,13 @@ async fn stats_report_totals_windows_history_and_top_keys() {
     assert_eq!(global["top_denied"], json!([]));
 
     // A minute later the traffic is the previous minute's, and still this
-    // hour's; the JSON is the same on the HTTP port.
+    // hour's. Only the admin port tells: the top keys may be API keys.
     wall.advance(Duration::from_secs(60));
     service.clock.advance(Duration::from_secs(60));
     assert!(check(&service, "alice").await);
-    let stats = get_stats(&service, service.http("/v1/stats")).await;
+    let not_found = service.client.get(service.http("/v1/stats")).send().await.unwrap();
+    assert_eq!(not_found.status().as_u16(), 404);
+    let stats = get_stats(&service, service.admin("/v1/stats")).await;
     let windows = &stats["limits"][0]["windows"];
     assert_eq!(windows["minute"]["current"], window(MINUTE + 60, 1, 0));
     assert_eq!(windows["minute"]["previous"], window(MINUTE, 16, 4));

@@ -133,9 +133,9 @@ impl Service {
         if let Some(addr) = config.listen.http {
             let listener = bind("http", addr).await?;
             addrs.http = Some(local_addr("http", &listener)?);
-            // `/v1/stats` too, for clients of the decision API.
-            let app = crate::http::router(engine.clone())
-                .merge(crate::admin::stats_router(engine.clone()));
+            // Statistics stay on the admin port: their top denied keys may
+            // be clients' addresses or API keys.
+            let app = crate::http::router(engine.clone());
             tasks.spawn(serve_axum("http", listener, app, stopped.clone()));
         }
         if let Some(addr) = config.listen.grpc {
