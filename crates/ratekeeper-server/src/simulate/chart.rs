@@ -95,7 +95,7 @@ pub struct TooManyBuckets {
 
 /// The bucket width for a chart spanning `span`: a round width (1 ms, 2 ms,
 /// 5 ms, ..., 1 s, 2 s, 5 s, 10 s, 15 s, 30 s, 1 min, ..., 1 day, 1 week)
-/// that makes about 120 buckets at most, or a week.
+/// that makes about 120 buckets at most; past 120 weeks, whole days.
 ///
 /// ```
 /// use std::time::Duration;
@@ -103,6 +103,9 @@ pub struct TooManyBuckets {
 ///
 /// assert_eq!(auto_bucket(Duration::from_secs(60)), Duration::from_millis(500));
 /// assert_eq!(auto_bucket(Duration::from_secs(3600)), Duration::from_secs(30));
+/// // Ten years: buckets of 31 days.
+/// let days = |n: u64| Duration::from_secs(n * 86_400);
+/// assert_eq!(auto_bucket(days(3650)), days(31));
 /// ```
 pub fn auto_bucket(span: Duration) -> Duration {
     let span = span.as_nanos();
@@ -110,7 +113,12 @@ pub fn auto_bucket(span: Duration) -> Duration {
         .iter()
         .map(|&ms| Duration::from_millis(ms))
         .find(|b| span / b.as_nanos() <= 120)
-        .unwrap_or(Duration::from_millis(NICE_BUCKETS[NICE_BUCKETS.len() - 1]))
+        .unwrap_or_else(|| {
+            // Past 120 weeks: whole days, about 120 buckets.
+            let day = 86_400_000_000_000u128;
+            let days = (span / 120).div_ceil(day);
+            Duration::from_secs(u64::try_from(days).unwrap_or(u64::MAX / 86_400) * 86_400)
+        })
 }
 
 /// Units offered and admitted per bucket of time, for each policy.
