@@ -243,7 +243,12 @@ async fn stats_report_totals_windows_history_and_top_keys() {
     wall.advance(Duration::from_secs(60));
     service.clock.advance(Duration::from_secs(60));
     assert!(check(&service, "alice").await);
-    let not_found = service.client.get(service.http("/v1/stats")).send().await.unwrap();
+    let not_found = service
+        .client
+        .get(service.http("/v1/stats"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(not_found.status().as_u16(), 404);
     let stats = get_stats(&service, service.admin("/v1/stats")).await;
     let windows = &stats["limits"][0]["windows"];
