@@ -194,7 +194,10 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
             );
         }
         if let Some(addr) = addrs.admin {
-            let _ = writeln!(out, "admin http://{addr}  (/healthz, /readyz)");
+            let _ = writeln!(
+                out,
+                "admin http://{addr}  (dashboard /, /metrics, /v1/stats, /healthz, /readyz)"
+            );
         }
         let _ = out.flush();
         drop(out);
