@@ -10,455 +10,554 @@
 --          (see each policy).
 -- Numbers travel as doubles (exact integers below 2^53), in and out: one
 -- unpack instead of a tonumber per number, one string instead of a table
--- for the reply. Allocations (tables, closures, strings) are most of what
--- a script like this costs beyond its Redis commands.
+-- for the reply.
 --
 -- Times are microseconds since the Unix epoch, every quantity an integer
 -- below 2^53, so Lua's doubles hold them exactly. States are packed with
 -- struct: a tag byte (the kind) then doubles; a state of another shape
 -- counts as fresh.
 --
--- Reply, doubles packed '<d...': for 'c' and 'p', six per limit (allowed
--- 1/0, remaining, reset us, reset ns part, retry us or -1 for never, retry
--- ns part), then the 1-based index of the first limit that denied (0:
--- none), then now; for 'r', now.
+-- Reply, doubles packed '<d...': for checks and peeks, six per limit
+-- (allowed 1/0, remaining, reset us, reset ns part, retry us or -1 for
+-- never, retry ns part), then the 1-based index of the first limit that
+-- denied (0: none), then now; for refunds, now.
+--
+-- Cost. What Redis spends per call, counted in instructions by
+-- scripts/callgrind-redis.sh, is mostly its own: EVALSHA itself, and each
+-- redis.call (TIME, GET, SET ... PX) with its reply turned into Lua values.
+-- The script adds as little as it can: the decision is inline in one loop
+-- over the keys (no function, so no closure made per call: every function
+-- in a script's body is a new closure on each EVALSHA), math.floor and
+-- friends are read once, one struct.unpack for the arguments and one for
+-- the state, one struct.pack for the state and one for the reply, and no
+-- table unless there are several keys.
 
-local code, cost, now, kind, a, b, c = struct.unpack('<BddBddd', ARGV[1])
-local op = code == 1 and 'c' or code == 2 and 'p' or 'r'
+local sunpack, pack = struct.unpack, struct.pack
+local arg = ARGV[1]
+local code, cost, now, kind, a, b, c = sunpack('<BddBddd', arg)
+-- code: 1 check, 2 peek, 3 refund
 local pinned = now ~= 0
 if not pinned then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
--- A function without upvalues (each captured local would be an allocation
--- per call), and no other closures or tables on the hot paths.
---
--- decide(kind, v, a, b, c, now, cost, op), with v the stored state (or false), returns
--- allowed, remaining, reset_us, reset_ns, retry_us, retry_ns, new, ttl_us
--- for 'c'/'p' (new: nil unchanged, else the packed state), and only new,
--- ttl_us for 'r' (new: nil unchanged, false delete).
-local function decide(kind, v, a, b, c, now, cost, op)
-  local floor, ceil, pack, unpack = math.floor, math.ceil, struct.pack, struct.unpack
-  local byte, NEVER = string.byte, -1
-  if kind == 2 then
-    -- GCRA. a = emission interval (ns), b = burst. The state is (at, ahead):
-    -- the theoretical arrival time is `ahead` ns after `at` us.
-    local interval, burst = a, b
-    local tol = interval * burst
-    local r = 0
-    if v and byte(v) == 2 and #v == 17 then
-      local _, at, ahead = unpack('<Bdd', v)
-      r = ahead + (at - now) * 1000
-    end
-    if op == 'r' then
-      if r <= 0 or cost == 0 then return nil end
-      r = r - cost * interval
-      if r <= 0 then return false end
-      return pack('<Bdd', 2, now, r), ceil(r / 1000)
-    end
-    local current = r > 0 and r or 0
-    local left = tol - current
-    left = left > 0 and floor(left / interval) or 0
-    local cur_us = floor(current / 1000)
-    if cost > burst then
-      return 0, left, cur_us, current - cur_us * 1000, NEVER, 0
-    end
-    local ahead = current + cost * interval
-    if ahead <= tol then
-      local us = floor(ahead / 1000)
-      local remaining = floor((tol - ahead) / interval)
-      if cost == 0 or op ~= 'c' then
-        return 1, remaining, us, ahead - us * 1000, 0, 0
-      end
-      return 1, remaining, us, ahead - us * 1000, 0, 0, pack('<Bdd', 2, now, ahead), us + 1
-    end
-    local over = ahead - tol
-    local over_us = floor(over / 1000)
-    return 0, left, cur_us, current - cur_us * 1000, over_us, over - over_us * 1000
-  elseif kind == 1 then
-    -- Token bucket. a = full (burst x unit), b = unit (units per token),
-    -- c = gain (units per ns): the core's exact integer bucket. The state
-    -- (level, at, unit) records its unit, so a state written under other
-    -- numbers keeps its tokens, rounded down.
-    local full, unit, gain = a, b, c
-    local level, at = full, now
-    if v and byte(v) == 1 and #v == 25 then
-      local _, from
-      _, level, at, from = unpack('<Bddd', v)
-      if from ~= unit and from > 0 then
-        -- floor(level x unit / from): whole tokens exactly, the rest
-        -- exactly below 2^53 and one unit short otherwise (never more)
-        local q = floor(level / from)
-        local r = level - q * from
-        local x = r * unit
-        local f = floor(x / from)
-        if x > 9007199254740992 and f > 0 then f = f - 1 end
-        level = q * unit + f
-      end
-    end
-    local at2 = at > now and at or now
-    local deficit = full - level
-    if deficit < 0 then deficit = 0 end
-    deficit = deficit - (at2 - at) * 1000 * gain
-    if deficit < 0 then deficit = 0 end
-    -- waits are told from now, the state measured at at2
-    local skew = (at2 - now) * 1000
-    if op == 'r' then
-      if cost == 0 then return nil end
-      deficit = deficit - cost * unit
-      if deficit <= 0 then return false end
-      return pack('<Bddd', 1, full - deficit, at2, unit), at2 - now + ceil(ceil(deficit / gain) / 1000)
-    end
-    -- ns to refill the deficit, from now
-    local reset = (gain == 1 and deficit or ceil(deficit / gain)) + skew
-    local reset_us = floor(reset / 1000)
-    local left = floor((full - deficit) / unit)
-    if cost > full / unit then
-      return 0, left, reset_us, reset - reset_us * 1000, NEVER, 0
-    end
-    local after = deficit + cost * unit
-    if after <= full then
-      local fill = gain == 1 and after or ceil(after / gain)
-      local w = fill + skew
-      local us = floor(w / 1000)
-      local remaining = floor((full - after) / unit)
-      if cost == 0 or op ~= 'c' then
-        return 1, remaining, us, w - us * 1000, 0, 0
-      end
-      return 1, remaining, us, w - us * 1000, 0, 0,
-        pack('<Bddd', 1, full - after, at2, unit), at2 - now + ceil(fill / 1000)
-    end
-    local over = after - full
-    local retry = (gain == 1 and over or ceil(over / gain)) + skew
-    local retry_us = floor(retry / 1000)
-    return 0, left, reset_us, reset - reset_us * 1000, retry_us, retry - retry_us * 1000
-  elseif kind == 3 then
-    -- Fixed window. a = limit, b = window (us), aligned to the epoch.
-    local limit, window = a, b
-    local st, cnt = 0, 0
-    if v and byte(v) == 3 and #v == 17 then
-      local _
-      _, st, cnt = unpack('<Bdd', v)
-    end
-    local start = now - now % window
-    local count = 0
-    if start == st then
-      count = cnt
-    elseif start < st then
-      start, count = st, cnt
-    end
-    local until_end = start + window - now
-    if until_end < 0 then until_end = 0 end
-    if op == 'r' then
-      if cost == 0 or count == 0 then return nil end
-      count = count - cost
-      if count <= 0 then return false end
-      return pack('<Bdd', 3, start, count), start + window - now
-    end
-    local remaining = limit - count
-    if remaining < 0 then remaining = 0 end
-    if cost <= remaining then
-      local reset = (count + cost == 0) and 0 or until_end
-      if cost == 0 or op ~= 'c' then
-        return 1, remaining - cost, reset, 0, 0, 0
-      end
-      -- the key already expires at this window's end: keep its TTL
-      local ttl = (start == st and cnt > 0) and -1 or start + window - now
-      return 1, remaining - cost, reset, 0, 0, 0, pack('<Bdd', 3, start, count + cost), ttl
-    end
-    local retry = cost > limit and NEVER or until_end
-    return 0, remaining, count == 0 and 0 or until_end, 0, retry, 0
-  elseif kind == 5 then
-    -- Sliding window counter. a = limit, b = window (us), limit x window
-    -- below 2^53.
-    local limit, window = a, b
-    local st, p, cr = 0, 0, 0
-    if v and byte(v) == 5 and #v == 25 then
-      local _
-      _, st, p, cr = unpack('<Bddd', v)
-    end
-    local start = now - now % window
-    local prev, cur, elapsed = 0, 0, now - start
-    if start == st then
-      prev, cur = p, cr
-    elseif start > st then
-      if start - st == window then prev = cr end
-    else
-      start, prev, cur, elapsed = st, p, cr, 0
-    end
-    if op == 'r' then
-      if cost == 0 then return nil end
-      local fc = cost < cur and cost or cur
-      local fp = cost - fc
-      if fp > prev then fp = prev end
-      cur, prev = cur - fc, prev - fp
-      if cur == 0 and prev == 0 then return false end
-      local ends = cur > 0 and start + 2 * window or start + window
-      return pack('<Bddd', 5, start, prev, cur), ends - now
-    end
-    local weighted = 0
-    if prev > 0 then
-      local e = elapsed < window and elapsed or window
-      weighted = ceil(prev * (window - e) / window)
-    end
-    local remaining = limit - cur - weighted
-    if remaining < 0 then remaining = 0 end
-    -- until the quota is whole: both windows, or the previous one, gone
-    local reset = 0
-    if cur + cost > 0 and cost <= remaining then
-      reset = start + 2 * window - now
-    elseif cur > 0 then
-      reset = start + 2 * window - now
-    elseif prev > 0 then
-      reset = start + window - now
-    end
-    if reset < 0 then reset = 0 end
-    if cost <= remaining then
-      if cost == 0 or op ~= 'c' then
-        return 1, remaining - cost, reset, 0, 0, 0
-      end
-      -- a key whose current window counts already expires with it
-      local ttl = (start == st and cr > 0) and -1 or start + 2 * window - now
-      return 1, remaining - cost, reset, 0, 0, 0, pack('<Bddd', 5, start, prev, cur + cost), ttl
-    end
-    if cost > limit then
-      return 0, remaining, reset, 0, NEVER, 0
-    end
-    -- The least elapsed time at which ceil(count x (window - elapsed) /
-    -- window) <= room, in us and ns as the core counts it (in ns):
-    -- window - floor(room x window / count).
-    local budget = limit - cost
-    local us, ns
-    if cur <= budget then
-      us, ns = 0, 0
-      if prev > 0 then
-        local x = (budget - cur) * window
-        local q = floor(x / prev)
-        local f = floor((x - q * prev) * 1000 / prev)
-        if q >= window then
-          us, ns = 0, 0
-        elseif f == 0 then
-          us, ns = window - q, 0
-        else
-          us, ns = window - q - 1, 1000 - f
-        end
-      end
-      if us < window then
-        us = start + us - now
-      else
-        us = nil
-      end
-    end
-    if not us then
-      -- in the next window the current count becomes the previous one
-      us, ns = 0, 0
-      if cur > 0 then
-        local x = budget * window
-        local q = floor(x / cur)
-        local f = floor((x - q * cur) * 1000 / cur)
-        if q >= window then
-          us, ns = 0, 0
-        elseif f == 0 then
-          us, ns = window - q, 0
-        else
-          us, ns = window - q - 1, 1000 - f
-        end
-      end
-      us = start + window + us - now
-    end
-    if us < 0 then us, ns = 0, 0 end
-    return 0, remaining, reset, 0, us, ns
-  end
-  -- kind 4: the sliding log. a = limit, b = window (us). The state: a header
-  -- (tag, base) then one record (at, cumulative cost) per instant with
-  -- allowed hits, oldest first; a record's cost is its cumulative minus the
-  -- one before (or base).
-  if kind ~= 4 then error('ratekeeper: unknown policy kind ' .. tostring(kind)) end
-  local sub = string.sub
-  local limit, window = a, b
-  local n, base = 0, 0
-  if v and byte(v) == 4 and (#v - 9) % 16 == 0 then
-    n = (#v - 9) / 16
-    local _
-    _, base = unpack('<Bd', v)
-  end
-  local function rec(i)
-    return unpack('<dd', v, 10 + (i - 1) * 16)
-  end
-  local function cum(i)
-    if i == 0 then return base end
-    local _, cm = rec(i)
-    return cm
-  end
-  local newest = 0
-  if n > 0 then newest = rec(n) end
-  local at2 = newest > now and newest or now
-  -- the first record still in the window: its hits leave after at2
-  local lo, hi = 1, n + 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if rec(mid) + window <= at2 then lo = mid + 1 else hi = mid end
-  end
-  local j = lo
-  local before = cum(j - 1)
-  local last_at, last = 0, before
-  if j <= n then last_at, last = rec(n) end
-  local used = last - before
-  -- the live records j..upto as stored, then a last record (at, cumulative)
-  local function build(upto, at, cm)
-    if before <= 1125899906842624 then
-      local head = (j == 1 and n > 0) and sub(v, 1, 9) or pack('<Bd', 4, before)
-      if upto < j then return head .. pack('<dd', at, cm) end
-      return head .. sub(v, 10 + (j - 1) * 16, 9 + upto * 16) .. pack('<dd', at, cm)
-    end
-    -- past 2^50: rebase the cumulative costs on zero
-    local parts = { pack('<Bd', 4, 0) }
-    for i = j, upto do
-      local x, y = rec(i)
-      parts[#parts + 1] = pack('<dd', x, y - before)
-    end
-    parts[#parts + 1] = pack('<dd', at, cm - before)
-    return table.concat(parts)
-  end
-  if op == 'r' then
-    if cost == 0 then return nil end
-    -- refunds come off the newest hits
-    local k, left, ck = n, cost, last
-    while left > 0 and k >= j do
-      local pc = before
-      if k > j then pc = cum(k - 1) end
-      if ck - pc > left then break end
-      left = left - (ck - pc)
-      k, ck = k - 1, pc
-    end
-    if k < j then return false end
-    local at_k = rec(k)
-    return build(k - 1, at_k, ck - left), at_k + window - now
-  end
-  local remaining = limit - used
-  if remaining < 0 then remaining = 0 end
-  local reset = 0
-  if j <= n then
-    reset = last_at + window - now
-    if reset < 0 then reset = 0 end
-  end
-  if cost == 0 then
-    return 1, remaining, reset, 0, 0, 0
-  end
-  if cost <= remaining then
-    if op ~= 'c' then
-      return 1, remaining - cost, at2 + window - now, 0, 0, 0
-    end
-    local new
-    if j <= n and last_at == at2 then
-      new = build(n - 1, at2, last + cost)
-    else
-      new = build(n, at2, last + cost)
-    end
-    return 1, remaining - cost, at2 + window - now, 0, 0, 0, new, at2 + window - now
-  end
-  if cost > limit then
-    return 0, remaining, reset, 0, NEVER, 0
-  end
-  -- walk the oldest hits out until the request fits
-  local need = before + used - (limit - cost)
-  lo, hi = j, n
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if cum(mid) >= need then hi = mid else lo = mid + 1 end
-  end
-  local retry = rec(lo) + window - now
-  if retry < 0 then retry = 0 end
-  return 0, remaining, reset, 0, retry, 0
-end
-
+local floor, ceil = math.floor, math.ceil
+local NEVER = -1
 local n = #KEYS
-
--- One key: nothing allocated but the new state and the reply.
-if n == 1 then
-  local key = KEYS[1]
-  local v = redis.call('GET', key)
-  local allowed, remaining, rs, rsn, rt, rtn, new, ttl
-  if op == 'r' then
-    new, ttl = decide(kind, v, a, b, c, now, cost, op)
-    if new == false then
-      if v then redis.call('DEL', key) end
-      new = nil
-    end
-  else
-    allowed, remaining, rs, rsn, rt, rtn, new, ttl = decide(kind, v, a, b, c, now, cost, op)
-  end
-  if new then
-    -- the TTL (us) rounded up to ms, plus one; or the key's own when the
-    -- policy says it already expires with the state (-1)
-    if ttl < 0 then
-      redis.call('SET', key, new, 'KEEPTTL')
-    else
-      local ms = math.ceil(ttl / 1000) + 1
-      if pinned and ms < 3600000 then ms = 3600000 end
-      redis.call('SET', key, new, 'PX', ms)
-    end
-  end
-  if op == 'r' then return struct.pack('<d', now) end
-  return struct.pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
-end
-
--- Writes a state as above.
-local function write(key, new, ttl, pinned)
-  if ttl < 0 then
-    redis.call('SET', key, new, 'KEEPTTL')
-    return
-  end
-  local ms = math.ceil(ttl / 1000) + 1
-  if pinned and ms < 3600000 then ms = 3600000 end
-  redis.call('SET', key, new, 'PX', ms)
-end
 
 -- Several keys: decide each in order (a key given twice sees its earlier
 -- charge), and write only if every limit allows.
-local cache = {}
-local states = {}
-local ttls = {}
-local out = {}
+local cache, states, ttls, out
 local denied = 0
+if n ~= 1 then
+  cache, states, ttls, out = {}, {}, {}, {}
+end
+
 for i = 1, n do
   local key = KEYS[i]
-  local v = cache[key]
-  if v == nil then
+  local v
+  if i == 1 then
     v = redis.call('GET', key)
-  end
-  local kind, a, b, c = struct.unpack('<Bddd', ARGV[1], 18 + (i - 1) * 25)
-  if op == 'r' then
-    local new, ttl = decide(kind, v, a, b, c, now, cost, op)
-    if new ~= nil then
-      cache[key] = new
-      states[i], ttls[i] = new, ttl
-    end
   else
-    local allowed, remaining, rs, rsn, rt, rtn, new, ttl = decide(kind, v, a, b, c, now, cost, op)
+    kind, a, b, c = sunpack('<Bddd', arg, 18 + (i - 1) * 25)
+    v = cache[key]
+    if v == nil then
+      v = redis.call('GET', key)
+    end
+  end
+  -- The decision, from the stored state v (or false): allowed 1/0,
+  -- remaining, reset us and ns part, retry us (-1 never) and ns part; new,
+  -- the state to write (nil: none; false: delete, for refunds only), and
+  -- ttl, its lifetime in us (-1: the key already expires with it).
+  local allowed, remaining, rs, rsn, rt, rtn, new, ttl = 1, 0, 0, 0, 0, 0, nil, 0
+  repeat -- `break` ends the decision
+    if kind == 2 then
+      -- GCRA. a = emission interval (ns), b = burst. The state is (at,
+      -- ahead): the theoretical arrival time is `ahead` ns after `at` us.
+      local interval, burst = a, b
+      local tol = interval * burst
+      local r = 0
+      if v and #v == 17 then
+        local tag, at, ahead = sunpack('<Bdd', v)
+        if tag == 2 then
+          r = ahead + (at - now) * 1000
+        end
+      end
+      if code == 3 then
+        if r > 0 and cost > 0 then
+          r = r - cost * interval
+          if r <= 0 then
+            new = false
+          else
+            new, ttl = pack('<Bdd', 2, now, r), ceil(r / 1000)
+          end
+        end
+        break
+      end
+      local current = r > 0 and r or 0
+      local left = tol - current
+      left = left > 0 and floor(left / interval) or 0
+      local cur_us = floor(current / 1000)
+      if cost > burst then
+        allowed, remaining, rs, rsn, rt = 0, left, cur_us, current - cur_us * 1000, NEVER
+        break
+      end
+      local ahead = current + cost * interval
+      if ahead <= tol then
+        local us = floor(ahead / 1000)
+        remaining, rs, rsn = floor((tol - ahead) / interval), us, ahead - us * 1000
+        if cost > 0 and code == 1 then
+          new, ttl = pack('<Bdd', 2, now, ahead), us + 1
+        end
+        break
+      end
+      local over = ahead - tol
+      local over_us = floor(over / 1000)
+      allowed, remaining, rs, rsn = 0, left, cur_us, current - cur_us * 1000
+      rt, rtn = over_us, over - over_us * 1000
+    elseif kind == 1 then
+      -- Token bucket. a = full (burst x unit), b = unit (units per token),
+      -- c = gain (units per ns): the core's exact integer bucket. The state
+      -- (level, at, unit) records its unit, so a state written under other
+      -- numbers keeps its tokens, rounded down.
+      local full, unit, gain = a, b, c
+      local level, at = full, now
+      if v and #v == 25 then
+        local tag, l, t, from = sunpack('<Bddd', v)
+        if tag == 1 then
+          level, at = l, t
+          if from ~= unit and from > 0 then
+            -- floor(level x unit / from): whole tokens exactly, the rest
+            -- exactly below 2^53 and one unit short otherwise (never more)
+            local q = floor(level / from)
+            local x = (level - q * from) * unit
+            local f = floor(x / from)
+            if x > 9007199254740992 and f > 0 then
+              f = f - 1
+            end
+            level = q * unit + f
+          end
+        end
+      end
+      local at2 = at > now and at or now
+      local deficit = full - level
+      if deficit < 0 then
+        deficit = 0
+      end
+      deficit = deficit - (at2 - at) * 1000 * gain
+      if deficit < 0 then
+        deficit = 0
+      end
+      -- waits are told from now, the state measured at at2
+      local skew = (at2 - now) * 1000
+      if code == 3 then
+        if cost > 0 then
+          deficit = deficit - cost * unit
+          if deficit <= 0 then
+            new = false
+          else
+            new = pack('<Bddd', 1, full - deficit, at2, unit)
+            ttl = at2 - now + ceil(ceil(deficit / gain) / 1000)
+          end
+        end
+        break
+      end
+      -- ns to refill the deficit, from now
+      local reset = (gain == 1 and deficit or ceil(deficit / gain)) + skew
+      local reset_us = floor(reset / 1000)
+      local left = floor((full - deficit) / unit)
+      if cost > full / unit then
+        allowed, remaining, rs, rsn, rt = 0, left, reset_us, reset - reset_us * 1000, NEVER
+        break
+      end
+      local after = deficit + cost * unit
+      if after <= full then
+        local fill = gain == 1 and after or ceil(after / gain)
+        local w = fill + skew
+        local us = floor(w / 1000)
+        remaining, rs, rsn = floor((full - after) / unit), us, w - us * 1000
+        if cost > 0 and code == 1 then
+          new = pack('<Bddd', 1, full - after, at2, unit)
+          ttl = at2 - now + ceil(fill / 1000)
+        end
+        break
+      end
+      local over = after - full
+      local retry = (gain == 1 and over or ceil(over / gain)) + skew
+      local retry_us = floor(retry / 1000)
+      allowed, remaining, rs, rsn = 0, left, reset_us, reset - reset_us * 1000
+      rt, rtn = retry_us, retry - retry_us * 1000
+    elseif kind == 3 then
+      -- Fixed window. a = limit, b = window (us), aligned to the epoch.
+      local limit, window = a, b
+      local st, cnt = 0, 0
+      if v and #v == 17 then
+        local tag, s0, c0 = sunpack('<Bdd', v)
+        if tag == 3 then
+          st, cnt = s0, c0
+        end
+      end
+      local start = now - now % window
+      local count = 0
+      if start == st then
+        count = cnt
+      elseif start < st then
+        start, count = st, cnt
+      end
+      local until_end = start + window - now
+      if until_end < 0 then
+        until_end = 0
+      end
+      if code == 3 then
+        if cost > 0 and count > 0 then
+          count = count - cost
+          if count <= 0 then
+            new = false
+          else
+            new, ttl = pack('<Bdd', 3, start, count), start + window - now
+          end
+        end
+        break
+      end
+      local room = limit - count
+      if room < 0 then
+        room = 0
+      end
+      if cost <= room then
+        remaining, rs = room - cost, (count + cost == 0) and 0 or until_end
+        if cost > 0 and code == 1 then
+          new = pack('<Bdd', 3, start, count + cost)
+          -- the key already expires at this window's end: keep its TTL
+          ttl = (start == st and cnt > 0) and -1 or start + window - now
+        end
+        break
+      end
+      allowed, remaining, rs = 0, room, count == 0 and 0 or until_end
+      rt = cost > limit and NEVER or until_end
+    elseif kind == 5 then
+      -- Sliding window counter. a = limit, b = window (us), limit x window
+      -- below 2^53.
+      local limit, window = a, b
+      local st, p, cr = 0, 0, 0
+      if v and #v == 25 then
+        local tag, s0, p0, c0 = sunpack('<Bddd', v)
+        if tag == 5 then
+          st, p, cr = s0, p0, c0
+        end
+      end
+      local start = now - now % window
+      local prev, cur, elapsed = 0, 0, now - start
+      if start == st then
+        prev, cur = p, cr
+      elseif start > st then
+        if start - st == window then
+          prev = cr
+        end
+      else
+        start, prev, cur, elapsed = st, p, cr, 0
+      end
+      if code == 3 then
+        if cost > 0 then
+          local fc = cost < cur and cost or cur
+          local fp = cost - fc
+          if fp > prev then
+            fp = prev
+          end
+          cur, prev = cur - fc, prev - fp
+          if cur == 0 and prev == 0 then
+            new = false
+          else
+            local ends = cur > 0 and start + 2 * window or start + window
+            new, ttl = pack('<Bddd', 5, start, prev, cur), ends - now
+          end
+        end
+        break
+      end
+      local weighted = 0
+      if prev > 0 then
+        local e = elapsed < window and elapsed or window
+        weighted = ceil(prev * (window - e) / window)
+      end
+      local room = limit - cur - weighted
+      if room < 0 then
+        room = 0
+      end
+      -- until the quota is whole: both windows, or the previous one, gone
+      local reset = 0
+      if cur + cost > 0 and cost <= room then
+        reset = start + 2 * window - now
+      elseif cur > 0 then
+        reset = start + 2 * window - now
+      elseif prev > 0 then
+        reset = start + window - now
+      end
+      if reset < 0 then
+        reset = 0
+      end
+      if cost <= room then
+        remaining, rs = room - cost, reset
+        if cost > 0 and code == 1 then
+          new = pack('<Bddd', 5, start, prev, cur + cost)
+          -- a key whose current window counts already expires with it
+          ttl = (start == st and cr > 0) and -1 or start + 2 * window - now
+        end
+        break
+      end
+      allowed, remaining, rs = 0, room, reset
+      if cost > limit then
+        rt = NEVER
+        break
+      end
+      -- The least elapsed time at which ceil(count x (window - elapsed) /
+      -- window) <= room, in us and ns as the core counts it (in ns):
+      -- window - floor(room x window / count).
+      local budget = limit - cost
+      local us, ns
+      if cur <= budget then
+        us, ns = 0, 0
+        if prev > 0 then
+          local x = (budget - cur) * window
+          local q = floor(x / prev)
+          local f = floor((x - q * prev) * 1000 / prev)
+          if q >= window then
+            us, ns = 0, 0
+          elseif f == 0 then
+            us, ns = window - q, 0
+          else
+            us, ns = window - q - 1, 1000 - f
+          end
+        end
+        if us < window then
+          us = start + us - now
+        else
+          us = nil
+        end
+      end
+      if not us then
+        -- in the next window the current count becomes the previous one
+        us, ns = 0, 0
+        if cur > 0 then
+          local x = budget * window
+          local q = floor(x / cur)
+          local f = floor((x - q * cur) * 1000 / cur)
+          if q >= window then
+            us, ns = 0, 0
+          elseif f == 0 then
+            us, ns = window - q, 0
+          else
+            us, ns = window - q - 1, 1000 - f
+          end
+        end
+        us = start + window + us - now
+      end
+      if us < 0 then
+        us, ns = 0, 0
+      end
+      rt, rtn = us, ns
+    elseif kind == 4 then
+      -- The sliding log. a = limit, b = window (us). The state: a header
+      -- (tag, base) then one record (at, cumulative cost) per instant with
+      -- allowed hits, oldest first; a record's cost is its cumulative minus
+      -- the one before (or base). (Its helpers are closures, made only for
+      -- this policy.)
+      local sub = string.sub
+      local limit, window = a, b
+      local records, base = 0, 0
+      if v and string.byte(v) == 4 and (#v - 9) % 16 == 0 then
+        records = (#v - 9) / 16
+        local _
+        _, base = sunpack('<Bd', v)
+      end
+      local function rec(r)
+        return sunpack('<dd', v, 10 + (r - 1) * 16)
+      end
+      local function cum(r)
+        if r == 0 then
+          return base
+        end
+        local _, cm = rec(r)
+        return cm
+      end
+      local newest = 0
+      if records > 0 then
+        newest = rec(records)
+      end
+      local at2 = newest > now and newest or now
+      -- the first record still in the window: its hits leave after at2
+      local lo, hi = 1, records + 1
+      while lo < hi do
+        local mid = floor((lo + hi) / 2)
+        if rec(mid) + window <= at2 then
+          lo = mid + 1
+        else
+          hi = mid
+        end
+      end
+      local j = lo
+      local before = cum(j - 1)
+      local last_at, last = 0, before
+      if j <= records then
+        last_at, last = rec(records)
+      end
+      local used = last - before
+      -- the live records j..upto as stored, then a last record (at, cumulative)
+      local function build(upto, at, cm)
+        if before <= 1125899906842624 then
+          local head = (j == 1 and records > 0) and sub(v, 1, 9) or pack('<Bd', 4, before)
+          if upto < j then
+            return head .. pack('<dd', at, cm)
+          end
+          return head .. sub(v, 10 + (j - 1) * 16, 9 + upto * 16) .. pack('<dd', at, cm)
+        end
+        -- past 2^50: rebase the cumulative costs on zero
+        local parts = { pack('<Bd', 4, 0) }
+        for r = j, upto do
+          local x, y = rec(r)
+          parts[#parts + 1] = pack('<dd', x, y - before)
+        end
+        parts[#parts + 1] = pack('<dd', at, cm - before)
+        return table.concat(parts)
+      end
+      if code == 3 then
+        if cost == 0 then
+          break
+        end
+        -- refunds come off the newest hits
+        local k, left, ck = records, cost, last
+        while left > 0 and k >= j do
+          local pc = before
+          if k > j then
+            pc = cum(k - 1)
+          end
+          if ck - pc > left then
+            break
+          end
+          left = left - (ck - pc)
+          k, ck = k - 1, pc
+        end
+        if k < j then
+          new = false
+          break
+        end
+        local at_k = rec(k)
+        new, ttl = build(k - 1, at_k, ck - left), at_k + window - now
+        break
+      end
+      local room = limit - used
+      if room < 0 then
+        room = 0
+      end
+      local reset = 0
+      if j <= records then
+        reset = last_at + window - now
+        if reset < 0 then
+          reset = 0
+        end
+      end
+      if cost == 0 then
+        remaining, rs = room, reset
+        break
+      end
+      if cost <= room then
+        remaining, rs = room - cost, at2 + window - now
+        if code == 1 then
+          if j <= records and last_at == at2 then
+            new = build(records - 1, at2, last + cost)
+          else
+            new = build(records, at2, last + cost)
+          end
+          ttl = at2 + window - now
+        end
+        break
+      end
+      allowed, remaining, rs = 0, room, reset
+      if cost > limit then
+        rt = NEVER
+        break
+      end
+      -- walk the oldest hits out until the request fits
+      local need = before + used - (limit - cost)
+      lo, hi = j, records
+      while lo < hi do
+        local mid = floor((lo + hi) / 2)
+        if cum(mid) >= need then
+          hi = mid
+        else
+          lo = mid + 1
+        end
+      end
+      local retry = rec(lo) + window - now
+      if retry < 0 then
+        retry = 0
+      end
+      rt = retry
+    else
+      error('ratekeeper: unknown policy kind ' .. tostring(kind))
+    end
+  until true
+
+  if n == 1 then
+    -- One key: nothing allocated but the new state and the reply.
+    if new == false then
+      if v then
+        redis.call('DEL', key)
+      end
+    elseif new then
+      -- the TTL (us) rounded up to ms, plus one; or the key's own when the
+      -- policy says it already expires with the state (-1)
+      if ttl < 0 then
+        redis.call('SET', key, new, 'KEEPTTL')
+      else
+        local ms = ceil(ttl / 1000) + 1
+        if pinned and ms < 3600000 then
+          ms = 3600000
+        end
+        redis.call('SET', key, new, 'PX', ms)
+      end
+    end
+    if code == 3 then
+      return pack('<d', now)
+    end
+    return pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
+  end
+
+  if code ~= 3 then
     local o = (i - 1) * 6
     out[o + 1], out[o + 2], out[o + 3] = allowed, remaining, rs
     out[o + 4], out[o + 5], out[o + 6] = rsn, rt, rtn
-    if allowed == 0 and denied == 0 then denied = i end
-    if new ~= nil then
-      cache[key] = new
-      states[i], ttls[i] = new, ttl
+    if allowed == 0 and denied == 0 then
+      denied = i
     end
+  end
+  if new ~= nil then
+    cache[key] = new
+    states[i], ttls[i] = new, ttl
   end
 end
 
-if denied == 0 and op ~= 'p' then
+if denied == 0 and code ~= 2 then
   for i = 1, n do
-    local new = states[i]
+    local new, ttl = states[i], ttls[i]
     if new == false then
       redis.call('DEL', KEYS[i])
     elseif new ~= nil then
-      write(KEYS[i], new, ttls[i], pinned)
+      if ttl < 0 then
+        redis.call('SET', KEYS[i], new, 'KEEPTTL')
+      else
+        local ms = ceil(ttl / 1000) + 1
+        if pinned and ms < 3600000 then
+          ms = 3600000
+        end
+        redis.call('SET', KEYS[i], new, 'PX', ms)
+      end
     end
   end
 end
 
-if op == 'r' then return struct.pack('<d', now) end
+if code == 3 then
+  return pack('<d', now)
+end
 out[n * 6 + 1] = denied
 out[n * 6 + 2] = now
-return struct.pack('<' .. string.rep('d', n * 6 + 2), unpack(out))
+-- (unpack here is Lua's, of a table)
+return pack('<' .. string.rep('d', n * 6 + 2), unpack(out))
