@@ -27,18 +27,22 @@
 -- redis.call (TIME, GET, SET ... PX) with its reply turned into Lua values.
 -- The script adds as little as it can: the decision is inline in one loop
 -- over the keys (no function, so no closure made per call: every function
--- in a script's body is a new closure on each EVALSHA), math.floor and
--- friends are read once, one struct.unpack for the arguments and one for
--- the state, one struct.pack for the state and one for the reply, and no
--- table unless there are several keys.
+-- in a script's body is a new closure on each EVALSHA), redis.call and
+-- math.floor are read once, the hot paths round with `x - x % 1` (floor,
+-- exact for x >= 0) rather than a C call, states are written with PSETEX
+-- (SET ... PX with fewer arguments and no options to parse), one
+-- struct.unpack for the arguments and one for the state, one struct.pack
+-- for the state and one for the reply, and no table unless there are
+-- several keys.
 
 local sunpack, pack = struct.unpack, struct.pack
 local arg = ARGV[1]
 local code, cost, now, kind, a, b, c = sunpack('<BddBddd', arg)
 -- code: 1 check, 2 peek, 3 refund
+local call = redis.call
 local pinned = now ~= 0
 if not pinned then
-  local t = redis.call('TIME')
+  local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 end
 local floor, ceil = math.floor, math.ceil
@@ -57,12 +61,12 @@ for i = 1, n do
   local key = KEYS[i]
   local v
   if i == 1 then
-    v = redis.call('GET', key)
+    v = call('GET', key)
   else
     kind, a, b, c = sunpack('<Bddd', arg, 18 + (i - 1) * 25)
     v = cache[key]
     if v == nil then
-      v = redis.call('GET', key)
+      v = call('GET', key)
     end
   end
   -- The decision, from the stored state v (or false): allowed 1/0,
@@ -96,16 +100,24 @@ for i = 1, n do
       end
       local current = r > 0 and r or 0
       local left = tol - current
-      left = left > 0 and floor(left / interval) or 0
-      local cur_us = floor(current / 1000)
+      if left > 0 then
+        left = left / interval
+        left = left - left % 1
+      else
+        left = 0
+      end
+      local cur_us = current / 1000
+      cur_us = cur_us - cur_us % 1
       if cost > burst then
         allowed, remaining, rs, rsn, rt = 0, left, cur_us, current - cur_us * 1000, NEVER
         break
       end
       local ahead = current + cost * interval
       if ahead <= tol then
-        local us = floor(ahead / 1000)
-        remaining, rs, rsn = floor((tol - ahead) / interval), us, ahead - us * 1000
+        local us = ahead / 1000
+        us = us - us % 1
+        local q = (tol - ahead) / interval
+        remaining, rs, rsn = q - q % 1, us, ahead - us * 1000
         if cost > 0 and code == 1 then
           new, ttl = pack('<Bdd', 2, now, ahead), us + 1
         end
@@ -163,22 +175,39 @@ for i = 1, n do
         break
       end
       -- ns to refill the deficit, from now
-      local reset = (gain == 1 and deficit or ceil(deficit / gain)) + skew
-      local reset_us = floor(reset / 1000)
-      local left = floor((full - deficit) / unit)
+      local reset = deficit
+      if gain ~= 1 then
+        reset = deficit / gain
+        local whole = reset - reset % 1
+        reset = whole < reset and whole + 1 or whole
+      end
+      reset = reset + skew
+      local reset_us = reset / 1000
+      reset_us = reset_us - reset_us % 1
+      local left = (full - deficit) / unit
+      left = left - left % 1
       if cost > full / unit then
         allowed, remaining, rs, rsn, rt = 0, left, reset_us, reset - reset_us * 1000, NEVER
         break
       end
       local after = deficit + cost * unit
       if after <= full then
-        local fill = gain == 1 and after or ceil(after / gain)
+        local fill = after
+      if gain ~= 1 then
+        fill = after / gain
+        local whole = fill - fill % 1
+        fill = whole < fill and whole + 1 or whole
+      end
         local w = fill + skew
-        local us = floor(w / 1000)
-        remaining, rs, rsn = floor((full - after) / unit), us, w - us * 1000
+        local us = w / 1000
+        us = us - us % 1
+        local q = (full - after) / unit
+        remaining, rs, rsn = q - q % 1, us, w - us * 1000
         if cost > 0 and code == 1 then
           new = pack('<Bddd', 1, full - after, at2, unit)
-          ttl = at2 - now + ceil(fill / 1000)
+          local t = fill / 1000
+          local whole = t - t % 1
+          ttl = at2 - now + (whole < t and whole + 1 or whole)
         end
         break
       end
@@ -500,19 +529,22 @@ for i = 1, n do
     -- One key: nothing allocated but the new state and the reply.
     if new == false then
       if v then
-        redis.call('DEL', key)
+        call('DEL', key)
       end
     elseif new then
       -- the TTL (us) rounded up to ms, plus one; or the key's own when the
       -- policy says it already expires with the state (-1)
       if ttl < 0 then
-        redis.call('SET', key, new, 'KEEPTTL')
+        call('SET', key, new, 'KEEPTTL')
       else
-        local ms = ceil(ttl / 1000) + 1
+        local ms = ttl / 1000
+        local whole = ms - ms % 1
+        ms = (whole < ms and whole + 2 or whole + 1)
         if pinned and ms < 3600000 then
           ms = 3600000
         end
-        redis.call('SET', key, new, 'PX', ms)
+        -- PSETEX is SET ... PX with one argument and no options to parse
+        call('PSETEX', key, ms, new)
       end
     end
     if code == 3 then
@@ -539,16 +571,16 @@ if denied == 0 and code ~= 2 then
   for i = 1, n do
     local new, ttl = states[i], ttls[i]
     if new == false then
-      redis.call('DEL', KEYS[i])
+      call('DEL', KEYS[i])
     elseif new ~= nil then
       if ttl < 0 then
-        redis.call('SET', KEYS[i], new, 'KEEPTTL')
+        call('SET', KEYS[i], new, 'KEEPTTL')
       else
         local ms = ceil(ttl / 1000) + 1
         if pinned and ms < 3600000 then
           ms = 3600000
         end
-        redis.call('SET', KEYS[i], new, 'PX', ms)
+        call('PSETEX', KEYS[i], ms, new)
       end
     end
   end
