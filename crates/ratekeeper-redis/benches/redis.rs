@@ -175,7 +175,7 @@ fn redis_cpu(f: &Fixture) {
     });
     for (name, allow, deny) in limits() {
         for (label, limit) in [("allowed", &allow), ("denied", &deny)] {
-            measure(&format!("{name} {label}"), "evalsha", &|n| {
+            measure(&format!("{name} {label}"), "fcall", &|n| {
                 f.rt.block_on(async {
                     for i in 0..n {
                         let key = (i % 1_000).to_string();

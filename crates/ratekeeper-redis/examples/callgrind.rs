@@ -139,7 +139,13 @@ enum Call {
     Ping,
     Incr,
     Script(redis::Script, Args),
+    /// A Redis 7 function: its library's source and name.
+    Function(String, &'static str, Args),
     Check(Limit, bool),
+    /// ratekeeper's script by EVALSHA (what the store runs on servers
+    /// without functions): the GCRA limit's emission interval (ns) and
+    /// burst, and whether calls are allowed.
+    CheckEvalsha(f64, f64, bool),
 }
 
 #[derive(Clone, Copy)]
@@ -176,17 +182,59 @@ fn cases() -> Vec<Case> {
             command: "evalsha",
             call: Call::Script(redis::Script::new(NAIVE_GCRA), Args::NaiveGcra),
         },
+        Case {
+            name: "FCALL return 1".into(),
+            command: "fcall",
+            call: Call::Function(function("one", "return 1"), "one", Args::None),
+        },
+        Case {
+            name: "FCALL TIME+GET+SET PX".into(),
+            command: "fcall",
+            call: Call::Function(function("floor", FLOOR), "floor", Args::Floor),
+        },
+        Case {
+            name: "ratekeeper gcra allowed, EVALSHA".into(),
+            command: "evalsha",
+            call: Call::CheckEvalsha(1_000.0, 1e6, true),
+        },
+        Case {
+            name: "ratekeeper gcra denied, EVALSHA".into(),
+            command: "evalsha",
+            call: Call::CheckEvalsha(3.6e12, 1.0, false),
+        },
     ];
     for (name, allow, deny) in limits() {
         for (label, limit, allowed) in [("allowed", allow, true), ("denied", deny, false)] {
             cases.push(Case {
                 name: format!("ratekeeper {name} {label}"),
-                command: "evalsha",
+                // FCALL on Redis 7; EVALSHA before
+                command: "fcall",
                 call: Call::Check(limit, allowed),
             });
         }
     }
     cases
+}
+
+/// A library of one function, `name`, running `body` with `KEYS` and `ARGV`.
+fn function(name: &str, body: &str) -> String {
+    format!(
+        "#!lua name={name}\nredis.register_function('{name}', function(KEYS, ARGV)\n{body}\nend)\n"
+    )
+}
+
+/// ratekeeper's argument for one check of one GCRA limit on Redis's clock
+/// (see the script's header).
+fn gcra_argument(interval_ns: f64, burst: f64) -> Vec<u8> {
+    let mut arg = vec![1u8];
+    for x in [1.0, 0.0] {
+        arg.extend_from_slice(&f64::to_le_bytes(x));
+    }
+    arg.push(2);
+    for x in [interval_ns, burst, 0.0] {
+        arg.extend_from_slice(&f64::to_le_bytes(x));
+    }
+    arg
 }
 
 impl Case {
@@ -220,6 +268,40 @@ impl Case {
                         }
                     }
                     let _: redis::Value = invocation.invoke_async(con).await.unwrap();
+                }
+                Call::Function(library, name, args) => {
+                    if i == from {
+                        let _: String = redis::cmd("FUNCTION")
+                            .arg("LOAD")
+                            .arg("REPLACE")
+                            .arg(library)
+                            .query_async(con)
+                            .await
+                            .unwrap();
+                    }
+                    let mut fcall = redis::cmd("FCALL");
+                    fcall.arg(name);
+                    match args {
+                        Args::Floor => fcall.arg(1).arg(&key).arg(i),
+                        _ => fcall.arg(0),
+                    };
+                    let _: redis::Value = fcall.query_async(con).await.unwrap();
+                }
+                Call::CheckEvalsha(interval, burst, allowed) => {
+                    let key = if *allowed {
+                        format!("ratekeeper:evalsha-allow:{key}")
+                    } else {
+                        "ratekeeper:evalsha-deny:k".to_owned()
+                    };
+                    let reply: Vec<u8> = redis::Script::new(ratekeeper_redis::SCRIPT)
+                        .key(key)
+                        .arg(gcra_argument(*interval, *burst))
+                        .invoke_async(con)
+                        .await
+                        .unwrap();
+                    if i > 0 {
+                        assert_eq!(reply[..8], f64::to_le_bytes(f64::from(u8::from(*allowed))));
+                    }
                 }
                 Call::Check(limit, allowed) => {
                     let key = if *allowed { key.as_str() } else { "k" };

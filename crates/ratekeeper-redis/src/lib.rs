@@ -90,6 +90,6 @@ mod store;
 pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
 pub use slot::hash_slot;
 pub use store::{
-    ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_PREFIX, DEFAULT_TIMEOUT, SCRIPT,
+    function_name, library, ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, SCRIPT,
 };

@@ -35,17 +35,17 @@
 -- for the state and one for the reply, and no table unless there are
 -- several keys.
 
-local sunpack, pack = struct.unpack, struct.pack
+-- The functions used (in the Redis 7 function form, the library's own,
+-- read on its first call; see store.rs):
+local sunpack, pack, call, floor, ceil = struct.unpack, struct.pack, redis.call, math.floor, math.ceil
 local arg = ARGV[1]
 local code, cost, now, kind, a, b, c = sunpack('<BddBddd', arg)
 -- code: 1 check, 2 peek, 3 refund
-local call = redis.call
 local pinned = now ~= 0
 if not pinned then
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local floor, ceil = math.floor, math.ceil
 local NEVER = -1
 local n = #KEYS
 

@@ -169,41 +169,84 @@ async fn keys_expire_with_their_state() {
     assert!(!exists, "a state refunded to fresh is deleted");
 }
 
-/// The script is reloaded after SCRIPT FLUSH (NOSCRIPT), in the same call.
+/// Three checks of a fixed window of 2 at one pinned instant, with `between`
+/// run on the server after the first: allowed, allowed, denied.
+async fn two_then_denied(server: &RedisServer, store: &RedisStore, name: &str, between: &[&str]) {
+    let limit = Limit::new(
+        name,
+        FixedWindow::new(2, Duration::from_secs(3_600)).unwrap(),
+    )
+    .unwrap();
+    let pinned = store.pinned(Timestamp::from_micros(T0_US));
+    assert!(pinned.check(&limit, b"k", 1).await.unwrap().is_allowed());
+    if !between.is_empty() {
+        let _: redis::Value = redis::cmd(between[0])
+            .arg(&between[1..])
+            .query(&mut server.connection())
+            .unwrap();
+    }
+    assert!(pinned.check(&limit, b"k", 1).await.unwrap().is_allowed());
+    assert!(!pinned.check(&limit, b"k", 1).await.unwrap().is_allowed());
+}
+
+/// On Redis 7 decisions run as the store's function (FCALL), and after
+/// FUNCTION FLUSH (Function not found) or SCRIPT FLUSH the next call loads
+/// what it needs, in the same call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reloads_the_script_after_a_flush() {
+async fn runs_the_function_and_reloads_it_after_a_flush() {
     let Some(server) = RedisServer::start() else {
         return;
     };
     let store = RedisStore::connect(&server.url()).await.unwrap();
-    let limit = Limit::new(
-        "flush",
-        FixedWindow::new(2, Duration::from_secs(3_600)).unwrap(),
-    )
-    .unwrap();
-    let at = Timestamp::from_micros(T0_US);
-    assert!(store
-        .pinned(at)
-        .check(&limit, b"k", 1)
-        .await
-        .unwrap()
-        .is_allowed());
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
+    two_then_denied(&server, &store, "plain", &[]).await;
+    // The first FCALL found no function (a new server), loaded the library
+    // and called again.
+    let (fcalls, _) = server.command_stats("fcall");
+    let (loads, _) = server.command_stats("function|load");
+    let (evalshas, _) = server.command_stats("evalsha");
+    assert_eq!(
+        (fcalls, loads, evalshas),
+        (4, 1, 0),
+        "decisions run as the function"
+    );
+    let libraries: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(ratekeeper_redis::function_name())
         .query(&mut server.connection())
         .unwrap();
-    assert!(store
-        .pinned(at)
-        .check(&limit, b"k", 1)
-        .await
-        .unwrap()
-        .is_allowed());
-    assert!(!store
-        .pinned(at)
-        .check(&limit, b"k", 1)
-        .await
-        .unwrap()
-        .is_allowed());
+    assert!(
+        format!("{libraries:?}").contains(ratekeeper_redis::function_name()),
+        "{libraries:?}"
+    );
+    two_then_denied(&server, &store, "function-flush", &["FUNCTION", "FLUSH"]).await;
+    two_then_denied(&server, &store, "script-flush", &["SCRIPT", "FLUSH"]).await;
+}
+
+/// Without functions (FCALL unknown, as before Redis 7, or not permitted to
+/// the user) the store runs the script with EVALSHA, reloaded after SCRIPT
+/// FLUSH (NOSCRIPT) in the same call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn falls_back_to_the_script_without_functions() {
+    let Some(server) = RedisServer::start_with_args(&["--rename-command", "FCALL", ""]) else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    two_then_denied(&server, &store, "old", &["SCRIPT", "FLUSH"]).await;
+    let (evalshas, _) = server.command_stats("evalsha");
+    assert!(evalshas >= 3, "{evalshas} EVALSHA");
+
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "-fcall", "-function"][..])
+        .query(&mut server.connection())
+        .unwrap();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    two_then_denied(&server, &store, "noperm", &["SCRIPT", "FLUSH"]).await;
+    let (evalshas, _) = server.command_stats("evalsha");
+    assert!(evalshas >= 3, "{evalshas} EVALSHA");
 }
 
 /// Policies whose numbers cannot stay exact in doubles are refused, with a

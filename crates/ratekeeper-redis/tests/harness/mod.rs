@@ -80,6 +80,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     cluster: bool,
+    extra: Vec<String>,
     dir: Scratch,
 }
 
@@ -87,15 +88,21 @@ impl RedisServer {
     /// Starts a standalone server, or `None` (after a loud message) when
     /// `redis-server` is missing outside CI.
     pub fn start() -> Option<RedisServer> {
-        Self::start_with(false)
+        Self::start_with(false, &[])
+    }
+
+    /// Starts a standalone server with more command-line arguments (for
+    /// example `["--rename-command", "FCALL", ""]`).
+    pub fn start_with_args(args: &[&str]) -> Option<RedisServer> {
+        Self::start_with(false, args)
     }
 
     /// Starts a server with `cluster-enabled yes`.
     pub fn start_cluster_node() -> Option<RedisServer> {
-        Self::start_with(true)
+        Self::start_with(true, &[])
     }
 
-    fn start_with(cluster: bool) -> Option<RedisServer> {
+    fn start_with(cluster: bool, args: &[&str]) -> Option<RedisServer> {
         if !available("redis-server") {
             return None;
         }
@@ -104,6 +111,7 @@ impl RedisServer {
                 child: None,
                 port: free_port(),
                 cluster,
+                extra: args.iter().map(|a| a.to_string()).collect(),
                 dir: Scratch::new(),
             };
             if server.spawn().is_ok() {
@@ -132,6 +140,7 @@ impl RedisServer {
                 ])
                 .args(["--cluster-node-timeout", "5000"]);
         }
+        command.args(&self.extra);
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
