@@ -151,10 +151,13 @@ async fn keys_expire_with_their_state() {
         let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
         let state = policy.decide(&policy.fresh(), first, 1).1;
         let state = policy.decide(&state, at, 1).1;
-        // The key outlives its state by at most 2 ms, and never dies first.
+        // The key outlives its state by at most 3 ms, and never dies first:
+        // the script rounds its microseconds up to Redis's milliseconds,
+        // Redis adds them to its own clock floored to a millisecond, and
+        // `want` is floored here (a CI run saw 3).
         let want = policy.expires_at(&state).duration_since(at).as_millis() as i64;
         assert!(
-            pttl > 0 && (want - 5..=want + 2).contains(&pttl),
+            pttl > 0 && (want - 5..=want + 3).contains(&pttl),
             "{policy:?}: PTTL {pttl} ms, state fresh again in {want} ms"
         );
     }
