@@ -662,6 +662,9 @@ async fn the_proxy_command_limits_reloads_on_sighup_and_stops_on_sigterm() {
         path.to_str().expect("a UTF-8 path"),
         "--listen",
         "127.0.0.1:0",
+        // Only the signal reloads here.
+        "--watch",
+        "0",
     ]);
     let client = client();
     let get = || client.get(format!("{}/echo/cmd", process.url)).send();
@@ -694,6 +697,51 @@ async fn the_proxy_command_limits_reloads_on_sighup_and_stops_on_sigterm() {
     process.signal("TERM");
     let status = process.wait_exit();
     assert!(status.success(), "{status:?}");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_command_reloads_a_changed_file_without_a_signal() {
+    let (upstream_addr, _upstream) = start_upstream().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("ratekeeper.toml");
+    let limit = |rate: &str| {
+        format!("[[limits]]\nname = \"everyone\"\nrate = \"{rate}\"\nkey = [\"global\"]\n")
+    };
+    std::fs::write(&path, limit("2/hour")).expect("the config written");
+    let upstream_url = format!("http://{upstream_addr}");
+    let process = ProxyProcess::start(&[
+        "--upstream",
+        &upstream_url,
+        "--config",
+        path.to_str().expect("a UTF-8 path"),
+        "--listen",
+        "127.0.0.1:0",
+        "--watch",
+        "0.05",
+    ]);
+    let client = client();
+    let policy = || async {
+        let response = client
+            .get(format!("{}/echo/cmd", process.url))
+            .send()
+            .await
+            .expect("the proxy answers");
+        response.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(policy().await, "\"everyone\";q=2;w=3600");
+    std::fs::write(&path, limit("7/hour")).expect("the config rewritten");
+    let deadline = std::time::Instant::now() + STEP;
+    while policy().await != "\"everyone\";q=7;w=3600" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the change was not picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[test]

@@ -62,6 +62,16 @@ async fn with_no_file_it_serves_the_built_in_defaults_and_stops_on_sigterm() {
 }
 
 #[tokio::test]
+async fn sighup_without_a_file_is_logged_not_fatal() {
+    let mut process = ServeProcess::start(&[], &[]);
+    process.signal("HUP");
+    // Still serving: SIGHUP's default action would have ended it.
+    let answer = check(&process, json!({"key": {"client_ip": "192.0.2.7"}})).await;
+    assert_eq!(answer["allowed"], true);
+    assert!(process.child.try_wait().unwrap().is_none());
+}
+
+#[tokio::test]
 async fn the_environment_overrides_the_defaults() {
     let process = ServeProcess::start(&[], &[("RATEKEEPER_LIMITS__PER_CLIENT__RATE", "1/hour")]);
     let body = json!({"key": {"client_ip": "192.0.2.1"}});

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use ratekeeper_server::config::{process_vars, DEFAULT_TOML};
-use ratekeeper_server::serve::{Options, Service};
+use ratekeeper_server::serve::{ConfigWatcher, Options, Service};
 use ratekeeper_server::Config;
 
 /// Rate limiting as a service.
@@ -54,6 +54,10 @@ enum Command {
         /// Where to listen (port 0 picks a free port).
         #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
         listen: SocketAddr,
+        /// How often to check the file for changes, in seconds; 0 turns
+        /// the check off (SIGHUP still reloads).
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        watch: f64,
     },
     /// Check a configuration file and explain what it sets up.
     Check {
@@ -113,7 +117,8 @@ fn main() -> ExitCode {
             upstream,
             config,
             listen,
-        } => proxy(&upstream, config, listen),
+            watch,
+        } => proxy(&upstream, config, listen, watch),
         Command::Simulate(args) => simulate(&args),
         Command::Check {
             print_default: true,
@@ -212,8 +217,12 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
     }
 }
 
-fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr) -> ExitCode {
+fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr, watch: f64) -> ExitCode {
     init_logging();
+    let Ok(watch) = Duration::try_from_secs_f64(watch) else {
+        eprintln!("error: --watch takes a number of seconds, not {watch}");
+        return ExitCode::from(2);
+    };
     let config = match load(path.as_deref()) {
         Ok(config) => config,
         Err(error) => {
@@ -251,6 +260,7 @@ fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr) -> ExitCode 
         // address is known is never missed.
         drop(ratekeeper_server::proxy::router(engine.clone(), &upstream)?);
         let signals = ProxySignals::catch()?;
+        let _watcher = ConfigWatcher::spawn(engine.clone(), path, Some(watch));
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
@@ -261,7 +271,7 @@ fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr) -> ExitCode 
         );
         let _ = out.flush();
         drop(out);
-        let stop = signals.run(engine.clone(), path);
+        let stop = signals.run();
         ratekeeper_server::proxy::serve_proxy(engine, listener, upstream, stop).await?;
         Ok(())
     });
@@ -274,13 +284,11 @@ fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr) -> ExitCode 
     }
 }
 
-/// The signals `ratekeeper proxy` obeys: SIGTERM and Ctrl-C stop it,
-/// SIGHUP reloads the limits.
+/// The signals that stop `ratekeeper proxy`: SIGTERM and Ctrl-C (SIGHUP
+/// reloads, through its [`ConfigWatcher`]).
 struct ProxySignals {
     #[cfg(unix)]
     terminate: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    hangup: tokio::signal::unix::Signal,
 }
 
 impl ProxySignals {
@@ -290,49 +298,16 @@ impl ProxySignals {
             use tokio::signal::unix::{signal, SignalKind};
             Ok(ProxySignals {
                 terminate: signal(SignalKind::terminate())?,
-                hangup: signal(SignalKind::hangup())?,
             })
         }
         #[cfg(not(unix))]
         Ok(ProxySignals {})
     }
 
-    /// Reloads the limits from `path` (if any) on each SIGHUP, an invalid
-    /// file logged and the running limits kept; the future completes on
-    /// SIGTERM or Ctrl-C.
-    #[cfg_attr(not(unix), allow(unused_variables))]
-    fn run(
-        self,
-        engine: ratekeeper_server::engine::Engine,
-        path: Option<PathBuf>,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+    /// Completes on SIGTERM or Ctrl-C.
+    fn run(self) -> impl std::future::Future<Output = ()> + Send + 'static {
         #[cfg(unix)]
-        let ProxySignals {
-            mut terminate,
-            mut hangup,
-        } = self;
-        #[cfg(unix)]
-        tokio::spawn(async move {
-            while hangup.recv().await.is_some() {
-                let Some(path) = &path else {
-                    tracing::warn!("SIGHUP: no --config file to reload");
-                    continue;
-                };
-                match Config::load_with_env(path, process_vars()) {
-                    Ok(config) => {
-                        if !engine.replace_limits(&config) {
-                            tracing::warn!(
-                                "the store cannot change without a restart; its section was ignored"
-                            );
-                        }
-                        tracing::info!(limits = config.limits.len(), "limits reloaded");
-                    }
-                    Err(error) => {
-                        tracing::error!("reload refused, the running limits are kept: {error}")
-                    }
-                }
-            }
-        });
+        let ProxySignals { mut terminate } = self;
         async move {
             #[cfg(unix)]
             tokio::select! {

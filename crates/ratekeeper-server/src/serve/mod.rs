@@ -155,12 +155,12 @@ impl Service {
         let reloader = options
             .config_path
             .map(|path| Arc::new(Mutex::new(Reloader::new(path, engine.clone()))));
-        if let Some(reloader) = &reloader {
-            let reloader = Arc::clone(reloader);
-            let interval = options.watch_interval;
+        {
+            let (reloader, interval) = (reloader.clone(), options.watch_interval);
+            let hangup = reload::hangup_signal();
             let stopped = stopped.clone();
             tasks.spawn(async move {
-                reload::watch(reloader, interval, stopped).await;
+                reload::watch(reloader, interval, hangup, stopped).await;
                 Ok(())
             });
         }
@@ -277,6 +277,40 @@ async fn serve_grpc(
         .serve(listener, stop_signal(stopped))
         .await
         .map_err(ServeError::Grpc)
+}
+
+/// Reloads an engine's limits from a configuration file on SIGHUP and when
+/// the file changes, for as long as it lives: what [`Service`] does, for
+/// programs that run the engine themselves (`ratekeeper proxy`).
+///
+/// An invalid file is logged and refused; the running limits stay.
+#[derive(Debug)]
+pub struct ConfigWatcher {
+    stop: watch::Sender<bool>,
+}
+
+impl ConfigWatcher {
+    /// Starts watching `path` for `engine`, checking it every `interval`
+    /// (`None` or zero: on SIGHUP only). SIGHUP is caught from the moment
+    /// this returns; without a `path` it is only logged. Must be called
+    /// inside a tokio runtime.
+    pub fn spawn(
+        engine: Engine,
+        path: Option<PathBuf>,
+        interval: Option<Duration>,
+    ) -> ConfigWatcher {
+        let (stop, stopped) = watch::channel(false);
+        let reloader = path.map(|path| Arc::new(Mutex::new(Reloader::new(path, engine))));
+        let hangup = reload::hangup_signal();
+        tokio::spawn(reload::watch(reloader, interval, hangup, stopped));
+        ConfigWatcher { stop }
+    }
+}
+
+impl Drop for ConfigWatcher {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
 }
 
 /// Drops the per-key denial counts of keys not denied lately, every few

@@ -83,23 +83,30 @@ impl Reloader {
 
 /// Reloads on SIGHUP and whenever the file changes (checked every
 /// `interval`; never without one), logging what happened, until `stopped`
-/// turns true.
+/// turns true. Without a file, SIGHUP is still caught (its default would
+/// end the process) and only logged.
 pub(crate) async fn watch(
-    reloader: Arc<Mutex<Reloader>>,
+    reloader: Option<Arc<Mutex<Reloader>>>,
     interval: Option<Duration>,
+    mut hangup: Hangup,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut hangup = hangup_signal();
-    let mut ticker = interval.filter(|i| !i.is_zero()).map(|interval| {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker
-    });
+    let mut ticker = interval
+        .filter(|i| !i.is_zero() && reloader.is_some())
+        .map(|interval| {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker
+        });
     loop {
         let force = tokio::select! {
             _ = tick(&mut ticker) => false,
             Some(()) = recv(&mut hangup) => true,
             _ = stopped.wait_for(|stop| *stop) => return,
+        };
+        let Some(reloader) = &reloader else {
+            tracing::warn!("SIGHUP: there is no configuration file to reload");
+            continue;
         };
         let mut reloader = reloader.lock().await;
         match reloader.reload(force) {
@@ -124,18 +131,22 @@ fn read(path: &Path) -> std::io::Result<Seen> {
     })
 }
 
+/// SIGHUP, caught from the moment it is made (so a signal sent right after
+/// the service says it listens is not lost); `None` where there is none.
 #[cfg(unix)]
-type Hangup = Option<tokio::signal::unix::Signal>;
+pub(crate) type Hangup = Option<tokio::signal::unix::Signal>;
+/// No SIGHUP here.
 #[cfg(not(unix))]
-type Hangup = Option<()>;
+pub(crate) type Hangup = Option<()>;
 
+/// Catches SIGHUP from now on; must run inside a tokio runtime.
 #[cfg(unix)]
-fn hangup_signal() -> Hangup {
+pub(crate) fn hangup_signal() -> Hangup {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
 }
 
 #[cfg(not(unix))]
-fn hangup_signal() -> Hangup {
+pub(crate) fn hangup_signal() -> Hangup {
     None
 }
 
