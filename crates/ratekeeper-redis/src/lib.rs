@@ -69,14 +69,25 @@
 //!
 //! # Cost
 //!
-//! A decision is `TIME`, `GET` and, when allowed, one `SET` (`PX` with the
-//! new expiry, or `KEEPTTL` when a window's key already expires with its
-//! window) in one script. Numbers go in, out and into the stored state as
-//! packed doubles (one `struct.unpack` for the arguments, one string for the
-//! reply; no `tonumber`, `tostring` or `cjson`), and the hot path allocates
-//! no table and no closure with upvalues: allocations are what such a
-//! script spends its time on beyond its commands. Those three commands are
-//! most of its Redis CPU; see the crate's README for the measured figures.
+//! A decision is `TIME`, `GET` and, when allowed, one write (`PSETEX` with
+//! the new expiry, or `SET ... KEEPTTL` when a window's key already expires
+//! with its window) in one call of a Redis function (`FCALL`, Redis 7+), or
+//! of the same script by `EVALSHA` on servers without functions. Numbers go
+//! in, out and into the stored state as packed doubles (one `struct.unpack`
+//! for the arguments, one string for the reply; no `tonumber`, `tostring` or
+//! `cjson`); the decision is inline (no closure made per call), and the hot
+//! path allocates no table. Counted in instructions inside `redis-server`
+//! (`scripts/callgrind-redis.sh`), a GCRA decision costs about 1.3 times the
+//! least any script reading `TIME` and reading and writing a key with an
+//! expiry costs, and about a quarter of it is the script's own work; see
+//! BENCHMARKS.md for the figures.
+//!
+//! On Redis 7 the function is loaded with `FUNCTION LOAD REPLACE` when a
+//! server answers `Function not found` (a new or restarted server, or
+//! `FUNCTION FLUSH`), then called again in the same decision. One difference
+//! from `EVAL` scripts: a server over `maxmemory` with no eviction refuses a
+//! function that may write before it runs, so denied decisions fail there
+//! too, where the script would only have failed when writing.
 //!
 //! # Runtime
 //!
