@@ -150,6 +150,18 @@ impl Store for AnyStore {
         }
     }
 
+    fn check_now(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<Result<Outcome, StoreError>> {
+        match self {
+            AnyStore::Memory(store) => store.check_now(limit, key, cost),
+            _ => None,
+        }
+    }
+
     fn check_all_now(
         &self,
         checks: &[(&Limit, &[u8])],

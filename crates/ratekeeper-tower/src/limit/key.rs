@@ -66,9 +66,13 @@ impl fmt::Debug for Key {
     }
 }
 
+/// A key's bytes, inline up to 40 (any address as text, most header values
+/// and routes): extracting one costs no allocation.
+pub(crate) type KeyBytes = smallvec::SmallVec<[u8; 40]>;
+
 /// What a key extraction found.
 pub(crate) struct Extracted {
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: KeyBytes,
     /// The key needed the socket peer and the server did not provide it.
     pub(crate) missing_peer: bool,
 }
@@ -156,14 +160,14 @@ impl Key {
         let mut missing_peer = false;
         let key = self
             .part(parts, &mut missing_peer)
-            .unwrap_or_else(|| UNKNOWN_KEY.to_vec());
+            .unwrap_or_else(|| KeyBytes::from_slice(UNKNOWN_KEY));
         Extracted { key, missing_peer }
     }
 
-    fn part(&self, parts: &Parts, missing_peer: &mut bool) -> Option<Vec<u8>> {
+    fn part(&self, parts: &Parts, missing_peer: &mut bool) -> Option<KeyBytes> {
         // Every request runs this: keep it free of `fmt` where it can be.
         match &self.0 {
-            Kind::Global => Some(b"global".to_vec()),
+            Kind::Global => Some(KeyBytes::from_slice(b"global")),
             Kind::Client { strategy, prefixes } => {
                 let peer = peer_of(parts);
                 if peer.is_none() && !matches!(strategy, ClientIp::Hops(_) | ClientIp::Header(_)) {
@@ -171,27 +175,29 @@ impl Key {
                 }
                 let ip = strategy.find(&parts.headers, peer)?;
                 Some(match prefixes {
-                    Some((v4, v6)) => network(ip, *v4, *v6).to_string().into_bytes(),
+                    Some((v4, v6)) => {
+                        KeyBytes::from_vec(network(ip, *v4, *v6).to_string().into_bytes())
+                    }
                     None => ip_text(ip),
                 })
             }
             Kind::Header(name) => parts
                 .headers
                 .get(name)
-                .map(|value| value.as_bytes().to_vec()),
+                .map(|value| KeyBytes::from_slice(value.as_bytes())),
             Kind::Route => {
-                let mut route = parts.method.as_str().as_bytes().to_vec();
+                let mut route = KeyBytes::from_slice(parts.method.as_str().as_bytes());
                 route.push(b' ');
                 route.extend_from_slice(parts.uri.path().as_bytes());
                 Some(route)
             }
-            Kind::Function(f) => f(parts),
+            Kind::Function(f) => f(parts).map(KeyBytes::from_vec),
             Kind::Compose(keys) => {
-                let mut out = Vec::new();
+                let mut out = KeyBytes::new();
                 for key in keys {
                     let part = key
                         .part(parts, missing_peer)
-                        .unwrap_or_else(|| UNKNOWN_KEY.to_vec());
+                        .unwrap_or_else(|| KeyBytes::from_slice(UNKNOWN_KEY));
                     out.extend_from_slice(part.len().to_string().as_bytes());
                     out.push(b':');
                     out.extend_from_slice(&part);
@@ -220,10 +226,10 @@ pub(crate) fn peer_of(parts: &Parts) -> Option<IpAddr> {
 
 /// An address as text, as `Display` writes it; IPv4 (most keys) without the
 /// formatting machinery, which costs more than the rest of a decision.
-fn ip_text(ip: std::net::IpAddr) -> Vec<u8> {
+fn ip_text(ip: std::net::IpAddr) -> KeyBytes {
     match ip {
         std::net::IpAddr::V4(v4) => {
-            let mut out = Vec::with_capacity(15);
+            let mut out = KeyBytes::new();
             let mut digits = itoa::Buffer::new();
             for (index, octet) in v4.octets().into_iter().enumerate() {
                 if index > 0 {
@@ -233,7 +239,7 @@ fn ip_text(ip: std::net::IpAddr) -> Vec<u8> {
             }
             out
         }
-        std::net::IpAddr::V6(v6) => v6.to_string().into_bytes(),
+        std::net::IpAddr::V6(v6) => KeyBytes::from_vec(v6.to_string().into_bytes()),
     }
 }
 
@@ -245,9 +251,9 @@ mod ip_text_tests {
         #[test]
         fn ip_text_is_display(octets in proptest::prelude::any::<[u8; 4]>(), segments in proptest::prelude::any::<[u16; 8]>()) {
             let v4 = std::net::IpAddr::from(octets);
-            proptest::prop_assert_eq!(ip_text(v4), v4.to_string().into_bytes());
+            proptest::prop_assert_eq!(ip_text(v4).to_vec(), v4.to_string().into_bytes());
             let v6 = std::net::IpAddr::from(segments);
-            proptest::prop_assert_eq!(ip_text(v6), v6.to_string().into_bytes());
+            proptest::prop_assert_eq!(ip_text(v6).to_vec(), v6.to_string().into_bytes());
         }
     }
 }

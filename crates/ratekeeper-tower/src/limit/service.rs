@@ -119,7 +119,10 @@ where
         }
         let (parts, body) = request.into_parts();
         let keys = extract_keys(shared, &parts);
-        if keys.iter().any(|key| shared.allow_keys.contains(&key.key)) {
+        if keys
+            .iter()
+            .any(|key| shared.allow_keys.contains(key.key.as_slice()))
+        {
             return inner_future(
                 self.inner.call(Request::from_parts(parts, body)),
                 PendingHeaders::default(),
@@ -132,15 +135,35 @@ where
             .zip(&keys)
             .map(|(rule, key)| (&rule.limit, key.key.as_slice()))
             .collect();
-        match shared.store.check_all_now(&checks, cost) {
+        // One limit (the usual case) needs no list of outcomes.
+        let decided = match checks.as_slice() {
+            [(limit, key)] => shared
+                .store
+                .check_now(limit, key, cost)
+                .map(|result| result.map(Decided::One)),
+            _ => None,
+        }
+        .or_else(|| {
+            shared
+                .store
+                .check_all_now(&checks, cost)
+                .map(|result| result.map(Decided::All))
+        });
+        match decided {
             // Decided at once: call the inner service here, with no clone
             // and no boxed future.
-            Some(Ok(multi)) if multi.is_allowed() || shared.shadow => {
+            Some(Ok(decided)) if decided.is_allowed() || shared.shadow => {
                 let mut headers = PendingHeaders::default();
-                add_rate_limit_headers(shared, &mut |n, v| headers.push(n, v), &checks, &multi);
+                add_rate_limit_headers(
+                    shared,
+                    &mut |n, v| headers.push(n, v),
+                    &checks,
+                    decided.outcomes(),
+                );
                 inner_future(self.inner.call(Request::from_parts(parts, body)), headers)
             }
-            Some(Ok(multi)) => {
+            Some(Ok(decided)) => {
+                let multi = decided.into_multi();
                 let refusal = Refusal::Limited {
                     violated: violated(&checks, &multi),
                     retry_after: multi.retry_after(),
@@ -178,24 +201,56 @@ where
     }
 }
 
+/// What a store decided at once: one limit's outcome, or several.
+enum Decided {
+    One(Outcome),
+    All(MultiOutcome),
+}
+
+impl Decided {
+    fn outcomes(&self) -> &[Outcome] {
+        match self {
+            Decided::One(outcome) => std::slice::from_ref(outcome),
+            Decided::All(multi) => multi.outcomes(),
+        }
+    }
+
+    fn is_allowed(&self) -> bool {
+        match self {
+            Decided::One(outcome) => outcome.is_allowed(),
+            Decided::All(multi) => multi.is_allowed(),
+        }
+    }
+
+    /// The refused path's form (it reports which limit refused).
+    fn into_multi(self) -> MultiOutcome {
+        match self {
+            Decided::One(outcome) => {
+                let denied = (!outcome.is_allowed()).then_some(0);
+                MultiOutcome::new(vec![outcome], denied)
+            }
+            Decided::All(multi) => multi,
+        }
+    }
+}
+
 /// The rate-limit headers of an allowed request, kept beside the inner
-/// service's future until its response comes: at most five (the draft's two
-/// and the legacy three), in place, so an allowed request makes no header
-/// map of its own.
+/// service's future until its response comes, so an allowed request makes
+/// no header map of its own.
 #[derive(Default)]
 pub(crate) struct PendingHeaders {
-    headers: [Option<(http::HeaderName, http::HeaderValue)>; 5],
+    // Inline room for the draft's two fields (the legacy three spill to
+    // the heap); small, because the future is moved around with it.
+    headers: smallvec::SmallVec<[(http::HeaderName, http::HeaderValue); 2]>,
 }
 
 impl PendingHeaders {
     fn push(&mut self, name: http::HeaderName, value: http::HeaderValue) {
-        if let Some(free) = self.headers.iter_mut().find(|slot| slot.is_none()) {
-            *free = Some((name, value));
-        }
+        self.headers.push((name, value));
     }
 
     fn add_to(&mut self, headers: &mut http::HeaderMap) {
-        for (name, value) in self.headers.iter_mut().filter_map(Option::take) {
+        for (name, value) in self.headers.drain(..) {
             headers.insert(name, value);
         }
     }
@@ -207,9 +262,9 @@ fn inner_future<F, B, E>(future: F, headers: PendingHeaders) -> ResponseFuture<F
     }
 }
 
-/// Each rule's key, on the stack for up to four rules: a request under one
+/// Each rule's key, on the stack for up to two rules: a request under one
 /// or two limits (the usual) allocates no list.
-type Keys = smallvec::SmallVec<[Extracted; 4]>;
+type Keys = smallvec::SmallVec<[Extracted; 2]>;
 
 /// Each rule's limit and key, as the store takes them.
 type Checks<'a> = smallvec::SmallVec<[(&'a Limit, &'a [u8]); 4]>;
@@ -249,7 +304,10 @@ where
     }
     let (parts, body) = request.into_parts();
     let keys = extract_keys(&shared, &parts);
-    if keys.iter().any(|key| shared.allow_keys.contains(&key.key)) {
+    if keys
+        .iter()
+        .any(|key| shared.allow_keys.contains(key.key.as_slice()))
+    {
         return inner.call(Request::from_parts(parts, body)).await.map(pass);
     }
     let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
@@ -295,7 +353,7 @@ where
                 headers.insert(name, value);
             },
             &checks,
-            &multi,
+            multi.outcomes(),
         );
         return Ok(pass(response));
     }
@@ -328,14 +386,14 @@ fn add_rate_limit_headers<S>(
     shared: &Shared<S>,
     put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
     checks: &[(&Limit, &[u8])],
-    multi: &MultiOutcome,
+    outcomes: &[Outcome],
 ) {
     if shared.headers == HeaderStyle::None {
         return;
     }
-    let reports: Vec<PolicyReport<'_>> = checks
+    let reports: smallvec::SmallVec<[PolicyReport<'_>; 4]> = checks
         .iter()
-        .zip(multi.outcomes())
+        .zip(outcomes)
         .filter_map(|((limit, key), outcome)| match outcome {
             Outcome::Decided(decision) => Some(PolicyReport {
                 name: limit.name(),
@@ -375,7 +433,7 @@ fn refuse<S, B>(
                 headers.insert(name, value);
             },
             checks,
-            multi,
+            multi.outcomes(),
         );
     }
     response.map(Either::Right)

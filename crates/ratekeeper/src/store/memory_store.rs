@@ -194,6 +194,15 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
         self.with_limiter(limit, |limiter| limiter.refund(key, units))
     }
 
+    fn check_now(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<Result<Outcome, StoreError>> {
+        Some(self.with_limiter(limit, |limiter| limiter.check(key, cost)))
+    }
+
     fn check_all_now(
         &self,
         checks: &[(&Limit, &[u8])],

@@ -63,6 +63,20 @@ pub trait Store: Send + Sync {
         units: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Decides one limit at once, without waiting, when this store can:
+    /// [`check_all_now`](Store::check_all_now) for the most common request,
+    /// under a single limit, without the list of outcomes. `None` (the
+    /// default) means the caller must use [`check`](Store::check).
+    fn check_now(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Option<Result<Outcome, StoreError>> {
+        let _ = (limit, key, cost);
+        None
+    }
+
     /// Decides at once, without waiting, when this store can: an in-memory
     /// store can, a networked one cannot. `None` (the default) means the
     /// caller must use [`check_all`](Store::check_all). Front ends try this
