@@ -52,7 +52,8 @@ pub fn compose<'p>(parts: &'p [KeyPart], source: &dyn KeySource) -> Result<Vec<u
 }
 
 /// An HTTP request's key parts: its peer, the client behind trusted
-/// proxies, its route and headers. Descriptor entries it has none of.
+/// proxies (or the peer, when the rule finds none), its route and headers.
+/// Descriptor entries it has none of.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpSource<'a> {
     /// The method.
@@ -69,8 +70,12 @@ impl KeySource for HttpSource<'_> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
         match part {
             KeyPart::Peer => self.peer.map(|ip| Cow::Owned(ip.to_string())),
+            // A client the rule cannot find (a request from a trusted
+            // network without X-Forwarded-For) is the peer: the client
+            // itself, or a proxy that sent the request without naming one.
             KeyPart::ClientIp(rule) => rule
                 .find(self.headers, self.peer)
+                .or(self.peer)
                 .map(|ip| Cow::Owned(ip.to_string())),
             KeyPart::Route => Some(Cow::Owned(format!("{} {}", self.method, self.path))),
             KeyPart::Header(name) => self
@@ -150,6 +155,28 @@ mod tests {
         let all = parts(2);
         assert_eq!(compose(&all, &source), Err(&all[1]));
         assert_eq!(compose(&all, &OrUnknown(source)).unwrap(), b"a|unknown");
+    }
+
+    #[test]
+    fn an_http_client_the_rule_cannot_find_is_the_peer() {
+        let rule = KeyPart::ClientIp(ratekeeper_tower::client::ClientIp::XForwardedFor {
+            trusted: ratekeeper_tower::client::private_networks(),
+        });
+        let method = Method::GET;
+        let client = |headers: &HeaderMap| {
+            let source = HttpSource {
+                method: &method,
+                path: "/",
+                headers,
+                peer: Some(IpAddr::from([10, 0, 0, 1])),
+            };
+            source.part(&rule).map(Cow::into_owned)
+        };
+        // A trusted peer that names no client is the client.
+        let mut headers = HeaderMap::new();
+        assert_eq!(client(&headers).as_deref(), Some("10.0.0.1"));
+        headers.insert("x-forwarded-for", "203.0.113.5".parse().unwrap());
+        assert_eq!(client(&headers).as_deref(), Some("203.0.113.5"));
     }
 
     proptest::proptest! {

@@ -247,15 +247,10 @@ struct AuthSource<'a> {
 
 impl KeySource for AuthSource<'_> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
-        let ip = match part {
-            KeyPart::Peer => self.real_ip.or(self.http.peer),
-            KeyPart::ClientIp(rule) => self
-                .real_ip
-                .or_else(|| rule.find(self.http.headers, self.http.peer))
-                .or(self.http.peer),
-            _ => return self.http.part(part),
-        };
-        ip.map(|ip| Cow::Owned(ip.to_string()))
+        match (part, self.real_ip) {
+            (KeyPart::Peer | KeyPart::ClientIp(_), Some(ip)) => Some(Cow::Owned(ip.to_string())),
+            _ => self.http.part(part),
+        }
     }
 }
 

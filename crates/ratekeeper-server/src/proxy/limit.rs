@@ -1,7 +1,6 @@
 //! The proxy's rate limit: a tower layer that decides every request through
 //! the [`Engine`] before the inner service sees it.
 
-use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -15,8 +14,7 @@ use ratekeeper_tower::headers::{insert_headers, HeaderStyle, ResetStyle};
 use ratekeeper_tower::{Refusal, ResponseFormat};
 use tower::{Layer, Service};
 
-use crate::config::KeyPart;
-use crate::engine::{Check, Engine, HttpSource, KeySource, OrUnknown, Verdict, UNKNOWN};
+use crate::engine::{Check, Engine, HttpSource, OrUnknown, Verdict, UNKNOWN};
 
 /// Decides each request through the engine: the limits whose `match` fits
 /// its method and path, keyed from its peer, headers and route.
@@ -118,12 +116,12 @@ fn checks(engine: &Engine, request: &Request<Body>) -> Vec<Check> {
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
-    let source = ProxySource(HttpSource {
+    let source = HttpSource {
         method: request.method(),
         path: request.uri().path(),
         headers: request.headers(),
         peer,
-    });
+    };
     engine
         .limits()
         .for_http(request.method(), request.uri().path())
@@ -136,25 +134,6 @@ fn checks(engine: &Engine, request: &Request<Body>) -> Vec<Check> {
             Check::new(limit.clone(), key, 1)
         })
         .collect()
-}
-
-/// A request's key parts: [`HttpSource`]'s, except that a `client_ip`
-/// the limit's rule cannot find (a request from a trusted network without
-/// `X-Forwarded-For`) is the socket peer: it is the client, or the proxy
-/// that sent the request without naming one.
-#[derive(Clone, Copy)]
-struct ProxySource<'a>(HttpSource<'a>);
-
-impl KeySource for ProxySource<'_> {
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
-        match part {
-            KeyPart::ClientIp(rule) => rule
-                .find(self.0.headers, self.0.peer)
-                .or(self.0.peer)
-                .map(|ip| Cow::Owned(ip.to_string())),
-            _ => self.0.part(part),
-        }
-    }
 }
 
 /// The draft's `RateLimit-Policy` and `RateLimit` fields of `verdict`.
