@@ -234,7 +234,7 @@ impl<C: Clock> SqliteStore<C> {
             source,
         })?;
         let sql = Sql::new(&table);
-        if let Err(source) = set_up(&mut conn, &sql, busy_timeout) {
+        if let Err(source) = set_up_within(&mut conn, &sql, busy_timeout) {
             return Err(SqliteError::Setup {
                 path,
                 table,
@@ -390,6 +390,31 @@ impl<C: Clock + 'static> Store for SqliteStore<C> {
 
 /// Sets a fresh connection up: busy timeout, WAL, the table and its index,
 /// and the statements (which checks the columns of an existing table).
+/// [`set_up`], tried again while the file is busy, for at most
+/// `busy_timeout`.
+///
+/// Connections opening a new file together race to switch it to WAL and
+/// create the table, and SQLite answers some of those races with
+/// "database is locked" without calling the busy handler (it cannot wait
+/// for a lock while holding one another waiter needs). Every step of the
+/// set-up is idempotent, so trying it again is safe.
+fn set_up_within(conn: &mut Connection, sql: &Sql, busy_timeout: Duration) -> rusqlite::Result<()> {
+    let started = Instant::now();
+    let mut pause = Duration::from_micros(100);
+    loop {
+        match set_up(conn, sql, busy_timeout) {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if error.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() + pause < busy_timeout =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
 fn set_up(conn: &mut Connection, sql: &Sql, busy_timeout: Duration) -> rusqlite::Result<()> {
     conn.busy_handler(Some(busy_handler(busy_timeout)))?;
     let mode: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
