@@ -181,9 +181,9 @@ impl Engine {
     /// Decides one request against every check, all or nothing: if any
     /// limit not in shadow mode refuses, nothing is taken from the others.
     ///
-    /// Shadow limits are decided after the others, and only charged when
-    /// the request passes them: they report what they would have done
-    /// without changing what happens.
+    /// Shadow limits are decided after the others, and charged only when
+    /// the others let the request through (otherwise only read): they
+    /// report what they would have done without changing what happens.
     ///
     /// Its latency, failed or not, goes to
     /// [`decision_metrics`](Engine::decision_metrics).
