@@ -202,6 +202,10 @@ struct Proxy {
 
 impl Proxy {
     async fn start(toml: &str, upstream: &str) -> Proxy {
+        Proxy::start_with(toml, upstream, &proxy::ProxyOptions::default()).await
+    }
+
+    async fn start_with(toml: &str, upstream: &str, options: &proxy::ProxyOptions) -> Proxy {
         let config = Config::from_toml_str(toml, "proxy-test.toml").expect("a valid config");
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
         let engine = Engine::start(&config, clock)
@@ -212,14 +216,14 @@ impl Proxy {
             .expect("a loopback port");
         let addr = listener.local_addr().expect("its address");
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(proxy::serve_proxy(
-            engine,
-            listener,
-            upstream.parse().expect("an upstream URI"),
-            async {
+        let options = options.clone();
+        let upstream = upstream.parse().expect("an upstream URI");
+        let task = tokio::spawn(async move {
+            proxy::serve_proxy_with(engine, listener, upstream, &options, async {
                 let _ = stopped.await;
-            },
-        ));
+            })
+            .await
+        });
         Proxy {
             addr,
             stop: Some(stop),
@@ -515,6 +519,29 @@ async fn an_upstream_that_is_down_is_a_502() {
     assert_eq!(
         response.text().await.expect("a body"),
         "Bad Gateway: the upstream did not answer\n"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_does_not_answer_in_time_is_a_504() {
+    // An upstream that accepts the request and never starts its response.
+    let app = axum::Router::new().route("/hang", get(std::future::pending::<&'static str>));
+    let hanging = serve(app).await;
+    let mut options = proxy::ProxyOptions::default();
+    options.response_timeout = Duration::from_millis(200);
+    let proxy = Proxy::start_with(NO_LIMITS_HERE, &format!("http://{hanging}"), &options).await;
+    let started = std::time::Instant::now();
+    let response = client()
+        .get(proxy.url("/hang"))
+        .send()
+        .await
+        .expect("the proxy answers");
+    assert_eq!(response.status(), 504);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        response.text().await.expect("a body"),
+        "Gateway Timeout: the upstream did not answer in time\n"
     );
     proxy.stop().await;
 }

@@ -58,6 +58,10 @@ enum Command {
         /// the check off (SIGHUP still reloads).
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
         watch: f64,
+        /// How long the upstream may take to start its response, in
+        /// seconds, before the client gets 504 Gateway Timeout.
+        #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+        upstream_timeout: f64,
     },
     /// Check a configuration file and explain what it sets up.
     Check {
@@ -118,7 +122,8 @@ fn main() -> ExitCode {
             config,
             listen,
             watch,
-        } => proxy(&upstream, config, listen, watch),
+            upstream_timeout,
+        } => proxy(&upstream, config, listen, watch, upstream_timeout),
         Command::Simulate(args) => simulate(&args),
         Command::Check {
             print_default: true,
@@ -217,12 +222,28 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
     }
 }
 
-fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr, watch: f64) -> ExitCode {
+fn proxy(
+    upstream: &str,
+    path: Option<PathBuf>,
+    listen: SocketAddr,
+    watch: f64,
+    upstream_timeout: f64,
+) -> ExitCode {
     init_logging();
     let Ok(watch) = Duration::try_from_secs_f64(watch) else {
         eprintln!("error: --watch takes a number of seconds, not {watch}");
         return ExitCode::from(2);
     };
+    let mut options = ratekeeper_server::proxy::ProxyOptions::default();
+    match Duration::try_from_secs_f64(upstream_timeout) {
+        Ok(timeout) if !timeout.is_zero() => options.response_timeout = timeout,
+        _ => {
+            eprintln!(
+                "error: --upstream-timeout takes a number of seconds above 0, not {upstream_timeout}"
+            );
+            return ExitCode::from(2);
+        }
+    }
     let config = match load(path.as_deref()) {
         Ok(config) => config,
         Err(error) => {
@@ -258,7 +279,11 @@ fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr, watch: f64) 
         // The upstream URL is checked, and the signals caught, before
         // saying where the proxy listens: a signal sent as soon as the
         // address is known is never missed.
-        drop(ratekeeper_server::proxy::router(engine.clone(), &upstream)?);
+        drop(ratekeeper_server::proxy::router_with(
+            engine.clone(),
+            &upstream,
+            &options,
+        )?);
         let signals = ProxySignals::catch()?;
         let _watcher = ConfigWatcher::spawn(engine.clone(), path, Some(watch));
         let mut out = std::io::stdout().lock();
@@ -272,7 +297,8 @@ fn proxy(upstream: &str, path: Option<PathBuf>, listen: SocketAddr, watch: f64) 
         let _ = out.flush();
         drop(out);
         let stop = signals.run();
-        ratekeeper_server::proxy::serve_proxy(engine, listener, upstream, stop).await?;
+        ratekeeper_server::proxy::serve_proxy_with(engine, listener, upstream, &options, stop)
+            .await?;
         Ok(())
     });
     match result {

@@ -27,11 +27,13 @@ pub(crate) struct Upstream {
     /// request's path (empty for `http://host:port`).
     prefix: String,
     client: Client<HttpConnector, Body>,
+    /// How long the upstream may take to start its response.
+    response_timeout: Duration,
 }
 
 impl Upstream {
     /// The upstream at `uri`: `http://host[:port][/prefix]`, without query.
-    pub(crate) fn new(uri: &Uri) -> Result<Upstream, ProxyError> {
+    pub(crate) fn new(uri: &Uri, response_timeout: Duration) -> Result<Upstream, ProxyError> {
         let invalid = |reason: &str| ProxyError::InvalidUpstream {
             uri: uri.to_string(),
             reason: reason.to_owned(),
@@ -58,6 +60,7 @@ impl Upstream {
             authority,
             prefix,
             client,
+            response_timeout,
         })
     }
 
@@ -80,7 +83,8 @@ impl Upstream {
 /// Sends the request to the upstream and its response back: method,
 /// headers (but the hop-by-hop ones), status and bodies as they are, the
 /// bodies streamed; the peer appended to `X-Forwarded-For`. An upstream
-/// that cannot be reached or breaks off before its response is a 502.
+/// that cannot be reached or breaks off before its response is a 502; one
+/// that does not start its response in time, a 504.
 pub(crate) async fn forward(State(upstream): State<Upstream>, request: Request) -> Response<Body> {
     let peer = request
         .extensions()
@@ -102,7 +106,19 @@ pub(crate) async fn forward(State(upstream): State<Upstream>, request: Request) 
     if let Some(peer) = peer {
         append_forwarded_for(outgoing.headers_mut(), peer);
     }
-    match upstream.client.request(outgoing).await {
+    let response =
+        tokio::time::timeout(upstream.response_timeout, upstream.client.request(outgoing)).await;
+    let Ok(response) = response else {
+        tracing::warn!(
+            timeout = ?upstream.response_timeout,
+            "proxy: the upstream did not start its response in time"
+        );
+        return plain(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Gateway Timeout: the upstream did not answer in time\n",
+        );
+    };
+    match response {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             remove_hop_by_hop(&mut parts.headers);
@@ -235,7 +251,7 @@ mod tests {
 
     #[test]
     fn upstream_urls_are_checked_and_joined() {
-        let upstream = |s: &str| Upstream::new(&s.parse().unwrap());
+        let upstream = |s: &str| Upstream::new(&s.parse().unwrap(), Duration::from_secs(60));
         for bad in [
             "https://example.com",
             "/relative",

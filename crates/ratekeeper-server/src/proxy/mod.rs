@@ -28,7 +28,9 @@
 //! appended to `X-Forwarded-For`. The response's status, headers (again
 //! without the hop-by-hop ones) and body come back as the upstream sent
 //! them. An upstream that cannot be reached, or that fails before its
-//! response starts, is answered with `502 Bad Gateway`.
+//! response starts, is answered with `502 Bad Gateway`; one that does not
+//! start its response within [`ProxyOptions::response_timeout`] (60 s
+//! unless told otherwise) with `504 Gateway Timeout`.
 //!
 //! Not supported: `https://` upstreams, protocol upgrades (WebSocket:
 //! `Upgrade` is hop-by-hop and removed) and HTTP/2 on either side.
@@ -96,7 +98,9 @@ use std::net::SocketAddr;
 
 use axum::http::Uri;
 use axum::Router;
+use std::time::Duration;
 use thiserror::Error;
+
 use tokio::net::TcpListener;
 
 use crate::engine::Engine;
@@ -130,7 +134,35 @@ pub enum ProxyError {
 /// (without it they are `unknown`, one count for all); [`serve_proxy`]
 /// does.
 pub fn router(engine: Engine, upstream: &Uri) -> Result<Router, ProxyError> {
-    let upstream = Upstream::new(upstream)?;
+    router_with(engine, upstream, &ProxyOptions::default())
+}
+
+/// How the proxy waits for its upstream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProxyOptions {
+    /// How long the upstream may take to start its response (status and
+    /// headers) before the client gets `504 Gateway Timeout`; a body, once
+    /// started, streams for as long as it takes. 60 s by default, as
+    /// nginx's `proxy_read_timeout`.
+    pub response_timeout: Duration,
+}
+
+impl Default for ProxyOptions {
+    fn default() -> Self {
+        ProxyOptions {
+            response_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// [`router`], with `options`.
+pub fn router_with(
+    engine: Engine,
+    upstream: &Uri,
+    options: &ProxyOptions,
+) -> Result<Router, ProxyError> {
+    let upstream = Upstream::new(upstream, options.response_timeout)?;
     Ok(Router::new()
         .fallback(forward)
         .with_state(upstream)
@@ -145,7 +177,25 @@ pub async fn serve_proxy(
     upstream: Uri,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ProxyError> {
-    let app = router(engine, &upstream)?;
+    serve_proxy_with(
+        engine,
+        listener,
+        upstream,
+        &ProxyOptions::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_proxy`], with `options`.
+pub async fn serve_proxy_with(
+    engine: Engine,
+    listener: TcpListener,
+    upstream: Uri,
+    options: &ProxyOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ProxyError> {
+    let app = router_with(engine, &upstream, options)?;
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
