@@ -98,3 +98,56 @@ fn the_defaults_print_and_validate() {
     let output = ratekeeper(&["check"], &[]);
     assert!(output.status.success(), "{}", text(&output.stderr));
 }
+
+#[test]
+fn limits_that_probably_do_not_do_what_was_meant_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("doubtful.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[limits]]
+name = "edge"
+rate = "10/s"
+key = ["descriptor:remote_address", "header:x-api-key"]
+[limits.match]
+domain = "edge"
+descriptors = [{ key = "remote_address" }]
+
+[[limits]]
+name = "login"
+rate = "5/minute"
+key = ["descriptor:user"]
+[limits.match]
+path_prefix = "/login"
+
+[[limits]]
+name = "open-door"
+rate = "5/minute"
+key = ["client_ip"]
+trusted_proxies = ["0.0.0.0/0"]
+
+[[limits]]
+name = "fine"
+rate = "5/minute"
+key = ["client_ip", "route"]
+"#,
+    )
+    .unwrap();
+    let output = ratekeeper(&["check", "--config", path.to_str().unwrap()], &[]);
+    // Warnings do not fail the check.
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).ends_with("ok\n"));
+    let warnings: Vec<String> = text(&output.stderr).lines().map(str::to_owned).collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: limit edge matches Envoy descriptors, but its key part header:x-api-key is \
+             never in one: every gRPC request shares the key \"unknown\"",
+            "warning: limit login matches HTTP methods or paths, but its key part descriptor:user \
+             comes only from Envoy descriptors: every request shares the key \"unknown\"",
+            "warning: limit open-door trusts every address as a proxy (a /0 network in \
+             trusted_proxies): any client can choose its own key with X-Forwarded-For",
+        ]
+    );
+}

@@ -135,6 +135,9 @@ fn main() -> ExitCode {
         Command::Check { config, .. } => match load(config.as_deref()) {
             Ok(config) => {
                 print!("{}", config.explain());
+                for warning in config.warnings() {
+                    eprintln!("warning: {warning}");
+                }
                 println!("ok");
                 ExitCode::SUCCESS
             }
@@ -251,6 +254,9 @@ fn proxy(
             return ExitCode::from(2);
         }
     };
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let upstream: axum::http::Uri = match upstream.parse() {
         Ok(uri) => uri,
         Err(error) => {

@@ -67,6 +67,7 @@ mod env;
 mod error;
 mod file;
 mod validate;
+mod warnings;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -78,6 +79,7 @@ use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
 pub use error::{ConfigError, Location};
+pub use warnings::ConfigWarning;
 
 /// The configuration `ratekeeper serve` runs with when given none: an
 /// in-memory store, loopback ports and one example limit.

@@ -120,6 +120,9 @@ pub struct Service {
 impl Service {
     /// Opens the store, binds every front door and starts serving.
     pub async fn start(config: Config, options: Options) -> Result<Service, ServeError> {
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
         let engine = Engine::start_with_wall_clock(
             &config,
             Arc::clone(&options.clock),

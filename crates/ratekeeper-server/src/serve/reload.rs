@@ -72,6 +72,9 @@ impl Reloader {
         // file is reported once, not at every poll.
         self.seen = Some(seen);
         let config = result?;
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
         if !self.engine.replace_limits(&config) {
             tracing::warn!("the [store] section changed; the store only changes on a restart");
         }
