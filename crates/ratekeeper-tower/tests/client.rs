@@ -48,7 +48,8 @@ fn x_forwarded_for_takes_the_rightmost_untrusted_address() {
         (&["unknown, 10.0.0.2"], None),
         // All trusted: an internal client, the furthest address.
         (&["10.0.0.9, 10.0.0.2"], Some("10.0.0.9")),
-        (&[], None),
+        // No header from a trusted peer: the peer is the client.
+        (&[], Some("10.0.0.1")),
     ];
     for (lines, expected) in cases {
         let map = headers(

@@ -52,8 +52,8 @@ pub fn compose<'p>(parts: &'p [KeyPart], source: &dyn KeySource) -> Result<Vec<u
 }
 
 /// An HTTP request's key parts: its peer, the client behind trusted
-/// proxies (or the peer, when the rule finds none), its route and headers.
-/// Descriptor entries it has none of.
+/// proxies (the peer itself when a trusted peer names none), its route and
+/// headers. Descriptor entries it has none of.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpSource<'a> {
     /// The method.
@@ -70,12 +70,9 @@ impl KeySource for HttpSource<'_> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
         match part {
             KeyPart::Peer => self.peer.map(|ip| Cow::Owned(ip.to_string())),
-            // A client the rule cannot find (a request from a trusted
-            // network without X-Forwarded-For) is the peer: the client
-            // itself, or a proxy that sent the request without naming one.
+            // The rule makes a trusted peer that names no client the client.
             KeyPart::ClientIp(rule) => rule
                 .find(self.headers, self.peer)
-                .or(self.peer)
                 .map(|ip| Cow::Owned(ip.to_string())),
             KeyPart::Route => Some(Cow::Owned(format!("{} {}", self.method, self.path))),
             KeyPart::Header(name) => self

@@ -67,11 +67,15 @@ impl ClientIp {
         let found = match self {
             ClientIp::Peer => peer,
             ClientIp::XForwardedFor { trusted } => {
-                behind_trusted(peer, trusted, || rightmost_untrusted_xff(headers, trusted))
+                behind_trusted(peer, trusted, headers.contains_key(X_FORWARDED_FOR), || {
+                    rightmost_untrusted_xff(headers, trusted)
+                })
             }
-            ClientIp::Forwarded { trusted } => behind_trusted(peer, trusted, || {
-                rightmost_untrusted_forwarded(headers, trusted)
-            }),
+            ClientIp::Forwarded { trusted } => {
+                behind_trusted(peer, trusted, headers.contains_key(FORWARDED), || {
+                    rightmost_untrusted_forwarded(headers, trusted)
+                })
+            }
             ClientIp::Hops(hops) => nth_from_right_xff(headers, *hops),
             ClientIp::Header(name) => {
                 let mut values = headers.get_all(name).iter();
@@ -88,13 +92,19 @@ impl ClientIp {
 
 /// A header list counts only if the request came from a trusted proxy; an
 /// untrusted peer is itself the client. Without a peer, the headers decide.
+/// A trusted peer that sent no such header at all is the client (a service
+/// on the private network calling directly), as express's `trust proxy`
+/// has it, so such callers keep keys of their own; a header that is there
+/// but names no usable client (`unknown`, garbage) still finds none.
 fn behind_trusted(
     peer: Option<IpAddr>,
     trusted: &[IpNet],
+    has_header: bool,
     walk: impl FnOnce() -> Option<IpAddr>,
 ) -> Option<IpAddr> {
     match peer {
         Some(peer) if !ip::is_in(trusted, peer) => Some(peer),
+        Some(peer) if !has_header => Some(peer),
         _ => walk(),
     }
 }
