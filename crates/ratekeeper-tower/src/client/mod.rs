@@ -12,7 +12,8 @@
 //! Anything that is not an address (garbage, `unknown`, an obfuscated
 //! `_name`) stops the walk: the client is then unknown, and the middleware
 //! keys such requests to one shared bucket rather than letting them through
-//! unlimited.
+//! unlimited. A trusted peer that sends no such header at all is itself the
+//! client (a service on the private network calling directly).
 
 mod forwarded;
 mod ip;
