@@ -5,6 +5,8 @@
 //! Without an `nginx` binary these tests say so loudly and pass, except
 //! under `CI=true`, where they fail (`.ci/run` installs nginx).
 
+mod common;
+
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -192,23 +194,7 @@ async fn start_ratekeeper(toml: &str) -> SocketAddr {
     let engine = Engine::start(&config, clock)
         .await
         .expect("the engine starts");
-    serve(http::router(engine)).await
-}
-
-/// Serves `app` on a free loopback port, with the peer address known.
-async fn serve(app: axum::Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let addr = listener.local_addr().expect("its address");
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
-    addr
+    common::serve_app(http::router(engine)).await
 }
 
 /// The app behind nginx: answers 200 with what it saw, and counts the
@@ -235,7 +221,7 @@ async fn start_app() -> (SocketAddr, Arc<AtomicUsize>) {
     let app = axum::Router::new()
         .fallback(echo)
         .with_state(Arc::clone(&hits));
-    (serve(app).await, hits)
+    (common::serve_app(app).await, hits)
 }
 
 fn client() -> reqwest::Client {

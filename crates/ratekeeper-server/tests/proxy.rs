@@ -2,6 +2,8 @@
 //! passes through, bodies stream both ways, refusals are 429s that never
 //! reach the upstream, and an upstream that is down is a 502.
 
+mod common;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -164,22 +166,6 @@ async fn upload_drip(State(upstream): State<Upstream>, request: Request) -> Stri
     String::from_utf8_lossy(&all).into_owned()
 }
 
-/// Serves `app` on a free loopback port with the peer address known.
-async fn serve(app: axum::Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let addr = listener.local_addr().expect("its address");
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
-    addr
-}
-
 async fn start_upstream() -> (SocketAddr, Upstream) {
     let upstream = Upstream::default();
     let app = axum::Router::new()
@@ -189,7 +175,7 @@ async fn start_upstream() -> (SocketAddr, Upstream) {
         .route("/drip", get(drip))
         .route("/echo/{*rest}", any(echo))
         .with_state(upstream.clone());
-    (serve(app).await, upstream)
+    (common::serve_app(app).await, upstream)
 }
 
 /// A proxy before `upstream` deciding by `toml`'s limits on a clock that
@@ -527,7 +513,7 @@ async fn an_upstream_that_is_down_is_a_502() {
 async fn an_upstream_that_does_not_answer_in_time_is_a_504() {
     // An upstream that accepts the request and never starts its response.
     let app = axum::Router::new().route("/hang", get(std::future::pending::<&'static str>));
-    let hanging = serve(app).await;
+    let hanging = common::serve_app(app).await;
     let mut options = proxy::ProxyOptions::default();
     options.response_timeout = Duration::from_millis(200);
     let proxy = Proxy::start_with(NO_LIMITS_HERE, &format!("http://{hanging}"), &options).await;

@@ -201,3 +201,19 @@ impl Drop for ServeProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Serves `app` on a free loopback port, with the peer address known.
+pub async fn serve_app(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+    });
+    addr
+}
