@@ -10,8 +10,8 @@ pub mod headers;
 mod limit;
 
 pub use limit::{
-    ConfigWarning, Key, LayerError, PeerAddr, RateLimit, RateLimitBody, RateLimitLayer,
-    RateLimitLayerBuilder, Refusal, ResponseFormat, ResponseFuture, UNKNOWN_KEY,
+    ConfigWarning, Key, LayerError, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    Refusal, RefusalBody, ResponseFormat, ResponseFuture, UNKNOWN_KEY,
 };
 
 /// Compiles the example in this crate's README.md as a doctest.

@@ -368,3 +368,85 @@ async fn a_missing_peer_shares_the_unknown_key_instead_of_passing() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+/// A key made by a function of the request's `Parts` and a cost function:
+/// the layer splits the head off the request only for these, so this path
+/// is tested on its own.
+#[tokio::test]
+async fn function_keys_and_costs_read_the_request() {
+    let tenant = |parts: &http::request::Parts| {
+        parts
+            .uri
+            .query()
+            .and_then(|query| query.strip_prefix("tenant="))
+            .map(|tenant| tenant.as_bytes().to_vec())
+    };
+    // Each request costs the number in its `x-cost` header (1 without it).
+    let cost = |parts: &http::request::Parts| {
+        parts
+            .headers
+            .get("x-cost")
+            .and_then(|value| value.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    };
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .limit(
+            Limit::new(
+                "per-tenant",
+                FixedWindow::new(5, Duration::from_secs(60)).unwrap(),
+            )
+            .unwrap(),
+            Key::from_fn(tenant),
+        )
+        .cost(cost)
+        .build()
+        .unwrap();
+    let http = serve(app().layer(layer)).await;
+
+    let a = http.get("/?tenant=a", &[("x-cost", "4")]).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.header("ratelimit"), Some(r#""per-tenant";r=1;t=60"#));
+    // Tenant a has 1 left: a request costing 2 is refused, one costing 1 is not.
+    let refused = http.get("/?tenant=a", &[("x-cost", "2")]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(http.get("/?tenant=a", &[]).await.status, StatusCode::OK);
+    // Tenant b has its own window; no tenant at all shares the unknown key.
+    assert_eq!(
+        http.get("/?tenant=b", &[("x-cost", "5")]).await.status,
+        StatusCode::OK
+    );
+    let unknown = http.get("/", &[("x-cost", "5")]).await;
+    assert_eq!(
+        unknown.header("ratelimit"),
+        Some(r#""per-tenant";r=0;t=60"#)
+    );
+    assert_eq!(
+        http.get("/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// A limit used through the layer and directly through the store is one
+/// state: the layer's prepared limit decides on the store's own table.
+#[tokio::test]
+async fn the_layer_and_its_store_share_one_state() {
+    let store = MemoryStore::new();
+    let limit = per_minute("shared", 3);
+    let layer = RateLimitLayer::builder(store.clone())
+        .limit(limit.clone(), Key::global())
+        .build()
+        .unwrap();
+    let http = serve(app().layer(layer)).await;
+    assert!(store
+        .check(&limit, b"global", 2)
+        .await
+        .unwrap()
+        .is_allowed());
+    let reply = http.get("/", &[]).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("ratelimit"), Some(r#""shared";r=0;t=60"#));
+    assert_eq!(
+        http.get("/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

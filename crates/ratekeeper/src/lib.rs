@@ -97,7 +97,7 @@ pub use stats::{
 };
 pub use store::{
     BackendError, CounterStore, FailureMode, FailurePolicy, Limit, LimitNameError, MemoryStore,
-    Resilient, ResilientStats, Store, StoreError, WindowCounter, MAX_LIMIT_NAME,
+    PreparedLimit, Resilient, ResilientStats, Store, StoreError, WindowCounter, MAX_LIMIT_NAME,
 };
 pub use time::Timestamp;
 

@@ -61,6 +61,51 @@ fn memory_store_starts_a_limit_over_when_its_policy_changes() {
 }
 
 #[test]
+fn a_prepared_limit_decides_on_the_store_s_own_state() {
+    block_on(async {
+        let (store, clock) = manual_store();
+        let api = limit("api", 3);
+        let prepared = store.prepare(&api).expect("the memory store prepares");
+        assert!(store.check(&api, b"k", 2).await.unwrap().is_allowed());
+        // One unit left: the handle sees what the store took, and the store
+        // what the handle takes.
+        assert!(prepared.check_now(b"k", 1).is_allowed());
+        assert!(!prepared.check_now(b"k", 1).is_allowed());
+        assert_eq!(store.peek(&api, b"k").await.unwrap().remaining(), 0);
+        assert!(prepared.check_now(b"other", 3).is_allowed());
+        clock.advance(Duration::from_secs(20));
+        assert!(prepared.check_now(b"k", 1).is_allowed());
+        assert!(!prepared.check_now(b"k", 1).is_allowed());
+    });
+}
+
+#[test]
+fn a_prepared_limit_keeps_its_state_when_the_store_replaces_it() {
+    block_on(async {
+        let (store, _) = manual_store();
+        let prepared = store.prepare(&limit("api", 1)).unwrap();
+        assert!(prepared.check_now(b"k", 1).is_allowed());
+        // A reload with another policy under the same name: the store starts
+        // over, the handle keeps deciding on what it was prepared on.
+        let reloaded = limit("api", 5);
+        assert_eq!(store.peek(&reloaded, b"k").await.unwrap().remaining(), 5);
+        assert!(!prepared.check_now(b"k", 1).is_allowed());
+        let again = store.prepare(&reloaded).unwrap();
+        assert!(again.check_now(b"k", 5).is_allowed());
+    });
+}
+
+/// A store that implements only the required methods (one that waits, or
+/// may fail) prepares nothing, and neither does a failure policy around
+/// one: its callers keep the paths that report errors.
+#[test]
+fn stores_that_may_wait_or_fail_prepare_nothing() {
+    assert!(Flaky::new().prepare(&limit("api", 1)).is_none());
+    let resilient = Resilient::new(Flaky::new(), FailurePolicy::new(FailureMode::Closed));
+    assert!(resilient.prepare(&limit("api", 1)).is_none());
+}
+
+#[test]
 fn memory_store_checks_several_limits_all_or_nothing() {
     block_on(async {
         let (store, _) = manual_store();

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, Response};
 use http_body_util::Full;
-use ratekeeper::{Limit, Store};
+use ratekeeper::{Limit, PreparedLimit, Store};
 use thiserror::Error;
 use tower::Layer;
 
@@ -46,6 +46,12 @@ pub(crate) struct Shared<S> {
     /// `RateLimit-Policy` for every rule, made once (without partition
     /// keys it depends only on the limits).
     pub(crate) policy_value: Option<http::HeaderValue>,
+    /// The one rule's limit prepared on the store, when there is one rule
+    /// and the store decides at once: no look-up by name per request.
+    pub(crate) prepared: Option<Arc<dyn PreparedLimit>>,
+    /// A key or the cost is a function of the request's `Parts`, so the
+    /// head must be split off the request to call it.
+    pub(crate) needs_parts: bool,
 }
 
 /// A configuration that works but is probably not what was meant; logged
@@ -288,8 +294,16 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         let policy_value = (!self.partition_keys)
             .then(|| policy_header(&self.rules))
             .flatten();
+        let prepared = match self.rules.as_slice() {
+            [rule] => self.store.prepare(&rule.limit),
+            _ => None,
+        };
+        let needs_parts =
+            self.cost.is_some() || self.rules.iter().any(|rule| rule.key.needs_parts());
         let shared = Shared {
             policy_value,
+            prepared,
+            needs_parts,
             store: self.store,
             rules: self.rules,
             headers: self.headers,

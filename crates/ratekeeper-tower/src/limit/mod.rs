@@ -46,12 +46,14 @@
 //! # }
 //! ```
 
+mod body;
 mod key;
 mod layer;
 mod response;
 mod service;
 
+pub use body::RefusalBody;
 pub use key::{Key, PeerAddr, UNKNOWN_KEY};
 pub use layer::{ConfigWarning, LayerError, RateLimitLayer, RateLimitLayerBuilder};
 pub use response::{Refusal, ResponseFormat};
-pub use service::{RateLimit, RateLimitBody, ResponseFuture};
+pub use service::{RateLimit, ResponseFuture};

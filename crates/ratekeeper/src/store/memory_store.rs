@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::{Limit, Store, StoreError};
+use super::{Limit, PreparedLimit, Store, StoreError};
 use crate::{
     check_all, Clock, Decision, MemoryLimiter, MonotonicClock, MultiOutcome, Outcome, Policy,
     DEFAULT_MAX_KEYS,
@@ -211,12 +211,27 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
         Some(self.decide_all(checks, cost))
     }
 
+    fn prepare(&self, limit: &Limit) -> Option<Arc<dyn PreparedLimit>> {
+        // A limiter that cannot be built is left to `check_now`, which
+        // reports the error on each request.
+        let limiter = self.limiter(limit).ok()?;
+        Some(Arc::new(limiter))
+    }
+
     async fn check_all(
         &self,
         checks: &[(&Limit, &[u8])],
         cost: u64,
     ) -> Result<MultiOutcome, StoreError> {
         self.decide_all(checks, cost)
+    }
+}
+
+/// A limit's table is its own prepared handle: a check skips finding the
+/// table by name.
+impl<C: Clock + Clone + 'static> PreparedLimit for MemoryLimiter<C> {
+    fn check_now(&self, key: &[u8], cost: u64) -> Outcome {
+        self.check(key, cost)
     }
 }
 

@@ -20,6 +20,7 @@ mod resilient;
 mod window_counter;
 
 use std::future::Future;
+use std::sync::Arc;
 
 pub use error::{BackendError, StoreError};
 pub use limit::{Limit, LimitNameError, MAX_LIMIT_NAME};
@@ -77,6 +78,33 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// `limit` looked up once, for a caller that checks the same limit on
+    /// every request (a middleware's fixed rules): its checks then decide at
+    /// once without the store finding the limit by name each time. `None`
+    /// (the default) means this store cannot decide without waiting, or
+    /// cannot take the limit; the caller keeps using
+    /// [`check_now`](Store::check_now) and [`check`](Store::check), which
+    /// also report why.
+    ///
+    /// The handle keeps deciding on the state it was prepared on: if the
+    /// store later replaces that limit's state (the same name with another
+    /// policy, as a configuration reload does), prepare it again.
+    ///
+    /// ```
+    /// use ratekeeper::{Gcra, Limit, MemoryStore, Store};
+    ///
+    /// let store = MemoryStore::new();
+    /// let per_user = Limit::new("per-user", Gcra::per_second(1)?)?;
+    /// let prepared = store.prepare(&per_user).expect("the in-memory store decides at once");
+    /// assert!(prepared.check_now(b"alice", 1).is_allowed());
+    /// assert!(!prepared.check_now(b"alice", 1).is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn prepare(&self, limit: &Limit) -> Option<Arc<dyn PreparedLimit>> {
+        let _ = limit;
+        None
+    }
+
     /// Decides at once, without waiting, when this store can: an in-memory
     /// store can, a networked one cannot. `None` (the default) means the
     /// caller must use [`check_all`](Store::check_all). Front ends try this
@@ -127,6 +155,13 @@ pub trait Store: Send + Sync {
             Ok(MultiOutcome::new(outcomes, None))
         }
     }
+}
+
+/// One limit of a store that decides at once, looked up once by
+/// [`Store::prepare`].
+pub trait PreparedLimit: Send + Sync {
+    /// Decides a request of `cost` for `key`, and records it if allowed.
+    fn check_now(&self, key: &[u8], cost: u64) -> Outcome;
 }
 
 /// Refunds `cost` to every check, ignoring failures: the caller is already
