@@ -265,17 +265,27 @@ impl SlotTable {
         for (shard, shard_lock) in self.locks.iter().enumerate() {
             let _guard = lock(shard_lock);
             let base = shard * self.shard_len;
+            // Tombstones come only from `free`, under this shard's lock
+            // (held here), so a shard that had none and lost no key now
+            // has none to trim: skipping it halves an idle sweep.
+            let mut tombstones = 0;
             for index in base..base + self.shard_len {
                 let slot = self.slots[index].load(Ordering::Acquire);
+                let key = key_of(slot);
+                if key == TOMBSTONE {
+                    tombstones += 1;
                 // A failed swap means the key was just updated: not fresh.
-                if key_of(slot) >= MIN_FINGERPRINT
+                } else if key >= MIN_FINGERPRINT
                     && is_fresh(state_of(slot))
                     && self.free(index, slot)
                 {
                     evicted += 1;
+                    tombstones += 1;
                 }
             }
-            self.trim(base);
+            if tombstones > 0 {
+                self.trim(base);
+            }
         }
         evicted
     }
@@ -419,6 +429,29 @@ mod tests {
             .slots
             .iter()
             .all(|slot| key_of(slot.load(Ordering::Acquire)) == EMPTY));
+    }
+
+    #[test]
+    fn a_sweep_that_evicts_nothing_still_trims_what_removals_left() {
+        let table = SlotTable::new(8);
+        let keys = [2u64 | (1 << 50), 2 | (2 << 50)];
+        for key in keys {
+            assert_eq!(table.update(key, take(9, 1)), Update::Done(true));
+        }
+        // Removing the last of the run leaves a tombstone before an empty
+        // slot; a sweep that finds nothing fresh must still trim it.
+        assert!(table.remove(keys[1]));
+        let tombstones = || {
+            table
+                .slots
+                .iter()
+                .filter(|slot| key_of(slot.load(Ordering::Acquire)) == TOMBSTONE)
+                .count()
+        };
+        assert_eq!(tombstones(), 1);
+        assert_eq!(table.sweep(|_| false), 0);
+        assert_eq!(tombstones(), 0);
+        assert_eq!(table.get(keys[0]), Some(1));
     }
 }
 
