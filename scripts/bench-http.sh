@@ -1,27 +1,61 @@
 #!/usr/bin/env bash
 # The HTTP benchmark of BENCHMARKS.md: an axum hello-world without a limiter,
-# with ratekeeper's layer (in-memory store, per-IP key) and with
-# tower_governor set up alike, each driven by wrk on loopback.
+# with ratekeeper's layer (in-memory store, per-IP key; without and with the
+# draft headers) and with tower_governor set up alike, each driven by wrk on
+# loopback.
 #
-#   scripts/bench-http.sh [seconds] [connections]
+#   scripts/bench-http.sh [seconds] [connections] [rounds]
+#
+# The four servers run side by side (an idle one costs nothing), and each
+# round drives every one of them in turn, so a change in the machine's load
+# falls on all four alike; the table gives each round and, last, each
+# server's median with its ratio to the server without a limiter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${1:-10}"
+seconds="${1:-8}"
 connections="${2:-64}"
+rounds="${3:-5}"
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 cargo build --release -q -p ratekeeper-tower --example http_bench
 binary="${CARGO_TARGET_DIR:-target}/release/examples/http_bench"
-port=38080
-for mode in none ratekeeper ratekeeper-headers tower-governor; do
-  "$binary" "$mode" "$port" >/dev/null &
-  server=$!
+modes=(none ratekeeper ratekeeper-headers tower-governor)
+servers=()
+trap 'kill "${servers[@]}" 2>/dev/null || true' EXIT
+for index in "${!modes[@]}"; do
+  port=$((38080 + index))
+  "$binary" "${modes[$index]}" "$port" >/dev/null &
+  servers+=($!)
   for _ in $(seq 100); do
     curl -s -o /dev/null "http://127.0.0.1:$port/" && break
     sleep 0.05
   done
-  wrk -t1 -c"$connections" -d3s "http://127.0.0.1:$port/" >/dev/null # warm-up
-  rps=$(wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$port/" | awk '/Requests\/sec/ {print $2}')
-  kill "$server"
-  wait "$server" 2>/dev/null || true
-  printf '%-20s %s requests/s\n' "$mode" "$rps"
+  wrk -t1 -c"$connections" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
 done
+results="$(mktemp)"
+printf '%-6s' round; printf ' %19s' "${modes[@]}"; echo
+for round in $(seq "$rounds"); do
+  printf '%-6s' "$round"
+  for index in "${!modes[@]}"; do
+    rps=$(wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$((38080 + index))/" \
+      | awk '/Requests\/sec/ {print $2}')
+    echo "${modes[$index]} $rps" >>"$results"
+    printf ' %19.0f' "$rps"
+  done
+  echo
+done
+median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+printf '%-6s' median
+for mode in "${modes[@]}"; do
+  printf ' %19.0f' "$(awk -v mode="$mode" '$1 == mode {print $2}' "$results" | median)"
+done
+echo
+# Each round's ratio to the server without a limiter, then their median:
+# a ratio within one round is steadier than one of two medians.
+printf '%-6s' ratio
+for mode in "${modes[@]}"; do
+  ratio=$(awk -v mode="$mode" '$1 == "none" {none[++n] = $2} $1 == mode {this[++m] = $2}
+    END {for (i = 1; i <= m; i++) print this[i] / none[i]}' "$results" | median)
+  printf ' %18.3fx' "$ratio"
+done
+echo
+rm -f "$results"

@@ -312,9 +312,10 @@ const OCTET_DIGITS: [([u8; 3], u8); 256] = {
 fn ip_text(ip: std::net::IpAddr) -> KeyBytes {
     match ip {
         std::net::IpAddr::V4(v4) => {
-            // Room for "255.255.255.255." and one spare: each octet writes
-            // three digits and a dot, then the length moves past what counts.
-            let mut out = [0u8; 20];
+            // Written straight into the key's inline buffer: each octet
+            // writes three digits and a dot, then the length moves past
+            // what counts ("255.255.255.255." fits with room to spare).
+            let mut out = [0u8; 40];
             let mut len = 0;
             for octet in v4.octets() {
                 let (digits, count) = OCTET_DIGITS[usize::from(octet)];
@@ -323,7 +324,7 @@ fn ip_text(ip: std::net::IpAddr) -> KeyBytes {
                 out[len] = b'.';
                 len += 1;
             }
-            KeyBytes::from_slice(&out[..len - 1])
+            KeyBytes::from_buf_and_len(out, len - 1)
         }
         std::net::IpAddr::V6(v6) => KeyBytes::from_vec(v6.to_string().into_bytes()),
     }

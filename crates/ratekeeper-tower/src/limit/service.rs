@@ -125,6 +125,21 @@ where
                 }
                 let decided = decide_one(shared, rule, &key.key, 1);
                 let checks = [(&rule.limit, key.key.as_slice())];
+                // The allowed request (the usual one) goes to the inner
+                // service from here: passed through `finish`, the request
+                // and the inner future were each copied once more.
+                if let Some(Ok(decision)) = &decided {
+                    if decision.is_allowed() || shared.shadow {
+                        let mut headers = PendingHeaders::default();
+                        add_rate_limit_headers(
+                            shared,
+                            &mut |n, v| headers.push(n, v),
+                            &checks,
+                            decision.outcomes(),
+                        );
+                        return inner_future(self.inner.call(request), headers);
+                    }
+                }
                 return finish(&mut self.inner, &self.shared, decided, &checks, request);
             }
             let (parts, body) = request.into_parts();
