@@ -27,6 +27,7 @@ pub(crate) fn parse_entry(entry: &str) -> Option<IpAddr> {
 
 /// An IPv4-mapped IPv6 address (`::ffff:192.0.2.1`) as the IPv4 address it
 /// maps, so one client is one key whichever way its address arrives.
+#[inline]
 pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

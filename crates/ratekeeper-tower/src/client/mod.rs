@@ -64,6 +64,7 @@ impl ClientIp {
     /// The client of a request with `headers` whose socket peer is `peer`
     /// (`None` when the server does not say), or `None` if it cannot be
     /// found. Addresses come out canonical: IPv4-mapped IPv6 as IPv4.
+    #[inline]
     pub fn find(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
         let found = match self {
             ClientIp::Peer => peer,

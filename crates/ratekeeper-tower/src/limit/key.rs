@@ -216,6 +216,7 @@ impl Key {
         }
     }
 
+    #[inline]
     pub(crate) fn extract(&self, parts: &impl Head) -> Extracted {
         let mut missing_peer = false;
         let key = self
@@ -275,6 +276,7 @@ impl Key {
 
 /// The socket peer: axum's `ConnectInfo<SocketAddr>`, a [`PeerAddr`], or a
 /// plain [`SocketAddr`] in the request's extensions.
+#[inline]
 pub(crate) fn peer_of(parts: &impl Head) -> Option<IpAddr> {
     let extensions = parts.extensions();
     #[cfg(feature = "axum")]
@@ -309,6 +311,7 @@ const OCTET_DIGITS: [([u8; 3], u8); 256] = {
 /// An address as text, as `Display` writes it; IPv4 (most keys) written
 /// into a buffer on the stack without the formatting machinery, which costs
 /// more than the rest of a decision.
+#[inline]
 fn ip_text(ip: std::net::IpAddr) -> KeyBytes {
     match ip {
         std::net::IpAddr::V4(v4) => {

@@ -182,6 +182,7 @@ where
 
 /// One rule decided at once, on its prepared limit when the store gave
 /// one; `None` when the store must wait.
+#[inline]
 fn decide_one<S: Store>(
     shared: &Shared<S>,
     rule: &Rule,
@@ -320,6 +321,7 @@ impl PendingHeaders {
     }
 }
 
+#[inline]
 fn inner_future<F, B, E>(future: F, headers: PendingHeaders) -> ResponseFuture<F, B, E> {
     ResponseFuture {
         state: State::Inner { future, headers },
@@ -347,6 +349,7 @@ fn extract_keys<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Keys {
 }
 
 /// One rule's key for the request, logging once if the peer is missing.
+#[inline]
 fn extract_key<S>(shared: &Shared<S>, rule: &Rule, parts: &impl Head) -> Extracted {
     let key = rule.key.extract(parts);
     if key.missing_peer {
@@ -355,6 +358,7 @@ fn extract_key<S>(shared: &Shared<S>, rule: &Rule, parts: &impl Head) -> Extract
     key
 }
 
+#[inline]
 fn is_allow_listed<S>(shared: &Shared<S>, key: &[u8]) -> bool {
     !shared.allow_keys.is_empty() && shared.allow_keys.contains(key)
 }
@@ -444,6 +448,7 @@ where
     Ok(refuse(&shared, &refusal, grpc, &checks, Some(&multi)))
 }
 
+#[inline]
 fn skipped<B>(shared: &Shared<impl Sized>, request: &Request<B>) -> bool {
     shared.skip_methods.contains(request.method())
         || shared
@@ -461,15 +466,24 @@ fn violated(checks: &[(&Limit, &[u8])], multi: &MultiOutcome) -> Vec<String> {
         .collect()
 }
 
+#[inline]
 fn add_rate_limit_headers<S>(
     shared: &Shared<S>,
     put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
     checks: &[(&Limit, &[u8])],
     outcomes: &[Outcome],
 ) {
-    if shared.headers == HeaderStyle::None {
-        return;
+    if shared.headers != HeaderStyle::None {
+        write_rate_limit_headers(shared, put, checks, outcomes);
     }
+}
+
+fn write_rate_limit_headers<S>(
+    shared: &Shared<S>,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
+    checks: &[(&Limit, &[u8])],
+    outcomes: &[Outcome],
+) {
     let reports: smallvec::SmallVec<[PolicyReport<'_>; 4]> = checks
         .iter()
         .zip(outcomes)
