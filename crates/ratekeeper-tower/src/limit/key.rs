@@ -218,6 +218,23 @@ impl Key {
 
     #[inline]
     pub(crate) fn extract(&self, parts: &impl Head) -> Extracted {
+        // The socket peer is the most common key: straight to its text.
+        if let Kind::Client {
+            strategy: ClientIp::Peer,
+            prefixes: None,
+        } = &self.0
+        {
+            return match peer_of(parts) {
+                Some(ip) => Extracted {
+                    key: ip_text(crate::client::canonical(ip)),
+                    missing_peer: false,
+                },
+                None => Extracted {
+                    key: KeyBytes::from_slice(UNKNOWN_KEY),
+                    missing_peer: true,
+                },
+            };
+        }
         let mut missing_peer = false;
         let key = self
             .part(parts, &mut missing_peer)
