@@ -4,8 +4,10 @@
 //! with the machine's load, so they can guide the script's optimization.
 //!
 //! For each call (PING, INCR, `EVALSHA` of `return 1`, a script doing only
-//! `TIME` + `GET` + `SET key v PX ttl`, a typical float GCRA script, and
-//! ratekeeper's script for every policy, allowed and denied) it:
+//! `TIME` + `GET` + `SET key v PX ttl`, the same with the write as `PSETEX`,
+//! `SET ... PXAT` and `SET ... KEEPTTL`, a typical float GCRA script, and
+//! ratekeeper's script for every policy, allowed and denied, and allowed on
+//! one hot key for GCRA, the token bucket and the sliding window) it:
 //!
 //! 1. runs a warm-up against a `redis-server` started under
 //!    `valgrind --tool=callgrind`, zeroes the counters
@@ -27,7 +29,11 @@
 //! ```
 //!
 //! `--keep DIR` keeps the callgrind dumps (one per call kind, named after
-//! it) for `callgrind_annotate`.
+//! it) for `callgrind_annotate`. `RATEKEEPER_CALLGRIND_ONLY=a,b` runs only
+//! the calls whose names contain `a` or `b`; compare such runs only with
+//! runs of the same selection: the keys earlier calls leave in the server
+//! (the floors' 1,000) change what the dictionary work of later ones costs
+//! by up to ~1.5k instructions per call.
 
 #[path = "../tests/harness/mod.rs"]
 mod harness;
@@ -48,6 +54,29 @@ const FLOOR: &str = r#"
 local t = redis.call('TIME')
 local v = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
+return 1
+"#;
+
+/// The floor's write as `PSETEX key ttl v` (what the store writes when it
+/// sets an expiry) and as `SET key v PXAT when` (an absolute expiry, which
+/// Redis 7.0 rewrites for propagation just the same).
+const FLOOR_PSETEX: &str = r#"
+local t = redis.call('TIME')
+local v = redis.call('GET', KEYS[1])
+redis.call('PSETEX', KEYS[1], 60000, ARGV[1])
+return 1
+"#;
+const FLOOR_PXAT: &str = r#"
+local t = redis.call('TIME')
+local v = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', t[1] * 1000 + 60000)
+return 1
+"#;
+/// The floor's write keeping the key's TTL (`SET key v KEEPTTL`).
+const FLOOR_KEEPTTL: &str = r#"
+local t = redis.call('TIME')
+local v = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 return 1
 "#;
 
@@ -141,11 +170,22 @@ enum Call {
     Script(redis::Script, Args),
     /// A Redis 7 function: its library's source and name.
     Function(String, &'static str, Args),
-    Check(Limit, bool),
+    /// A check that is allowed (true) or denied; allowed checks cycle over
+    /// 1,000 keys unless `Keys::One`.
+    Check(Limit, bool, Keys),
     /// ratekeeper's script by EVALSHA (what the store runs on servers
     /// without functions): the GCRA limit's emission interval (ns) and
     /// burst, and whether calls are allowed.
     CheckEvalsha(f64, f64, bool),
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Keys {
+    /// 1,000 keys in turn: each key is idle (expired, under valgrind) when
+    /// it comes round again, so every call starts from a fresh state.
+    Many,
+    /// One key, hit by every call: a hot key's steady state.
+    One,
 }
 
 #[derive(Clone, Copy)]
@@ -193,6 +233,21 @@ fn cases() -> Vec<Case> {
             call: Call::Function(function("floor", FLOOR), "floor", Args::Floor),
         },
         Case {
+            name: "FCALL TIME+GET+PSETEX".into(),
+            command: "fcall",
+            call: Call::Function(function("psetex", FLOOR_PSETEX), "psetex", Args::Floor),
+        },
+        Case {
+            name: "FCALL TIME+GET+SET PXAT".into(),
+            command: "fcall",
+            call: Call::Function(function("pxat", FLOOR_PXAT), "pxat", Args::Floor),
+        },
+        Case {
+            name: "FCALL TIME+GET+SET KEEPTTL".into(),
+            command: "fcall",
+            call: Call::Function(function("keepttl", FLOOR_KEEPTTL), "keepttl", Args::Floor),
+        },
+        Case {
             name: "ratekeeper gcra allowed, EVALSHA".into(),
             command: "evalsha",
             call: Call::CheckEvalsha(1_000.0, 1e6, true),
@@ -209,11 +264,60 @@ fn cases() -> Vec<Case> {
                 name: format!("ratekeeper {name} {label}"),
                 // FCALL on Redis 7; EVALSHA before
                 command: "fcall",
-                call: Call::Check(limit, allowed),
+                call: Call::Check(limit, allowed, Keys::Many),
             });
         }
     }
+    for (name, limit) in hot_limits() {
+        cases.push(Case {
+            name: format!("ratekeeper {name} allowed, one key"),
+            command: "fcall",
+            call: Call::Check(limit, true, Keys::One),
+        });
+    }
+    // RATEKEEPER_CALLGRIND_ONLY=a,b keeps the cases whose names contain a
+    // or b (a quicker run while trying a change).
+    if let Ok(only) = std::env::var("RATEKEEPER_CALLGRIND_ONLY") {
+        let only: Vec<&str> = only.split(',').collect();
+        cases.retain(|case| only.iter().any(|o| case.name.contains(o)));
+    }
     cases
+}
+
+/// Limits for one hot key that every call hits and none exhausts: each call
+/// takes 1 ms of a burst of a million, so the state stays well ahead of
+/// Redis's clock (about 40 s by the end of a run) and the key stays alive.
+fn hot_limits() -> Vec<(&'static str, Limit)> {
+    let limit = |name: &str, policy: Policy| Limit::new(format!("{name}-hot"), policy).unwrap();
+    vec![
+        (
+            "gcra",
+            limit(
+                "gcra",
+                Gcra::new(1_000, Duration::from_secs(1), 1_000_000)
+                    .unwrap()
+                    .into(),
+            ),
+        ),
+        (
+            "token_bucket",
+            limit(
+                "token_bucket",
+                TokenBucket::new(1_000, Duration::from_secs(1), 1_000_000)
+                    .unwrap()
+                    .into(),
+            ),
+        ),
+        (
+            "sliding_window",
+            limit(
+                "sliding_window",
+                SlidingWindow::new(1 << 20, Duration::from_secs(3_600))
+                    .unwrap()
+                    .into(),
+            ),
+        ),
+    ]
 }
 
 /// A library of one function, `name`, running `body` with `KEYS` and `ARGV`.
@@ -303,8 +407,12 @@ impl Case {
                         assert_eq!(reply[..8], f64::to_le_bytes(f64::from(u8::from(*allowed))));
                     }
                 }
-                Call::Check(limit, allowed) => {
-                    let key = if *allowed { key.as_str() } else { "k" };
+                Call::Check(limit, allowed, keys) => {
+                    let key = if *allowed && *keys == Keys::Many {
+                        key.as_str()
+                    } else {
+                        "k"
+                    };
                     let outcome = store.check(limit, key.as_bytes(), 1).await.unwrap();
                     // The first call on the denying key is allowed; the
                     // warm-up takes it.

@@ -3,8 +3,11 @@
 # (they do not move with the machine's load, unlike INFO commandstats' µs):
 # PING, INCR, EVALSHA of `return 1`, a script doing only TIME + GET +
 # SET PX, a typical float GCRA script, and ratekeeper's script for each
-# policy, allowed and denied. Then the same calls on a native redis-server
-# for INFO commandstats' usec_per_call (best of 3; those move with the VM).
+# policy, allowed and denied (and allowed on one hot key), plus the floor
+# with its write as PSETEX, SET PXAT and SET KEEPTTL. Then the same calls on
+# a native redis-server for INFO commandstats' usec_per_call (best of 3; those
+# move with the VM).
+# RATEKEEPER_CALLGRIND_ONLY=a,b runs only the calls whose names contain a or b.
 #
 #   crates/ratekeeper-redis/scripts/callgrind-redis.sh [calls] [--keep DIR]
 #

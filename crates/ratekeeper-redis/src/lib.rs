@@ -34,8 +34,17 @@
 //! `ratekeeper:` by default) as one small string: a tag byte and two or
 //! three doubles packed with Lua's `struct` (17 or 25 bytes); the sliding
 //! log keeps 16 bytes per instant with allowed hits. Each write sets the
-//! key's TTL to the moment its state equals a fresh one (plus a
-//! millisecond), so idle keys disappear on their own.
+//! key's TTL to the moment its state equals a fresh one (rounded up to the
+//! next millisecond, plus one), so idle keys disappear on their own, and
+//! never before their state is fresh. Two exceptions keep the TTL a key
+//! already has, since rewriting it is the costliest part of a write: a
+//! window's key keeps the end of its window, and a GCRA key outlives its
+//! state by up to a quarter of the state's lifetime (as of when its expiry
+//! was last set) and 2 ms: its value records the expiry set, and writes
+//! keep it while the new state is fresh again by then. The value still
+//! reads as before (the same theoretical arrival time), so versions before
+//! this one and after it can share keys during a rolling upgrade; a value
+//! of an earlier version records no expiry, and gets a new one.
 //!
 //! # Exactness and precision
 //!
@@ -71,7 +80,9 @@
 //!
 //! A decision is `TIME`, `GET` and, when allowed, one write (`PSETEX` with
 //! the new expiry, or `SET ... KEEPTTL` when a window's key already expires
-//! with its window) in one call of a Redis function (`FCALL`, Redis 7+), or
+//! with its window, or a GCRA key lives until its state is fresh: on a key
+//! hit near its rate, all but about one write in burst / 4) in one call of
+//! a Redis function (`FCALL`, Redis 7+), or
 //! of the same script by `EVALSHA` on servers without functions. Numbers go
 //! in, out and into the stored state as packed doubles (one `struct.unpack`
 //! for the arguments, one string for the reply; no `tonumber`, `tostring` or

@@ -30,10 +30,13 @@
 -- in a script's body is a new closure on each EVALSHA), redis.call and
 -- math.floor are read once, the hot paths round with `x - x % 1` (floor,
 -- exact for x >= 0) rather than a C call, states are written with PSETEX
--- (SET ... PX with fewer arguments and no options to parse), one
--- struct.unpack for the arguments and one for the state, one struct.pack
--- for the state and one for the reply, and no table unless there are
--- several keys.
+-- (SET ... PX with fewer arguments and no options to parse; SET ... PXAT
+-- costs more on Redis 7.0, which rewrites it for replicas all the same), or
+-- with SET ... KEEPTTL (~7k instructions less) when the key already lives
+-- long enough: a window's key within its window, a GCRA key until the
+-- expiry its state records; one struct.unpack for the arguments and one for
+-- the state, one struct.pack for the state and one for the reply, and no
+-- table unless there are several keys.
 
 -- The functions used (in the Redis 7 function form, the library's own,
 -- read on its first call; see store.rs):
@@ -77,14 +80,22 @@ for i = 1, n do
   repeat -- `break` ends the decision
     if kind == 2 then
       -- GCRA. a = emission interval (ns), b = burst. The state is (at,
-      -- ahead): the theoretical arrival time is `ahead` ns after `at` us.
+      -- ahead): the theoretical arrival time is `ahead` ns after `at` us
+      -- (ahead may be negative). Any `at` names the same state, so `at`
+      -- also says until when the key is known to live: this script writes
+      -- at = e, an instant (in us, a multiple of 1/4) before the key's
+      -- expiry, and while the new state is fresh again by e it keeps the
+      -- key's TTL (SET ... KEEPTTL). Earlier versions wrote at = the time
+      -- of the write, before any expiry they set, so their values read as
+      -- "expiry unknown" and get a new one; they read ours correctly. Stored
+      -- `ahead` stays within [-2^51, 2^53]: exact.
       local interval, burst = a, b
       local tol = interval * burst
-      local r = 0
+      local r, e = 0, 0
       if v and #v == 17 then
         local tag, at, ahead = sunpack('<Bdd', v)
         if tag == 2 then
-          r = ahead + (at - now) * 1000
+          r, e = ahead + (at - now) * 1000, at
         end
       end
       if code == 3 then
@@ -92,6 +103,8 @@ for i = 1, n do
           r = r - cost * interval
           if r <= 0 then
             new = false
+          elseif now + ceil(r / 1000) <= e then
+            new, ttl = pack('<Bdd', 2, e, r - (e - now) * 1000), -1
           else
             new, ttl = pack('<Bdd', 2, now, r), ceil(r / 1000)
           end
@@ -99,6 +112,32 @@ for i = 1, n do
         break
       end
       local current = r > 0 and r or 0
+      local ahead = current + cost * interval
+      -- (what only a denial reports is worked out after this branch)
+      if ahead <= tol and cost <= burst then
+        local us = ahead / 1000
+        us = us - us % 1
+        local q = (tol - ahead) / interval
+        remaining, rs, rsn = q - q % 1, us, ahead - us * 1000
+        if cost > 0 and code == 1 then
+          -- fresh again by now + us + 1
+          if now + us < e then
+            new, ttl = pack('<Bdd', 2, e, ahead - (e - now) * 1000), -1
+          else
+            -- A new expiry a quarter of the state's lifetime later than
+            -- needed, so a key hit near its rate sets one about every
+            -- burst / 4 hits, and outlives its state by at most that
+            -- quarter (and the 1-2 ms the TTL is rounded up by, which also
+            -- makes the key outlive e itself). e - now is a multiple of
+            -- 1/4 us, so (e - now) x 1000 is an integer (below 2^54, even:
+            -- exact) and so is ahead less it.
+            local slack = (us + 1) * 1.25
+            e = now + slack
+            new, ttl = pack('<Bdd', 2, e, ahead - slack * 1000), slack
+          end
+        end
+        break
+      end
       local left = tol - current
       if left > 0 then
         left = left / interval
@@ -108,24 +147,13 @@ for i = 1, n do
       end
       local cur_us = current / 1000
       cur_us = cur_us - cur_us % 1
+      allowed, remaining, rs, rsn = 0, left, cur_us, current - cur_us * 1000
       if cost > burst then
-        allowed, remaining, rs, rsn, rt = 0, left, cur_us, current - cur_us * 1000, NEVER
-        break
-      end
-      local ahead = current + cost * interval
-      if ahead <= tol then
-        local us = ahead / 1000
-        us = us - us % 1
-        local q = (tol - ahead) / interval
-        remaining, rs, rsn = q - q % 1, us, ahead - us * 1000
-        if cost > 0 and code == 1 then
-          new, ttl = pack('<Bdd', 2, now, ahead), us + 1
-        end
+        rt = NEVER
         break
       end
       local over = ahead - tol
       local over_us = floor(over / 1000)
-      allowed, remaining, rs, rsn = 0, left, cur_us, current - cur_us * 1000
       rt, rtn = over_us, over - over_us * 1000
     elseif kind == 1 then
       -- Token bucket. a = full (burst x unit), b = unit (units per token),
@@ -174,30 +202,15 @@ for i = 1, n do
         end
         break
       end
-      -- ns to refill the deficit, from now
-      local reset = deficit
-      if gain ~= 1 then
-        reset = deficit / gain
-        local whole = reset - reset % 1
-        reset = whole < reset and whole + 1 or whole
-      end
-      reset = reset + skew
-      local reset_us = reset / 1000
-      reset_us = reset_us - reset_us % 1
-      local left = (full - deficit) / unit
-      left = left - left % 1
-      if cost > full / unit then
-        allowed, remaining, rs, rsn, rt = 0, left, reset_us, reset - reset_us * 1000, NEVER
-        break
-      end
       local after = deficit + cost * unit
-      if after <= full then
+      -- (what only a denial reports is worked out after this branch)
+      if after <= full and cost <= full / unit then
         local fill = after
-      if gain ~= 1 then
-        fill = after / gain
-        local whole = fill - fill % 1
-        fill = whole < fill and whole + 1 or whole
-      end
+        if gain ~= 1 then
+          fill = after / gain
+          local whole = fill - fill % 1
+          fill = whole < fill and whole + 1 or whole
+        end
         local w = fill + skew
         local us = w / 1000
         us = us - us % 1
@@ -211,10 +224,26 @@ for i = 1, n do
         end
         break
       end
+      -- ns to refill the deficit, from now
+      local reset = deficit
+      if gain ~= 1 then
+        reset = deficit / gain
+        local whole = reset - reset % 1
+        reset = whole < reset and whole + 1 or whole
+      end
+      reset = reset + skew
+      local reset_us = reset / 1000
+      reset_us = reset_us - reset_us % 1
+      local left = (full - deficit) / unit
+      left = left - left % 1
+      allowed, remaining, rs, rsn = 0, left, reset_us, reset - reset_us * 1000
+      if cost > full / unit then
+        rt = NEVER
+        break
+      end
       local over = after - full
       local retry = (gain == 1 and over or ceil(over / gain)) + skew
       local retry_us = floor(retry / 1000)
-      allowed, remaining, rs, rsn = 0, left, reset_us, reset - reset_us * 1000
       rt, rtn = retry_us, retry - retry_us * 1000
     elseif kind == 3 then
       -- Fixed window. a = limit, b = window (us), aligned to the epoch.
@@ -387,66 +416,46 @@ for i = 1, n do
       -- The sliding log. a = limit, b = window (us). The state: a header
       -- (tag, base) then one record (at, cumulative cost) per instant with
       -- allowed hits, oldest first; a record's cost is its cumulative minus
-      -- the one before (or base). (Its helpers are closures, made only for
-      -- this policy.)
-      local sub = string.sub
+      -- the one before (or base). Record r is at byte r x 16 - 6. (No
+      -- helper functions: each would be a closure made on every call, with
+      -- its upvalues, ~2k instructions of allocation together.)
       local limit, window = a, b
       local records, base = 0, 0
-      if v and string.byte(v) == 4 and (#v - 9) % 16 == 0 then
-        records = (#v - 9) / 16
-        local _
-        _, base = sunpack('<Bd', v)
-      end
-      local function rec(r)
-        return sunpack('<dd', v, 10 + (r - 1) * 16)
-      end
-      local function cum(r)
-        if r == 0 then
-          return base
+      if v and #v >= 9 and (#v - 9) % 16 == 0 then
+        local tag, b0 = sunpack('<Bd', v)
+        if tag == 4 then
+          records, base = (#v - 9) / 16, b0
         end
-        local _, cm = rec(r)
-        return cm
       end
-      local newest = 0
+      local newest, newest_cum = 0, base
       if records > 0 then
-        newest = rec(records)
+        newest, newest_cum = sunpack('<dd', v, records * 16 - 6)
       end
       local at2 = newest > now and newest or now
       -- the first record still in the window: its hits leave after at2
       local lo, hi = 1, records + 1
       while lo < hi do
         local mid = floor((lo + hi) / 2)
-        if rec(mid) + window <= at2 then
+        if sunpack('<d', v, mid * 16 - 6) + window <= at2 then
           lo = mid + 1
         else
           hi = mid
         end
       end
       local j = lo
-      local before = cum(j - 1)
+      local before = base
+      if j > 1 then
+        local _
+        _, before = sunpack('<dd', v, j * 16 - 22)
+      end
       local last_at, last = 0, before
       if j <= records then
-        last_at, last = rec(records)
+        last_at, last = newest, newest_cum
       end
       local used = last - before
-      -- the live records j..upto as stored, then a last record (at, cumulative)
-      local function build(upto, at, cm)
-        if before <= 1125899906842624 then
-          local head = (j == 1 and records > 0) and sub(v, 1, 9) or pack('<Bd', 4, before)
-          if upto < j then
-            return head .. pack('<dd', at, cm)
-          end
-          return head .. sub(v, 10 + (j - 1) * 16, 9 + upto * 16) .. pack('<dd', at, cm)
-        end
-        -- past 2^50: rebase the cumulative costs on zero
-        local parts = { pack('<Bd', 4, 0) }
-        for r = j, upto do
-          local x, y = rec(r)
-          parts[#parts + 1] = pack('<dd', x, y - before)
-        end
-        parts[#parts + 1] = pack('<dd', at, cm - before)
-        return table.concat(parts)
-      end
+      -- The state to write: the live records j..upto as stored, then a last
+      -- record (wat, wcm).
+      local upto, wat, wcm
       if code == 3 then
         if cost == 0 then
           break
@@ -456,7 +465,8 @@ for i = 1, n do
         while left > 0 and k >= j do
           local pc = before
           if k > j then
-            pc = cum(k - 1)
+            local _
+            _, pc = sunpack('<dd', v, k * 16 - 22)
           end
           if ck - pc > left then
             break
@@ -468,58 +478,73 @@ for i = 1, n do
           new = false
           break
         end
-        local at_k = rec(k)
-        new, ttl = build(k - 1, at_k, ck - left), at_k + window - now
-        break
-      end
-      local room = limit - used
-      if room < 0 then
-        room = 0
-      end
-      local reset = 0
-      if j <= records then
-        reset = last_at + window - now
-        if reset < 0 then
-          reset = 0
+        upto, wat, wcm = k - 1, sunpack('<d', v, k * 16 - 6), ck - left
+        ttl = wat + window - now
+      else
+        local room = limit - used
+        if room < 0 then
+          room = 0
         end
-      end
-      if cost == 0 then
-        remaining, rs = room, reset
-        break
-      end
-      if cost <= room then
-        remaining, rs = room - cost, at2 + window - now
-        if code == 1 then
-          if j <= records and last_at == at2 then
-            new = build(records - 1, at2, last + cost)
-          else
-            new = build(records, at2, last + cost)
+        local reset = 0
+        if j <= records then
+          reset = last_at + window - now
+          if reset < 0 then
+            reset = 0
           end
-          ttl = at2 + window - now
         end
-        break
-      end
-      allowed, remaining, rs = 0, room, reset
-      if cost > limit then
-        rt = NEVER
-        break
-      end
-      -- walk the oldest hits out until the request fits
-      local need = before + used - (limit - cost)
-      lo, hi = j, records
-      while lo < hi do
-        local mid = floor((lo + hi) / 2)
-        if cum(mid) >= need then
-          hi = mid
-        else
-          lo = mid + 1
+        if cost == 0 then
+          remaining, rs = room, reset
+          break
         end
+        if cost > room then
+          allowed, remaining, rs = 0, room, reset
+          if cost > limit then
+            rt = NEVER
+            break
+          end
+          -- walk the oldest hits out until the request fits
+          local need = before + used - (limit - cost)
+          lo, hi = j, records
+          while lo < hi do
+            local mid = floor((lo + hi) / 2)
+            local _, cm = sunpack('<dd', v, mid * 16 - 6)
+            if cm >= need then
+              hi = mid
+            else
+              lo = mid + 1
+            end
+          end
+          local retry = sunpack('<d', v, lo * 16 - 6) + window - now
+          if retry < 0 then
+            retry = 0
+          end
+          rt = retry
+          break
+        end
+        remaining, rs = room - cost, at2 + window - now
+        if code ~= 1 then
+          break
+        end
+        -- hits at the newest record's instant join it
+        upto = (j <= records and last_at == at2) and records - 1 or records
+        wat, wcm, ttl = at2, last + cost, at2 + window - now
       end
-      local retry = rec(lo) + window - now
-      if retry < 0 then
-        retry = 0
+      if before > 1125899906842624 then
+        -- past 2^50: rebase the cumulative costs on zero
+        local parts = { pack('<Bd', 4, 0) }
+        for r = j, upto do
+          local x, y = sunpack('<dd', v, r * 16 - 6)
+          parts[#parts + 1] = pack('<dd', x, y - before)
+        end
+        parts[#parts + 1] = pack('<dd', wat, wcm - before)
+        new = table.concat(parts)
+      elseif upto < j then
+        new = pack('<Bddd', 4, before, wat, wcm)
+      elseif j == 1 then
+        new = string.sub(v, 1, 9 + upto * 16) .. pack('<dd', wat, wcm)
+      else
+        new = pack('<Bd', 4, before) .. string.sub(v, j * 16 - 6, 9 + upto * 16) .. pack('<dd', wat, wcm)
       end
-      rt = retry
     else
       error('ratekeeper: unknown policy kind ' .. tostring(kind))
     end

@@ -260,7 +260,9 @@ struct Inner {
 /// Redis's clock (`TIME`), so clients whose clocks disagree get the same
 /// decisions. A
 /// limit's key for `key` is `{prefix}{limit name}:{key}`; it expires when its
-/// state is fresh again. Every call is bounded by the timeout.
+/// state is fresh again, never before (a GCRA key up to a quarter of its
+/// state's lifetime later; see the crate's documentation). Every call is
+/// bounded by the timeout.
 ///
 /// Decisions equal the pure policies' ([`Algorithm::decide`]) at the
 /// server's time in whole microseconds, for every policy that
@@ -355,7 +357,8 @@ impl RedisStore {
     /// **Test hook**: a view of this store whose scripts take `now` (rounded
     /// down to whole microseconds since the Unix epoch) instead of reading
     /// Redis's clock, so tests can replay a sequence of times. Keys it
-    /// writes live at least an hour, whatever their state. Never use it to
+    /// writes live at least an hour from the write that set their expiry,
+    /// whatever their state. Never use it to
     /// decide real requests: it is the caller's clock, which is exactly what
     /// the store exists to avoid.
     pub fn pinned(&self, now: Timestamp) -> Pinned<'_> {
