@@ -80,6 +80,14 @@ fn ceil_secs(d: Duration) -> u64 {
 /// backslashes escaped, anything else dropped (never an invalid field).
 fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
+    // Names are nearly always plain: copied whole, not char by char.
+    if s.bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' | '\\' => {
