@@ -190,4 +190,18 @@ proptest! {
         insert_headers(&mut headers, HeaderStyle::Both, ResetStyle::UnixSeconds, &[report]);
         prop_assert_eq!(headers.len(), 5);
     }
+
+    /// Any name at all, quotes, backslashes, spaces and non-ASCII included,
+    /// gives valid fields naming it with what a Structured Fields string
+    /// cannot hold left out.
+    #[test]
+    fn any_name_is_escaped_or_dropped_into_a_valid_string(name in "\\PC{0,24}") {
+        let decision = Decision::allowed(10, 3, Duration::from_secs(5));
+        let report = PolicyReport { name: &name, window: Duration::from_secs(60), decision: &decision, partition_key: None };
+        let printable: String = name.chars().filter(|c| matches!(c, ' '..='~')).collect();
+        let ratelimit = items(&ratelimit_value(&report));
+        prop_assert_eq!(&ratelimit[0].0, &printable);
+        let policy = items(&ratelimit_policy_value(&[report]));
+        prop_assert_eq!(&policy[0].0, &printable);
+    }
 }
