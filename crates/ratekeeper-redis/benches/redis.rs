@@ -15,6 +15,8 @@
 
 #[path = "../tests/harness/mod.rs"]
 mod harness;
+#[path = "common/limits.rs"]
+mod limits;
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -22,60 +24,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use harness::RedisServer;
-use ratekeeper::{FixedWindow, Gcra, Limit, Policy, SlidingLog, SlidingWindow, Store, TokenBucket};
+use ratekeeper::Store;
 use ratekeeper_redis::RedisStore;
 use redis::aio::ConnectionManager;
 use tokio::runtime::Runtime;
 
 const IN_FLIGHT: usize = 64;
-
-/// Each policy twice: a quota that allows every call, and one that denies
-/// nearly all.
-fn limits() -> Vec<(String, Limit, Limit)> {
-    let hour = Duration::from_secs(3_600);
-    let big = 1u64 << 32;
-    let pair = |name: &str, allow: Policy, deny: Policy| {
-        (
-            name.to_owned(),
-            Limit::new(format!("{name}-allow"), allow).unwrap(),
-            Limit::new(format!("{name}-deny"), deny).unwrap(),
-        )
-    };
-    vec![
-        pair(
-            "token_bucket",
-            TokenBucket::new(big, Duration::from_secs(1), big)
-                .unwrap()
-                .into(),
-            TokenBucket::new(1, hour, 1).unwrap().into(),
-        ),
-        pair(
-            "gcra",
-            Gcra::new(1_000_000, Duration::from_secs(1), 1_000_000)
-                .unwrap()
-                .into(),
-            Gcra::new(1, hour, 1).unwrap().into(),
-        ),
-        pair(
-            "fixed_window",
-            FixedWindow::new(big, hour).unwrap().into(),
-            FixedWindow::new(1, hour).unwrap().into(),
-        ),
-        pair(
-            "sliding_log",
-            // Allowed hits are remembered for 10 ms: a log of a few dozen.
-            SlidingLog::new(big, Duration::from_millis(10))
-                .unwrap()
-                .into(),
-            SlidingLog::new(1, hour).unwrap().into(),
-        ),
-        pair(
-            "sliding_window",
-            SlidingWindow::new(1 << 20, hour).unwrap().into(),
-            SlidingWindow::new(1, hour).unwrap().into(),
-        ),
-    ]
-}
 
 struct Fixture {
     server: RedisServer,
@@ -173,7 +127,7 @@ fn redis_cpu(f: &Fixture) {
             }
         })
     });
-    for (name, allow, deny) in limits() {
+    for (name, allow, deny) in limits::limits() {
         for (label, limit) in [("allowed", &allow), ("denied", &deny)] {
             measure(&format!("{name} {label}"), "fcall", &|n| {
                 f.rt.block_on(async {
@@ -216,7 +170,7 @@ return {1, math.floor(diff / interval), '-1', tostring(reset)}
 /// by 2x within seconds).
 fn interleaved(f: &Fixture) {
     let (rounds, batch) = (60, 100);
-    for (name, allow, _) in limits() {
+    for (name, allow, _) in limits::limits() {
         let (mut ping, mut check) = (Duration::ZERO, Duration::ZERO);
         f.rt.block_on(async {
             let mut raw = f.raw.clone();
@@ -271,7 +225,7 @@ fn sequential(c: &mut Criterion, f: &Fixture) {
             })
         })
     });
-    for (name, allow, _) in limits() {
+    for (name, allow, _) in limits::limits() {
         group.bench_function(format!("check_{name}"), |b| {
             b.iter_custom(|iters| {
                 f.rt.block_on(async {
@@ -340,7 +294,7 @@ fn in_flight(c: &mut Criterion, f: &Fixture) {
             )
         })
     });
-    for (name, allow, _) in limits() {
+    for (name, allow, _) in limits::limits() {
         let allow = Arc::new(allow);
         group.bench_function(format!("check_{name}"), |b| {
             b.iter_custom(|iters| {

@@ -37,13 +37,15 @@
 
 #[path = "../tests/harness/mod.rs"]
 mod harness;
+#[path = "../benches/common/limits.rs"]
+mod limits;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harness::RedisServer;
-use ratekeeper::{FixedWindow, Gcra, Limit, Policy, SlidingLog, SlidingWindow, Store, TokenBucket};
+use ratekeeper::{Gcra, Limit, Policy, SlidingWindow, Store, TokenBucket};
 use ratekeeper_redis::RedisStore;
 use redis::aio::MultiplexedConnection;
 use tokio::runtime::Runtime;
@@ -105,56 +107,6 @@ local reset = new_tat - now
 redis.call('SET', KEYS[1], tostring(new_tat), 'PX', math.ceil(reset * 1000))
 return {1, remaining, '-1', tostring(reset)}
 "#;
-
-/// Each policy twice: a quota that allows every call (on 1,000 keys), and
-/// one that denies every call after the first (on one key). The same
-/// numbers as `benches/redis.rs`.
-fn limits() -> Vec<(&'static str, Limit, Limit)> {
-    let hour = Duration::from_secs(3_600);
-    let big = 1u64 << 32;
-    let pair = |name: &'static str, allow: Policy, deny: Policy| {
-        (
-            name,
-            Limit::new(format!("{name}-allow"), allow).unwrap(),
-            Limit::new(format!("{name}-deny"), deny).unwrap(),
-        )
-    };
-    vec![
-        pair(
-            "gcra",
-            Gcra::new(1_000_000, Duration::from_secs(1), 1_000_000)
-                .unwrap()
-                .into(),
-            Gcra::new(1, hour, 1).unwrap().into(),
-        ),
-        pair(
-            "token_bucket",
-            TokenBucket::new(big, Duration::from_secs(1), big)
-                .unwrap()
-                .into(),
-            TokenBucket::new(1, hour, 1).unwrap().into(),
-        ),
-        pair(
-            "fixed_window",
-            FixedWindow::new(big, hour).unwrap().into(),
-            FixedWindow::new(1, hour).unwrap().into(),
-        ),
-        pair(
-            "sliding_window",
-            SlidingWindow::new(1 << 20, hour).unwrap().into(),
-            SlidingWindow::new(1, hour).unwrap().into(),
-        ),
-        pair(
-            "sliding_log",
-            // Allowed hits are remembered for 10 ms: a log of a few entries
-            // (more under valgrind's slowdown).
-            SlidingLog::new(big, Duration::from_millis(10))
-                .unwrap()
-                .into(),
-            SlidingLog::new(1, hour).unwrap().into(),
-        ),
-    ]
-}
 
 /// One kind of call: its name, the command `INFO commandstats` counts it
 /// under, and how to make call number `i`.
@@ -258,7 +210,7 @@ fn cases() -> Vec<Case> {
             call: Call::CheckEvalsha(3.6e12, 1.0, false),
         },
     ];
-    for (name, allow, deny) in limits() {
+    for (name, allow, deny) in limits::limits() {
         for (label, limit, allowed) in [("allowed", allow, true), ("denied", deny, false)] {
             cases.push(Case {
                 name: format!("ratekeeper {name} {label}"),
