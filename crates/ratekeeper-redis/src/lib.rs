@@ -105,10 +105,12 @@
 //! The store runs on Tokio (the redis crate's `tokio-comp`), with the time
 //! driver enabled for the timeouts.
 
+mod batch;
 mod params;
 mod slot;
 mod store;
 
+pub use batch::Batching;
 pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
 pub use slot::hash_slot;
 pub use store::{

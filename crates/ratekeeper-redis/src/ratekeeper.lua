@@ -8,6 +8,9 @@
 --          per key: the limit's kind (1 token bucket, 2 GCRA, 3 fixed
 --          window, 4 sliding log, 5 sliding window) and its three numbers
 --          (see each policy).
+--          Or a batch of independent calls: '<Bdd' 4, the number of calls,
+--          the time as above; then per call '<Bdd' its op, cost and number
+--          of keys (its own, in order in KEYS) and '<Bddd' per key.
 -- Numbers travel as doubles (exact integers below 2^53), in and out: one
 -- unpack instead of a tonumber per number, one string instead of a table
 -- for the reply.
@@ -21,6 +24,9 @@
 -- (allowed 1/0, remaining, reset us, reset ns part, retry us or -1 for
 -- never, retry ns part), then the 1-based index of the first limit that
 -- denied (0: none), then now; for refunds, now.
+-- A batch's reply is its calls' replies one after another; a call that
+-- met a key holding another type of value replies -2 alone (and changes
+-- nothing).
 --
 -- Cost. What Redis spends per call, counted in instructions by
 -- scripts/callgrind-redis.sh, is mostly its own: EVALSHA itself, and each
@@ -43,7 +49,7 @@
 local sunpack, pack, call, floor, ceil = struct.unpack, struct.pack, redis.call, math.floor, math.ceil
 local arg = ARGV[1]
 local code, cost, now, kind, a, b, c = sunpack('<BddBddd', arg)
--- code: 1 check, 2 peek, 3 refund
+-- code: 1 check, 2 peek, 3 refund, 4 a batch (cost: how many calls)
 local pinned = now ~= 0
 if not pinned then
   local t = call('TIME')
@@ -52,569 +58,656 @@ end
 local NEVER = -1
 local n = #KEYS
 
--- Several keys: decide each in order (a key given twice sees its earlier
--- charge), and write only if every limit allows.
-local cache, states, ttls, out
-local denied = 0
-if n ~= 1 then
-  cache, states, ttls, out = {}, {}, {}, {}
+-- A batch runs independent calls one after another, each as if alone
+-- (each sees the states the calls before it left), and writes each key
+-- it changed once, at the end: `cache` holds every key's latest state
+-- (false: none), `order` the keys to write in the order first changed,
+-- `wv` and `wt` the value (false: delete) and TTL (-1: keep the key's
+-- own) to write. Its reply is the calls' replies one after another.
+local batch = code == 4
+local calls, kb, kp = 1, 0, 18
+local parts, cache, order, wv, wt
+if batch then
+  calls, parts, cache, order, wv, wt = cost, {}, {}, {}, {}, {}
 end
 
-for i = 1, n do
-  local key = KEYS[i]
-  local v
-  if i == 1 then
-    v = call('GET', key)
-  else
-    kind, a, b, c = sunpack('<Bddd', arg, 18 + (i - 1) * 25)
-    v = cache[key]
-    if v == nil then
-      v = call('GET', key)
-    end
+for call_index = 1, calls do
+  if batch then
+    -- this call's header: op, cost, number of keys; then its first limit
+    code, cost, n, kind, a, b, c = sunpack('<BddBddd', arg, kp)
+    kp = kp + 17
   end
-  -- The decision, from the stored state v (or false): allowed 1/0,
-  -- remaining, reset us and ns part, retry us (-1 never) and ns part; new,
-  -- the state to write (nil: none; false: delete, for refunds only), and
-  -- ttl, its lifetime in us (-1: the key already expires with it).
-  local allowed, remaining, rs, rsn, rt, rtn, new, ttl = 1, 0, 0, 0, 0, 0, nil, 0
-  repeat -- `break` ends the decision
-    if kind == 2 then
-      -- GCRA. a = emission interval (ns), b = burst. The state is (at,
-      -- ahead): the theoretical arrival time is `ahead` ns after `at` us
-      -- (ahead may be negative). Any `at` names the same state, so `at`
-      -- also says until when the key is known to live: this script writes
-      -- at = e, an instant (in us, a multiple of 1/4) before the key's
-      -- expiry, and while the new state is fresh again by e it keeps the
-      -- key's TTL (SET ... KEEPTTL). Earlier versions wrote at = the time
-      -- of the write, before any expiry they set, so their values read as
-      -- "expiry unknown" and get a new one; they read ours correctly. Stored
-      -- `ahead` stays within [-2^51, 2^53]: exact.
-      local interval, burst = a, b
-      local tol = interval * burst
-      local r, e = 0, 0
-      if v and #v == 17 then
-        local tag, at, ahead = sunpack('<Bdd', v)
-        if tag == 2 then
-          r, e = ahead + (at - now) * 1000, at
+  -- Several keys: decide each in order (a key given twice sees its
+  -- earlier charge), and write only if every limit allows.
+  local mine, states, ttls, out
+  local denied, broken = 0, false
+  if n ~= 1 then
+    mine, states, ttls, out = {}, {}, {}, {}
+  end
+
+  for i = 1, n do
+    local key = KEYS[kb + i]
+    local v
+    if i ~= 1 then
+      kind, a, b, c = sunpack('<Bddd', arg, kp + (i - 1) * 25)
+      v = mine[key]
+    end
+    if v == nil and batch then
+      v = cache[key]
+    end
+    if v == nil then
+      if batch then
+        -- A key of another type fails this call only (its reply: -2).
+        v = redis.pcall('GET', key)
+        if type(v) == 'table' then
+          broken = true
+          break
         end
-      end
-      if code == 3 then
-        if r > 0 and cost > 0 then
-          r = r - cost * interval
-          if r <= 0 then
-            new = false
-          elseif now + ceil(r / 1000) <= e then
-            new, ttl = pack('<Bdd', 2, e, r - (e - now) * 1000), -1
-          else
-            new, ttl = pack('<Bdd', 2, now, r), ceil(r / 1000)
-          end
-        end
-        break
-      end
-      local current = r > 0 and r or 0
-      local ahead = current + cost * interval
-      -- (what only a denial reports is worked out after this branch)
-      if ahead <= tol and cost <= burst then
-        local us = ahead / 1000
-        us = us - us % 1
-        local q = (tol - ahead) / interval
-        remaining, rs, rsn = q - q % 1, us, ahead - us * 1000
-        if cost > 0 and code == 1 then
-          -- fresh again by now + us + 1
-          if now + us < e then
-            new, ttl = pack('<Bdd', 2, e, ahead - (e - now) * 1000), -1
-          else
-            -- A new expiry a quarter of the state's lifetime later than
-            -- needed, so a key hit near its rate sets one about every
-            -- burst / 4 hits, and outlives its state by at most that
-            -- quarter (and the 1-2 ms the TTL is rounded up by, which also
-            -- makes the key outlive e itself). e - now is a multiple of
-            -- 1/4 us, so (e - now) x 1000 is an integer (below 2^54, even:
-            -- exact) and so is ahead less it.
-            local slack = (us + 1) * 1.25
-            e = now + slack
-            new, ttl = pack('<Bdd', 2, e, ahead - slack * 1000), slack
-          end
-        end
-        break
-      end
-      local left = tol - current
-      if left > 0 then
-        left = left / interval
-        left = left - left % 1
+        cache[key] = v
       else
-        left = 0
+        v = call('GET', key)
       end
-      local cur_us = current / 1000
-      cur_us = cur_us - cur_us % 1
-      allowed, remaining, rs, rsn = 0, left, cur_us, current - cur_us * 1000
-      if cost > burst then
-        rt = NEVER
-        break
-      end
-      local over = ahead - tol
-      local over_us = floor(over / 1000)
-      rt, rtn = over_us, over - over_us * 1000
-    elseif kind == 1 then
-      -- Token bucket. a = full (burst x unit), b = unit (units per token),
-      -- c = gain (units per ns): the core's exact integer bucket. The state
-      -- (level, at, unit) records its unit, so a state written under other
-      -- numbers keeps its tokens, rounded down.
-      local full, unit, gain = a, b, c
-      local level, at = full, now
-      if v and #v == 25 then
-        local tag, l, t, from = sunpack('<Bddd', v)
-        if tag == 1 then
-          level, at = l, t
-          if from ~= unit and from > 0 then
-            -- floor(level x unit / from): whole tokens exactly, the rest
-            -- exactly below 2^53 and one unit short otherwise (never more)
-            local q = floor(level / from)
-            local x = (level - q * from) * unit
-            local f = floor(x / from)
-            if x > 9007199254740992 and f > 0 then
-              f = f - 1
+    end
+    -- The decision, from the stored state v (or false): allowed 1/0,
+    -- remaining, reset us and ns part, retry us (-1 never) and ns part; new,
+    -- the state to write (nil: none; false: delete, for refunds only), and
+    -- ttl, its lifetime in us (-1: the key already expires with it).
+    local allowed, remaining, rs, rsn, rt, rtn, new, ttl = 1, 0, 0, 0, 0, 0, nil, 0
+    repeat -- `break` ends the decision
+      if kind == 2 then
+        -- GCRA. a = emission interval (ns), b = burst. The state is (at,
+        -- ahead): the theoretical arrival time is `ahead` ns after `at` us
+        -- (ahead may be negative). Any `at` names the same state, so `at`
+        -- also says until when the key is known to live: this script writes
+        -- at = e, an instant (in us, a multiple of 1/4) before the key's
+        -- expiry, and while the new state is fresh again by e it keeps the
+        -- key's TTL (SET ... KEEPTTL). Earlier versions wrote at = the time
+        -- of the write, before any expiry they set, so their values read as
+        -- "expiry unknown" and get a new one; they read ours correctly. Stored
+        -- `ahead` stays within [-2^51, 2^53]: exact.
+        local interval, burst = a, b
+        local tol = interval * burst
+        local r, e = 0, 0
+        if v and #v == 17 then
+          local tag, at, ahead = sunpack('<Bdd', v)
+          if tag == 2 then
+            r, e = ahead + (at - now) * 1000, at
+          end
+        end
+        if code == 3 then
+          if r > 0 and cost > 0 then
+            r = r - cost * interval
+            if r <= 0 then
+              new = false
+            elseif now + ceil(r / 1000) <= e then
+              new, ttl = pack('<Bdd', 2, e, r - (e - now) * 1000), -1
+            else
+              new, ttl = pack('<Bdd', 2, now, r), ceil(r / 1000)
             end
-            level = q * unit + f
+          end
+          break
+        end
+        local current = r > 0 and r or 0
+        local ahead = current + cost * interval
+        -- (what only a denial reports is worked out after this branch)
+        if ahead <= tol and cost <= burst then
+          local us = ahead / 1000
+          us = us - us % 1
+          local q = (tol - ahead) / interval
+          remaining, rs, rsn = q - q % 1, us, ahead - us * 1000
+          if cost > 0 and code == 1 then
+            -- fresh again by now + us + 1
+            if now + us < e then
+              new, ttl = pack('<Bdd', 2, e, ahead - (e - now) * 1000), -1
+            else
+              -- A new expiry a quarter of the state's lifetime later than
+              -- needed, so a key hit near its rate sets one about every
+              -- burst / 4 hits, and outlives its state by at most that
+              -- quarter (and the 1-2 ms the TTL is rounded up by, which also
+              -- makes the key outlive e itself). e - now is a multiple of
+              -- 1/4 us, so (e - now) x 1000 is an integer (below 2^54, even:
+              -- exact) and so is ahead less it.
+              local slack = (us + 1) * 1.25
+              e = now + slack
+              new, ttl = pack('<Bdd', 2, e, ahead - slack * 1000), slack
+            end
+          end
+          break
+        end
+        local left = tol - current
+        if left > 0 then
+          left = left / interval
+          left = left - left % 1
+        else
+          left = 0
+        end
+        local cur_us = current / 1000
+        cur_us = cur_us - cur_us % 1
+        allowed, remaining, rs, rsn = 0, left, cur_us, current - cur_us * 1000
+        if cost > burst then
+          rt = NEVER
+          break
+        end
+        local over = ahead - tol
+        local over_us = floor(over / 1000)
+        rt, rtn = over_us, over - over_us * 1000
+      elseif kind == 1 then
+        -- Token bucket. a = full (burst x unit), b = unit (units per token),
+        -- c = gain (units per ns): the core's exact integer bucket. The state
+        -- (level, at, unit) records its unit, so a state written under other
+        -- numbers keeps its tokens, rounded down.
+        local full, unit, gain = a, b, c
+        local level, at = full, now
+        if v and #v == 25 then
+          local tag, l, t, from = sunpack('<Bddd', v)
+          if tag == 1 then
+            level, at = l, t
+            if from ~= unit and from > 0 then
+              -- floor(level x unit / from): whole tokens exactly, the rest
+              -- exactly below 2^53 and one unit short otherwise (never more)
+              local q = floor(level / from)
+              local x = (level - q * from) * unit
+              local f = floor(x / from)
+              if x > 9007199254740992 and f > 0 then
+                f = f - 1
+              end
+              level = q * unit + f
+            end
           end
         end
-      end
-      local at2 = at > now and at or now
-      local deficit = full - level
-      if deficit < 0 then
-        deficit = 0
-      end
-      deficit = deficit - (at2 - at) * 1000 * gain
-      if deficit < 0 then
-        deficit = 0
-      end
-      -- waits are told from now, the state measured at at2
-      local skew = (at2 - now) * 1000
-      if code == 3 then
-        if cost > 0 then
-          deficit = deficit - cost * unit
-          if deficit <= 0 then
-            new = false
-          else
-            new = pack('<Bddd', 1, full - deficit, at2, unit)
-            ttl = at2 - now + ceil(ceil(deficit / gain) / 1000)
-          end
+        local at2 = at > now and at or now
+        local deficit = full - level
+        if deficit < 0 then
+          deficit = 0
         end
-        break
-      end
-      local after = deficit + cost * unit
-      -- (what only a denial reports is worked out after this branch)
-      if after <= full and cost <= full / unit then
-        local fill = after
+        deficit = deficit - (at2 - at) * 1000 * gain
+        if deficit < 0 then
+          deficit = 0
+        end
+        -- waits are told from now, the state measured at at2
+        local skew = (at2 - now) * 1000
+        if code == 3 then
+          if cost > 0 then
+            deficit = deficit - cost * unit
+            if deficit <= 0 then
+              new = false
+            else
+              new = pack('<Bddd', 1, full - deficit, at2, unit)
+              ttl = at2 - now + ceil(ceil(deficit / gain) / 1000)
+            end
+          end
+          break
+        end
+        local after = deficit + cost * unit
+        -- (what only a denial reports is worked out after this branch)
+        if after <= full and cost <= full / unit then
+          local fill = after
+          if gain ~= 1 then
+            fill = after / gain
+            local whole = fill - fill % 1
+            fill = whole < fill and whole + 1 or whole
+          end
+          local w = fill + skew
+          local us = w / 1000
+          us = us - us % 1
+          local q = (full - after) / unit
+          remaining, rs, rsn = q - q % 1, us, w - us * 1000
+          if cost > 0 and code == 1 then
+            new = pack('<Bddd', 1, full - after, at2, unit)
+            local t = fill / 1000
+            local whole = t - t % 1
+            ttl = at2 - now + (whole < t and whole + 1 or whole)
+          end
+          break
+        end
+        -- ns to refill the deficit, from now
+        local reset = deficit
         if gain ~= 1 then
-          fill = after / gain
-          local whole = fill - fill % 1
-          fill = whole < fill and whole + 1 or whole
+          reset = deficit / gain
+          local whole = reset - reset % 1
+          reset = whole < reset and whole + 1 or whole
         end
-        local w = fill + skew
-        local us = w / 1000
-        us = us - us % 1
-        local q = (full - after) / unit
-        remaining, rs, rsn = q - q % 1, us, w - us * 1000
-        if cost > 0 and code == 1 then
-          new = pack('<Bddd', 1, full - after, at2, unit)
-          local t = fill / 1000
-          local whole = t - t % 1
-          ttl = at2 - now + (whole < t and whole + 1 or whole)
-        end
-        break
-      end
-      -- ns to refill the deficit, from now
-      local reset = deficit
-      if gain ~= 1 then
-        reset = deficit / gain
-        local whole = reset - reset % 1
-        reset = whole < reset and whole + 1 or whole
-      end
-      reset = reset + skew
-      local reset_us = reset / 1000
-      reset_us = reset_us - reset_us % 1
-      local left = (full - deficit) / unit
-      left = left - left % 1
-      allowed, remaining, rs, rsn = 0, left, reset_us, reset - reset_us * 1000
-      if cost > full / unit then
-        rt = NEVER
-        break
-      end
-      local over = after - full
-      local retry = (gain == 1 and over or ceil(over / gain)) + skew
-      local retry_us = floor(retry / 1000)
-      rt, rtn = retry_us, retry - retry_us * 1000
-    elseif kind == 3 then
-      -- Fixed window. a = limit, b = window (us), aligned to the epoch.
-      local limit, window = a, b
-      local st, cnt = 0, 0
-      if v and #v == 17 then
-        local tag, s0, c0 = sunpack('<Bdd', v)
-        if tag == 3 then
-          st, cnt = s0, c0
-        end
-      end
-      local start = now - now % window
-      local count = 0
-      if start == st then
-        count = cnt
-      elseif start < st then
-        start, count = st, cnt
-      end
-      local until_end = start + window - now
-      if until_end < 0 then
-        until_end = 0
-      end
-      if code == 3 then
-        if cost > 0 and count > 0 then
-          count = count - cost
-          if count <= 0 then
-            new = false
-          else
-            new, ttl = pack('<Bdd', 3, start, count), start + window - now
-          end
-        end
-        break
-      end
-      local room = limit - count
-      if room < 0 then
-        room = 0
-      end
-      if cost <= room then
-        remaining, rs = room - cost, (count + cost == 0) and 0 or until_end
-        if cost > 0 and code == 1 then
-          new = pack('<Bdd', 3, start, count + cost)
-          -- the key already expires at this window's end: keep its TTL
-          ttl = (start == st and cnt > 0) and -1 or start + window - now
-        end
-        break
-      end
-      allowed, remaining, rs = 0, room, count == 0 and 0 or until_end
-      rt = cost > limit and NEVER or until_end
-    elseif kind == 5 then
-      -- Sliding window counter. a = limit, b = window (us), limit x window
-      -- below 2^53.
-      local limit, window = a, b
-      local st, p, cr = 0, 0, 0
-      if v and #v == 25 then
-        local tag, s0, p0, c0 = sunpack('<Bddd', v)
-        if tag == 5 then
-          st, p, cr = s0, p0, c0
-        end
-      end
-      local start = now - now % window
-      local prev, cur, elapsed = 0, 0, now - start
-      if start == st then
-        prev, cur = p, cr
-      elseif start > st then
-        if start - st == window then
-          prev = cr
-        end
-      else
-        start, prev, cur, elapsed = st, p, cr, 0
-      end
-      if code == 3 then
-        if cost > 0 then
-          local fc = cost < cur and cost or cur
-          local fp = cost - fc
-          if fp > prev then
-            fp = prev
-          end
-          cur, prev = cur - fc, prev - fp
-          if cur == 0 and prev == 0 then
-            new = false
-          else
-            local ends = cur > 0 and start + 2 * window or start + window
-            new, ttl = pack('<Bddd', 5, start, prev, cur), ends - now
-          end
-        end
-        break
-      end
-      local weighted = 0
-      if prev > 0 then
-        local e = elapsed < window and elapsed or window
-        weighted = ceil(prev * (window - e) / window)
-      end
-      local room = limit - cur - weighted
-      if room < 0 then
-        room = 0
-      end
-      -- until the quota is whole: both windows, or the previous one, gone
-      local reset = 0
-      if cur + cost > 0 and cost <= room then
-        reset = start + 2 * window - now
-      elseif cur > 0 then
-        reset = start + 2 * window - now
-      elseif prev > 0 then
-        reset = start + window - now
-      end
-      if reset < 0 then
-        reset = 0
-      end
-      if cost <= room then
-        remaining, rs = room - cost, reset
-        if cost > 0 and code == 1 then
-          new = pack('<Bddd', 5, start, prev, cur + cost)
-          -- a key whose current window counts already expires with it
-          ttl = (start == st and cr > 0) and -1 or start + 2 * window - now
-        end
-        break
-      end
-      allowed, remaining, rs = 0, room, reset
-      if cost > limit then
-        rt = NEVER
-        break
-      end
-      -- The least elapsed time at which ceil(count x (window - elapsed) /
-      -- window) <= room, in us and ns as the core counts it (in ns):
-      -- window - floor(room x window / count).
-      local budget = limit - cost
-      local us, ns
-      if cur <= budget then
-        us, ns = 0, 0
-        if prev > 0 then
-          local x = (budget - cur) * window
-          local q = floor(x / prev)
-          local f = floor((x - q * prev) * 1000 / prev)
-          if q >= window then
-            us, ns = 0, 0
-          elseif f == 0 then
-            us, ns = window - q, 0
-          else
-            us, ns = window - q - 1, 1000 - f
-          end
-        end
-        if us < window then
-          us = start + us - now
-        else
-          us = nil
-        end
-      end
-      if not us then
-        -- in the next window the current count becomes the previous one
-        us, ns = 0, 0
-        if cur > 0 then
-          local x = budget * window
-          local q = floor(x / cur)
-          local f = floor((x - q * cur) * 1000 / cur)
-          if q >= window then
-            us, ns = 0, 0
-          elseif f == 0 then
-            us, ns = window - q, 0
-          else
-            us, ns = window - q - 1, 1000 - f
-          end
-        end
-        us = start + window + us - now
-      end
-      if us < 0 then
-        us, ns = 0, 0
-      end
-      rt, rtn = us, ns
-    elseif kind == 4 then
-      -- The sliding log. a = limit, b = window (us). The state: a header
-      -- (tag, base) then one record (at, cumulative cost) per instant with
-      -- allowed hits, oldest first; a record's cost is its cumulative minus
-      -- the one before (or base). Record r is at byte r x 16 - 6. (No
-      -- helper functions: each would be a closure made on every call, with
-      -- its upvalues, ~2k instructions of allocation together.)
-      local limit, window = a, b
-      local records, base = 0, 0
-      if v and #v >= 9 and (#v - 9) % 16 == 0 then
-        local tag, b0 = sunpack('<Bd', v)
-        if tag == 4 then
-          records, base = (#v - 9) / 16, b0
-        end
-      end
-      local newest, newest_cum = 0, base
-      if records > 0 then
-        newest, newest_cum = sunpack('<dd', v, records * 16 - 6)
-      end
-      local at2 = newest > now and newest or now
-      -- the first record still in the window: its hits leave after at2
-      local lo, hi = 1, records + 1
-      while lo < hi do
-        local mid = floor((lo + hi) / 2)
-        if sunpack('<d', v, mid * 16 - 6) + window <= at2 then
-          lo = mid + 1
-        else
-          hi = mid
-        end
-      end
-      local j = lo
-      local before = base
-      if j > 1 then
-        local _
-        _, before = sunpack('<dd', v, j * 16 - 22)
-      end
-      local last_at, last = 0, before
-      if j <= records then
-        last_at, last = newest, newest_cum
-      end
-      local used = last - before
-      -- The state to write: the live records j..upto as stored, then a last
-      -- record (wat, wcm).
-      local upto, wat, wcm
-      if code == 3 then
-        if cost == 0 then
+        reset = reset + skew
+        local reset_us = reset / 1000
+        reset_us = reset_us - reset_us % 1
+        local left = (full - deficit) / unit
+        left = left - left % 1
+        allowed, remaining, rs, rsn = 0, left, reset_us, reset - reset_us * 1000
+        if cost > full / unit then
+          rt = NEVER
           break
         end
-        -- refunds come off the newest hits
-        local k, left, ck = records, cost, last
-        while left > 0 and k >= j do
-          local pc = before
-          if k > j then
-            local _
-            _, pc = sunpack('<dd', v, k * 16 - 22)
+        local over = after - full
+        local retry = (gain == 1 and over or ceil(over / gain)) + skew
+        local retry_us = floor(retry / 1000)
+        rt, rtn = retry_us, retry - retry_us * 1000
+      elseif kind == 3 then
+        -- Fixed window. a = limit, b = window (us), aligned to the epoch.
+        local limit, window = a, b
+        local st, cnt = 0, 0
+        if v and #v == 17 then
+          local tag, s0, c0 = sunpack('<Bdd', v)
+          if tag == 3 then
+            st, cnt = s0, c0
           end
-          if ck - pc > left then
-            break
-          end
-          left = left - (ck - pc)
-          k, ck = k - 1, pc
         end
-        if k < j then
-          new = false
+        local start = now - now % window
+        local count = 0
+        if start == st then
+          count = cnt
+        elseif start < st then
+          start, count = st, cnt
+        end
+        local until_end = start + window - now
+        if until_end < 0 then
+          until_end = 0
+        end
+        if code == 3 then
+          if cost > 0 and count > 0 then
+            count = count - cost
+            if count <= 0 then
+              new = false
+            else
+              new, ttl = pack('<Bdd', 3, start, count), start + window - now
+            end
+          end
           break
         end
-        upto, wat, wcm = k - 1, sunpack('<d', v, k * 16 - 6), ck - left
-        ttl = wat + window - now
-      else
-        local room = limit - used
+        local room = limit - count
         if room < 0 then
           room = 0
         end
-        local reset = 0
-        if j <= records then
-          reset = last_at + window - now
-          if reset < 0 then
-            reset = 0
+        if cost <= room then
+          remaining, rs = room - cost, (count + cost == 0) and 0 or until_end
+          if cost > 0 and code == 1 then
+            new = pack('<Bdd', 3, start, count + cost)
+            -- the key already expires at this window's end: keep its TTL
+            ttl = (start == st and cnt > 0) and -1 or start + window - now
           end
-        end
-        if cost == 0 then
-          remaining, rs = room, reset
           break
         end
-        if cost > room then
-          allowed, remaining, rs = 0, room, reset
-          if cost > limit then
-            rt = NEVER
-            break
+        allowed, remaining, rs = 0, room, count == 0 and 0 or until_end
+        rt = cost > limit and NEVER or until_end
+      elseif kind == 5 then
+        -- Sliding window counter. a = limit, b = window (us), limit x window
+        -- below 2^53.
+        local limit, window = a, b
+        local st, p, cr = 0, 0, 0
+        if v and #v == 25 then
+          local tag, s0, p0, c0 = sunpack('<Bddd', v)
+          if tag == 5 then
+            st, p, cr = s0, p0, c0
           end
-          -- walk the oldest hits out until the request fits
-          local need = before + used - (limit - cost)
-          lo, hi = j, records
-          while lo < hi do
-            local mid = floor((lo + hi) / 2)
-            local _, cm = sunpack('<dd', v, mid * 16 - 6)
-            if cm >= need then
-              hi = mid
+        end
+        local start = now - now % window
+        local prev, cur, elapsed = 0, 0, now - start
+        if start == st then
+          prev, cur = p, cr
+        elseif start > st then
+          if start - st == window then
+            prev = cr
+          end
+        else
+          start, prev, cur, elapsed = st, p, cr, 0
+        end
+        if code == 3 then
+          if cost > 0 then
+            local fc = cost < cur and cost or cur
+            local fp = cost - fc
+            if fp > prev then
+              fp = prev
+            end
+            cur, prev = cur - fc, prev - fp
+            if cur == 0 and prev == 0 then
+              new = false
             else
-              lo = mid + 1
+              local ends = cur > 0 and start + 2 * window or start + window
+              new, ttl = pack('<Bddd', 5, start, prev, cur), ends - now
             end
           end
-          local retry = sunpack('<d', v, lo * 16 - 6) + window - now
-          if retry < 0 then
-            retry = 0
+          break
+        end
+        local weighted = 0
+        if prev > 0 then
+          local e = elapsed < window and elapsed or window
+          weighted = ceil(prev * (window - e) / window)
+        end
+        local room = limit - cur - weighted
+        if room < 0 then
+          room = 0
+        end
+        -- until the quota is whole: both windows, or the previous one, gone
+        local reset = 0
+        if cur + cost > 0 and cost <= room then
+          reset = start + 2 * window - now
+        elseif cur > 0 then
+          reset = start + 2 * window - now
+        elseif prev > 0 then
+          reset = start + window - now
+        end
+        if reset < 0 then
+          reset = 0
+        end
+        if cost <= room then
+          remaining, rs = room - cost, reset
+          if cost > 0 and code == 1 then
+            new = pack('<Bddd', 5, start, prev, cur + cost)
+            -- a key whose current window counts already expires with it
+            ttl = (start == st and cr > 0) and -1 or start + 2 * window - now
           end
-          rt = retry
           break
         end
-        remaining, rs = room - cost, at2 + window - now
-        if code ~= 1 then
+        allowed, remaining, rs = 0, room, reset
+        if cost > limit then
+          rt = NEVER
           break
         end
-        -- hits at the newest record's instant join it
-        upto = (j <= records and last_at == at2) and records - 1 or records
-        wat, wcm, ttl = at2, last + cost, at2 + window - now
-      end
-      if before > 1125899906842624 then
-        -- past 2^50: rebase the cumulative costs on zero
-        local parts = { pack('<Bd', 4, 0) }
-        for r = j, upto do
-          local x, y = sunpack('<dd', v, r * 16 - 6)
-          parts[#parts + 1] = pack('<dd', x, y - before)
+        -- The least elapsed time at which ceil(count x (window - elapsed) /
+        -- window) <= room, in us and ns as the core counts it (in ns):
+        -- window - floor(room x window / count).
+        local budget = limit - cost
+        local us, ns
+        if cur <= budget then
+          us, ns = 0, 0
+          if prev > 0 then
+            local x = (budget - cur) * window
+            local q = floor(x / prev)
+            local f = floor((x - q * prev) * 1000 / prev)
+            if q >= window then
+              us, ns = 0, 0
+            elseif f == 0 then
+              us, ns = window - q, 0
+            else
+              us, ns = window - q - 1, 1000 - f
+            end
+          end
+          if us < window then
+            us = start + us - now
+          else
+            us = nil
+          end
         end
-        parts[#parts + 1] = pack('<dd', wat, wcm - before)
-        new = table.concat(parts)
-      elseif upto < j then
-        new = pack('<Bddd', 4, before, wat, wcm)
-      elseif j == 1 then
-        new = string.sub(v, 1, 9 + upto * 16) .. pack('<dd', wat, wcm)
+        if not us then
+          -- in the next window the current count becomes the previous one
+          us, ns = 0, 0
+          if cur > 0 then
+            local x = budget * window
+            local q = floor(x / cur)
+            local f = floor((x - q * cur) * 1000 / cur)
+            if q >= window then
+              us, ns = 0, 0
+            elseif f == 0 then
+              us, ns = window - q, 0
+            else
+              us, ns = window - q - 1, 1000 - f
+            end
+          end
+          us = start + window + us - now
+        end
+        if us < 0 then
+          us, ns = 0, 0
+        end
+        rt, rtn = us, ns
+      elseif kind == 4 then
+        -- The sliding log. a = limit, b = window (us). The state: a header
+        -- (tag, base) then one record (at, cumulative cost) per instant with
+        -- allowed hits, oldest first; a record's cost is its cumulative minus
+        -- the one before (or base). Record r is at byte r x 16 - 6. (No
+        -- helper functions: each would be a closure made on every call, with
+        -- its upvalues, ~2k instructions of allocation together.)
+        local limit, window = a, b
+        local records, base = 0, 0
+        if v and #v >= 9 and (#v - 9) % 16 == 0 then
+          local tag, b0 = sunpack('<Bd', v)
+          if tag == 4 then
+            records, base = (#v - 9) / 16, b0
+          end
+        end
+        local newest, newest_cum = 0, base
+        if records > 0 then
+          newest, newest_cum = sunpack('<dd', v, records * 16 - 6)
+        end
+        local at2 = newest > now and newest or now
+        -- the first record still in the window: its hits leave after at2
+        local lo, hi = 1, records + 1
+        while lo < hi do
+          local mid = floor((lo + hi) / 2)
+          if sunpack('<d', v, mid * 16 - 6) + window <= at2 then
+            lo = mid + 1
+          else
+            hi = mid
+          end
+        end
+        local j = lo
+        local before = base
+        if j > 1 then
+          local _
+          _, before = sunpack('<dd', v, j * 16 - 22)
+        end
+        local last_at, last = 0, before
+        if j <= records then
+          last_at, last = newest, newest_cum
+        end
+        local used = last - before
+        -- The state to write: the live records j..upto as stored, then a last
+        -- record (wat, wcm).
+        local upto, wat, wcm
+        if code == 3 then
+          if cost == 0 then
+            break
+          end
+          -- refunds come off the newest hits
+          local k, left, ck = records, cost, last
+          while left > 0 and k >= j do
+            local pc = before
+            if k > j then
+              local _
+              _, pc = sunpack('<dd', v, k * 16 - 22)
+            end
+            if ck - pc > left then
+              break
+            end
+            left = left - (ck - pc)
+            k, ck = k - 1, pc
+          end
+          if k < j then
+            new = false
+            break
+          end
+          upto, wat, wcm = k - 1, sunpack('<d', v, k * 16 - 6), ck - left
+          ttl = wat + window - now
+        else
+          local room = limit - used
+          if room < 0 then
+            room = 0
+          end
+          local reset = 0
+          if j <= records then
+            reset = last_at + window - now
+            if reset < 0 then
+              reset = 0
+            end
+          end
+          if cost == 0 then
+            remaining, rs = room, reset
+            break
+          end
+          if cost > room then
+            allowed, remaining, rs = 0, room, reset
+            if cost > limit then
+              rt = NEVER
+              break
+            end
+            -- walk the oldest hits out until the request fits
+            local need = before + used - (limit - cost)
+            lo, hi = j, records
+            while lo < hi do
+              local mid = floor((lo + hi) / 2)
+              local _, cm = sunpack('<dd', v, mid * 16 - 6)
+              if cm >= need then
+                hi = mid
+              else
+                lo = mid + 1
+              end
+            end
+            local retry = sunpack('<d', v, lo * 16 - 6) + window - now
+            if retry < 0 then
+              retry = 0
+            end
+            rt = retry
+            break
+          end
+          remaining, rs = room - cost, at2 + window - now
+          if code ~= 1 then
+            break
+          end
+          -- hits at the newest record's instant join it
+          upto = (j <= records and last_at == at2) and records - 1 or records
+          wat, wcm, ttl = at2, last + cost, at2 + window - now
+        end
+        if before > 1125899906842624 then
+          -- past 2^50: rebase the cumulative costs on zero
+          local parts = { pack('<Bd', 4, 0) }
+          for r = j, upto do
+            local x, y = sunpack('<dd', v, r * 16 - 6)
+            parts[#parts + 1] = pack('<dd', x, y - before)
+          end
+          parts[#parts + 1] = pack('<dd', wat, wcm - before)
+          new = table.concat(parts)
+        elseif upto < j then
+          new = pack('<Bddd', 4, before, wat, wcm)
+        elseif j == 1 then
+          new = string.sub(v, 1, 9 + upto * 16) .. pack('<dd', wat, wcm)
+        else
+          new = pack('<Bd', 4, before) .. string.sub(v, j * 16 - 6, 9 + upto * 16) .. pack('<dd', wat, wcm)
+        end
       else
-        new = pack('<Bd', 4, before) .. string.sub(v, j * 16 - 6, 9 + upto * 16) .. pack('<dd', wat, wcm)
+        error('ratekeeper: unknown policy kind ' .. tostring(kind))
+      end
+    until true
+
+    if not batch and n == 1 then
+      -- One key, alone: nothing allocated but the new state and the reply.
+      if new == false then
+        if v then
+          call('DEL', key)
+        end
+      elseif new then
+        -- the TTL (us) rounded up to ms, plus one; or the key's own when
+        -- the policy says it already expires with the state (-1)
+        if ttl < 0 then
+          call('SET', key, new, 'KEEPTTL')
+        else
+          local ms = ttl / 1000
+          local whole = ms - ms % 1
+          ms = (whole < ms and whole + 2 or whole + 1)
+          if pinned and ms < 3600000 then
+            ms = 3600000
+          end
+          -- PSETEX is SET ... PX with one argument and no options to parse
+          call('PSETEX', key, ms, new)
+        end
+      end
+      if code == 3 then
+        return pack('<d', now)
+      end
+      return pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
+    end
+
+    if n == 1 then
+      -- one key in a batch
+      if code ~= 3 then
+        parts[call_index] = pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
+      end
+      if new ~= nil then
+        cache[key] = new
+        if wv[key] == nil then
+          order[#order + 1] = key
+        end
+        wv[key] = new
+        if ttl >= 0 or wt[key] == nil then
+          wt[key] = ttl
+        end
       end
     else
-      error('ratekeeper: unknown policy kind ' .. tostring(kind))
-    end
-  until true
-
-  if n == 1 then
-    -- One key: nothing allocated but the new state and the reply.
-    if new == false then
-      if v then
-        call('DEL', key)
-      end
-    elseif new then
-      -- the TTL (us) rounded up to ms, plus one; or the key's own when the
-      -- policy says it already expires with the state (-1)
-      if ttl < 0 then
-        call('SET', key, new, 'KEEPTTL')
-      else
-        local ms = ttl / 1000
-        local whole = ms - ms % 1
-        ms = (whole < ms and whole + 2 or whole + 1)
-        if pinned and ms < 3600000 then
-          ms = 3600000
+      if code ~= 3 then
+        local o = (i - 1) * 6
+        out[o + 1], out[o + 2], out[o + 3] = allowed, remaining, rs
+        out[o + 4], out[o + 5], out[o + 6] = rsn, rt, rtn
+        if allowed == 0 and denied == 0 then
+          denied = i
         end
-        -- PSETEX is SET ... PX with one argument and no options to parse
-        call('PSETEX', key, ms, new)
+      end
+      if new ~= nil then
+        mine[key] = new
+        states[i], ttls[i] = new, ttl
       end
     end
+  end
+
+  if broken then
+    parts[call_index] = pack('<d', -2)
+  elseif n ~= 1 then
+    if denied == 0 and code ~= 2 then
+      for i = 1, n do
+        local key, new, ttl = KEYS[kb + i], states[i], ttls[i]
+        if new == nil then
+          -- unchanged
+        elseif batch then
+          cache[key] = new
+          if wv[key] == nil then
+            order[#order + 1] = key
+          end
+          wv[key] = new
+          if ttl >= 0 or wt[key] == nil then
+            wt[key] = ttl
+          end
+        elseif new == false then
+          call('DEL', key)
+        elseif ttl < 0 then
+          call('SET', key, new, 'KEEPTTL')
+        else
+          local ms = ceil(ttl / 1000) + 1
+          if pinned and ms < 3600000 then
+            ms = 3600000
+          end
+          call('PSETEX', key, ms, new)
+        end
+      end
+    end
+    local reply
     if code == 3 then
-      return pack('<d', now)
+      reply = pack('<d', now)
+    else
+      out[n * 6 + 1] = denied
+      out[n * 6 + 2] = now
+      -- (unpack here is Lua's, of a table)
+      reply = pack('<' .. string.rep('d', n * 6 + 2), unpack(out))
     end
-    return pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
-  end
-
-  if code ~= 3 then
-    local o = (i - 1) * 6
-    out[o + 1], out[o + 2], out[o + 3] = allowed, remaining, rs
-    out[o + 4], out[o + 5], out[o + 6] = rsn, rt, rtn
-    if allowed == 0 and denied == 0 then
-      denied = i
+    if not batch then
+      return reply
     end
+    parts[call_index] = reply
+  elseif code == 3 then
+    parts[call_index] = pack('<d', now)
   end
-  if new ~= nil then
-    cache[key] = new
-    states[i], ttls[i] = new, ttl
-  end
+  kb, kp = kb + n, kp + n * 25
 end
 
-if denied == 0 and code ~= 2 then
-  for i = 1, n do
-    local new, ttl = states[i], ttls[i]
-    if new == false then
-      call('DEL', KEYS[i])
-    elseif new ~= nil then
-      if ttl < 0 then
-        call('SET', KEYS[i], new, 'KEEPTTL')
-      else
-        local ms = ceil(ttl / 1000) + 1
-        if pinned and ms < 3600000 then
-          ms = 3600000
-        end
-        call('PSETEX', KEYS[i], ms, new)
-      end
+-- the batch's writes, one per key
+for w = 1, #order do
+  local key = order[w]
+  local new, ttl = wv[key], wt[key]
+  if new == false then
+    call('DEL', key)
+  elseif ttl < 0 then
+    call('SET', key, new, 'KEEPTTL')
+  else
+    local ms = ceil(ttl / 1000) + 1
+    if pinned and ms < 3600000 then
+      ms = 3600000
     end
+    call('PSETEX', key, ms, new)
   end
 end
-
-if code == 3 then
-  return pack('<d', now)
-end
-out[n * 6 + 1] = denied
-out[n * 6 + 2] = now
--- (unpack here is Lua's, of a table)
-return pack('<' .. string.rep('d', n * 6 + 2), unpack(out))
+return table.concat(parts)

@@ -14,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 use thiserror::Error;
 
+use crate::batch::{Batcher, Batching};
 use crate::params::{Params, MAX_EXACT};
 use crate::slot::hash_slot;
 
@@ -115,6 +116,7 @@ pub struct RedisStoreBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     cross_slot: CrossSlot,
+    batching: Batching,
 }
 
 impl Default for RedisStoreBuilder {
@@ -124,6 +126,7 @@ impl Default for RedisStoreBuilder {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             cross_slot: CrossSlot::default(),
+            batching: Batching::default(),
         }
     }
 }
@@ -155,6 +158,14 @@ impl RedisStoreBuilder {
     /// (default [`CrossSlot::Compensate`]).
     pub fn cross_slot(mut self, cross_slot: CrossSlot) -> Self {
         self.cross_slot = cross_slot;
+        self
+    }
+
+    /// How concurrent calls on one server share script calls (default
+    /// [`Batching::DEFAULT`]; [`Batching::OFF`] gives every call its own).
+    /// Redis Cluster connections never coalesce.
+    pub fn batching(mut self, batching: Batching) -> Self {
+        self.batching = batching;
         self
     }
 
@@ -209,14 +220,22 @@ impl RedisStoreBuilder {
     }
 
     fn build(self, connection: Connection) -> RedisStore {
+        let node = matches!(connection, Connection::Node(_));
+        let caller = Arc::new(Caller {
+            connection,
+            timeout: self.timeout,
+            sha: redis::Script::new(SCRIPT).get_hash().to_owned(),
+            functions: AtomicBool::new(true),
+        });
+        let batcher = (node && self.batching.is_on())
+            .then(|| Batcher::start(Arc::clone(&caller), self.batching));
         RedisStore {
             inner: Arc::new(Inner {
-                connection,
+                caller,
+                batcher,
+                batching: if node { self.batching } else { Batching::OFF },
                 prefix: self.prefix.into_bytes(),
-                timeout: self.timeout,
                 cross_slot: self.cross_slot,
-                sha: redis::Script::new(SCRIPT).get_hash().to_owned(),
-                functions: AtomicBool::new(true),
             }),
         }
     }
@@ -238,14 +257,97 @@ impl Connection {
 }
 
 struct Inner {
-    connection: Connection,
+    caller: Arc<Caller>,
+    /// The queue of calls waiting to go together (one server, batching on).
+    batcher: Option<Batcher>,
+    batching: Batching,
     prefix: Vec<u8>,
-    timeout: Duration,
     cross_slot: CrossSlot,
+}
+
+/// What runs the script: the connection, and how to call the script on it.
+pub(crate) struct Caller {
+    connection: Connection,
+    timeout: Duration,
     sha: String,
     /// Whether to call the function (Redis 7+); cleared for good once the
     /// server says it has no functions (`FCALL` unknown, or not permitted).
     functions: AtomicBool,
+}
+
+/// Why a script call failed; cloned for each call of a failed batch.
+#[derive(Clone)]
+pub(crate) enum CallError {
+    Timeout(Duration),
+    Redis(Arc<RedisError>, Duration),
+}
+
+impl CallError {
+    pub(crate) fn to_store_error(&self) -> StoreError {
+        match self {
+            CallError::Timeout(timeout) => StoreError::Timeout(*timeout),
+            CallError::Redis(error, timeout) if error.is_timeout() => StoreError::Timeout(*timeout),
+            CallError::Redis(error, _) => match error.kind() {
+                ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
+                    StoreError::invalid_reply(Arc::clone(error))
+                }
+                _ => StoreError::unavailable(Arc::clone(error)),
+            },
+        }
+    }
+}
+
+impl Caller {
+    /// Runs the script once, within the timeout, and reads its reply.
+    pub(crate) async fn call(&self, keys: &[&[u8]], arg: &[u8]) -> Result<Vec<i64>, StoreError> {
+        match self.call_raw(keys, arg).await {
+            Ok(reply) => numbers(&reply),
+            Err(error) => Err(error.to_store_error()),
+        }
+    }
+
+    /// Runs the script once, within the timeout: the function (`FCALL`),
+    /// loaded first if the server lacks it, or `EVALSHA` on servers without
+    /// functions, with `EVAL` after a `NOSCRIPT`.
+    pub(crate) async fn call_raw(&self, keys: &[&[u8]], arg: &[u8]) -> Result<Vec<u8>, CallError> {
+        let call = async {
+            let mut connection = self.connection.clone();
+            if self.functions.load(Ordering::Relaxed) {
+                let fcall = script_cmd("FCALL", function_name(), keys, arg);
+                match connection.query(&fcall).await {
+                    Err(e) if function_missing(&e) => {
+                        let mut load = redis::cmd("FUNCTION");
+                        load.arg("LOAD").arg("REPLACE").arg(library());
+                        match connection.query(&load).await {
+                            Ok(_) => return connection.query(&fcall).await,
+                            Err(e) if functions_unavailable(&e) => {
+                                self.functions.store(false, Ordering::Relaxed);
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Err(e) if functions_unavailable(&e) => {
+                        self.functions.store(false, Ordering::Relaxed);
+                    }
+                    other => return other,
+                }
+            }
+            let evalsha = script_cmd("EVALSHA", &self.sha, keys, arg);
+            match connection.query(&evalsha).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    // EVAL runs the script and caches it on that node.
+                    let eval = script_cmd("EVAL", SCRIPT, keys, arg);
+                    connection.query(&eval).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(error)) => Err(CallError::Redis(Arc::new(error), self.timeout)),
+            Err(_) => Err(CallError::Timeout(self.timeout)),
+        }
+    }
 }
 
 /// A rate-limit [`Store`] on Redis or Redis Cluster.
@@ -277,15 +379,16 @@ pub struct RedisStore {
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.inner.connection {
+        let kind = match self.inner.caller.connection {
             Connection::Node(_) => "node",
             Connection::Cluster(_) => "cluster",
         };
         f.debug_struct("RedisStore")
             .field("connection", &kind)
             .field("prefix", &String::from_utf8_lossy(&self.inner.prefix))
-            .field("timeout", &self.inner.timeout)
+            .field("timeout", &self.inner.caller.timeout)
             .field("cross_slot", &self.inner.cross_slot)
+            .field("batching", &self.inner.batching)
             .finish()
     }
 }
@@ -298,12 +401,12 @@ struct Prepared {
 }
 
 /// The script's operations.
-const CHECK: u8 = 1;
+pub(crate) const CHECK: u8 = 1;
 const PEEK: u8 = 2;
-const REFUND: u8 = 3;
+pub(crate) const REFUND: u8 = 3;
 
 /// The pinned time (µs) of a test hook, or Redis's clock.
-type Now = Option<u64>;
+pub(crate) type Now = Option<u64>;
 
 impl RedisStore {
     /// A builder with the defaults: prefix [`DEFAULT_PREFIX`], timeout
@@ -340,7 +443,13 @@ impl RedisStore {
 
     /// The per-call timeout.
     pub fn timeout(&self) -> Duration {
-        self.inner.timeout
+        self.inner.caller.timeout
+    }
+
+    /// How concurrent calls share script calls ([`Batching::OFF`] on Redis
+    /// Cluster).
+    pub fn batching(&self) -> Batching {
+        self.inner.batching
     }
 
     /// Like [`Store::check`], also returning the Redis server's time the
@@ -425,7 +534,7 @@ impl RedisStore {
         if prepared.is_empty() {
             return Ok(MultiOutcome::new(Vec::new(), None));
         }
-        let groups = match self.inner.connection {
+        let groups = match self.inner.caller.connection {
             Connection::Node(_) => vec![(0..prepared.len()).collect::<Vec<_>>()],
             Connection::Cluster(_) => by_slot(&prepared),
         };
@@ -492,7 +601,8 @@ impl RedisStore {
         }
     }
 
-    /// Runs the script once over `prepared`, within the timeout.
+    /// Runs the script once over `prepared`, within the timeout: now, or
+    /// with other calls when enough are running (see [`Batching`]).
     async fn run(
         &self,
         op: u8,
@@ -506,47 +616,32 @@ impl RedisStore {
                 "check more than 1,000 limits in one call",
             ));
         }
-        // Anything past 2^53 is past every quota; the script sees it exactly.
-        let cost = cost.min(MAX_EXACT);
-        let call = async {
-            let mut connection = inner.connection.clone();
-            if inner.functions.load(Ordering::Relaxed) {
-                let fcall = script_cmd("FCALL", function_name(), op, prepared, cost, now);
-                match connection.query(&fcall).await {
-                    Err(e) if function_missing(&e) => {
-                        let mut load = redis::cmd("FUNCTION");
-                        load.arg("LOAD").arg("REPLACE").arg(library());
-                        match connection.query(&load).await {
-                            Ok(_) => return connection.query(&fcall).await,
-                            Err(e) if functions_unavailable(&e) => {
-                                inner.functions.store(false, Ordering::Relaxed);
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    Err(e) if functions_unavailable(&e) => {
-                        inner.functions.store(false, Ordering::Relaxed);
-                    }
-                    other => return other,
-                }
-            }
-            let evalsha = script_cmd("EVALSHA", &inner.sha, op, prepared, cost, now);
-            match connection.query(&evalsha).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    // EVAL runs the script and caches it on that node.
-                    let eval = script_cmd("EVAL", SCRIPT, op, prepared, cost, now);
-                    connection.query(&eval).await
-                }
-                other => other,
-            }
+        let arg = script_arg(op, prepared, cost, now);
+        let Some(batcher) = &inner.batcher else {
+            let keys: Vec<&[u8]> = prepared.iter().map(|p| &p.key[..]).collect();
+            return inner.caller.call(&keys, &arg).await;
         };
-        match tokio::time::timeout(inner.timeout, call).await {
-            Ok(Ok(reply)) => numbers(&reply),
-            Ok(Err(error)) => Err(store_error(error, inner.timeout)),
-            Err(_) => Err(StoreError::Timeout(inner.timeout)),
+        if let Some(_permit) = batcher.try_now() {
+            let keys: Vec<&[u8]> = prepared.iter().map(|p| &p.key[..]).collect();
+            return inner.caller.call(&keys, &arg).await;
+        }
+        let keys = prepared.iter().map(|p| p.key.clone()).collect();
+        let reply = batcher.enqueue(keys, arg, now);
+        let timeout = inner.caller.timeout;
+        match tokio::time::timeout(timeout, reply).await {
+            Ok(Ok(result)) => result,
+            // the runtime is shutting down
+            Ok(Err(_)) => Err(StoreError::unavailable(Stopped)),
+            Err(_) => Err(StoreError::Timeout(timeout)),
         }
     }
 }
+
+/// The store's queue stopped before the call was made (its runtime is
+/// shutting down).
+#[derive(Debug, Error)]
+#[error("the Redis store's queue stopped (its runtime is shutting down)")]
+struct Stopped;
 
 /// `ERR Function not found`: the library is not loaded on that server (a
 /// new or restarted server, or `FUNCTION FLUSH`).
@@ -567,14 +662,21 @@ fn functions_unavailable(error: &RedisError) -> bool {
                 .is_some_and(|d| d.starts_with("unknown command")))
 }
 
-fn script_cmd(name: &str, script: &str, op: u8, prepared: &[Prepared], cost: u64, now: Now) -> Cmd {
+fn script_cmd(name: &str, script: &str, keys: &[&[u8]], arg: &[u8]) -> Cmd {
     let mut cmd = redis::cmd(name);
-    cmd.arg(script).arg(prepared.len());
-    for p in prepared {
-        cmd.arg(&p.key[..]);
+    cmd.arg(script).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
     }
-    // One argument of little-endian doubles (exact: all are below 2^53),
-    // which the script reads with one `struct.unpack`.
+    cmd.arg(arg);
+    cmd
+}
+
+/// The script's argument: one string of little-endian doubles (exact: all
+/// are below 2^53), which the script reads with one `struct.unpack`.
+fn script_arg(op: u8, prepared: &[Prepared], cost: u64, now: Now) -> Vec<u8> {
+    // Anything past 2^53 is past every quota; the script sees it exactly.
+    let cost = cost.min(MAX_EXACT);
     let mut arg = Vec::with_capacity(17 + 25 * prepared.len());
     arg.push(op);
     arg.extend_from_slice(&(cost as f64).to_le_bytes());
@@ -585,8 +687,7 @@ fn script_cmd(name: &str, script: &str, op: u8, prepared: &[Prepared], cost: u64
             arg.extend_from_slice(&(value as f64).to_le_bytes());
         }
     }
-    cmd.arg(arg);
-    cmd
+    arg
 }
 
 /// The most limits one call takes (the script unpacks its reply's numbers
@@ -594,7 +695,7 @@ fn script_cmd(name: &str, script: &str, op: u8, prepared: &[Prepared], cost: u64
 const MAX_LIMITS: usize = 1_000;
 
 /// The script's reply: little-endian doubles, each an integer.
-fn numbers(reply: &[u8]) -> Result<Vec<i64>, StoreError> {
+pub(crate) fn numbers(reply: &[u8]) -> Result<Vec<i64>, StoreError> {
     if !reply.len().is_multiple_of(8) {
         return Err(StoreError::invalid_reply(format!(
             "a reply of {} bytes",
@@ -611,16 +712,6 @@ fn numbers(reply: &[u8]) -> Result<Vec<i64>, StoreError> {
                 .ok_or_else(|| StoreError::invalid_reply(format!("{value} is not an integer")))
         })
         .collect()
-}
-
-fn store_error(error: RedisError, timeout: Duration) -> StoreError {
-    if error.is_timeout() {
-        return StoreError::Timeout(timeout);
-    }
-    match error.kind() {
-        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::invalid_reply(error),
-        _ => StoreError::unavailable(error),
-    }
 }
 
 /// Groups the limits by hash slot, in order of first appearance.
