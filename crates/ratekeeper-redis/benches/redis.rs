@@ -3,15 +3,20 @@
 //!
 //! - `sequential`: one call at a time on one connection: PING, a bare
 //!   EVALSHA of `return 1`, and a decision of each policy;
-//! - `in_flight_64`: 64 calls in flight on one multiplexed connection.
+//! - `in_flight_64`: 64 calls in flight on one multiplexed connection; the
+//!   store's decisions with its default batching (calls made while 4
+//!   scripts run go together) and with batching off (`_alone`).
 //!
 //! Criterion reports decisions (elements) per second. Before it runs, the
-//! Redis CPU per call of each (`INFO commandstats`, `usec_per_call`) is
-//! printed, for decisions that are allowed (the script writes) and denied
-//! (it only reads).
+//! Redis CPU per decision of each (`INFO commandstats`: µs in the command,
+//! divided by the decisions) is printed, for decisions that are allowed
+//! (the script writes) and denied (it only reads), one at a time and 64 in
+//! flight.
 //!
 //! Run: `cargo bench -p ratekeeper-redis --bench redis`; with
-//! `RATEKEEPER_REDIS_CPU_ONLY=1`, only the Redis CPU table.
+//! `RATEKEEPER_REDIS_CPU_ONLY=1`, only the Redis CPU table; with
+//! `RATEKEEPER_REDIS_BATCHING=IN_FLIGHT,MAX_CALLS`, other batching settings
+//! than the default for the batched store.
 
 #[path = "../tests/harness/mod.rs"]
 mod harness;
@@ -25,7 +30,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use harness::RedisServer;
 use ratekeeper::Store;
-use ratekeeper_redis::RedisStore;
+use ratekeeper_redis::{Batching, RedisStore};
 use redis::aio::ConnectionManager;
 use tokio::runtime::Runtime;
 
@@ -35,6 +40,8 @@ struct Fixture {
     server: RedisServer,
     rt: Runtime,
     store: RedisStore,
+    /// The same store with batching off: every call its own script.
+    alone: RedisStore,
     raw: ConnectionManager,
     trivial: redis::Script,
 }
@@ -47,32 +54,51 @@ fn fixture() -> Option<Fixture> {
         .enable_all()
         .build()
         .unwrap();
-    let (store, raw) = rt.block_on(async {
+    let batching = match std::env::var("RATEKEEPER_REDIS_BATCHING") {
+        Ok(setting) => {
+            let (in_flight, max_calls) = setting
+                .split_once(',')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                .expect("RATEKEEPER_REDIS_BATCHING=IN_FLIGHT,MAX_CALLS");
+            Batching::new(in_flight, max_calls)
+        }
+        Err(_) => Batching::default(),
+    };
+    println!("batching: {batching:?}");
+    let (store, alone, raw) = rt.block_on(async {
         let store = RedisStore::builder()
             .timeout(Duration::from_secs(5))
+            .batching(batching)
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let alone = RedisStore::builder()
+            .timeout(Duration::from_secs(5))
+            .batching(Batching::OFF)
             .connect(&server.url())
             .await
             .unwrap();
         let client = redis::Client::open(server.url()).unwrap();
         let raw = ConnectionManager::new(client).await.unwrap();
-        (store, raw)
+        (store, alone, raw)
     });
     Some(Fixture {
         server,
         rt,
         store,
+        alone,
         raw,
         trivial: redis::Script::new("return 1"),
     })
 }
 
-/// Redis CPU per call, measured by `INFO commandstats` over `n` calls.
+/// Redis CPU per decision, measured by `INFO commandstats` over `n` calls.
 fn redis_cpu(f: &Fixture) {
     let n = 20_000;
     let mut con = f.server.connection();
     println!(
-        "redis-cpu {:<28} {:>9} {:>9} {:>11}",
-        "call", "command", "process", "calls/s"
+        "redis-cpu {:<36} {:>9} {:>9} {:>11} {:>9}",
+        "call", "command", "process", "calls/s", "per script"
     );
     let mut measure = |what: &str, command: &str, run: &dyn Fn(usize)| {
         let _: () = redis::cmd("CONFIG")
@@ -85,13 +111,15 @@ fn redis_cpu(f: &Fixture) {
         let elapsed = start.elapsed();
         let process = (f.server.cpu_seconds() - cpu) * 1e6 / n as f64;
         let (calls, usec) = f.server.command_stats(command);
-        // `command`: µs inside the command (INFO commandstats usec_per_call);
-        // `process`: the server's whole CPU time per call, network included.
+        // `command`: µs inside the command (INFO commandstats) per call
+        // made (a decision); `process`: the server's whole CPU time per
+        // call, network included; `per script`: calls decided per script.
         println!(
-            "redis-cpu {what:<28} {:>6.2} us {:>6.2} us {:>11.0}",
-            usec as f64 / calls.max(1) as f64,
+            "redis-cpu {what:<36} {:>6.2} us {:>6.2} us {:>11.0} {:>9.1}",
+            usec as f64 / n as f64,
             process,
-            n as f64 / elapsed.as_secs_f64()
+            n as f64 / elapsed.as_secs_f64(),
+            n as f64 / calls.max(1) as f64
         );
     };
     measure("ping", "ping", &|n| {
@@ -140,6 +168,50 @@ fn redis_cpu(f: &Fixture) {
             });
         }
     }
+    // 64 in flight: batched (the default) and alone.
+    for (name, allow, _) in limits::limits() {
+        let allow = Arc::new(allow);
+        for (label, store) in [
+            ("64 in flight", &f.store),
+            ("64 in flight, alone", &f.alone),
+        ] {
+            measure(&format!("{name} allowed, {label}"), "fcall", &|n| {
+                f.rt.block_on(spread(n as u64, checks(store, &allow)));
+            });
+        }
+    }
+}
+
+/// `iters` calls spread over 64 tasks sharing one multiplexed connection.
+async fn spread(iters: u64, call: Arc<dyn Fn(u64) -> CallFuture + Send + Sync>) -> Duration {
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..IN_FLIGHT as u64 {
+        let call = Arc::clone(&call);
+        let share = iters / IN_FLIGHT as u64 + u64::from(t < iters % IN_FLIGHT as u64);
+        tasks.spawn(async move {
+            for i in 0..share {
+                call(t * 1_000_003 + i).await;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    start.elapsed()
+}
+
+/// Allowed checks of `limit` over 1,000 keys.
+fn checks(
+    store: &RedisStore,
+    limit: &Arc<ratekeeper::Limit>,
+) -> Arc<dyn Fn(u64) -> CallFuture + Send + Sync> {
+    let (store, limit) = (store.clone(), Arc::clone(limit));
+    Arc::new(move |i| {
+        let (store, limit) = (store.clone(), Arc::clone(&limit));
+        Box::pin(async move {
+            let key = (i % 1_000).to_string();
+            let _ = black_box(store.check(&limit, key.as_bytes(), 1).await.unwrap());
+        })
+    })
 }
 
 /// A typical GCRA script for comparison (the shape of many published ones):
@@ -245,24 +317,7 @@ fn sequential(c: &mut Criterion, f: &Fixture) {
 fn in_flight(c: &mut Criterion, f: &Fixture) {
     let mut group = c.benchmark_group("in_flight_64");
     group.throughput(Throughput::Elements(1));
-    // `iters` calls spread over 64 tasks sharing one multiplexed connection.
-    let spread = |iters: u64, call: Arc<dyn Fn(u64) -> CallFuture + Send + Sync>| {
-        f.rt.block_on(async {
-            let start = Instant::now();
-            let mut tasks = tokio::task::JoinSet::new();
-            for t in 0..IN_FLIGHT as u64 {
-                let call = Arc::clone(&call);
-                let share = iters / IN_FLIGHT as u64 + u64::from(t < iters % IN_FLIGHT as u64);
-                tasks.spawn(async move {
-                    for i in 0..share {
-                        call(t * 1_000_003 + i).await;
-                    }
-                });
-            }
-            while tasks.join_next().await.is_some() {}
-            start.elapsed()
-        })
-    };
+    let spread = |iters: u64, call| f.rt.block_on(spread(iters, call));
     let raw = f.raw.clone();
     group.bench_function("ping", |b| {
         let raw = raw.clone();
@@ -297,20 +352,10 @@ fn in_flight(c: &mut Criterion, f: &Fixture) {
     for (name, allow, _) in limits::limits() {
         let allow = Arc::new(allow);
         group.bench_function(format!("check_{name}"), |b| {
-            b.iter_custom(|iters| {
-                let (store, allow) = (f.store.clone(), Arc::clone(&allow));
-                spread(
-                    iters,
-                    Arc::new(move |i| {
-                        let (store, allow) = (store.clone(), Arc::clone(&allow));
-                        Box::pin(async move {
-                            let key = (i % 1_000).to_string();
-                            let _ =
-                                black_box(store.check(&allow, key.as_bytes(), 1).await.unwrap());
-                        })
-                    }),
-                )
-            })
+            b.iter_custom(|iters| spread(iters, checks(&f.store, &allow)))
+        });
+        group.bench_function(format!("check_{name}_alone"), |b| {
+            b.iter_custom(|iters| spread(iters, checks(&f.alone, &allow)))
         });
     }
     group.finish();

@@ -125,6 +125,10 @@ enum Call {
     /// A check that is allowed (true) or denied; allowed checks cycle over
     /// 1,000 keys unless `Keys::One`.
     Check(Limit, bool, Keys),
+    /// `width` allowed checks made at once, per call, on the store's
+    /// default [`Batching`](ratekeeper_redis::Batching): the first few go
+    /// at once, each its own script, the rest wait and go together.
+    Concurrent(Limit, u64, Keys),
     /// ratekeeper's script by EVALSHA (what the store runs on servers
     /// without functions): the GCRA limit's emission interval (ns) and
     /// burst, and whether calls are allowed.
@@ -227,6 +231,23 @@ fn cases() -> Vec<Case> {
             call: Call::Check(limit, true, Keys::One),
         });
     }
+    // Calls made at once share scripts: instructions per decision.
+    for (name, allow, _) in limits::limits() {
+        for width in [16, 64] {
+            cases.push(Case {
+                name: format!("ratekeeper {name} allowed, {width} at once"),
+                command: "fcall",
+                call: Call::Concurrent(allow.clone(), width, Keys::Many),
+            });
+        }
+    }
+    for (name, limit) in hot_limits() {
+        cases.push(Case {
+            name: format!("ratekeeper {name} allowed, 64 at once on one key"),
+            command: "fcall",
+            call: Call::Concurrent(limit, 64, Keys::One),
+        });
+    }
     // RATEKEEPER_CALLGRIND_ONLY=a,b keeps the cases whose names contain a
     // or b (a quicker run while trying a change).
     if let Ok(only) = std::env::var("RATEKEEPER_CALLGRIND_ONLY") {
@@ -294,6 +315,19 @@ fn gcra_argument(interval_ns: f64, burst: f64) -> Vec<u8> {
 }
 
 impl Case {
+    /// How many decisions one call makes.
+    fn decisions(&self) -> u64 {
+        match &self.call {
+            Call::Concurrent(_, width, _) => *width,
+            _ => 1,
+        }
+    }
+
+    /// `n` calls' worth of decisions, in calls of this case (at least 20).
+    fn calls_for(&self, n: u64) -> u64 {
+        (n / self.decisions()).max(20)
+    }
+
     /// Runs calls `from..to`, one at a time.
     async fn run(&self, con: &mut MultiplexedConnection, store: &RedisStore, from: u64, to: u64) {
         for i in from..to {
@@ -357,6 +391,20 @@ impl Case {
                         .unwrap();
                     if i > 0 {
                         assert_eq!(reply[..8], f64::to_le_bytes(f64::from(u8::from(*allowed))));
+                    }
+                }
+                Call::Concurrent(limit, width, keys) => {
+                    let mut checks = tokio::task::JoinSet::new();
+                    for j in 0..*width {
+                        let key = match keys {
+                            Keys::Many => format!("k{}", (i * width + j) % 1_000),
+                            Keys::One => "k".to_owned(),
+                        };
+                        let (store, limit) = (store.clone(), limit.clone());
+                        checks.spawn(async move { store.check(&limit, key.as_bytes(), 1).await });
+                    }
+                    while let Some(outcome) = checks.join_next().await {
+                        assert!(outcome.unwrap().unwrap().is_allowed(), "{}", self.name);
                     }
                 }
                 Call::Check(limit, allowed, keys) => {
@@ -539,6 +587,7 @@ fn main() {
         let server = Valgrind::start(&dir);
         let (mut con, store) = connect(&rt, &server.url());
         for case in &cases {
+            let (warm_up, calls) = (case.calls_for(warm_up), case.calls_for(calls));
             rt.block_on(case.run(&mut con, &store, 0, warm_up));
             server.control("-z");
             rt.block_on(case.run(&mut con, &store, warm_up, warm_up + calls));
@@ -549,7 +598,8 @@ fn main() {
                 let name = case.name.replace([' ', '+'], "_");
                 std::fs::copy(&dump, keep.join(format!("{name}.callgrind"))).unwrap();
             }
-            counted.push((total / calls, command / calls));
+            let decisions = calls * case.decisions();
+            counted.push((total / decisions, command / decisions));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -561,6 +611,7 @@ fn main() {
     let mut usec = vec![f64::INFINITY; cases.len()];
     for round in 0..3 {
         for (case, best) in cases.iter().zip(&mut usec) {
+            let (warm_up, native_calls) = (case.calls_for(warm_up), case.calls_for(native_calls));
             let from = warm_up + round * native_calls;
             rt.block_on(case.run(&mut con, &store, 0, warm_up));
             let _: () = redis::cmd("CONFIG")
@@ -569,7 +620,11 @@ fn main() {
                 .unwrap();
             rt.block_on(case.run(&mut con, &store, from, from + native_calls));
             let (n, us) = server.command_stats(case.command);
-            *best = best.min(us as f64 / n.max(1) as f64);
+            let decisions = match case.call {
+                Call::Concurrent(..) => native_calls * case.decisions(),
+                _ => n,
+            };
+            *best = best.min(us as f64 / decisions.max(1) as f64);
         }
     }
 
@@ -577,6 +632,7 @@ fn main() {
         "{} calls per case under callgrind ({} warm-up); µs: best of 3 x {} native calls",
         calls, warm_up, native_calls
     );
+    println!("(for calls made at once: per decision, however many scripts decided them)");
     println!("| call | instructions per call (process) | in processCommand | usec_per_call |");
     println!("|---|---:|---:|---:|");
     for ((case, (total, command)), us) in cases.iter().zip(counted).zip(usec) {

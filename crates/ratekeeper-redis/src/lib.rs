@@ -100,10 +100,30 @@
 //! function that may write before it runs, so denied decisions fail there
 //! too, where the script would only have failed when writing.
 //!
+//! # Calls made at once
+//!
+//! On one server, concurrent calls share scripts ([`Batching`], on by
+//! default): up to [`Batching::in_flight`] scripts run at once, each call
+//! sent as soon as it is made; calls made while that many run wait in a
+//! queue, and the next script to go takes all of them (up to
+//! [`Batching::max_calls`]). The script decides them one after another,
+//! each exactly as if it ran alone (it sees the states the calls before it
+//! left; a multi-limit call stays all or nothing), reads `TIME` once, reads
+//! each key once and writes each key it changed once, at the end, with the
+//! expiry its last state needs. So under load a decision costs Redis about
+//! a quarter less, and decisions on one hot key more than half less; at low
+//! load nothing waits. A key holding a value of another type fails only
+//! the call that reads it. Each call keeps its own timeout, its wait in
+//! the queue included, and a call whose caller stopped waiting before its
+//! script was sent is dropped undecided. Redis Cluster connections do not
+//! coalesce.
+//!
 //! # Runtime
 //!
 //! The store runs on Tokio (the redis crate's `tokio-comp`), with the time
-//! driver enabled for the timeouts.
+//! driver enabled for the timeouts. Connecting to one server with batching
+//! on spawns the task that sends queued calls, on the runtime that
+//! connects; it ends when the last clone of the store is dropped.
 
 mod batch;
 mod params;
