@@ -4,7 +4,8 @@
 # move with the machine's load. Each server gets a warm-up, then its
 # counters are zeroed, N keep-alive requests are sent with ab, and the
 # instructions executed by the whole process (every thread) are divided by N,
-# less the in-memory store's sweeper thread: it runs once a second whatever
+# less the in-memory store's sweeper thread (sweep_until_dropped, or
+# SlotTable::sweep where the former is inlined): it runs once a second whatever
 # the load, so under valgrind's slowdown it would look like a per-request
 # cost it is not.
 #
@@ -37,7 +38,7 @@ for mode in none ratekeeper ratekeeper-headers tower-governor; do
   dump=$(ls -t "$out/$mode".*.* 2>/dev/null | head -1)
   total=$(awk '/^summary:|^totals:/ {print $2; exit}' "$dump")
   sweep=$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null \
-    | awk '/sweep_until_dropped/ && !done {gsub(",", "", $1); print $1; done = 1}')
+    | awk '/sweep_until_dropped|SlotTable::sweep/ && !done {gsub(",", "", $1); print $1; done = 1}')
   total=$((total - ${sweep:-0}))
   failed=$(awk '/Failed requests/ {print $3}' "$out/$mode.ab")
   printf '%-20s %8.0f instructions/request  (%s failed)\n' "$mode" "$(echo "$total / $requests" | bc -l)" "$failed"

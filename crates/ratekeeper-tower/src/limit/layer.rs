@@ -52,6 +52,9 @@ pub(crate) struct Shared<S> {
     /// A key or the cost is a function of the request's `Parts`, so the
     /// head must be split off the request to call it.
     pub(crate) needs_parts: bool,
+    /// One rule, keyed by the socket peer, prepared, every request costing
+    /// one: the service's shortest path (the usual per-IP limit).
+    pub(crate) peer_only: bool,
 }
 
 /// A configuration that works but is probably not what was meant; logged
@@ -300,7 +303,11 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         };
         let needs_parts =
             self.cost.is_some() || self.rules.iter().any(|rule| rule.key.needs_parts());
+        let peer_only = prepared.is_some()
+            && self.cost.is_none()
+            && matches!(self.rules.as_slice(), [rule] if rule.key.is_peer());
         let shared = Shared {
+            peer_only,
             policy_value,
             prepared,
             needs_parts,

@@ -1,6 +1,7 @@
 //! The service: decide, then call the inner service or refuse.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,9 +12,10 @@ use ratekeeper::{Limit, MultiOutcome, Outcome, Store, StoreError};
 use tower::Service;
 
 use super::body::RefusalBody;
-use super::key::{Extracted, Head};
+use super::key::{ipv4_text, peer_of, Extracted, Head};
 use super::layer::{Rule, Shared};
 use super::response::{is_grpc, refusal_response, Refusal};
+use crate::client::canonical;
 use crate::headers::{write_headers, HeaderStyle, PolicyReport};
 
 type BoxedResponse<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
@@ -34,6 +36,9 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = StateProjection]
     enum State<F, B, E> {
+        // The inner service's future alone (no headers to add): the usual
+        // allowed request, as small and as direct as the inner future.
+        Plain { #[pin] future: F },
         Inner { #[pin] future: F, headers: PendingHeaders },
         // Boxed: a refusal is rarer than a pass, and an inline response
         // would make every future (moved through each layer above) larger.
@@ -50,6 +55,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
+            StateProjection::Plain { future } => future.poll(cx),
             StateProjection::Inner { future, headers } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
                 headers.add_to(response.headers_mut());
@@ -112,7 +118,26 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         if skipped(shared, &request) {
-            return inner_future(self.inner.call(request), PendingHeaders::default());
+            return plain(self.inner.call(request));
+        }
+        // One limit per client address (the usual): the key's text on the
+        // stack, the prepared limit, nothing else. An IPv6 or missing peer
+        // takes the path below.
+        if let (true, Some(prepared)) = (shared.peer_only, &shared.prepared) {
+            if let Some(IpAddr::V4(v4)) = peer_of(&request).map(canonical) {
+                let (text, len) = ipv4_text(v4);
+                let key = &text[..len];
+                if is_allow_listed(shared, key) {
+                    return plain(self.inner.call(request));
+                }
+                let outcome = prepared.check_now(key, 1);
+                if (outcome.is_allowed() || shared.shadow) && shared.headers == HeaderStyle::None {
+                    return plain(self.inner.call(request));
+                }
+                let checks = [(&shared.rules[0].limit, key)];
+                let decided = Some(Ok(Decided::One(outcome)));
+                return finish(&mut self.inner, &self.shared, decided, &checks, request);
+            }
         }
         // One rule (the usual case) takes a path with no list of keys,
         // checks or outcomes, and reads the request where it is unless a
@@ -121,7 +146,7 @@ where
             if !shared.needs_parts {
                 let key = extract_key(shared, rule, &request);
                 if is_allow_listed(shared, &key.key) {
-                    return inner_future(self.inner.call(request), PendingHeaders::default());
+                    return plain(self.inner.call(request));
                 }
                 let decided = decide_one(shared, rule, &key.key, 1);
                 let checks = [(&rule.limit, key.key.as_slice())];
@@ -130,6 +155,9 @@ where
                 // and the inner future were each copied once more.
                 if let Some(Ok(decision)) = &decided {
                     if decision.is_allowed() || shared.shadow {
+                        if shared.headers == HeaderStyle::None {
+                            return plain(self.inner.call(request));
+                        }
                         let mut headers = PendingHeaders::default();
                         add_rate_limit_headers(
                             shared,
@@ -145,10 +173,7 @@ where
             let (parts, body) = request.into_parts();
             let key = extract_key(shared, rule, &parts);
             if is_allow_listed(shared, &key.key) {
-                return inner_future(
-                    self.inner.call(Request::from_parts(parts, body)),
-                    PendingHeaders::default(),
-                );
+                return plain(self.inner.call(Request::from_parts(parts, body)));
             }
             let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
             let decided = decide_one(shared, rule, &key.key, cost);
@@ -159,10 +184,7 @@ where
         let (parts, body) = request.into_parts();
         let keys = extract_keys(shared, &parts);
         if keys.iter().any(|key| is_allow_listed(shared, &key.key)) {
-            return inner_future(
-                self.inner.call(Request::from_parts(parts, body)),
-                PendingHeaders::default(),
-            );
+            return plain(self.inner.call(Request::from_parts(parts, body)));
         }
         let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
         let checks: Checks<'_> = shared
@@ -218,6 +240,9 @@ where
         // Decided at once: call the inner service here, with no clone
         // and no boxed future.
         Some(Ok(decided)) if decided.is_allowed() || shared.shadow => {
+            if shared.headers == HeaderStyle::None {
+                return plain(inner.call(request));
+            }
             let mut headers = PendingHeaders::default();
             add_rate_limit_headers(
                 shared,
@@ -318,6 +343,13 @@ impl PendingHeaders {
         for (name, value) in self.headers.drain(..) {
             headers.insert(name, value);
         }
+    }
+}
+
+#[inline]
+fn plain<F, B, E>(future: F) -> ResponseFuture<F, B, E> {
+    ResponseFuture {
+        state: State::Plain { future },
     }
 }
 
