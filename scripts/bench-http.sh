@@ -7,9 +7,12 @@
 #   scripts/bench-http.sh [seconds] [connections] [rounds]
 #
 # The four servers run side by side (an idle one costs nothing), and each
-# round drives every one of them in turn, so a change in the machine's load
-# falls on all four alike; the table gives each round and, last, each
-# server's median with its ratio to the server without a limiter.
+# round drives every one of them in turn, starting with a different one each
+# round, so a change in the machine's load falls on all four alike; the table
+# gives each round and, last, each server's median, its ratio to the server
+# without a limiter and ratekeeper's to tower_governor's (medians of each
+# round's ratios). With two or more cores and taskset, the servers share
+# core 0 and wrk runs on core 1, so that they do not take turns on one core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-8}"
@@ -18,29 +21,38 @@ rounds="${3:-5}"
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 cargo build --release -q -p ratekeeper-tower --example http_bench
 binary="${CARGO_TARGET_DIR:-target}/release/examples/http_bench"
+server_cpu=() load_cpu=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+  server_cpu=(taskset -c 0) load_cpu=(taskset -c 1)
+fi
 modes=(none ratekeeper ratekeeper-headers tower-governor)
 servers=()
 trap 'kill "${servers[@]}" 2>/dev/null || true' EXIT
 for index in "${!modes[@]}"; do
   port=$((38080 + index))
-  "$binary" "${modes[$index]}" "$port" >/dev/null &
+  "${server_cpu[@]}" "$binary" "${modes[$index]}" "$port" >/dev/null &
   servers+=($!)
   for _ in $(seq 100); do
     curl -s -o /dev/null "http://127.0.0.1:$port/" && break
     sleep 0.05
   done
-  wrk -t1 -c"$connections" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
+  "${load_cpu[@]}" wrk -t1 -c"$connections" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
 done
 results="$(mktemp)"
 printf '%-6s' round; printf ' %19s' "${modes[@]}"; echo
 for round in $(seq "$rounds"); do
   printf '%-6s' "$round"
-  for index in "${!modes[@]}"; do
-    rps=$(wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$((38080 + index))/" \
+  declare -A rps=()
+  for step in "${!modes[@]}"; do
+    index=$(((step + round) % ${#modes[@]}))
+    rps[$index]=$("${load_cpu[@]}" wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$((38080 + index))/" \
       | awk '/Requests\/sec/ {print $2}')
-    echo "${modes[$index]} $rps" >>"$results"
-    printf ' %19.0f' "$rps"
   done
+  for index in "${!modes[@]}"; do
+    echo "${modes[$index]} ${rps[$index]}" >>"$results"
+    printf ' %19.0f' "${rps[$index]}"
+  done
+  unset rps
   echo
 done
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
@@ -58,4 +70,7 @@ for mode in "${modes[@]}"; do
   printf ' %18.3fx' "$ratio"
 done
 echo
+ratio=$(awk '$1 == "ratekeeper" {r[++n] = $2} $1 == "tower-governor" {g[++m] = $2}
+  END {for (i = 1; i <= n; i++) print r[i] / g[i]}' "$results" | median)
+printf 'ratekeeper / tower-governor, median of the rounds: %.3fx\n' "$ratio"
 rm -f "$results"

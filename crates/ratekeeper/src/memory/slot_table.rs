@@ -78,6 +78,10 @@ pub(crate) struct SlotTable {
     shard_mask: usize,
     /// Serializes claims and evictions within each shard.
     locks: Box<[Mutex<()>]>,
+    /// Each shard's slots that are not empty (keys and tombstones), changed
+    /// under the shard's lock: a sweep passes over shards with none, so an
+    /// idle sweep of a large table with few keys reads only their shards.
+    occupied: Box<[AtomicUsize]>,
     len: AtomicUsize,
     max_keys: usize,
 }
@@ -95,6 +99,7 @@ impl SlotTable {
             shard_len,
             shard_mask: shards - 1,
             locks: (0..shards).map(|_| Mutex::new(())).collect(),
+            occupied: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
             len: AtomicUsize::new(0),
             max_keys,
         }
@@ -107,7 +112,9 @@ impl SlotTable {
 
     /// Bytes of slots: the table's memory, whatever the number of keys.
     pub(crate) fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots) + std::mem::size_of_val(&*self.locks)
+        std::mem::size_of_val(&*self.slots)
+            + std::mem::size_of_val(&*self.locks)
+            + std::mem::size_of_val(&*self.occupied)
     }
 
     #[inline]
@@ -232,6 +239,9 @@ impl SlotTable {
             Ordering::Acquire,
         );
         debug_assert!(claimed.is_ok(), "a free slot changed under the shard lock");
+        if key_of(slot) == EMPTY {
+            self.occupied[self.shard_of(fingerprint)].fetch_add(1, Ordering::Relaxed);
+        }
         Claim::Claimed
     }
 
@@ -263,6 +273,11 @@ impl SlotTable {
     pub(crate) fn sweep(&self, is_fresh: impl Fn(u64) -> bool) -> usize {
         let mut evicted = 0;
         for (shard, shard_lock) in self.locks.iter().enumerate() {
+            // Only empty slots: nothing to evict or trim. A claim racing
+            // with this read writes a state that is not fresh anyway.
+            if self.occupied[shard].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
             let _guard = lock(shard_lock);
             let base = shard * self.shard_len;
             // Tombstones come only from `free`, under this shard's lock
@@ -284,7 +299,7 @@ impl SlotTable {
                 }
             }
             if tombstones > 0 {
-                self.trim(base);
+                self.trim(shard);
             }
         }
         evicted
@@ -308,11 +323,13 @@ impl SlotTable {
     }
 
     /// Turns tombstones that end a probe run (the next slot is empty) back
-    /// into empty slots, so probes stay short. The caller holds the lock of
-    /// the shard starting at `base`. No probe can pass an empty slot, so no
-    /// key sits beyond a run that ends in one: trimming hides nobody.
-    fn trim(&self, base: usize) {
+    /// into empty slots, so probes stay short. The caller holds the shard's
+    /// lock. No probe can pass an empty slot, so no key sits beyond a run
+    /// that ends in one: trimming hides nobody.
+    fn trim(&self, shard: usize) {
+        let base = shard * self.shard_len;
         let mask = self.shard_len - 1;
+        let mut emptied = 0;
         for offset in 0..self.shard_len {
             if key_of(self.slots[base + offset].load(Ordering::Acquire)) != EMPTY {
                 continue;
@@ -326,14 +343,17 @@ impl SlotTable {
                 if key_of(slot) != TOMBSTONE {
                     break;
                 }
-                let _ = cell.compare_exchange(
-                    slot,
-                    pack(EMPTY, 0),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                // Under the lock only updates race, and they never touch
+                // a tombstone: this swap succeeds.
+                if cell
+                    .compare_exchange(slot, pack(EMPTY, 0), Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    emptied += 1;
+                }
             }
         }
+        self.occupied[shard].fetch_sub(emptied, Ordering::Relaxed);
     }
 }
 
@@ -378,6 +398,60 @@ fn take(limit: u64, delta: i64) -> impl FnMut(Option<u64>) -> (bool, Option<u64>
 #[cfg(all(test, not(ratekeeper_loom)))]
 mod tests {
     use super::*;
+
+    /// Each shard's count of slots that are not empty, as `occupied` should
+    /// hold it.
+    fn counted(table: &SlotTable) -> Vec<usize> {
+        table
+            .slots
+            .chunks(table.shard_len)
+            .map(|shard| {
+                shard
+                    .iter()
+                    .filter(|s| key_of(s.load(Ordering::Relaxed)) != EMPTY)
+                    .count()
+            })
+            .collect()
+    }
+
+    fn occupied(table: &SlotTable) -> Vec<usize> {
+        table
+            .occupied
+            .iter()
+            .map(|o| o.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    #[test]
+    fn shards_count_their_occupied_slots_through_claims_removals_and_sweeps() {
+        // 4,096 keys: several shards of 1,024 slots
+        let table = SlotTable::new(4_096);
+        assert!(table.locks.len() > 1);
+        let key = |i: u64| MIN_FINGERPRINT + i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % (1 << 50);
+        for i in 0..3_000 {
+            assert_eq!(table.update(key(i), take(5, 1)), Update::Done(true));
+        }
+        assert_eq!(occupied(&table), counted(&table));
+        for i in (0..3_000).step_by(3) {
+            assert!(table.remove(key(i)));
+        }
+        // removals leave tombstones, still occupied
+        assert_eq!(occupied(&table), counted(&table));
+        // keys claimed again take tombstones or empty slots
+        for i in (0..3_000).step_by(6) {
+            assert_eq!(table.update(key(i), take(5, 1)), Update::Done(true));
+        }
+        assert_eq!(occupied(&table), counted(&table));
+        // a sweep that evicts everything trims every shard back to empty
+        let tracked = table.len();
+        assert_eq!(table.sweep(|_| true), tracked);
+        assert_eq!(table.len(), 0);
+        assert_eq!(occupied(&table), counted(&table));
+        assert!(occupied(&table).iter().all(|&o| o == 0));
+        // and the table works as new
+        assert_eq!(table.update(key(1), take(5, 1)), Update::Done(true));
+        assert_eq!(table.get(key(1)), Some(1));
+    }
 
     #[test]
     fn claims_updates_and_removals() {
