@@ -13,6 +13,9 @@
 # without a limiter and ratekeeper's to tower_governor's (medians of each
 # round's ratios). With two or more cores and taskset, the servers share
 # core 0 and wrk runs on core 1, so that they do not take turns on one core.
+# It also reports the CPU time each server spent per request (user and
+# system, from /proc, kernel TCP work included): steadier than requests/s
+# when the VM's speed swings, since waiting costs no CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-8}"
@@ -38,15 +41,21 @@ for index in "${!modes[@]}"; do
   done
   "${load_cpu[@]}" wrk -t1 -c"$connections" -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
 done
-results="$(mktemp)"
+results="$(mktemp)" cpu_results="$(mktemp)"
+ticks=$(getconf CLK_TCK)
+cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 printf '%-6s' round; printf ' %19s' "${modes[@]}"; echo
 for round in $(seq "$rounds"); do
   printf '%-6s' "$round"
   declare -A rps=()
   for step in "${!modes[@]}"; do
     index=$(((step + round) % ${#modes[@]}))
-    rps[$index]=$("${load_cpu[@]}" wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$((38080 + index))/" \
-      | awk '/Requests\/sec/ {print $2}')
+    before=$(cpu_of "${servers[$index]}")
+    report=$("${load_cpu[@]}" wrk -t1 -c"$connections" -d"${seconds}s" "http://127.0.0.1:$((38080 + index))/")
+    after=$(cpu_of "${servers[$index]}")
+    rps[$index]=$(awk '/Requests\/sec/ {print $2}' <<<"$report")
+    requests=$(awk '/requests in/ {print $1}' <<<"$report")
+    echo "${modes[$index]} $(echo "($after - $before) * 1000000 / $ticks / $requests" | bc -l)" >>"$cpu_results"
   done
   for index in "${!modes[@]}"; do
     echo "${modes[$index]} ${rps[$index]}" >>"$results"
@@ -73,4 +82,12 @@ echo
 ratio=$(awk '$1 == "ratekeeper" {r[++n] = $2} $1 == "tower-governor" {g[++m] = $2}
   END {for (i = 1; i <= n; i++) print r[i] / g[i]}' "$results" | median)
 printf 'ratekeeper / tower-governor, median of the rounds: %.3fx\n' "$ratio"
-rm -f "$results"
+printf '%-6s' 'cpu µs'
+for mode in "${modes[@]}"; do
+  printf ' %19.2f' "$(awk -v mode="$mode" '$1 == mode {print $2}' "$cpu_results" | median)"
+done
+echo
+ratio=$(awk '$1 == "ratekeeper" {r[++n] = $2} $1 == "tower-governor" {g[++m] = $2}
+  END {for (i = 1; i <= n; i++) print r[i] / g[i]}' "$cpu_results" | median)
+printf 'server CPU per request, ratekeeper / tower-governor, median of the rounds: %.3fx\n' "$ratio"
+rm -f "$results" "$cpu_results"
