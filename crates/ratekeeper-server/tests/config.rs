@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratekeeper::{FailureMode, PolicyKind};
+use ratekeeper_redis::Batching;
 use ratekeeper_server::config::{Backend, KeyPart, Location, ValueMatch, DEFAULT_TOML};
 use ratekeeper_server::{Config, ConfigError};
 
@@ -67,6 +68,61 @@ fn limit(body: &str) -> String {
 }
 
 #[test]
+fn a_redis_store_takes_its_batching_and_a_cluster_refuses_it() {
+    let redis = |fields: &str| {
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n{fields}\n{}",
+            limit("rate = \"1/s\"\nkey = [\"peer\"]")
+        )
+    };
+    let batching = |fields: &str| match Config::from_toml_str(&redis(fields), "r.toml")
+        .unwrap()
+        .store
+        .backend
+    {
+        Backend::Redis { batching, .. } => batching,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(batching(""), Batching::DEFAULT);
+    assert_eq!(
+        batching("batch_in_flight = 2\nbatch_max_calls = 32"),
+        Batching::new(2, 32)
+    );
+    assert_eq!(batching("batch_max_calls = 1"), Batching::OFF);
+    for (fields, expected) in [
+        (
+            "batch_max_calls = 0",
+            "batch_max_calls is 0, outside 1 to 1000",
+        ),
+        (
+            "batch_max_calls = 1001",
+            "batch_max_calls is 1001, outside 1 to 1000",
+        ),
+        (
+            "batch_in_flight = 0",
+            "batch_in_flight is 0, outside 1 to 1024",
+        ),
+    ] {
+        let error = Config::from_toml_str(&redis(fields), "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{fields}: {error}");
+        assert!(error.contains("r.toml:4"), "{fields}: {error}");
+    }
+    let cluster = format!(
+        "[store]\nkind = \"redis-cluster\"\nurls = [\"redis://127.0.0.1:7000\"]\nbatch_in_flight = 2\n{}",
+        limit("rate = \"1/s\"\nkey = [\"peer\"]")
+    );
+    let error = Config::from_toml_str(&cluster, "c.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("batch_in_flight applies only to the redis store (a cluster does not batch), not to a redis-cluster store"),
+        "{error}"
+    );
+}
+
+#[test]
 fn full_file() {
     let config = Config::from_toml_str(FULL, "ratekeeper.toml").unwrap();
     assert_eq!(
@@ -75,6 +131,7 @@ fn full_file() {
             url: "redis://127.0.0.1:6379".to_owned(),
             prefix: "rk:".to_owned(),
             timeout: Duration::from_millis(250),
+            batching: Batching::DEFAULT,
         }
     );
     assert_eq!(config.store.max_keys, 5000);
@@ -133,7 +190,7 @@ fn full_file() {
 
     assert_eq!(
         config.explain(),
-        "store: redis redis://127.0.0.1:6379 (prefix \"rk:\", timeout 250ms), max_keys 5000, on failure open, fallback on\n\
+        "store: redis redis://127.0.0.1:6379 (prefix \"rk:\", timeout 250ms, 4 scripts in flight, up to 64 decisions each), max_keys 5000, on failure open, fallback on\n\
          listen: http 0.0.0.0:8080, grpc off, admin 127.0.0.1:9090\n\
          limit per-ip: gcra 100/minute, key client_ip (trusting 10.0.0.0/8, 192.0.2.1/32), match every request\n\
          limit login: sliding_window 5/30s, key descriptor:remote_address + route, match domain edge, descriptors [remote_address, path=/login, user=adm*], methods POST, path /api* (shadow)\n\
@@ -182,7 +239,7 @@ fn syntax_error() {
 fn unknown_fields() {
     assert_eq!(
         err("[store]\nkind = \"memory\"\nmax_key = 5\n"),
-        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`"
+        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `batch_in_flight`, `batch_max_calls`"
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
@@ -439,6 +496,7 @@ fn env_overrides() {
             url: "redis://cache:6379".to_owned(),
             prefix: "123".to_owned(),
             timeout: Duration::from_millis(100),
+            batching: Batching::DEFAULT,
         }
     );
     assert_eq!(config.store.max_keys, 77);
@@ -485,7 +543,7 @@ fn env_errors_name_the_variable() {
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__KINDS", "redis")]),
-        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`"
+        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `batch_in_flight`, `batch_max_calls`"
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__MAX_KEYS", "lots")]),

@@ -29,6 +29,8 @@ pub(crate) struct FileStore {
     pub(crate) urls: Option<Strings>,
     pub(crate) prefix: Option<Spanned<String>>,
     pub(crate) timeout_ms: Option<Spanned<u64>>,
+    pub(crate) batch_in_flight: Option<Spanned<u64>>,
+    pub(crate) batch_max_calls: Option<Spanned<u64>>,
 }
 
 /// `[listen]`.

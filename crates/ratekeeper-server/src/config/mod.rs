@@ -34,7 +34,12 @@
 //! `sqlite` needs `path`; `redis` needs `url` (`redis://`, `rediss://` or
 //! `redis+unix://`), `redis-cluster` needs `urls`; both take `prefix`
 //! (default `ratekeeper:`, without `{` or `}`) and `timeout_ms` (default
-//! 100). Fields that do not apply to the kind are refused.
+//! 100). `redis` also takes `batch_in_flight` (default 4) and
+//! `batch_max_calls` (default 64, at most 1,000; 1 turns batching off): up
+//! to `batch_in_flight` scripts run at once, and decisions asked for while
+//! they do go together, up to `batch_max_calls` in one script
+//! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
+//! are refused.
 //!
 //! # Limits
 //!
@@ -162,6 +167,8 @@ pub enum Backend {
         prefix: String,
         /// The timeout of each call.
         timeout: Duration,
+        /// How concurrent decisions share scripts.
+        batching: ratekeeper_redis::Batching,
     },
     /// A Redis Cluster.
     RedisCluster {
@@ -439,10 +446,22 @@ impl Config {
                 url,
                 prefix,
                 timeout,
-            } => format!(
-                "redis {url} (prefix {prefix:?}, timeout {}ms)",
-                timeout.as_millis()
-            ),
+                batching,
+            } => {
+                let batching = if batching.is_on() {
+                    format!(
+                        "{} scripts in flight, up to {} decisions each",
+                        batching.in_flight(),
+                        batching.max_calls()
+                    )
+                } else {
+                    "no batching".to_owned()
+                };
+                format!(
+                    "redis {url} (prefix {prefix:?}, timeout {}ms, {batching})",
+                    timeout.as_millis()
+                )
+            }
             Backend::RedisCluster {
                 urls,
                 prefix,

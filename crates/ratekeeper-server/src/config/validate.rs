@@ -32,6 +32,12 @@ const DEFAULT_TIMEOUT_MS: u64 = 100;
 const MAX_TIMEOUT_MS: u64 = 60_000;
 /// How deep [`find_path`] looks.
 const MAX_PATH_DEPTH: usize = 16;
+/// The most scripts a Redis store's batching may run at once.
+const MAX_BATCH_IN_FLIGHT: usize = 1_024;
+
+/// The most decisions one batched script may take (the store's own bound).
+const MAX_BATCH_CALLS: usize = 1_000;
+
 /// The default key prefix of the Redis stores.
 const DEFAULT_PREFIX: &str = "ratekeeper:";
 
@@ -191,6 +197,27 @@ impl Checker<'_> {
         })
     }
 
+    /// A whole number of `store.{field}` from 1 to `max`, or `default`.
+    fn bounded(
+        &self,
+        value: &Option<Spanned<u64>>,
+        field: &str,
+        default: usize,
+        max: usize,
+    ) -> Result<usize, ConfigError> {
+        let Some(value) = value else {
+            return Ok(default);
+        };
+        match usize::try_from(*value.get_ref()) {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => self.fail(
+                value.span(),
+                format!("store.{field}"),
+                format!("{field} is {}, outside 1 to {max}", value.get_ref()),
+            ),
+        }
+    }
+
     fn store(&self, store: Option<Spanned<FileStore>>) -> Result<StoreConfig, ConfigError> {
         let Some(store) = store else {
             return Ok(StoreConfig {
@@ -220,7 +247,19 @@ impl Checker<'_> {
         };
         let remote = kind != "memory";
         let redis = kind == "redis" || kind == "redis-cluster";
-        let applies: [(&str, Option<Range<usize>>, bool, &str); 7] = [
+        let applies: [(&str, Option<Range<usize>>, bool, &str); 9] = [
+            (
+                "batch_in_flight",
+                store.batch_in_flight.as_ref().map(Spanned::span),
+                kind == "redis",
+                "the redis store (a cluster does not batch)",
+            ),
+            (
+                "batch_max_calls",
+                store.batch_max_calls.as_ref().map(Spanned::span),
+                kind == "redis",
+                "the redis store (a cluster does not batch)",
+            ),
             (
                 "path",
                 store.path.as_ref().map(Spanned::span),
@@ -349,6 +388,20 @@ impl Checker<'_> {
                 Duration::from_millis(n)
             }
         };
+        let defaults = ratekeeper_redis::Batching::DEFAULT;
+        let in_flight = self.bounded(
+            &store.batch_in_flight,
+            "batch_in_flight",
+            defaults.in_flight(),
+            MAX_BATCH_IN_FLIGHT,
+        )?;
+        let max_calls = self.bounded(
+            &store.batch_max_calls,
+            "batch_max_calls",
+            defaults.max_calls(),
+            MAX_BATCH_CALLS,
+        )?;
+        let batching = ratekeeper_redis::Batching::new(in_flight, max_calls);
         let backend = match kind {
             "sqlite" => match &store.path {
                 Some(path) if !path.get_ref().trim().is_empty() => Backend::Sqlite {
@@ -370,6 +423,7 @@ impl Checker<'_> {
                     url: self.redis_url(url, "store.url")?,
                     prefix,
                     timeout,
+                    batching,
                 },
                 None => {
                     return self.fail(

@@ -57,10 +57,12 @@ impl AnyStore {
                 url,
                 prefix,
                 timeout,
+                batching,
             } => {
                 let store = RedisStore::builder()
                     .prefix(prefix.clone())
                     .timeout(*timeout)
+                    .batching(*batching)
                     .connect(url)
                     .await
                     .map_err(StartError::Redis)?;
