@@ -63,12 +63,16 @@ local n = #KEYS
 -- it changed once, at the end: `cache` holds every key's latest state
 -- (false: none), `order` the keys to write in the order first changed,
 -- `wv` and `wt` the value (false: delete) and TTL (-1: keep the key's
--- own) to write. Its reply is the calls' replies one after another.
+-- own) to write. Its reply is the calls' replies one after another. A call
+-- of several keys alone writes through the same list.
 local batch = code == 4
 local calls, kb, kp = 1, 0, 18
 local parts, cache, order, wv, wt
 if batch then
-  calls, parts, cache, order, wv, wt = cost, {}, {}, {}, {}, {}
+  calls, parts, cache = cost, {}, {}
+end
+if batch or n ~= 1 then
+  parts, order, wv, wt = parts or {}, {}, {}, {}
 end
 
 for call_index = 1, calls do
@@ -651,10 +655,10 @@ for call_index = 1, calls do
     if denied == 0 and code ~= 2 then
       for i = 1, n do
         local key, new, ttl = KEYS[kb + i], states[i], ttls[i]
-        if new == nil then
-          -- unchanged
-        elseif batch then
-          cache[key] = new
+        if new ~= nil then
+          if batch then
+            cache[key] = new
+          end
           if wv[key] == nil then
             order[#order + 1] = key
           end
@@ -662,16 +666,6 @@ for call_index = 1, calls do
           if ttl >= 0 or wt[key] == nil then
             wt[key] = ttl
           end
-        elseif new == false then
-          call('DEL', key)
-        elseif ttl < 0 then
-          call('SET', key, new, 'KEEPTTL')
-        else
-          local ms = ceil(ttl / 1000) + 1
-          if pinned and ms < 3600000 then
-            ms = 3600000
-          end
-          call('PSETEX', key, ms, new)
         end
       end
     end
@@ -684,9 +678,6 @@ for call_index = 1, calls do
       -- (unpack here is Lua's, of a table)
       reply = pack('<' .. string.rep('d', n * 6 + 2), unpack(out))
     end
-    if not batch then
-      return reply
-    end
     parts[call_index] = reply
   elseif code == 3 then
     parts[call_index] = pack('<d', now)
@@ -694,7 +685,7 @@ for call_index = 1, calls do
   kb, kp = kb + n, kp + n * 25
 end
 
--- the batch's writes, one per key
+-- the writes, one per key
 for w = 1, #order do
   local key = order[w]
   local new, ttl = wv[key], wt[key]
@@ -709,5 +700,8 @@ for w = 1, #order do
     end
     call('PSETEX', key, ms, new)
   end
+end
+if not batch then
+  return parts[1]
 end
 return table.concat(parts)
