@@ -177,6 +177,15 @@ async fn calls_queued_together_are_decided_in_order_as_if_each_ran_alone() {
     for (i, (got, expected)) in got.iter().zip(&expected).enumerate() {
         assert_eq!(got, expected, "call {i}");
     }
+    // the keys of another type were read with the batch's other keys (as
+    // missing, by MGET) and are still what they were
+    for prefix in ["batched:", "alone:"] {
+        for limit in limits.iter() {
+            let key = format!("{prefix}{}:wrong", limit.name());
+            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut redis).unwrap();
+            assert_eq!(kind, "hash", "{key}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
