@@ -13,6 +13,7 @@
 //! ran alone, in the order they were queued.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ratekeeper::StoreError;
@@ -89,6 +90,58 @@ impl Default for Batching {
     }
 }
 
+/// What a store's coalescing has done since the store was built, read with
+/// [`RedisStore::batch_stats`](crate::RedisStore::batch_stats): enough to
+/// tell whether calls wait and how many go together, to tune
+/// [`Batching`].
+///
+/// `batched_calls / batches` is the mean number of calls per script among
+/// those that waited; `queued - batched_calls - abandoned` are waiting now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchStats {
+    /// Calls sent as a script of their own as soon as they were made (fewer
+    /// than [`Batching::in_flight`] scripts were running).
+    pub sent_at_once: u64,
+    /// Calls that waited in the queue because that many were running.
+    pub queued: u64,
+    /// Scripts sent for calls that had waited.
+    pub batches: u64,
+    /// Calls that had waited, decided by those scripts.
+    pub batched_calls: u64,
+    /// Calls that had waited and were dropped undecided: their caller had
+    /// stopped waiting (its timeout, or the call's future dropped) before
+    /// their script went.
+    pub abandoned: u64,
+}
+
+/// The live counters behind [`BatchStats`]; relaxed, since each is read on
+/// its own.
+#[derive(Debug, Default)]
+struct Counters {
+    sent_at_once: AtomicU64,
+    queued: AtomicU64,
+    batches: AtomicU64,
+    batched_calls: AtomicU64,
+    abandoned: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> BatchStats {
+        BatchStats {
+            sent_at_once: self.sent_at_once.load(Ordering::Relaxed),
+            queued: self.queued.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            batched_calls: self.batched_calls.load(Ordering::Relaxed),
+            abandoned: self.abandoned.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The most calls one script takes (its reply is built from a table of one
 /// string per call; the bound keeps a batch's reply and key list modest).
 const MAX_CALLS: usize = 1_000;
@@ -126,6 +179,7 @@ pub(crate) struct WrongType;
 pub(crate) struct Batcher {
     permits: Arc<Semaphore>,
     queue: mpsc::UnboundedSender<Job>,
+    counters: Arc<Counters>,
 }
 
 impl Batcher {
@@ -136,13 +190,19 @@ impl Batcher {
             batching.in_flight.min(Semaphore::MAX_PERMITS),
         ));
         let (queue, receiver) = mpsc::unbounded_channel();
+        let counters = Arc::new(Counters::default());
         tokio::spawn(dispatch(
             caller,
             receiver,
             Arc::clone(&permits),
             batching.max_calls,
+            Arc::clone(&counters),
         ));
-        Batcher { permits, queue }
+        Batcher {
+            permits,
+            queue,
+            counters,
+        }
     }
 
     /// A permit to run a script call now, if fewer than `in_flight` run and
@@ -150,7 +210,14 @@ impl Batcher {
     pub(crate) fn try_now(&self) -> Option<OwnedSemaphorePermit> {
         // Released permits go to the dispatcher first when it waits, so a
         // call never overtakes those queued before it.
-        Arc::clone(&self.permits).try_acquire_owned().ok()
+        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
+        Counters::add(&self.counters.sent_at_once, 1);
+        Some(permit)
+    }
+
+    /// The counters so far.
+    pub(crate) fn stats(&self) -> BatchStats {
+        self.counters.read()
     }
 
     /// Queues a call; its reply comes through the receiver.
@@ -161,6 +228,7 @@ impl Batcher {
         now: Now,
     ) -> oneshot::Receiver<Result<Vec<i64>, StoreError>> {
         let (done, reply) = oneshot::channel();
+        Counters::add(&self.counters.queued, 1);
         // The task outlives every sender, so the send only fails when the
         // runtime is shutting down; the dropped job then closes `reply`.
         let _ = self.queue.send(Job {
@@ -180,6 +248,7 @@ async fn dispatch(
     mut queue: mpsc::UnboundedReceiver<Job>,
     permits: Arc<Semaphore>,
     max_calls: usize,
+    counters: Arc<Counters>,
 ) {
     // Calls pinned to another time than the batch's (a test hook) wait for
     // a batch of their own, first in line.
@@ -201,12 +270,12 @@ async fn dispatch(
         while let Some(job) = next.take() {
             // A call whose caller stopped waiting (its timeout) is dropped
             // undecided, rather than charged for nobody.
-            if !job.done.is_closed() {
-                if jobs.first().is_none_or(|j: &Job| j.now == job.now) {
-                    jobs.push(job);
-                } else {
-                    later.push_back(job);
-                }
+            if job.done.is_closed() {
+                Counters::add(&counters.abandoned, 1);
+            } else if jobs.first().is_none_or(|j: &Job| j.now == job.now) {
+                jobs.push(job);
+            } else {
+                later.push_back(job);
             }
             if jobs.len() < max_calls {
                 next = held.pop_front().or_else(|| queue.try_recv().ok());
@@ -217,6 +286,8 @@ async fn dispatch(
         if jobs.is_empty() {
             continue;
         }
+        Counters::add(&counters.batches, 1);
+        Counters::add(&counters.batched_calls, jobs.len() as u64);
         tokio::spawn(send(Arc::clone(&caller), jobs, permit));
     }
 }

@@ -130,7 +130,7 @@ mod params;
 mod slot;
 mod store;
 
-pub use batch::Batching;
+pub use batch::{BatchStats, Batching};
 pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
 pub use slot::hash_slot;
 pub use store::{

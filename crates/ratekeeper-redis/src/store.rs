@@ -14,7 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 use thiserror::Error;
 
-use crate::batch::{Batcher, Batching};
+use crate::batch::{BatchStats, Batcher, Batching};
 use crate::params::{Params, MAX_EXACT};
 use crate::slot::hash_slot;
 
@@ -450,6 +450,13 @@ impl RedisStore {
     /// Cluster).
     pub fn batching(&self) -> Batching {
         self.inner.batching
+    }
+
+    /// What coalescing has done since the store was built; `None` when it
+    /// is off ([`Batching::OFF`], or Redis Cluster). Clones share the
+    /// counters.
+    pub fn batch_stats(&self) -> Option<BatchStats> {
+        self.inner.batcher.as_ref().map(Batcher::stats)
     }
 
     /// Like [`Store::check`], also returning the Redis server's time the

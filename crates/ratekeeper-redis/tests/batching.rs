@@ -174,6 +174,19 @@ async fn calls_queued_together_are_decided_in_order_as_if_each_ran_alone() {
         "the first call alone, then one script for the {} queued",
         ops.len()
     );
+    let stats = batched.batch_stats().expect("batching is on");
+    let queued = ops.len() as u64;
+    assert_eq!(
+        (stats.sent_at_once, stats.queued, stats.batches),
+        (2, queued, 1),
+        "{stats:?}: the warm-up and the first call at once, the rest in one script"
+    );
+    assert_eq!(
+        (stats.batched_calls, stats.abandoned),
+        (queued, 0),
+        "{stats:?}"
+    );
+    assert_eq!(alone.batch_stats(), None);
     for (i, (got, expected)) in got.iter().zip(&expected).enumerate() {
         assert_eq!(got, expected, "call {i}");
     }
@@ -292,6 +305,49 @@ async fn a_queued_call_ends_in_its_timeout_and_the_store_recovers() {
             Err(error) => assert!(Instant::now() < deadline, "no recovery: {error}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_queued_call_dropped_by_its_caller_is_not_sent() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = connect(&server, "dropped:", Batching::new(1, 64)).await;
+    let limit = Limit::new("dropped", Gcra::per_second(10).unwrap()).unwrap();
+    assert!(store.check(&limit, b"warm", 1).await.unwrap().is_allowed());
+    let (fcalls_before, _) = server.command_stats("fcall");
+    server.pause();
+    let first = {
+        let (store, limit) = (store.clone(), limit.clone());
+        tokio::spawn(async move { store.check(&limit, b"first", 1).await })
+    };
+    tokio::task::yield_now().await;
+    // five calls wait behind it; their callers give up
+    let waiting: Vec<_> = (0..5)
+        .map(|_| {
+            let (store, limit) = (store.clone(), limit.clone());
+            tokio::spawn(async move { store.check(&limit, b"given-up", 1).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    for call in &waiting {
+        call.abort();
+    }
+    for call in waiting {
+        assert!(call.await.unwrap_err().is_cancelled());
+    }
+    server.resume();
+    assert!(first.await.unwrap().unwrap().is_allowed());
+    // a later call goes after the dropped ones have left the queue
+    assert!(store.check(&limit, b"later", 1).await.unwrap().is_allowed());
+    let (fcalls_after, _) = server.command_stats("fcall");
+    let stats = store.batch_stats().expect("batching is on");
+    assert_eq!((stats.queued, stats.abandoned), (5, 5), "{stats:?}");
+    assert_eq!((stats.batches, stats.batched_calls), (0, 0), "{stats:?}");
+    // the frozen call and the later one: none for the five
+    assert_eq!(fcalls_after - fcalls_before, 2);
+    let peek = store.peek(&limit, b"given-up").await.unwrap();
+    assert_eq!(peek.remaining(), 10, "the dropped calls took nothing");
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The service on Redis: a store that fails closed answers 503 and is not
 //! ready, one that fails open lets requests through, both recover without a
-//! restart; and two service processes sharing one Redis enforce one limit
-//! together.
+//! restart; two service processes sharing one Redis enforce one limit
+//! together; and the metrics show how the store's calls went.
 
 #[path = "../../ratekeeper-redis/tests/harness/mod.rs"]
 mod harness;
@@ -118,6 +118,87 @@ async fn a_store_failing_open_lets_requests_through_but_is_not_ready() {
         assert!(Instant::now() < deadline, "not ready after the restart");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    service.stop().await;
+}
+
+async fn metrics(service: &TestService) -> String {
+    let response = service
+        .client
+        .get(service.admin("/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+/// The value of the sample `series` (name and labels) in `text`.
+fn sample(text: &str, series: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        Some(value.parse().unwrap())
+    })
+}
+
+#[tokio::test]
+async fn metrics_and_stats_show_how_redis_calls_went() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let service = TestService::start(&redis_config(&redis.url(), "closed", "1000/minute")).await;
+    let at_once = r#"ratekeeper_redis_calls_total{path="at_once"}"#;
+    let queued = r#"ratekeeper_redis_calls_total{path="queued"}"#;
+    let before = metrics(&service).await;
+    for _ in 0..20 {
+        let (status, _, _) = service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    let after = metrics(&service).await;
+    // one at a time, nothing waits: the 20 checks and the second scrape's
+    // readiness probe
+    assert_eq!(
+        sample(&after, at_once).unwrap() - sample(&before, at_once).unwrap(),
+        21,
+        "{after}"
+    );
+    assert_eq!(sample(&after, queued), Some(0), "{after}");
+    for series in [
+        "ratekeeper_redis_batches_total",
+        "ratekeeper_redis_batched_calls_total",
+        "ratekeeper_redis_abandoned_calls_total",
+    ] {
+        assert_eq!(sample(&after, series), Some(0), "{series}: {after}");
+    }
+    let stats: serde_json::Value = service
+        .client
+        .get(service.admin("/v1/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let batching = &stats["store"]["batching"];
+    assert!(batching["sent_at_once"].as_u64().unwrap() >= 21, "{stats}");
+    assert_eq!(batching["queued"], 0, "{stats}");
+    service.stop().await;
+
+    // batching off: no such metrics, no such stats
+    let config = redis_config(&redis.url(), "closed", "1000/minute").replace(
+        "timeout_ms = 200\n",
+        "timeout_ms = 200\nbatch_max_calls = 1\n",
+    );
+    assert!(config.contains("batch_max_calls = 1"));
+    let service = TestService::start(&config).await;
+    let (status, _, _) = service
+        .post("/v1/check", json!({"limits": ["shared"]}))
+        .await;
+    assert_eq!(status, 200);
+    let text = metrics(&service).await;
+    assert!(text.contains("ratekeeper_store_up"), "{text}");
+    assert!(!text.contains("ratekeeper_redis_"), "{text}");
     service.stop().await;
 }
 

@@ -13,6 +13,10 @@
 //! | `ratekeeper_store_failed_open_total` | counter | `store` | requests allowed because the store failed open |
 //! | `ratekeeper_store_failed_closed_total` | counter | `store` | requests refused because the store failed closed |
 //! | `ratekeeper_store_fallback_total` | counter | `store` | requests decided by the in-memory fallback |
+//! | `ratekeeper_redis_calls_total` | counter | `path` (`at_once`, `queued`) | Redis store calls sent as soon as made, or after waiting for a running script (Redis with batching on only) |
+//! | `ratekeeper_redis_batches_total` | counter | | scripts that decided calls that had waited |
+//! | `ratekeeper_redis_batched_calls_total` | counter | | calls those scripts decided (divided by the batches: calls per script) |
+//! | `ratekeeper_redis_abandoned_calls_total` | counter | | calls that waited and whose caller gave up (its timeout) before they were sent |
 //!
 //! The per-limit counters are read from the core's stats at scrape time,
 //! so the decision path counts each decision once. A limit's counters
@@ -221,6 +225,36 @@ impl Collector for Scrape {
             ),
         ] {
             counter(&mut encoder, name, help, [(store, value)])?;
+        }
+        if let Some(batching) = self.store.batching {
+            counter(
+                &mut encoder,
+                "ratekeeper_redis_calls",
+                "Redis store calls sent as soon as made, or after waiting for a running script.",
+                [
+                    ([("path", "at_once")], batching.sent_at_once),
+                    ([("path", "queued")], batching.queued),
+                ],
+            )?;
+            for (name, help, value) in [
+                (
+                    "ratekeeper_redis_batches",
+                    "Scripts that decided Redis store calls that had waited.",
+                    batching.batches,
+                ),
+                (
+                    "ratekeeper_redis_batched_calls",
+                    "Redis store calls that had waited, decided by those scripts.",
+                    batching.batched_calls,
+                ),
+                (
+                    "ratekeeper_redis_abandoned_calls",
+                    "Redis store calls that waited and whose caller gave up before they were sent.",
+                    batching.abandoned,
+                ),
+            ] {
+                counter(&mut encoder, name, help, [(no_labels, value)])?;
+            }
         }
         Ok(())
     }

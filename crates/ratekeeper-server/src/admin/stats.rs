@@ -7,7 +7,7 @@
 //! 200 OK
 //! {"at_unix_secs": 1767225600,
 //!  "store": {"kind": "memory", "ready": true, "error": null,
-//!            "keys_in_memory": 2, "failures": null},
+//!            "keys_in_memory": 2, "failures": null, "batching": null},
 //!  "decisions": 12,
 //!  "limits": [{"name": "per-user",
 //!              "config": {"name": "per-user", "policy": "gcra", "rate": "3/minute", ...},
@@ -38,6 +38,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
 use ratekeeper::{LimitSnapshot, ResilientStats};
+use ratekeeper_redis::BatchStats;
 use serde::Serialize;
 
 use crate::engine::Engine;
@@ -78,6 +79,38 @@ pub struct StoreHealth {
     pub keys_in_memory: Option<usize>,
     /// What the failure policy has done; `None` for the in-memory store.
     pub failures: Option<FailureCounts>,
+    /// How the Redis store's concurrent calls went together; `None` for
+    /// the other stores and when that is off.
+    pub batching: Option<BatchCounts>,
+}
+
+/// What a Redis store's coalescing has done so far (see
+/// [`ratekeeper_redis::Batching`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct BatchCounts {
+    /// Calls sent as a script of their own as soon as they were made.
+    pub sent_at_once: u64,
+    /// Calls that waited for a script already running to end.
+    pub queued: u64,
+    /// Scripts sent for calls that had waited.
+    pub batches: u64,
+    /// Calls that had waited, decided by those scripts.
+    pub batched_calls: u64,
+    /// Calls that had waited and whose caller gave up first (not sent).
+    pub abandoned: u64,
+}
+
+impl From<BatchStats> for BatchCounts {
+    fn from(stats: BatchStats) -> Self {
+        BatchCounts {
+            sent_at_once: stats.sent_at_once,
+            queued: stats.queued,
+            batches: stats.batches,
+            batched_calls: stats.batched_calls,
+            abandoned: stats.abandoned,
+        }
+    }
 }
 
 /// What a remote store's failure policy has done so far.
@@ -137,6 +170,7 @@ impl StoreHealth {
             error,
             keys_in_memory: store.keys_in_memory(),
             failures: store.failure_stats().map(FailureCounts::from),
+            batching: store.redis_batching().map(BatchCounts::from),
         }
     }
 }

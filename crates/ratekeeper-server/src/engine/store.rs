@@ -10,7 +10,7 @@ use ratekeeper::{
     Clock, Decision, FailurePolicy, Limit, MemoryStore, MultiOutcome, Outcome, Resilient,
     ResilientStats, Store, StoreError,
 };
-use ratekeeper_redis::RedisStore;
+use ratekeeper_redis::{BatchStats, RedisStore};
 use ratekeeper_sqlite::SqliteStore;
 
 use super::StartError;
@@ -104,6 +104,16 @@ impl AnyStore {
             AnyStore::Memory(_) => None,
             AnyStore::Sqlite(store) => Some(store.stats()),
             AnyStore::Redis(store) => Some(store.stats()),
+        }
+    }
+
+    /// What the Redis store's coalescing of concurrent calls has done;
+    /// `None` for the other stores, and for Redis with it off (or Redis
+    /// Cluster).
+    pub fn redis_batching(&self) -> Option<BatchStats> {
+        match self {
+            AnyStore::Redis(store) => store.inner().batch_stats(),
+            _ => None,
         }
     }
 
