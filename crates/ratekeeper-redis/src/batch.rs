@@ -20,7 +20,8 @@ use ratekeeper::StoreError;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::store::{numbers, Caller, Now, REFUND};
+use crate::reply::{numbers, ReplyError};
+use crate::store::{Caller, Now, REFUND};
 
 /// How a [`RedisStore`](crate::RedisStore) on one server coalesces
 /// concurrent calls into one script call; set with
@@ -311,7 +312,7 @@ async fn send(caller: Arc<Caller>, jobs: Vec<Job>, permit: OwnedSemaphorePermit)
     drop(permit);
     let error = match result.map(|reply| numbers(&reply)) {
         Ok(Ok(numbers)) => return hand_out(jobs, &numbers),
-        Ok(Err(error)) => Arc::new(error),
+        Ok(Err(error)) => error,
         Err(error) => {
             for job in jobs {
                 let _ = job.done.send(Err(error.to_store_error()));
@@ -320,9 +321,7 @@ async fn send(caller: Arc<Caller>, jobs: Vec<Job>, permit: OwnedSemaphorePermit)
         }
     };
     for job in jobs {
-        let _ = job
-            .done
-            .send(Err(StoreError::invalid_reply(Arc::clone(&error))));
+        let _ = job.done.send(Err(error.clone().into()));
     }
 }
 
@@ -367,7 +366,7 @@ fn hand_out(jobs: Vec<Job>, numbers: &[i64]) {
 }
 
 fn short_reply(len: usize) -> StoreError {
-    StoreError::invalid_reply(format!("a batch's reply of {len} numbers is too short"))
+    ReplyError::ShortBatch(len).into()
 }
 
 #[cfg(test)]

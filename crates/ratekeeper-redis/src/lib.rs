@@ -127,11 +127,13 @@
 
 mod batch;
 mod params;
+mod reply;
 mod slot;
 mod store;
 
 pub use batch::{BatchStats, Batching};
 pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
+pub use reply::ReplyError;
 pub use slot::hash_slot;
 pub use store::{
     function_name, library, ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder,

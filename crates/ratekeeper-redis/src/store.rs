@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ratekeeper::{
-    Algorithm, Decision, Limit, MultiOutcome, Outcome, RetryAfter, Store, StoreError, Timestamp,
-};
+use ratekeeper::{Algorithm, Decision, Limit, MultiOutcome, Outcome, Store, StoreError, Timestamp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -16,6 +14,7 @@ use thiserror::Error;
 
 use crate::batch::{BatchStats, Batcher, Batching};
 use crate::params::{Params, MAX_EXACT};
+use crate::reply::{numbers, parse, ReplyError};
 use crate::slot::hash_slot;
 
 /// The Lua source of the decision script, as `EVAL` runs it.
@@ -301,7 +300,7 @@ impl Caller {
     /// Runs the script once, within the timeout, and reads its reply.
     pub(crate) async fn call(&self, keys: &[&[u8]], arg: &[u8]) -> Result<Vec<i64>, StoreError> {
         match self.call_raw(keys, arg).await {
-            Ok(reply) => numbers(&reply),
+            Ok(reply) => Ok(numbers(&reply)?),
             Err(error) => Err(error.to_store_error()),
         }
     }
@@ -394,10 +393,10 @@ impl fmt::Debug for RedisStore {
 }
 
 /// One limit of a call: its key, script parameters and quota.
-struct Prepared {
+pub(crate) struct Prepared {
     key: Vec<u8>,
     params: Params,
-    quota: u64,
+    pub(crate) quota: u64,
 }
 
 /// The script's operations.
@@ -514,7 +513,7 @@ impl RedisStore {
         outcomes[0]
             .decision()
             .copied()
-            .ok_or_else(|| StoreError::invalid_reply("a peek was not decided"))
+            .ok_or_else(|| ReplyError::PeekUndecided.into())
     }
 
     async fn refund_at(
@@ -701,26 +700,6 @@ fn script_arg(op: u8, prepared: &[Prepared], cost: u64, now: Now) -> Vec<u8> {
 /// on Lua's stack).
 const MAX_LIMITS: usize = 1_000;
 
-/// The script's reply: little-endian doubles, each an integer.
-pub(crate) fn numbers(reply: &[u8]) -> Result<Vec<i64>, StoreError> {
-    if !reply.len().is_multiple_of(8) {
-        return Err(StoreError::invalid_reply(format!(
-            "a reply of {} bytes",
-            reply.len()
-        )));
-    }
-    reply
-        .chunks_exact(8)
-        .map(|chunk| {
-            let value = f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-            let exact = value.fract() == 0.0 && value.abs() <= MAX_EXACT as f64;
-            exact
-                .then_some(value as i64)
-                .ok_or_else(|| StoreError::invalid_reply(format!("{value} is not an integer")))
-        })
-        .collect()
-}
-
 /// Groups the limits by hash slot, in order of first appearance.
 fn by_slot(prepared: &[Prepared]) -> Vec<Vec<usize>> {
     let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
@@ -732,58 +711,6 @@ fn by_slot(prepared: &[Prepared]) -> Vec<Vec<usize>> {
         }
     }
     groups.into_iter().map(|(_, members)| members).collect()
-}
-
-type Parsed = (Vec<Outcome>, Option<usize>, Timestamp);
-
-/// Reads a reply of six numbers per limit, the denying index and the time.
-fn parse(prepared: &[Prepared], reply: &[i64]) -> Result<Parsed, StoreError> {
-    let n = prepared.len();
-    if reply.len() != n * 6 + 2 {
-        return Err(StoreError::invalid_reply(format!(
-            "expected {} numbers, got {}",
-            n * 6 + 2,
-            reply.len()
-        )));
-    }
-    let outcomes = prepared
-        .iter()
-        .zip(reply.chunks_exact(6))
-        .map(|(p, r)| decision(p.quota, r).map(Outcome::Decided))
-        .collect::<Result<Vec<_>, _>>()?;
-    let denied = match reply[n * 6] {
-        0 => None,
-        i if (1..=n as i64).contains(&i) => Some(i as usize - 1),
-        i => return Err(StoreError::invalid_reply(format!("bad limit index {i}"))),
-    };
-    let now = u64::try_from(reply[n * 6 + 1])
-        .map_err(|_| StoreError::invalid_reply("negative server time"))?;
-    Ok((outcomes, denied, Timestamp::from_micros(now)))
-}
-
-fn decision(quota: u64, r: &[i64]) -> Result<Decision, StoreError> {
-    let bad = || StoreError::invalid_reply(format!("invalid decision {r:?}"));
-    let non_negative = |v: i64| u64::try_from(v).map_err(|_| bad());
-    let duration = |us: i64, ns: i64| -> Result<Duration, StoreError> {
-        let (us, ns) = (non_negative(us)?, non_negative(ns)?);
-        if ns >= 1_000 {
-            return Err(bad());
-        }
-        Ok(Duration::from_micros(us) + Duration::from_nanos(ns))
-    };
-    let remaining = non_negative(r[1])?;
-    let reset = duration(r[2], r[3])?;
-    match r[0] {
-        1 => Ok(Decision::allowed(quota, remaining, reset)),
-        0 => {
-            let retry = match r[4] {
-                -1 => RetryAfter::Never,
-                us => RetryAfter::After(duration(us, r[5])?),
-            };
-            Ok(Decision::denied(quota, remaining, reset, retry))
-        }
-        _ => Err(bad()),
-    }
 }
 
 impl Store for RedisStore {
