@@ -340,9 +340,8 @@ impl<C: Clock + 'static> SqliteStore<C> {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => match runtime.spawn_blocking(move || work(&inner)).await {
                 Ok(result) => result,
-                Err(error) => Err(StoreError::unavailable(format!(
-                    "the SQLite task did not finish: {error}"
-                ))),
+                // the task panicked or its runtime is shutting down
+                Err(error) => Err(StoreError::unavailable(error)),
             },
             Err(_) => work(&inner),
         }
@@ -492,11 +491,23 @@ impl Failure {
 
 /// A row whose state column is not a state.
 #[derive(Debug, thiserror::Error)]
-#[error("the state of key {key:?} under limit {limit:?} is unreadable: {reason}")]
+#[error("the state of key {key:?} under limit {limit:?} is unreadable")]
 struct UnreadableState {
     limit: String,
     key: String,
-    reason: String,
+    #[source]
+    reason: Unreadable,
+}
+
+/// What is wrong with a row's state column.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    /// Text or bytes that are not a state's JSON.
+    #[error("its JSON does not hold a state")]
+    Json(#[from] serde_json::Error),
+    /// A number or NULL where the JSON should be.
+    #[error("the state column holds {0}")]
+    ColumnType(rusqlite::types::Type),
 }
 
 impl<C: Clock> Inner<C> {
@@ -699,9 +710,9 @@ fn read(conn: &Connection, sql: &Sql, name: &str, key: &[u8]) -> Result<Option<S
     };
     let parsed = match row.get_ref(0)? {
         ValueRef::Text(json) | ValueRef::Blob(json) => {
-            serde_json::from_slice::<State>(json).map_err(|error| error.to_string())
+            serde_json::from_slice::<State>(json).map_err(Unreadable::from)
         }
-        other => Err(format!("the state column holds {}", other.data_type())),
+        other => Err(Unreadable::ColumnType(other.data_type())),
     };
     parsed.map(Some).map_err(|reason| {
         Failure::Unreadable(UnreadableState {

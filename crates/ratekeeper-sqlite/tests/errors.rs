@@ -42,6 +42,10 @@ fn unreadable_states_are_invalid_replies() {
         );
         let message = check.source().unwrap().to_string();
         assert!(message.contains("login"), "{message}");
+        // and why, one level further down (the column's TEXT affinity
+        // stores even the number as text)
+        let reason = check.source().unwrap().source().unwrap().to_string();
+        assert_eq!(reason, "its JSON does not hold a state", "{garbage}");
         let peek = store.peek_blocking(&limit, b"k").unwrap_err();
         assert!(matches!(peek, StoreError::InvalidReply(_)), "{peek:?}");
         let refund = store.refund_blocking(&limit, b"k", 1).unwrap_err();
