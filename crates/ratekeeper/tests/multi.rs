@@ -50,6 +50,34 @@ fn a_request_denied_by_one_limit_takes_nothing_from_the_others() {
     }
 }
 
+/// A limit that allowed in the preview but denies when its turn comes
+/// (here the same key listed twice, where threads would race): what the
+/// limits before it took is given back, and they report their previews.
+#[test]
+fn a_limit_that_denies_after_its_preview_rolls_the_others_back() {
+    for kind in PolicyKind::ALL {
+        let clock = ManualClock::new(Timestamp::from_secs(1_000));
+        let global = limiter(&clock, kind, 100);
+        let per_user = limiter(&clock, kind, 1);
+        let outcome = check_all([(&global, "all"), (&per_user, "u"), (&per_user, "u")], 1);
+        assert_eq!(outcome.denied_by(), Some(2), "{kind}");
+        let [first, second, third] = outcome.outcomes() else {
+            panic!("{kind}: {outcome:?}");
+        };
+        // the previews: what each would have decided alone
+        assert_eq!(first.decision().unwrap().remaining(), 99, "{kind}");
+        assert!(second.is_allowed(), "{kind}");
+        assert_eq!(second.decision().unwrap().remaining(), 0, "{kind}");
+        // the one that denied, with its own figures
+        assert!(!third.is_allowed(), "{kind}");
+        assert_eq!(third.decision().unwrap().remaining(), 0, "{kind}");
+        // nothing kept
+        assert_eq!(global.peek("all").remaining(), 100, "{kind}");
+        assert_eq!(per_user.peek("u").remaining(), 1, "{kind}");
+        assert!(check_all([(&global, "all"), (&per_user, "u")], 1).is_allowed());
+    }
+}
+
 #[test]
 fn a_saturated_limit_denies_the_whole_request() {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));

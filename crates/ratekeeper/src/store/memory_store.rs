@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use smallvec::SmallVec;
 
 use super::{Limit, PreparedLimit, Store, StoreError};
 use crate::{
@@ -248,13 +249,26 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             let denied = (!outcome.is_allowed()).then_some(0);
             return Ok(MultiOutcome::new(vec![outcome], denied));
         }
+        let keys = checks.iter().map(|&(_, key)| key);
+        {
+            // Every table made already (the usual case): borrowed from one
+            // snapshot of the map, nothing cloned.
+            let limiters = self.inner.limiters.load();
+            let found: Option<SmallVec<[&MemoryLimiter<C>; 4]>> = checks
+                .iter()
+                .map(|&(limit, _)| {
+                    let entry = limiters.get(limit.name())?;
+                    (entry.policy == *limit.policy()).then_some(&entry.limiter)
+                })
+                .collect();
+            if let Some(found) = found {
+                return Ok(check_all(found.into_iter().zip(keys), cost));
+            }
+        }
         let limiters = checks
             .iter()
             .map(|&(limit, _)| self.limiter(limit))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(check_all(
-            limiters.iter().zip(checks.iter().map(|&(_, key)| key)),
-            cost,
-        ))
+            .collect::<Result<SmallVec<[_; 4]>, _>>()?;
+        Ok(check_all(limiters.iter().zip(keys), cost))
     }
 }
