@@ -55,6 +55,8 @@ pub(crate) struct Shared<S> {
     /// One rule, keyed by the socket peer, prepared, every request costing
     /// one: the service's shortest path (the usual per-IP limit).
     pub(crate) peer_only: bool,
+    /// What looked wrong when the layer was built.
+    pub(crate) warnings: Vec<ConfigWarning>,
 }
 
 /// A configuration that works but is probably not what was meant; logged
@@ -114,15 +116,16 @@ pub enum LayerError {
 /// `RateLimit` keeps a count per clone, which under axum means per
 /// connection or per request).
 pub struct RateLimitLayer<S> {
+    // One `Arc` and nothing else: axum clones the layer, and the service it
+    // makes, for every request to a route it wraps, and each `Arc` more is
+    // two more atomic read-modify-writes per request.
     shared: Arc<Shared<S>>,
-    warnings: Arc<[ConfigWarning]>,
 }
 
 impl<S> Clone for RateLimitLayer<S> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             shared: Arc::clone(&self.shared),
-            warnings: Arc::clone(&self.warnings),
         }
     }
 }
@@ -159,7 +162,7 @@ impl<S: Store> RateLimitLayer<S> {
 impl<S> RateLimitLayer<S> {
     /// The configuration warnings found when the layer was built.
     pub fn warnings(&self) -> &[ConfigWarning] {
-        &self.warnings
+        &self.shared.warnings
     }
 
     /// The store the layer decides through.
@@ -290,7 +293,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                 return Err(LayerError::DuplicateLimit(rule.limit.name().to_owned()));
             }
         }
-        let warnings: Arc<[ConfigWarning]> = self.rules.iter().flat_map(warnings_for).collect();
+        let warnings: Vec<ConfigWarning> = self.rules.iter().flat_map(warnings_for).collect();
         for warning in warnings.iter() {
             tracing::warn!("{warning}");
         }
@@ -324,10 +327,10 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             custom: self.custom,
             cost: self.cost,
             missing_peer_logged: AtomicBool::new(false),
+            warnings,
         };
         Ok(RateLimitLayer {
             shared: Arc::new(shared),
-            warnings,
         })
     }
 }

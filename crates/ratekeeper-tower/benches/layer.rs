@@ -1,0 +1,118 @@
+//! The layer's own cost, without a network: one request through an axum
+//! hello-world `Router` called in process, with no limiter, with
+//! ratekeeper's layer (in-memory store, keyed by the socket peer; without
+//! and with the draft headers) and with tower_governor keyed alike, as
+//! `examples/http_bench.rs` sets them up for the loopback benchmark.
+//!
+//! Run with `cargo bench -p ratekeeper-tower --bench layer`.
+//!
+//! Each request carries axum's `ConnectInfo<SocketAddr>` (one client
+//! address, as from one load generator), is answered by the router, and its
+//! response is dropped; every response is checked to be 200. The future of
+//! each call is driven by `futures_executor::block_on`: nothing in these
+//! services waits, so that costs a poll, the same for all four. Loopback
+//! requests/s move with the VM by ±10% between rounds; this does not, so it
+//! is where a difference of a few percent between two layers shows.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::Router;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use http::{Request, Response, StatusCode};
+use ratekeeper::{Gcra, Limit, MemoryStore};
+use ratekeeper_tower::headers::HeaderStyle;
+use ratekeeper_tower::{Key, RateLimitLayer};
+use tower::{Service, ServiceExt};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::GovernorLayer;
+
+fn router(mode: &str) -> Router {
+    let app = Router::new().route("/", get(|| async { "hello" }));
+    // A billion per second per client: nothing is ever refused.
+    let quota = || {
+        Limit::new(
+            "per-ip",
+            Gcra::new(1_000_000_000, Duration::from_secs(1), 1_000_000_000).unwrap(),
+        )
+        .unwrap()
+    };
+    match mode {
+        "none" => app,
+        "ratekeeper" | "ratekeeper_draft_headers" => {
+            let headers = if mode == "ratekeeper" {
+                HeaderStyle::None
+            } else {
+                HeaderStyle::Draft
+            };
+            let layer = RateLimitLayer::builder(MemoryStore::new())
+                .limit(quota(), Key::peer())
+                .headers(headers)
+                .build()
+                .unwrap();
+            app.layer(layer)
+        }
+        "tower_governor" => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .finish()
+                .unwrap();
+            app.layer(GovernorLayer::new(Arc::new(config)))
+        }
+        other => unreachable!("unknown mode {other}"),
+    }
+}
+
+fn request(peer: SocketAddr) -> Request<Body> {
+    let mut request = Request::get("/").body(Body::empty()).unwrap();
+    request.extensions_mut().insert(ConnectInfo(peer));
+    request
+}
+
+#[inline(never)] // one frame to count in profiles
+fn call(service: &mut Router, peer: SocketAddr) -> Response<Body> {
+    futures_executor::block_on(async {
+        let ready = ServiceExt::<Request<Body>>::ready(service).await?;
+        Service::call(ready, request(peer)).await
+    })
+    .unwrap_or_else(|never: Infallible| match never {})
+}
+
+fn layers(c: &mut Criterion) {
+    let peer: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+    let mut group = c.benchmark_group("layer/axum_hello_world");
+    group.throughput(Throughput::Elements(1));
+    for mode in [
+        "none",
+        "ratekeeper",
+        "ratekeeper_draft_headers",
+        "tower_governor",
+    ] {
+        let mut service = router(mode);
+        assert_eq!(call(&mut service, peer).status(), StatusCode::OK, "{mode}");
+        group.bench_function(mode, |b| {
+            b.iter(|| {
+                let response = call(&mut service, peer);
+                assert_eq!(response.status(), StatusCode::OK);
+                black_box(response)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    targets = layers
+}
+criterion_main!(benches);
