@@ -131,10 +131,20 @@ where
                     return plain(self.inner.call(request));
                 }
                 let outcome = prepared.check_now(key, 1);
-                if (outcome.is_allowed() || shared.shadow) && shared.headers == HeaderStyle::None {
-                    return plain(self.inner.call(request));
-                }
                 let checks = [(&shared.rules[0].limit, key)];
+                if outcome.is_allowed() || shared.shadow {
+                    if shared.headers == HeaderStyle::None {
+                        return plain(self.inner.call(request));
+                    }
+                    let mut headers = PendingHeaders::for_style(shared.headers);
+                    write_rate_limit_headers(
+                        shared,
+                        &mut |n, v| headers.push(n, v),
+                        &checks,
+                        std::slice::from_ref(&outcome),
+                    );
+                    return inner_future(self.inner.call(request), headers);
+                }
                 let decided = Some(Ok(Decided::One(outcome)));
                 return finish(&mut self.inner, &self.shared, decided, &checks, request);
             }
@@ -158,7 +168,7 @@ where
                         if shared.headers == HeaderStyle::None {
                             return plain(self.inner.call(request));
                         }
-                        let mut headers = PendingHeaders::default();
+                        let mut headers = PendingHeaders::for_style(shared.headers);
                         add_rate_limit_headers(
                             shared,
                             &mut |n, v| headers.push(n, v),
@@ -243,7 +253,7 @@ where
             if shared.headers == HeaderStyle::None {
                 return plain(inner.call(request));
             }
-            let mut headers = PendingHeaders::default();
+            let mut headers = PendingHeaders::for_style(shared.headers);
             add_rate_limit_headers(
                 shared,
                 &mut |n, v| headers.push(n, v),
@@ -331,6 +341,21 @@ pub(crate) struct PendingHeaders {
 }
 
 impl PendingHeaders {
+    /// Room for the fields `style` writes (`RateLimit-Policy` and
+    /// `RateLimit`; the three legacy ones; or all five), so that pushing
+    /// them allocates once.
+    fn for_style(style: HeaderStyle) -> PendingHeaders {
+        let fields = match style {
+            HeaderStyle::None => 0,
+            HeaderStyle::Draft => 2,
+            HeaderStyle::Legacy => 3,
+            HeaderStyle::Both => 5,
+        };
+        PendingHeaders {
+            headers: Vec::with_capacity(fields),
+        }
+    }
+
     fn push(&mut self, name: http::HeaderName, value: http::HeaderValue) {
         self.headers.push((name, value));
     }
