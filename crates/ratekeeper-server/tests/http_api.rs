@@ -272,15 +272,7 @@ descriptors = [{ key = "remote_address" }, { key = "path", value = "/api*" }]
 "#,
     );
     let service = TestService::start(&toml).await;
-    let answer: Value = service
-        .client
-        .get(service.http("/v1/limits"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = service.get_json(service.http("/v1/limits")).await;
     assert_eq!(
         answer,
         json!({"limits": [{

@@ -171,15 +171,7 @@ async fn metrics_and_stats_show_how_redis_calls_went() {
     ] {
         assert_eq!(sample(&after, series), Some(0), "{series}: {after}");
     }
-    let stats: serde_json::Value = service
-        .client
-        .get(service.admin("/v1/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = service.get_json(service.admin("/v1/stats")).await;
     let batching = &stats["store"]["batching"];
     assert!(batching["sent_at_once"].as_u64().unwrap() >= 21, "{stats}");
     assert_eq!(batching["queued"], 0, "{stats}");

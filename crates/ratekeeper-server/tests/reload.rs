@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{TestService, LISTEN_ANY};
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn file_text(extra_rate: Option<&str>) -> String {
     let mut text = format!(
@@ -22,15 +22,7 @@ fn file_text(extra_rate: Option<&str>) -> String {
 }
 
 async fn limit_names(service: &TestService) -> Vec<String> {
-    let answer: Value = service
-        .client
-        .get(service.http("/v1/limits"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = service.get_json(service.http("/v1/limits")).await;
     answer["limits"]
         .as_array()
         .unwrap()

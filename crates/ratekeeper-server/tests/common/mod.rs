@@ -87,6 +87,19 @@ impl TestService {
         )
     }
 
+    /// GETs `url` (from [`http`](Self::http) or [`admin`](Self::admin)); its
+    /// JSON answer.
+    pub async fn get_json(&self, url: String) -> Value {
+        self.client
+            .get(url)
+            .send()
+            .await
+            .expect("the request is answered")
+            .json()
+            .await
+            .expect("a JSON answer")
+    }
+
     /// POSTs `body` to `path`; the status, headers and JSON answer.
     pub async fn post(&self, path: &str, body: Value) -> (u16, reqwest::header::HeaderMap, Value) {
         let response = self
