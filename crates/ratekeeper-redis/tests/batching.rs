@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use harness::RedisServer;
 use ratekeeper::{
-    FixedWindow, Gcra, Limit, Policy, SlidingLog, SlidingWindow, Store, StoreError, Timestamp,
-    TokenBucket,
+    FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store, StoreError,
+    Timestamp, TokenBucket,
 };
 use ratekeeper_redis::{Batching, RedisStore};
 
@@ -35,6 +35,17 @@ async fn connect(server: &RedisServer, prefix: &str, batching: Batching) -> Redi
         .connect(&server.url())
         .await
         .unwrap()
+}
+
+/// A check of `key` in a task of its own: it runs up to its first wait
+/// when this (current-thread) runtime next yields.
+fn spawn_check(
+    store: &RedisStore,
+    limit: &Limit,
+    key: &'static [u8],
+) -> tokio::task::JoinHandle<Result<Outcome, StoreError>> {
+    let (store, limit) = (store.clone(), limit.clone());
+    tokio::spawn(async move { store.check(&limit, key, 1).await })
 }
 
 /// One call of the mixed sequence.
@@ -144,10 +155,7 @@ async fn calls_queued_together_are_decided_in_order_as_if_each_ran_alone() {
     assert!(batched.check(&warm, b"w", 1).await.unwrap().is_allowed());
     let (fcalls_before, _) = server.command_stats("fcall");
     server.pause();
-    let first = {
-        let (store, warm) = (batched.clone(), warm.clone());
-        tokio::spawn(async move { store.check(&warm, b"w", 1).await })
-    };
+    let first = spawn_check(&batched, &warm, b"w");
     tokio::task::yield_now().await;
     let limits = Arc::new(limits);
     let queued: Vec<_> = ops
@@ -317,17 +325,11 @@ async fn a_queued_call_dropped_by_its_caller_is_not_sent() {
     assert!(store.check(&limit, b"warm", 1).await.unwrap().is_allowed());
     let (fcalls_before, _) = server.command_stats("fcall");
     server.pause();
-    let first = {
-        let (store, limit) = (store.clone(), limit.clone());
-        tokio::spawn(async move { store.check(&limit, b"first", 1).await })
-    };
+    let first = spawn_check(&store, &limit, b"first");
     tokio::task::yield_now().await;
     // five calls wait behind it; their callers give up
     let waiting: Vec<_> = (0..5)
-        .map(|_| {
-            let (store, limit) = (store.clone(), limit.clone());
-            tokio::spawn(async move { store.check(&limit, b"given-up", 1).await })
-        })
+        .map(|_| spawn_check(&store, &limit, b"given-up"))
         .collect();
     tokio::task::yield_now().await;
     for call in &waiting {
@@ -371,10 +373,7 @@ async fn a_batch_writes_each_key_once_with_the_expiry_its_last_state_needs() {
     tokio::task::yield_now().await;
     let mut calls = Vec::new();
     for limit in [&bucket, &bucket, &log, &bucket, &log] {
-        let (store, limit) = (store.clone(), limit.clone());
-        calls.push(tokio::spawn(
-            async move { store.check(&limit, b"k", 1).await },
-        ));
+        calls.push(spawn_check(&store, limit, b"k"));
     }
     tokio::task::yield_now().await;
     server.resume();
