@@ -133,17 +133,8 @@ where
                 let outcome = prepared.check_now(key, 1);
                 let checks = [(&shared.rules[0].limit, key)];
                 if outcome.is_allowed() || shared.shadow {
-                    if shared.headers == HeaderStyle::None {
-                        return plain(self.inner.call(request));
-                    }
-                    let mut headers = PendingHeaders::for_style(shared.headers);
-                    write_rate_limit_headers(
-                        shared,
-                        &mut |n, v| headers.push(n, v),
-                        &checks,
-                        std::slice::from_ref(&outcome),
-                    );
-                    return inner_future(self.inner.call(request), headers);
+                    let future = self.inner.call(request);
+                    return passed(shared, &checks, std::slice::from_ref(&outcome), future);
                 }
                 let decided = Some(Ok(Decided::One(outcome)));
                 return finish(&mut self.inner, &self.shared, decided, &checks, request);
@@ -165,17 +156,8 @@ where
                 // and the inner future were each copied once more.
                 if let Some(Ok(decision)) = &decided {
                     if decision.is_allowed() || shared.shadow {
-                        if shared.headers == HeaderStyle::None {
-                            return plain(self.inner.call(request));
-                        }
-                        let mut headers = PendingHeaders::for_style(shared.headers);
-                        add_rate_limit_headers(
-                            shared,
-                            &mut |n, v| headers.push(n, v),
-                            &checks,
-                            decision.outcomes(),
-                        );
-                        return inner_future(self.inner.call(request), headers);
+                        let future = self.inner.call(request);
+                        return passed(shared, &checks, decision.outcomes(), future);
                     }
                 }
                 return finish(&mut self.inner, &self.shared, decided, &checks, request);
@@ -250,17 +232,7 @@ where
         // Decided at once: call the inner service here, with no clone
         // and no boxed future.
         Some(Ok(decided)) if decided.is_allowed() || shared.shadow => {
-            if shared.headers == HeaderStyle::None {
-                return plain(inner.call(request));
-            }
-            let mut headers = PendingHeaders::for_style(shared.headers);
-            add_rate_limit_headers(
-                shared,
-                &mut |n, v| headers.push(n, v),
-                checks,
-                decided.outcomes(),
-            );
-            inner_future(inner.call(request), headers)
+            passed(shared, checks, decided.outcomes(), inner.call(request))
         }
         Some(Ok(decided)) => {
             let multi = decided.into_multi();
@@ -369,6 +341,23 @@ impl PendingHeaders {
             headers.insert(name, value);
         }
     }
+}
+
+/// An allowed request's response: the inner service's `future`, with the
+/// rate-limit headers of `outcomes` to add when the layer sends any.
+#[inline]
+fn passed<S, F, B, E>(
+    shared: &Shared<S>,
+    checks: &[(&Limit, &[u8])],
+    outcomes: &[Outcome],
+    future: F,
+) -> ResponseFuture<F, B, E> {
+    if shared.headers == HeaderStyle::None {
+        return plain(future);
+    }
+    let mut headers = PendingHeaders::for_style(shared.headers);
+    write_rate_limit_headers(shared, &mut |n, v| headers.push(n, v), checks, outcomes);
+    inner_future(future, headers)
 }
 
 #[inline]
