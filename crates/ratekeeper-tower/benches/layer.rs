@@ -139,8 +139,32 @@ fn interleaved(peer: SocketAddr) {
     );
 }
 
+/// `LAYER_BENCH_PROFILE=<mode>[:calls]`: only `calls` requests (100,000
+/// unless given) of one mode, then exit; for a profiler such as callgrind
+/// (`--toggle-collect='layer::call'`), whose count divided by the calls is
+/// the instructions per request.
+fn profile_only(peer: SocketAddr) -> bool {
+    let Ok(spec) = std::env::var("LAYER_BENCH_PROFILE") else {
+        return false;
+    };
+    let (mode, calls) = spec.split_once(':').unwrap_or((spec.as_str(), "100000"));
+    let calls: u32 = calls.parse().expect("LAYER_BENCH_PROFILE=<mode>[:calls]");
+    assert!(
+        MODES.contains(&mode),
+        "unknown mode {mode}; one of {MODES:?}"
+    );
+    let mut service = router(mode);
+    for _ in 0..calls {
+        black_box(call(&mut service, peer));
+    }
+    true
+}
+
 fn layers(c: &mut Criterion) {
     let peer: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+    if profile_only(peer) {
+        return;
+    }
     // A profiler's run (`--profile-time`) wants the one benchmark it names.
     if !std::env::args().any(|arg| arg == "--profile-time") {
         interleaved(peer);
