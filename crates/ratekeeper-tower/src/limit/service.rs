@@ -596,6 +596,24 @@ fn write_rate_limit_headers<S>(
     checks: &[(&Limit, &[u8])],
     outcomes: &[Outcome],
 ) {
+    // One limit (the usual): its report alone, no list to build.
+    if let ([(limit, key)], [outcome]) = (checks, outcomes) {
+        if let Outcome::Decided(decision) = outcome {
+            let report = PolicyReport {
+                name: limit.name(),
+                window: ratekeeper::Algorithm::window(limit.policy()),
+                decision,
+                partition_key: shared.partition_keys.then_some(*key),
+            };
+            let reports = std::slice::from_ref(&report);
+            let policy_value = shared
+                .policy_value
+                .as_ref()
+                .filter(|_| shared.rules.len() == 1);
+            write_headers(put, shared.headers, shared.reset, reports, policy_value);
+        }
+        return;
+    }
     let reports: smallvec::SmallVec<[PolicyReport<'_>; 4]> = checks
         .iter()
         .zip(outcomes)
