@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The HTTP benchmark of BENCHMARKS.md: an axum hello-world without a limiter,
+# with a layer that changes nothing (what axum's layering costs any limiter),
 # with ratekeeper's layer (in-memory store, per-IP key; without and with the
 # draft headers) and with tower_governor set up alike, each driven by wrk on
 # loopback.
 #
 #   scripts/bench-http.sh [seconds] [connections] [rounds]
 #
-# The four servers run side by side (an idle one costs nothing), and each
+# The five servers run side by side (an idle one costs nothing), and each
 # round drives every one of them in turn, starting with a different one each
-# round, so a change in the machine's load falls on all four alike; the table
+# round, so a change in the machine's load falls on all alike; the table
 # gives each round and, last, each server's median, its ratio to the server
 # without a limiter and ratekeeper's to tower_governor's (medians of each
 # round's ratios). With two or more cores and taskset, the servers share
@@ -28,7 +29,7 @@ server_cpu=() load_cpu=()
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
   server_cpu=(taskset -c 0) load_cpu=(taskset -c 1)
 fi
-modes=(none ratekeeper ratekeeper-headers tower-governor)
+modes=(none identity-layer ratekeeper ratekeeper-headers tower-governor)
 servers=()
 trap 'kill "${servers[@]}" 2>/dev/null || true' EXIT
 for index in "${!modes[@]}"; do

@@ -1,11 +1,12 @@
 //! An axum hello-world for the HTTP benchmark in BENCHMARKS.md, with no
 //! limiter, ratekeeper's layer, or tower_governor's, all keyed per client
 //! address with a quota no load can exhaust (so the overhead is measured,
-//! not refusals).
+//! not refusals); and with a layer that changes nothing, for what axum's
+//! layering itself costs any limiter.
 //!
 //! `cargo run --release -p ratekeeper-tower --example http_bench -- MODE PORT`
-//! with MODE one of `none`, `ratekeeper`, `ratekeeper-headers`,
-//! `tower-governor`. `scripts/bench-http.sh` drives it with wrk.
+//! with MODE one of `none`, `identity-layer`, `ratekeeper`,
+//! `ratekeeper-headers`, `tower-governor`. `scripts/bench-http.sh` drives it with wrk.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +39,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let app = match mode.as_str() {
         "none" => app,
+        "identity-layer" => app.layer(tower::util::MapResponseLayer::new(
+            |response: axum::response::Response| response,
+        )),
         "ratekeeper" | "ratekeeper-headers" => {
             let headers = if mode == "ratekeeper" {
                 HeaderStyle::None
