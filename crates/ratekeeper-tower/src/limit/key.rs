@@ -317,9 +317,6 @@ pub(crate) fn peer_of(parts: &impl Head) -> Option<IpAddr> {
     extensions.get::<SocketAddr>().map(SocketAddr::ip)
 }
 
-/// An IPv4 address as text in a buffer, and the text's length.
-pub(crate) type Ipv4Text = ([u8; 16], usize);
-
 /// Each octet as text followed by a dot, little-endian in the low bytes of a
 /// `u32`, and that text's length (digits and dot): an IPv4 key is four
 /// table reads, shifts and ors, with no division, branch or bounds check.
@@ -350,7 +347,7 @@ const OCTET_TEXT: [(u32, u8); 256] = {
 /// in a register without the formatting machinery, which costs more than
 /// the rest of a decision.
 #[inline(always)]
-pub(crate) fn ipv4_text(v4: std::net::Ipv4Addr) -> Ipv4Text {
+pub(crate) fn ipv4_text(v4: std::net::Ipv4Addr) -> ([u8; 16], usize) {
     // "255.255.255.255." is 16 bytes: the whole text fits a u128.
     let mut text = 0u128;
     let mut len = 0u32;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use ratekeeper::{Limit, MultiOutcome, Outcome, PreparedLimit, Store, StoreError};
+use ratekeeper::{Limit, MultiOutcome, Outcome, Store, StoreError};
 use tower::Service;
 
 use super::body::RefusalBody;
-use super::key::{ipv4_text, peer_of, Extracted, Head, Ipv4Text};
+use super::key::{ipv4_text, peer_of, Extracted, Head};
 use super::layer::{Rule, Shared};
 use super::response::{is_grpc, refusal_response, Refusal};
 use crate::client::canonical;
@@ -123,14 +123,18 @@ where
         // headers, refusals, other keys) is out of line, so that this
         // path's instructions stay a few cache lines together: in an
         // instruction-cache simulation it missed ~15% less than inline.
-        if shared.allow_keys.is_empty() && !skipped(shared, &request) {
-            if let Some((prepared, (text, len))) = peer_path(shared, &request) {
-                let key = &text[..len];
-                let outcome = prepared.check_now(key, 1);
-                if outcome.is_allowed() && shared.headers == HeaderStyle::None {
-                    return plain(self.inner.call(request));
+        if let (true, Some(prepared)) = (shared.peer_only, &shared.prepared) {
+            if shared.allow_keys.is_empty() && !skipped(shared, &request) {
+                // An IPv6 or missing peer takes the general path.
+                if let Some(IpAddr::V4(v4)) = peer_of(&request).map(canonical) {
+                    let (text, len) = ipv4_text(v4);
+                    let key = &text[..len];
+                    let outcome = prepared.check_now(key, 1);
+                    if outcome.is_allowed() && shared.headers == HeaderStyle::None {
+                        return plain(self.inner.call(request));
+                    }
+                    return self.after_peer_check(request, key, outcome);
                 }
-                return self.after_peer_check(request, key, outcome);
             }
         }
         self.call_general(request)
@@ -181,14 +185,6 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
         let shared = &*self.shared;
         if skipped(shared, &request) {
             return plain(self.inner.call(request));
-        }
-        if let Some((prepared, (text, len))) = peer_path(shared, &request) {
-            let key = &text[..len];
-            if is_allow_listed(shared, key) {
-                return plain(self.inner.call(request));
-            }
-            let outcome = prepared.check_now(key, 1);
-            return self.after_peer_check(request, key, outcome);
         }
         // One rule (the usual case) takes a path with no list of keys,
         // checks or outcomes, and reads the request where it is unless a
@@ -241,22 +237,6 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
             .map(|result| result.map(Decided::All));
         let request = Request::from_parts(parts, body);
         finish(&mut self.inner, &self.shared, decided, &checks, request)
-    }
-}
-
-/// The prepared limit and the IPv4 peer's text as its key, when the layer
-/// takes the per-address path (`Shared::peer_only`) and the request has an
-/// IPv4 peer (IPv4-mapped IPv6 included); `None` sends the request down the
-/// general path, which also handles IPv6 and missing peers.
-#[inline]
-fn peer_path<'a, S, B>(
-    shared: &'a Shared<S>,
-    request: &Request<B>,
-) -> Option<(&'a dyn PreparedLimit, Ipv4Text)> {
-    let prepared = shared.prepared.as_deref().filter(|_| shared.peer_only)?;
-    match peer_of(request).map(canonical)? {
-        IpAddr::V4(v4) => Some((prepared, ipv4_text(v4))),
-        IpAddr::V6(_) => None,
     }
 }
 
