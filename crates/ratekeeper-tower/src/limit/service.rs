@@ -121,8 +121,8 @@ where
         // key's text on the stack, the prepared limit, nothing else.
         // Everything else (skips, allow lists, IPv6 or missing peers,
         // headers, refusals, other keys) is out of line, so that this
-        // path's instructions stay a few cache lines together: in an
-        // instruction-cache simulation it missed ~15% less than inline.
+        // path's instructions stay a few cache lines together: callgrind's
+        // instruction-cache simulation counted 5-13% fewer misses.
         if let (true, Some(prepared)) = (shared.peer_only, &shared.prepared) {
             if shared.allow_keys.is_empty() && !skipped(shared, &request) {
                 // An IPv6 or missing peer takes the general path.
@@ -577,43 +577,52 @@ fn write_rate_limit_headers<S>(
     outcomes: &[Outcome],
 ) {
     // One limit (the usual): its report alone, no list to build.
-    if let ([(limit, key)], [outcome]) = (checks, outcomes) {
-        if let Outcome::Decided(decision) = outcome {
-            let report = PolicyReport {
-                name: limit.name(),
-                window: ratekeeper::Algorithm::window(limit.policy()),
-                decision,
-                partition_key: shared.partition_keys.then_some(*key),
-            };
-            let reports = std::slice::from_ref(&report);
-            let policy_value = shared
-                .policy_value
-                .as_ref()
-                .filter(|_| shared.rules.len() == 1);
-            write_headers(put, shared.headers, shared.reset, reports, policy_value);
+    if let ([check], [outcome]) = (checks, outcomes) {
+        if let Some(report) = report_of(shared, check, outcome) {
+            write_with_policy(shared, put, std::slice::from_ref(&report));
         }
         return;
     }
     let reports: smallvec::SmallVec<[PolicyReport<'_>; 4]> = checks
         .iter()
         .zip(outcomes)
-        .filter_map(|((limit, key), outcome)| match outcome {
-            Outcome::Decided(decision) => Some(PolicyReport {
-                name: limit.name(),
-                window: ratekeeper::Algorithm::window(limit.policy()),
-                decision,
-                partition_key: shared.partition_keys.then_some(*key),
-            }),
-            _ => None,
-        })
+        .filter_map(|(check, outcome)| report_of(shared, check, outcome))
         .collect();
-    // The layer's ready-made RateLimit-Policy holds every rule; use it
-    // when every rule is reported.
+    write_with_policy(shared, put, &reports);
+}
+
+/// One limit's part in the headers; `None` when it decided nothing (a
+/// saturated table).
+#[inline]
+fn report_of<'a, S>(
+    shared: &Shared<S>,
+    &(limit, key): &(&'a Limit, &'a [u8]),
+    outcome: &'a Outcome,
+) -> Option<PolicyReport<'a>> {
+    match outcome {
+        Outcome::Decided(decision) => Some(PolicyReport {
+            name: limit.name(),
+            window: ratekeeper::Algorithm::window(limit.policy()),
+            decision,
+            partition_key: shared.partition_keys.then_some(key),
+        }),
+        _ => None,
+    }
+}
+
+/// Writes the headers of `reports`, with the layer's ready-made
+/// `RateLimit-Policy` when every rule is reported (it holds them all).
+#[inline]
+fn write_with_policy<S>(
+    shared: &Shared<S>,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
+    reports: &[PolicyReport<'_>],
+) {
     let policy_value = shared
         .policy_value
         .as_ref()
         .filter(|_| reports.len() == shared.rules.len());
-    write_headers(put, shared.headers, shared.reset, &reports, policy_value);
+    write_headers(put, shared.headers, shared.reset, reports, policy_value);
 }
 
 fn refuse<S, B: RefusalBody>(
