@@ -62,6 +62,7 @@ mod clock;
 mod concurrency;
 mod decision;
 mod error;
+pub mod key;
 mod memory;
 mod multi;
 mod outcome;
