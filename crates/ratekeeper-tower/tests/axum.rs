@@ -315,7 +315,7 @@ async fn custom_refusals_and_config_warnings() {
         )
         .limit(
             per_minute("per-real-ip", 100),
-            Key::client_ip(ClientIp::Header(HeaderName::from_static("x-real-ip"))),
+            Key::header(HeaderName::from_static("x-real-ip")),
         )
         .on_refusal(|_| {
             let mut response =

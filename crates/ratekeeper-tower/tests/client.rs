@@ -149,23 +149,58 @@ fn a_fixed_hop_count_counts_from_the_right() {
         None,
         "fewer entries than proxies: unknown, not the leftmost"
     );
-    assert_eq!(ClientIp::Hops(2).find(&map, None), Some(ip("203.0.113.7")));
+    let peer = Some(ip("10.0.0.9"));
+    assert_eq!(ClientIp::Hops(2).find(&map, peer), Some(ip("203.0.113.7")));
 }
 
 #[test]
-fn a_single_header_counts_only_once() {
+fn a_single_header_counts_only_once_and_only_from_a_trusted_peer() {
+    let real_ip = || ClientIp::Header {
+        name: X_REAL_IP,
+        trusted: trusted(),
+    };
+    let proxy = Some(ip("10.0.0.1"));
     let one = headers(&[("x-real-ip", "203.0.113.7")]);
-    assert_eq!(
-        ClientIp::Header(X_REAL_IP).find(&one, None),
-        Some(ip("203.0.113.7"))
-    );
+    assert_eq!(real_ip().find(&one, proxy), Some(ip("203.0.113.7")));
     let two = headers(&[("x-real-ip", "203.0.113.7"), ("x-real-ip", "1.1.1.1")]);
-    assert_eq!(ClientIp::Header(X_REAL_IP).find(&two, None), None);
+    assert_eq!(real_ip().find(&two, proxy), None);
     let mapped = headers(&[("x-real-ip", "::ffff:203.0.113.7")]);
-    assert_eq!(
-        ClientIp::Header(X_REAL_IP).find(&mapped, None),
-        Some(ip("203.0.113.7"))
-    );
+    assert_eq!(real_ip().find(&mapped, proxy), Some(ip("203.0.113.7")));
+    // A client that connects directly names itself, whatever it sends.
+    let direct = Some(ip("198.51.100.20"));
+    assert_eq!(real_ip().find(&one, direct), direct);
+    // The proxy calling on its own behalf, without the header, is the client.
+    assert_eq!(real_ip().find(&HeaderMap::new(), proxy), proxy);
+}
+
+#[test]
+fn without_a_peer_no_header_is_believed() {
+    let map = headers(&[
+        ("x-forwarded-for", "203.0.113.7, 10.0.0.2"),
+        ("forwarded", "for=203.0.113.7"),
+        ("x-real-ip", "203.0.113.7"),
+    ]);
+    for strategy in [
+        ClientIp::Peer,
+        ClientIp::XForwardedFor { trusted: trusted() },
+        ClientIp::Forwarded { trusted: trusted() },
+        ClientIp::Hops(2),
+        ClientIp::Header {
+            name: X_REAL_IP,
+            trusted: trusted(),
+        },
+    ] {
+        assert_eq!(strategy.find(&map, None), None, "{strategy:?}");
+        if strategy != ClientIp::Peer {
+            // The explicit opt-in reads them as a trusted proxy's.
+            assert_eq!(
+                strategy.find_trusting_headers(&map),
+                Some(ip("203.0.113.7")),
+                "{strategy:?}"
+            );
+        }
+    }
+    assert_eq!(ClientIp::Peer.find_trusting_headers(&map), None);
 }
 
 #[test]
@@ -207,7 +242,7 @@ proptest! {
             ClientIp::XForwardedFor { trusted: trusted() },
             ClientIp::Forwarded { trusted: trusted() },
             ClientIp::Hops(2),
-            ClientIp::Header(X_REAL_IP),
+            ClientIp::Header { name: X_REAL_IP, trusted: trusted() },
         ] {
             let _ = strategy.find(&map, peer);
         }

@@ -130,7 +130,11 @@ async fn auth(State(engine): State<Engine>, request: Request) -> Response {
             headers: &parts.headers,
             peer,
         },
-        real_ip: ClientIp::Header(X_REAL_IP).find(&parts.headers, None),
+        real_ip: ClientIp::Header {
+            name: X_REAL_IP,
+            trusted: Vec::new(),
+        }
+        .find_trusting_headers(&parts.headers),
     };
     let limits = engine.limits();
     let checks: Vec<Check> = limits

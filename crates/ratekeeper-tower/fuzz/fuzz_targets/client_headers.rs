@@ -29,7 +29,10 @@ fuzz_target!(|data: &[u8]| {
             trusted: private_networks(),
         },
         ClientIp::Hops(2),
-        ClientIp::Header(X_REAL_IP),
+        ClientIp::Header {
+            name: X_REAL_IP,
+            trusted: private_networks(),
+        },
     ] {
         let _ = strategy.find(&headers, Some(peer));
     }

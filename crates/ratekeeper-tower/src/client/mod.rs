@@ -14,6 +14,11 @@
 //! keys such requests to one shared bucket rather than letting them through
 //! unlimited. A trusted peer that sends no such header at all is itself the
 //! client (a service on the private network calling directly).
+//!
+//! Without a socket peer nothing can be trusted, so [`ClientIp::find`]
+//! believes no header at all and finds no client. A platform whose edge
+//! strips and sets the forwarding headers itself and gives the application
+//! no usable peer can opt in with [`ClientIp::find_trusting_headers`].
 
 mod forwarded;
 mod ip;
@@ -52,22 +57,37 @@ pub enum ClientIp {
         trusted: Vec<IpNet>,
     },
     /// `X-Forwarded-For` behind exactly this many proxies: the entry that
-    /// many places from the right (express's `trust proxy = n`).
+    /// many places from the right (express's `trust proxy = n`, Envoy's
+    /// `xff_num_trusted_hops`). Right only when every request passes those
+    /// proxies: a client that can reach the server directly picks its key.
     Hops(usize),
     /// One header that your proxy always overwrites, such as `X-Real-IP`,
-    /// `CF-Connecting-IP` or `Fly-Client-IP`. Trust it only then: any client
-    /// can send it.
-    Header(HeaderName),
+    /// `CF-Connecting-IP` or `Fly-Client-IP`, believed only from a peer in
+    /// `trusted`; any other peer is itself the client, and a trusted peer
+    /// that sends no such header is the client too.
+    Header {
+        /// The header.
+        name: HeaderName,
+        /// The networks of the proxies that set it.
+        trusted: Vec<IpNet>,
+    },
 }
 
 impl ClientIp {
-    /// The client of a request with `headers` whose socket peer is `peer`
-    /// (`None` when the server does not say), or `None` if it cannot be
-    /// found. Addresses come out canonical: IPv4-mapped IPv6 as IPv4.
+    /// The client of a request with `headers` whose socket peer is `peer`,
+    /// or `None` if it cannot be found. Addresses come out canonical:
+    /// IPv4-mapped IPv6 as IPv4.
+    ///
+    /// Without a peer (`None`: the server does not say who connected)
+    /// there is no client: no header is believed when nobody can tell
+    /// whether a trusted proxy sent it. See
+    /// [`find_trusting_headers`](ClientIp::find_trusting_headers) for the
+    /// platforms where that is known by other means.
     #[inline]
     pub fn find(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
+        let peer = peer?;
         let found = match self {
-            ClientIp::Peer => peer,
+            ClientIp::Peer => Some(peer),
             ClientIp::XForwardedFor { trusted } => {
                 behind_trusted(peer, trusted, headers.contains_key(X_FORWARDED_FOR), || {
                     rightmost_untrusted_xff(headers, trusted)
@@ -79,35 +99,79 @@ impl ClientIp {
                 })
             }
             ClientIp::Hops(hops) => nth_from_right_xff(headers, *hops),
-            ClientIp::Header(name) => {
-                let mut values = headers.get_all(name).iter();
-                match (values.next(), values.next()) {
-                    // Two values: someone besides the proxy set it.
-                    (Some(value), None) => value.to_str().ok().and_then(ip::parse_entry),
-                    _ => None,
-                }
+            ClientIp::Header { name, trusted } => {
+                behind_trusted(peer, trusted, headers.contains_key(name), || {
+                    single_header(headers, name)
+                })
             }
         };
         found.map(canonical)
     }
+
+    /// The client as the headers name it, as if the request came from a
+    /// trusted proxy: for platforms whose edge strips and sets the
+    /// forwarding headers itself and gives the application no socket peer
+    /// it could check (some serverless runtimes). Anywhere else this lets
+    /// every client choose its own key. `Peer` finds nothing.
+    pub fn find_trusting_headers(&self, headers: &HeaderMap) -> Option<IpAddr> {
+        let found = match self {
+            ClientIp::Peer => None,
+            ClientIp::XForwardedFor { trusted } => rightmost_untrusted_xff(headers, trusted),
+            ClientIp::Forwarded { trusted } => rightmost_untrusted_forwarded(headers, trusted),
+            ClientIp::Hops(hops) => nth_from_right_xff(headers, *hops),
+            ClientIp::Header { name, .. } => single_header(headers, name),
+        };
+        found.map(canonical)
+    }
+
+    /// The forwarding header this strategy reads, if any: for telling when
+    /// one arrives from a peer that is not trusted.
+    pub fn header(&self) -> Option<HeaderName> {
+        match self {
+            ClientIp::Peer => None,
+            ClientIp::XForwardedFor { .. } | ClientIp::Hops(_) => Some(X_FORWARDED_FOR),
+            ClientIp::Forwarded { .. } => Some(FORWARDED),
+            ClientIp::Header { name, .. } => Some(name.clone()),
+        }
+    }
+
+    /// The proxy networks this strategy trusts (none for `Peer` and `Hops`).
+    pub fn trusted(&self) -> &[IpNet] {
+        match self {
+            ClientIp::XForwardedFor { trusted }
+            | ClientIp::Forwarded { trusted }
+            | ClientIp::Header { trusted, .. } => trusted,
+            ClientIp::Peer | ClientIp::Hops(_) => &[],
+        }
+    }
 }
 
 /// A header list counts only if the request came from a trusted proxy; an
-/// untrusted peer is itself the client. Without a peer, the headers decide.
-/// A trusted peer that sent no such header at all is the client (a service
-/// on the private network calling directly), as express's `trust proxy`
-/// has it, so such callers keep keys of their own; a header that is there
-/// but names no usable client (`unknown`, garbage) still finds none.
+/// untrusted peer is itself the client. A trusted peer that sent no such
+/// header at all is the client (a service on the private network calling
+/// directly), as express's `trust proxy` has it, so such callers keep keys
+/// of their own; a header that is there but names no usable client
+/// (`unknown`, garbage) still finds none.
 fn behind_trusted(
-    peer: Option<IpAddr>,
+    peer: IpAddr,
     trusted: &[IpNet],
     has_header: bool,
     walk: impl FnOnce() -> Option<IpAddr>,
 ) -> Option<IpAddr> {
-    match peer {
-        Some(peer) if !ip::is_in(trusted, peer) => Some(peer),
-        Some(peer) if !has_header => Some(peer),
-        _ => walk(),
+    if !ip::is_in(trusted, peer) || !has_header {
+        Some(peer)
+    } else {
+        walk()
+    }
+}
+
+/// The address in a header that must appear once: two values mean someone
+/// besides the proxy set it.
+fn single_header(headers: &HeaderMap, name: &HeaderName) -> Option<IpAddr> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok().and_then(ip::parse_entry),
+        _ => None,
     }
 }
 

@@ -186,10 +186,6 @@ impl Key {
     pub(crate) fn spoofable_header(&self) -> Option<&HeaderName> {
         match &self.0 {
             Kind::Header(name) => Some(name),
-            Kind::Client {
-                strategy: ClientIp::Header(name),
-                ..
-            } => Some(name),
             Kind::Compose(parts) => parts.iter().find_map(Key::spoofable_header),
             _ => None,
         }
@@ -198,10 +194,7 @@ impl Key {
     /// The proxy networks this key trusts, if any.
     pub(crate) fn trusted_networks(&self) -> Vec<&ipnet::IpNet> {
         match &self.0 {
-            Kind::Client {
-                strategy: ClientIp::XForwardedFor { trusted } | ClientIp::Forwarded { trusted },
-                ..
-            } => trusted.iter().collect(),
+            Kind::Client { strategy, .. } => strategy.trusted().iter().collect(),
             Kind::Compose(parts) => parts.iter().flat_map(Key::trusted_networks).collect(),
             _ => Vec::new(),
         }
@@ -259,7 +252,7 @@ impl Key {
             Kind::Global => Some(KeyBytes::from_slice(b"global")),
             Kind::Client { strategy, prefixes } => {
                 let peer = peer_of(parts);
-                if peer.is_none() && !matches!(strategy, ClientIp::Hops(_) | ClientIp::Header(_)) {
+                if peer.is_none() {
                     *missing_peer = true;
                 }
                 let ip = strategy.find(parts.headers(), peer)?;
