@@ -11,7 +11,7 @@ mod limit;
 
 pub use limit::{
     ConfigWarning, Key, LayerError, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    Refusal, RefusalBody, ResponseFormat, ResponseFuture, UNKNOWN_KEY,
+    Refusal, RefusalBody, ResponseFormat, ResponseFuture, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
 };
 
 /// Compiles the example in this crate's README.md as a doctest.

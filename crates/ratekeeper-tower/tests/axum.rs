@@ -359,7 +359,7 @@ async fn a_missing_peer_shares_the_unknown_key_instead_of_passing() {
     // Served without connect info: no peer in the request.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = app().layer(layer);
+    let app = app().layer(layer.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let http = Http::new(addr);
     assert_eq!(http.get("/", &[]).await.status, StatusCode::OK);
@@ -367,6 +367,7 @@ async fn a_missing_peer_shares_the_unknown_key_instead_of_passing() {
         http.get("/", &[]).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
+    assert_eq!(layer.missing_peer_requests(), 2);
 }
 
 /// A key made by a function of the request's `Parts` and a cost function:

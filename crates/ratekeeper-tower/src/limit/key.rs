@@ -14,6 +14,12 @@ use crate::client::{network, ClientIp};
 /// requests are limited together, never let through unlimited.
 pub const UNKNOWN_KEY: &[u8] = b"unknown";
 
+/// The IPv6 prefix [`Key::client_ip`] and [`Key::peer`] key a client by:
+/// a /64 is usually one subscriber's network (one LAN, one phone), and a
+/// client holding one can use any of its 2^64 addresses, so keying by the
+/// whole address would let it pick a fresh quota per request.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 /// The socket peer of a request, for servers that are not axum: insert it
 /// into the request's extensions (a plain [`SocketAddr`] works too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,8 +34,10 @@ type KeyFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
 /// use ratekeeper_tower::client::{private_networks, ClientIp};
 /// use ratekeeper_tower::Key;
 ///
-/// // The client behind our proxies, by its IPv6 /64.
-/// let per_client = Key::client_network(ClientIp::XForwardedFor { trusted: private_networks() }, 32, 64);
+/// // The client behind our proxies (an IPv4 address, or an IPv6 /64).
+/// let per_client = Key::client_ip(ClientIp::XForwardedFor { trusted: private_networks() });
+/// // The same, by IPv4 /24 and IPv6 /56 (a whole site's allocation).
+/// let per_site = Key::client_network(ClientIp::XForwardedFor { trusted: private_networks() }, 24, 56);
 /// // An API key header and the route, as one key.
 /// let api_key = HeaderName::from_static("x-api-key");
 /// let per_key_and_route = Key::compose([Key::header(api_key), Key::route()]);
@@ -124,8 +132,19 @@ pub(crate) type KeyBytes = smallvec::SmallVec<[u8; 40]>;
 /// What a key extraction found.
 pub(crate) struct Extracted {
     pub(crate) key: KeyBytes,
-    /// The key needed the socket peer and the server did not provide it.
+    /// The key needed the socket peer and the server did not provide it,
+    /// so its client part is the [`UNKNOWN_KEY`].
     pub(crate) missing_peer: bool,
+}
+
+/// How keys treat a request without a socket peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WithoutPeer {
+    /// No forwarding header is believed: the client is unknown.
+    Unknown,
+    /// The forwarding headers are believed as a trusted proxy's
+    /// ([`ClientIp::find_trusting_headers`]): the layer's explicit opt-in.
+    TrustHeaders,
 }
 
 impl Key {
@@ -134,12 +153,25 @@ impl Key {
         Key(Kind::Global)
     }
 
-    /// The socket peer's address.
+    /// The socket peer's address: an IPv4 peer by its whole address, an
+    /// IPv6 peer by its /64 ([`DEFAULT_IPV6_PREFIX`]), an IPv4-mapped one
+    /// (`::ffff:203.0.113.7`) as the IPv4 address. See
+    /// [`client_ip`](Key::client_ip) for the key's text.
     pub fn peer() -> Self {
         Key::client_ip(ClientIp::Peer)
     }
 
-    /// The client's address, found by `strategy`.
+    /// The client's address, found by `strategy`: an IPv4 client by its
+    /// whole address (`203.0.113.7`), an IPv6 client by its /64
+    /// ([`DEFAULT_IPV6_PREFIX`]; the key is the network as `ipnet` writes
+    /// it, `2001:db8:1:2::/64`), an IPv4-mapped address as the IPv4
+    /// address it maps. For other prefixes, such as a /56 or the whole
+    /// IPv6 address (/128), use [`client_network`](Key::client_network).
+    ///
+    /// Without a socket peer the client is unknown: the key is the shared
+    /// [`UNKNOWN_KEY`], whatever the forwarding headers say, unless the
+    /// layer opted in with
+    /// [`trust_headers_without_peer`](crate::RateLimitLayerBuilder::trust_headers_without_peer).
     pub fn client_ip(strategy: ClientIp) -> Self {
         Key(Kind::Client {
             strategy,
@@ -148,8 +180,10 @@ impl Key {
     }
 
     /// The client's network: its address cut to `v4_prefix` bits for IPv4
-    /// and `v6_prefix` for IPv6 (64 or 56 are usual: one subscriber), after
-    /// IPv4-mapped addresses are unmapped.
+    /// and `v6_prefix` for IPv6 (64 or 56 are usual: one subscriber; 128
+    /// keys each IPv6 address alone), after IPv4-mapped addresses are
+    /// unmapped. The key is the network as `ipnet` writes it, prefix
+    /// included (`203.0.113.0/24`, `2001:db8:1::/56`, `2001:db8::1/128`).
     pub fn client_network(strategy: ClientIp, v4_prefix: u8, v6_prefix: u8) -> Self {
         Key(Kind::Client {
             strategy,
@@ -179,6 +213,16 @@ impl Key {
     /// length, so `["a|b", "c"]` and `["a", "b|c"]` differ.
     pub fn compose(parts: impl IntoIterator<Item = Key>) -> Self {
         Key(Kind::Compose(parts.into_iter().collect()))
+    }
+
+    /// Whether this key reads a forwarding header to find a client (so the
+    /// layer's opt-in to trusting headers without a peer concerns it).
+    pub(crate) fn reads_forwarding_headers(&self) -> bool {
+        match &self.0 {
+            Kind::Client { strategy, .. } => strategy.header().is_some(),
+            Kind::Compose(parts) => parts.iter().any(Key::reads_forwarding_headers),
+            _ => false,
+        }
     }
 
     /// The header a client can set that this key trusts, if any: for the
@@ -221,7 +265,7 @@ impl Key {
     }
 
     #[inline]
-    pub(crate) fn extract(&self, parts: &impl Head) -> Extracted {
+    pub(crate) fn extract(&self, parts: &impl Head, without_peer: WithoutPeer) -> Extracted {
         // The socket peer is the most common key: straight to its text.
         if let Kind::Client {
             strategy: ClientIp::Peer,
@@ -230,7 +274,7 @@ impl Key {
         {
             return match peer_of(parts) {
                 Some(ip) => Extracted {
-                    key: ip_text(crate::client::canonical(ip)),
+                    key: client_text(crate::client::canonical(ip)),
                     missing_peer: false,
                 },
                 None => Extracted {
@@ -241,26 +285,41 @@ impl Key {
         }
         let mut missing_peer = false;
         let key = self
-            .part(parts, &mut missing_peer)
+            .part(parts, without_peer, &mut missing_peer)
             .unwrap_or_else(|| KeyBytes::from_slice(UNKNOWN_KEY));
         Extracted { key, missing_peer }
     }
 
-    fn part(&self, parts: &impl Head, missing_peer: &mut bool) -> Option<KeyBytes> {
+    fn part(
+        &self,
+        parts: &impl Head,
+        without_peer: WithoutPeer,
+        missing_peer: &mut bool,
+    ) -> Option<KeyBytes> {
         // Every request runs this: keep it free of `fmt` where it can be.
         match &self.0 {
             Kind::Global => Some(KeyBytes::from_slice(b"global")),
             Kind::Client { strategy, prefixes } => {
-                let peer = peer_of(parts);
-                if peer.is_none() {
-                    *missing_peer = true;
-                }
-                let ip = strategy.find(parts.headers(), peer)?;
+                let ip = match peer_of(parts) {
+                    peer @ Some(_) => strategy.find(parts.headers(), peer)?,
+                    // Without a peer nobody can tell a trusted proxy's
+                    // header from a client's: unknown, unless the layer
+                    // was told the platform's edge sets them.
+                    None => match without_peer {
+                        WithoutPeer::TrustHeaders if strategy.header().is_some() => {
+                            strategy.find_trusting_headers(parts.headers())?
+                        }
+                        _ => {
+                            *missing_peer = true;
+                            return None;
+                        }
+                    },
+                };
                 Some(match prefixes {
                     Some((v4, v6)) => {
                         KeyBytes::from_vec(network(ip, *v4, *v6).to_string().into_bytes())
                     }
-                    None => ip_text(ip),
+                    None => client_text(ip),
                 })
             }
             Kind::Header(name) => parts
@@ -283,7 +342,7 @@ impl Key {
                 let mut out = KeyBytes::new();
                 for key in keys {
                     let part = key
-                        .part(parts, missing_peer)
+                        .part(parts, without_peer, missing_peer)
                         .unwrap_or_else(|| KeyBytes::from_slice(UNKNOWN_KEY));
                     out.extend_from_slice(part.len().to_string().as_bytes());
                     out.push(b':');
@@ -353,32 +412,50 @@ pub(crate) fn ipv4_text(v4: std::net::Ipv4Addr) -> ([u8; 16], usize) {
     (text.to_le_bytes(), len as usize - 1)
 }
 
-/// An address as text, as `Display` writes it (IPv4, most keys, without
-/// the formatting machinery).
+/// The default key text of a (canonical) client address: an IPv4 address
+/// as `Display` writes it, without the formatting machinery (most keys);
+/// an IPv6 address as its /64, as `ipnet` writes it.
 #[inline]
-fn ip_text(ip: std::net::IpAddr) -> KeyBytes {
+fn client_text(ip: IpAddr) -> KeyBytes {
     match ip {
-        std::net::IpAddr::V4(v4) => {
+        IpAddr::V4(v4) => {
             let (text, len) = ipv4_text(v4);
             let mut out = [0u8; 40];
             out[..16].copy_from_slice(&text);
             KeyBytes::from_buf_and_len(out, len)
         }
-        std::net::IpAddr::V6(v6) => KeyBytes::from_vec(v6.to_string().into_bytes()),
+        IpAddr::V6(_) => ipv6_network_text(ip),
     }
 }
 
+/// An IPv6 client's /64 as text: out of line, so the IPv4 key above stays
+/// a few instructions.
+#[inline(never)]
+fn ipv6_network_text(ip: IpAddr) -> KeyBytes {
+    let net = network(ip, 32, DEFAULT_IPV6_PREFIX);
+    KeyBytes::from_vec(net.to_string().into_bytes())
+}
+
 #[cfg(test)]
-mod ip_text_tests {
-    use super::ip_text;
+mod client_text_tests {
+    use super::{client_text, DEFAULT_IPV6_PREFIX};
 
     proptest::proptest! {
         #[test]
-        fn ip_text_is_display(octets in proptest::prelude::any::<[u8; 4]>(), segments in proptest::prelude::any::<[u16; 8]>()) {
+        fn client_text_is_the_address_or_its_64(octets in proptest::prelude::any::<[u8; 4]>(), segments in proptest::prelude::any::<[u16; 8]>()) {
             let v4 = std::net::IpAddr::from(octets);
-            proptest::prop_assert_eq!(ip_text(v4).to_vec(), v4.to_string().into_bytes());
-            let v6 = std::net::IpAddr::from(segments);
-            proptest::prop_assert_eq!(ip_text(v6).to_vec(), v6.to_string().into_bytes());
+            proptest::prop_assert_eq!(client_text(v4).to_vec(), v4.to_string().into_bytes());
+            let v6 = std::net::Ipv6Addr::from(segments);
+            // Mapped addresses are unmapped before they get here.
+            proptest::prop_assume!(v6.to_ipv4_mapped().is_none());
+            let net = ipnet::Ipv6Net::new(v6, DEFAULT_IPV6_PREFIX).unwrap().trunc();
+            proptest::prop_assert_eq!(client_text(v6.into()).to_vec(), net.to_string().into_bytes());
         }
+    }
+
+    #[test]
+    fn an_ipv6_key_is_its_64_as_ipnet_writes_it() {
+        let ip: std::net::IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+        assert_eq!(client_text(ip).as_slice(), b"2001:db8:1:2::/64");
     }
 }

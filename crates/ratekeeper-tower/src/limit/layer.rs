@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,7 +13,7 @@ use ratekeeper::{Limit, PreparedLimit, Store};
 use thiserror::Error;
 use tower::Layer;
 
-use super::key::Key;
+use super::key::{Key, WithoutPeer};
 use super::response::{Refusal, ResponseFormat};
 use super::service::RateLimit;
 use crate::headers::{HeaderStyle, ResetStyle};
@@ -42,7 +42,12 @@ pub(crate) struct Shared<S> {
     pub(crate) partition_keys: bool,
     pub(crate) custom: Option<Arc<CustomResponse>>,
     pub(crate) cost: Option<Arc<CostFn>>,
+    /// How keys treat a request without a socket peer.
+    pub(crate) without_peer: WithoutPeer,
+    /// Whether the missing peer was logged (once per layer).
     pub(crate) missing_peer_logged: AtomicBool,
+    /// Requests keyed to the unknown key for want of a socket peer.
+    pub(crate) missing_peer_requests: AtomicU64,
     /// `RateLimit-Policy` for every rule, made once (without partition
     /// keys it depends only on the limits).
     pub(crate) policy_value: Option<http::HeaderValue>,
@@ -80,6 +85,15 @@ pub enum ConfigWarning {
         /// The header.
         header: String,
     },
+    /// The layer believes forwarding headers on requests that carry no
+    /// socket peer
+    /// ([`trust_headers_without_peer`](RateLimitLayerBuilder::trust_headers_without_peer)),
+    /// and this limit reads them: right only where the platform's edge
+    /// strips and sets those headers on every request.
+    TrustsHeadersWithoutPeer {
+        /// The limit concerned.
+        limit: String,
+    },
 }
 
 impl fmt::Display for ConfigWarning {
@@ -92,6 +106,10 @@ impl fmt::Display for ConfigWarning {
             ConfigWarning::SpoofableHeader { limit, header } => write!(
                 f,
                 "limit {limit:?} is keyed by the {header} header, which any client can set unless a proxy overwrites it"
+            ),
+            ConfigWarning::TrustsHeadersWithoutPeer { limit } => write!(
+                f,
+                "limit {limit:?} believes the forwarding headers of requests without a socket peer (trust_headers_without_peer): any client can choose its key unless the platform's edge strips and sets them"
             ),
         }
     }
@@ -155,6 +173,7 @@ impl<S: Store> RateLimitLayer<S> {
             partition_keys: false,
             custom: None,
             cost: None,
+            without_peer: WithoutPeer::Unknown,
         }
     }
 }
@@ -168,6 +187,21 @@ impl<S> RateLimitLayer<S> {
     /// The store the layer decides through.
     pub fn store(&self) -> &S {
         &self.shared.store
+    }
+
+    /// How many requests so far were keyed to the shared
+    /// [`UNKNOWN_KEY`](crate::UNKNOWN_KEY) because a limit keyed by the
+    /// client's address found no socket peer on them (counted once per
+    /// request, across every service and clone of this layer).
+    ///
+    /// Anything but 0 means the server does not provide the peer: with
+    /// axum, serve with
+    /// `app.into_make_service_with_connect_info::<SocketAddr>()`; with
+    /// another server insert a [`PeerAddr`](crate::PeerAddr) into each
+    /// request's extensions. The layer also logs an error, once, the first
+    /// time it happens.
+    pub fn missing_peer_requests(&self) -> u64 {
+        self.shared.missing_peer_requests.load(Ordering::Relaxed)
     }
 }
 
@@ -194,6 +228,7 @@ pub struct RateLimitLayerBuilder<S> {
     partition_keys: bool,
     custom: Option<Arc<CustomResponse>>,
     cost: Option<Arc<CostFn>>,
+    without_peer: WithoutPeer,
 }
 
 impl<S> fmt::Debug for RateLimitLayerBuilder<S> {
@@ -244,7 +279,8 @@ impl<S: Store> RateLimitLayerBuilder<S> {
     }
 
     /// Requests any of whose keys is in `keys` (as a limit's [`Key`] makes
-    /// them: an address, a header value) are not limited.
+    /// them: an IPv4 address, an IPv6 client's /64 such as
+    /// `2001:db8:1:2::/64`, a header value) are not limited.
     pub fn allow_keys<K: Into<Vec<u8>>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
         self.allow_keys.extend(keys.into_iter().map(Into::into));
         self
@@ -275,6 +311,33 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         self
     }
 
+    /// Believe the forwarding headers of a request that carries no socket
+    /// peer, as if a trusted proxy had sent them
+    /// ([`ClientIp::find_trusting_headers`](crate::client::ClientIp::find_trusting_headers)).
+    ///
+    /// Only for platforms whose edge strips every client-sent
+    /// `X-Forwarded-For` / `Forwarded` / `X-Real-IP` (or whichever header
+    /// the key reads) and sets its own, and that give the application no
+    /// usable peer address (some serverless and function runtimes).
+    /// Anywhere else it lets every client choose its own key and escape
+    /// every limit keyed by its address.
+    ///
+    /// By default a request without a peer has no client: every limit
+    /// keyed by the client's address counts it under the one shared
+    /// [`UNKNOWN_KEY`](crate::UNKNOWN_KEY), and the layer logs an error
+    /// (once) and counts it in
+    /// [`missing_peer_requests`](RateLimitLayer::missing_peer_requests).
+    /// With this opt-in, keys that read headers find the client in them
+    /// instead, and such requests are neither logged nor counted;
+    /// [`Key::peer`] still needs the peer. Building reports a
+    /// [`ConfigWarning::TrustsHeadersWithoutPeer`] for each limit concerned.
+    /// Requests that do carry a peer are unaffected: their headers count
+    /// only from a trusted proxy.
+    pub fn trust_headers_without_peer(mut self) -> Self {
+        self.without_peer = WithoutPeer::TrustHeaders;
+        self
+    }
+
     /// The cost of a request (default: 1), for limits on work rather than
     /// requests.
     pub fn cost(mut self, f: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
@@ -293,7 +356,11 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                 return Err(LayerError::DuplicateLimit(rule.limit.name().to_owned()));
             }
         }
-        let warnings: Vec<ConfigWarning> = self.rules.iter().flat_map(warnings_for).collect();
+        let warnings: Vec<ConfigWarning> = self
+            .rules
+            .iter()
+            .flat_map(|rule| warnings_for(rule, self.without_peer))
+            .collect();
         for warning in warnings.iter() {
             tracing::warn!("{warning}");
         }
@@ -326,7 +393,9 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             partition_keys: self.partition_keys,
             custom: self.custom,
             cost: self.cost,
+            without_peer: self.without_peer,
             missing_peer_logged: AtomicBool::new(false),
+            missing_peer_requests: AtomicU64::new(0),
             warnings,
         };
         Ok(RateLimitLayer {
@@ -372,7 +441,7 @@ const SPOOFABLE: &[&str] = &[
     "x-client-ip",
 ];
 
-fn warnings_for(rule: &Rule) -> Vec<ConfigWarning> {
+fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<ConfigWarning> {
     let limit = rule.limit.name().to_owned();
     let mut warnings = Vec::new();
     if rule
@@ -382,6 +451,11 @@ fn warnings_for(rule: &Rule) -> Vec<ConfigWarning> {
         .any(|net| net.prefix_len() == 0)
     {
         warnings.push(ConfigWarning::TrustsEveryProxy {
+            limit: limit.clone(),
+        });
+    }
+    if without_peer == WithoutPeer::TrustHeaders && rule.key.reads_forwarding_headers() {
+        warnings.push(ConfigWarning::TrustsHeadersWithoutPeer {
             limit: limit.clone(),
         });
     }

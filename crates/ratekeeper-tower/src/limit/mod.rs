@@ -53,7 +53,7 @@ mod response;
 mod service;
 
 pub use body::RefusalBody;
-pub use key::{Key, PeerAddr, UNKNOWN_KEY};
+pub use key::{Key, PeerAddr, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY};
 pub use layer::{ConfigWarning, LayerError, RateLimitLayer, RateLimitLayerBuilder};
 pub use response::{Refusal, ResponseFormat};
 pub use service::{RateLimit, ResponseFuture};

@@ -427,23 +427,30 @@ type Keys = smallvec::SmallVec<[Extracted; 2]>;
 /// Each rule's limit and key, as the store takes them.
 type Checks<'a> = smallvec::SmallVec<[(&'a Limit, &'a [u8]); 4]>;
 
-/// Each rule's key for the request, logging once if the peer is missing.
+/// Each rule's key for the request, counting (and logging once) a missing
+/// peer.
 fn extract_keys<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Keys {
-    let keys: Keys = shared
-        .rules
-        .iter()
-        .map(|rule| rule.key.extract(parts))
-        .collect();
+    let keys = keys_of(shared, parts);
     if keys.iter().any(|key| key.missing_peer) {
         log_missing_peer(shared);
     }
     keys
 }
 
+/// Each rule's key for the request, with no count: for the asynchronous
+/// path, whose request `call` has already keyed (and counted) once.
+fn keys_of<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Keys {
+    shared
+        .rules
+        .iter()
+        .map(|rule| rule.key.extract(parts, shared.without_peer))
+        .collect()
+}
+
 /// One rule's key for the request, logging once if the peer is missing.
 #[inline]
 fn extract_key<S>(shared: &Shared<S>, rule: &Rule, parts: &impl Head) -> Extracted {
-    let key = rule.key.extract(parts);
+    let key = rule.key.extract(parts, shared.without_peer);
     if key.missing_peer {
         log_missing_peer(shared);
     }
@@ -455,14 +462,22 @@ fn is_allow_listed<S>(shared: &Shared<S>, key: &[u8]) -> bool {
     !shared.allow_keys.is_empty() && shared.allow_keys.contains(key)
 }
 
+/// Counts a request keyed to the unknown key for want of a peer, and says
+/// so once per layer, loudly: every such client now shares one quota.
 #[cold]
 fn log_missing_peer<S>(shared: &Shared<S>) {
+    shared.missing_peer_requests.fetch_add(1, Ordering::Relaxed);
     if !shared.missing_peer_logged.swap(true, Ordering::Relaxed) {
         tracing::error!(
-            "a rate limit is keyed by the client address, but the request carries no socket peer; \
-             such requests share one \"unknown\" key. With axum, serve with \
-             `into_make_service_with_connect_info::<SocketAddr>()`; with hyper, insert a \
-             `PeerAddr` into the request's extensions"
+            "rate limit: a request arrived without a socket peer, so its client cannot be found \
+             and no X-Forwarded-For, Forwarded or other forwarding header is believed: every \
+             such request is counted under the one shared \"unknown\" key, one quota for all \
+             clients. Fix: with axum, serve with \
+             `app.into_make_service_with_connect_info::<SocketAddr>()`; with hyper or another \
+             server, insert a `ratekeeper_tower::PeerAddr` into each request's extensions; only \
+             on a platform whose edge strips and sets the forwarding headers and gives no peer, \
+             opt in with `RateLimitLayerBuilder::trust_headers_without_peer()`. Logged once; \
+             `RateLimitLayer::missing_peer_requests()` counts such requests"
         );
     }
 }
@@ -481,7 +496,7 @@ where
         return inner.call(request).await;
     }
     let (parts, body) = request.into_parts();
-    let keys = extract_keys(&shared, &parts);
+    let keys = keys_of(&shared, &parts);
     if keys.iter().any(|key| is_allow_listed(&shared, &key.key)) {
         return inner.call(Request::from_parts(parts, body)).await;
     }
