@@ -55,6 +55,12 @@ pub fn network(ip: IpAddr, v4_prefix: u8, v6_prefix: u8) -> IpNet {
 
 /// The networks proxies usually sit in: loopback, private (RFC 1918,
 /// RFC 4193), link-local and carrier-grade NAT.
+///
+/// Nothing trusts these by default: passing them as a strategy's
+/// `trusted` networks is a choice, right when your proxies are the only
+/// hosts on those networks that reach the application (any other host
+/// there could name its own key). List your proxies' own networks where
+/// you can.
 pub fn private_networks() -> Vec<IpNet> {
     [
         "127.0.0.0/8",
