@@ -339,3 +339,39 @@ async fn clients_behind_a_proxy_are_keyed_by_their_64_or_the_prefix_given() {
         assert_eq!(decision.remaining(), 0, "{key}");
     }
 }
+
+/// An allow key written as one IPv6 address never matches a client key
+/// (an IPv6 client's /64): the layer says which key would.
+#[test]
+fn an_ipv6_address_allow_key_is_reported_with_its_64() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .limit(
+            Limit::new("per-ip", Gcra::per_minute(1).unwrap()).unwrap(),
+            Key::peer(),
+        )
+        .allow_keys([
+            "2001:db8:0:9::1",
+            "2001:db8:0:9::/64",
+            "::ffff:192.0.2.9",
+            "192.0.2.9",
+        ])
+        .build()
+        .unwrap();
+    assert_eq!(
+        layer.warnings(),
+        [ratekeeper_tower::ConfigWarning::Ipv6AllowKey {
+            key: "2001:db8:0:9::1".to_owned(),
+            network: "2001:db8:0:9::/64".to_owned(),
+        }]
+    );
+    // Not for keys that are not client addresses.
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .limit(
+            Limit::new("per-key", Gcra::per_minute(1).unwrap()).unwrap(),
+            Key::header(http::HeaderName::from_static("x-api-key")),
+        )
+        .allow_keys(["2001:db8:0:9::1"])
+        .build()
+        .unwrap();
+    assert!(layer.warnings().is_empty());
+}

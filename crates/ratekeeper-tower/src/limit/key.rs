@@ -244,6 +244,12 @@ impl Key {
         }
     }
 
+    /// Whether this key is a client's address with the default prefixes
+    /// (an IPv6 client as its /64), not composed.
+    pub(crate) fn is_client_address(&self) -> bool {
+        matches!(self.0, Kind::Client { prefixes: None, .. })
+    }
+
     /// Whether this key is the socket peer's address, whole.
     pub(crate) fn is_peer(&self) -> bool {
         matches!(

@@ -13,7 +13,7 @@ use ratekeeper::{Limit, PreparedLimit, Store};
 use thiserror::Error;
 use tower::Layer;
 
-use super::key::{Key, WithoutPeer};
+use super::key::{Key, WithoutPeer, DEFAULT_IPV6_PREFIX};
 use super::response::{Refusal, ResponseFormat};
 use super::service::RateLimit;
 use crate::headers::{HeaderStyle, ResetStyle};
@@ -94,6 +94,14 @@ pub enum ConfigWarning {
         /// The limit concerned.
         limit: String,
     },
+    /// An allow-listed key is a single IPv6 address, but client keys hold
+    /// an IPv6 client as its /64: it never matches; `network` would.
+    Ipv6AllowKey {
+        /// The allow-listed key.
+        key: String,
+        /// The key an IPv6 client of that address has.
+        network: String,
+    },
 }
 
 impl fmt::Display for ConfigWarning {
@@ -106,6 +114,10 @@ impl fmt::Display for ConfigWarning {
             ConfigWarning::SpoofableHeader { limit, header } => write!(
                 f,
                 "limit {limit:?} is keyed by the {header} header, which any client can set unless a proxy overwrites it"
+            ),
+            ConfigWarning::Ipv6AllowKey { key, network } => write!(
+                f,
+                "allow key {key:?} is one IPv6 address, but IPv6 clients are keyed by their /64: allow-list {network:?} instead"
             ),
             ConfigWarning::TrustsHeadersWithoutPeer { limit } => write!(
                 f,
@@ -280,7 +292,9 @@ impl<S: Store> RateLimitLayerBuilder<S> {
 
     /// Requests any of whose keys is in `keys` (as a limit's [`Key`] makes
     /// them: an IPv4 address, an IPv6 client's /64 such as
-    /// `2001:db8:1:2::/64`, a header value) are not limited.
+    /// `2001:db8:1:2::/64`, a header value) are not limited. A key written
+    /// as one IPv6 address, which no client key equals, is reported as a
+    /// [`ConfigWarning::Ipv6AllowKey`].
     pub fn allow_keys<K: Into<Vec<u8>>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
         self.allow_keys.extend(keys.into_iter().map(Into::into));
         self
@@ -356,11 +370,14 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                 return Err(LayerError::DuplicateLimit(rule.limit.name().to_owned()));
             }
         }
-        let warnings: Vec<ConfigWarning> = self
+        let mut warnings: Vec<ConfigWarning> = self
             .rules
             .iter()
             .flat_map(|rule| warnings_for(rule, self.without_peer))
             .collect();
+        if self.rules.iter().any(|rule| rule.key.is_client_address()) {
+            warnings.extend(ipv6_allow_key_warnings(&self.allow_keys));
+        }
         for warning in warnings.iter() {
             tracing::warn!("{warning}");
         }
@@ -440,6 +457,27 @@ const SPOOFABLE: &[&str] = &[
     "fly-client-ip",
     "x-client-ip",
 ];
+
+/// Allow keys written as one IPv6 address, which a client key (an IPv6
+/// client's /64) never equals, sorted so the warnings come in one order.
+fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<ConfigWarning> {
+    let mut warnings: Vec<ConfigWarning> = allow_keys
+        .iter()
+        .filter_map(|key| std::str::from_utf8(key).ok())
+        .filter_map(|key| {
+            let ip = key.parse::<std::net::Ipv6Addr>().ok()?;
+            // A mapped address is keyed as its IPv4 address.
+            ip.to_ipv4_mapped()
+                .is_none()
+                .then(|| ConfigWarning::Ipv6AllowKey {
+                    key: key.to_owned(),
+                    network: crate::client::network(ip.into(), 32, DEFAULT_IPV6_PREFIX).to_string(),
+                })
+        })
+        .collect();
+    warnings.sort_by_key(ToString::to_string);
+    warnings
+}
 
 fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<ConfigWarning> {
     let limit = rule.limit.name().to_owned();
