@@ -240,8 +240,9 @@ fn field<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
         .expect("a text field")
 }
 
-const PER_CLIENT: &str =
-    "[[limits]]\nname = \"per-client\"\nrate = \"3/minute\"\nkey = [\"client_ip\"]\n";
+/// The example's companion configuration: 3 a minute per client, nginx
+/// (on loopback) trusted to name the client.
+const PER_CLIENT: &str = include_str!("../../../examples/nginx/ratekeeper.toml");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_requests_reach_the_app_and_the_next_gets_a_real_429() {
@@ -373,6 +374,7 @@ async fn limits_see_the_original_method_and_path() {
     };
     let toml =
         "[[limits]]\nname = \"login\"\nrate = \"1/minute\"\nkey = [\"client_ip\", \"route\"]\n\
+                trusted_proxies = [\"127.0.0.1\"]\n\
                 [limits.match]\nmethods = [\"POST\"]\npath_prefix = \"/login\"\n";
     let ratekeeper = start_ratekeeper(toml).await;
     let (app, hits) = start_app().await;

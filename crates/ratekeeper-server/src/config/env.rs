@@ -30,7 +30,7 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 13] = [
+const TEXT_FIELDS: [&str; 14] = [
     "kind",
     "path",
     "url",
@@ -44,6 +44,7 @@ const TEXT_FIELDS: [&str; 13] = [
     "policy",
     "domain",
     "path_prefix",
+    "client_ip_from",
 ];
 
 /// Fields that hold lists of text.

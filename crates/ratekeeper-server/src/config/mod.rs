@@ -68,6 +68,7 @@
 //! [`ConfigError`]'s messages read `FILE:LINE:COLUMN: FIELD: MESSAGE`, such
 //! as `ratekeeper.toml:12:8: limits[1].rate: unknown time unit "fortnight" ...`.
 
+mod address;
 mod env;
 mod error;
 mod file;
@@ -83,6 +84,7 @@ use http::{HeaderName, Method};
 use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
+pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use error::{ConfigError, Location};
 pub use warnings::ConfigWarning;
 
@@ -238,10 +240,12 @@ pub struct LimitConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyPart {
-    /// The socket peer's address (`peer`).
-    Peer,
-    /// The client's address behind trusted proxies (`client_ip`).
-    ClientIp(ClientIp),
+    /// The socket peer's address (`peer`), keyed by its network
+    /// (`ipv4_prefix`, `ipv6_prefix`).
+    Peer(Prefixes),
+    /// The client's address (`client_ip`): how it is found (from which
+    /// header, behind which proxies), and the network it is keyed by.
+    ClientIp(ClientIp, Prefixes),
     /// The request's route or path (`route`).
     Route,
     /// One key for every request (`global`).
@@ -253,19 +257,13 @@ pub enum KeyPart {
 }
 
 impl std::fmt::Display for KeyPart {
+    /// The part as written in the file (`client_ip`, `header:x-api-key`);
+    /// `ratekeeper check` explains the trust of `client_ip` on a line of
+    /// its own.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            KeyPart::Peer => f.write_str("peer"),
-            KeyPart::ClientIp(ClientIp::XForwardedFor { trusted })
-                if *trusted == ratekeeper_tower::client::private_networks() =>
-            {
-                f.write_str("client_ip (trusting private networks)")
-            }
-            KeyPart::ClientIp(ClientIp::XForwardedFor { trusted }) => {
-                let nets: Vec<String> = trusted.iter().map(ToString::to_string).collect();
-                write!(f, "client_ip (trusting {})", nets.join(", "))
-            }
-            KeyPart::ClientIp(_) => f.write_str("client_ip"),
+            KeyPart::Peer(_) => f.write_str("peer"),
+            KeyPart::ClientIp(..) => f.write_str("client_ip"),
             KeyPart::Route => f.write_str("route"),
             KeyPart::Global => f.write_str("global"),
             KeyPart::Header(name) => write!(f, "header:{name}"),
@@ -505,8 +503,58 @@ impl Config {
                 out.push_str(" (shadow)");
             }
             out.push('\n');
+            for line in limit.key.iter().filter_map(explain_address) {
+                let _ = writeln!(out, "  {line}");
+            }
         }
         out
+    }
+}
+
+/// Where an address part of a key comes from and what it is keyed by, in
+/// words: the trust `ratekeeper check` shows for `client_ip` and `peer`.
+fn explain_address(part: &KeyPart) -> Option<String> {
+    let (source, prefixes) = match part {
+        KeyPart::Peer(prefixes) => ("the socket peer".to_owned(), prefixes),
+        KeyPart::ClientIp(rule, prefixes) => (explain_client_ip(rule), prefixes),
+        _ => return None,
+    };
+    Some(format!("{part}: {source}; {prefixes}"))
+}
+
+/// How `rule` finds the client.
+fn explain_client_ip(rule: &ClientIp) -> String {
+    let untrusted = |header: &str| {
+        format!("the socket peer (no trusted proxies: {header} is ignored, set trusted_proxies to believe it)")
+    };
+    let nets = |trusted: &[ipnet::IpNet]| {
+        if trusted == ratekeeper_tower::client::private_networks().as_slice() {
+            "private networks".to_owned()
+        } else {
+            let nets: Vec<String> = trusted.iter().map(ToString::to_string).collect();
+            nets.join(", ")
+        }
+    };
+    match rule {
+        ClientIp::XForwardedFor { trusted } if trusted.is_empty() => untrusted("X-Forwarded-For"),
+        ClientIp::XForwardedFor { trusted } => format!(
+            "from X-Forwarded-For behind {} (the rightmost address not among them); any other peer is the client",
+            nets(trusted)
+        ),
+        ClientIp::Forwarded { trusted } if trusted.is_empty() => untrusted("Forwarded"),
+        ClientIp::Forwarded { trusted } => format!(
+            "from Forwarded (RFC 7239) behind {} (the rightmost for= not among them); any other peer is the client",
+            nets(trusted)
+        ),
+        ClientIp::Hops(hops) => format!(
+            "from X-Forwarded-For, entry {hops} from the right, from any peer (every request must pass {hops} proxies of yours)"
+        ),
+        ClientIp::Header { name, trusted } if trusted.is_empty() => untrusted(name.as_str()),
+        ClientIp::Header { name, trusted } => format!(
+            "from {name} when the peer is in {}; any other peer is the client",
+            nets(trusted)
+        ),
+        _ => "the socket peer".to_owned(),
     }
 }
 
