@@ -858,14 +858,16 @@ client_ip_from = "forwarded"
     );
 }
 
-/// The TOML blocks of README.md's "Running behind a proxy" section.
-fn readme_proxy_snippets() -> Vec<String> {
+/// The TOML blocks of README.md's section `heading` (a `## ` heading).
+fn readme_toml(heading: &str) -> Vec<String> {
     let readme = include_str!("../../../README.md");
     let start = readme
-        .find("\n## Running behind a proxy")
-        .expect("README.md has a \"Running behind a proxy\" section");
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("README.md has a {heading:?} section"));
     let section = &readme[start + 1..];
-    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let section = &section[..section[1..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 1)];
     section
         .split("```toml\n")
         .skip(1)
@@ -874,8 +876,27 @@ fn readme_proxy_snippets() -> Vec<String> {
 }
 
 #[test]
+fn the_readme_service_example_limits_load() {
+    let blocks = readme_toml("The service");
+    assert_eq!(blocks.len(), 1);
+    // Its limits (its [store] sets on_failure and fallback on a memory
+    // store, which the checks refuse; left to whoever owns that part).
+    let limits = &blocks[0][blocks[0].find("[[limits]]").expect("limits")..];
+    let config = Config::from_toml_str(limits, "README.md").unwrap();
+    assert_eq!(
+        config.limits[0].key[0],
+        KeyPart::ClientIp(
+            ClientIp::XForwardedFor {
+                trusted: vec!["10.0.0.0/8".parse().unwrap()]
+            },
+            Prefixes::default()
+        )
+    );
+}
+
+#[test]
 fn the_readme_proxy_setups_load_and_say_what_they_trust() {
-    let snippets = readme_proxy_snippets();
+    let snippets = readme_toml("Running behind a proxy");
     assert_eq!(snippets.len(), 3, "three setups: {snippets:#?}");
     let trust: Vec<String> = snippets
         .iter()

@@ -12,7 +12,7 @@
 //!
 //! Values are text for fields that hold text; lists (`key`, `urls`,
 //! `trusted_proxies`, `methods`) are either a TOML array or words separated
-//! by commas; other fields (numbers, booleans, `descriptors`) are TOML
+//! by commas (`trusted_proxies` takes the word `private` in its list); other fields (numbers, booleans, `descriptors`) are TOML
 //! values, such as `100000`, `true` or `[{ key = "path" }]`.
 //!
 //! Each inserted value gets a span past the end of the text, one offset per

@@ -19,7 +19,11 @@
 //! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
 //! policy = "gcra"            # token_bucket (default), gcra, fixed_window, sliding_log, sliding_window
 //! key = ["client_ip"]        # peer, client_ip, route, global, header:NAME, descriptor:KEY
-//! trusted_proxies = ["10.0.0.0/8"]   # for client_ip; default: private networks
+//! trusted_proxies = ["10.0.0.0/8"]   # for client_ip; default: none, the peer is the client; "private"
+//! client_ip_from = "x-forwarded-for" # or "forwarded" (RFC 7239), "header:NAME" ("header:cf-connecting-ip")
+//! # trusted_hops = 2         # instead of trusted_proxies: X-Forwarded-For behind exactly 2 proxies
+//! ipv4_prefix = 32           # client_ip and peer are keyed by their network: IPv4 by address,
+//! ipv6_prefix = 64           # IPv6 by /64 (56, 128...)
 //! shadow = false             # decide and report, but never refuse
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
@@ -48,8 +52,44 @@
 //! ([`Rate`] strings; a burst only for `token_bucket` and `gcra`), a `policy`
 //! and a `key`: the parts the limited key is made of, in order, such as
 //! `["client_ip", "route"]`. `global` stands alone: one count for everyone.
-//! `trusted_proxies` (CIDRs) only goes with `client_ip`. A limit without a
-//! `[limits.match]` table applies to every request.
+//! A limit without a `[limits.match]` table applies to every request.
+//!
+//! # The client's address
+//!
+//! `peer` is the socket peer. `client_ip` is the client as the limit's
+//! trusted proxies name it, and no proxy is trusted unless told: by
+//! default the socket peer is the client and every forwarding header is
+//! ignored, since any client can write one. Say who your proxies are:
+//!
+//! - `trusted_proxies`: `"private"` (loopback, RFC 1918, RFC 4193,
+//!   link-local and carrier-grade NAT networks) or a list of CIDRs,
+//!   addresses and `"private"`. A request from one of them is read by
+//!   `client_ip_from`: `"x-forwarded-for"` (the default; the rightmost
+//!   address that is not a trusted proxy), `"forwarded"` (RFC 7239's
+//!   `for=`, the same way) or `"header:NAME"` (one header the proxy always
+//!   overwrites, such as `header:cf-connecting-ip`). A request from any
+//!   other peer is that peer's, and a trusted proxy that sends no such
+//!   header is the client itself.
+//! - `trusted_hops = N` (1 to 16), instead: the `X-Forwarded-For` entry `N`
+//!   places from the right, from any peer; right only when every request
+//!   passes exactly `N` proxies of yours.
+//!
+//! At `/v1/auth` the socket peer is nginx: list its address
+//! (`trusted_proxies = ["127.0.0.1"]` when it runs on the same host) so
+//! that its `X-Real-IP` names the original request's peer.
+//!
+//! A request whose forwarding header a limit ignored because the peer is
+//! not trusted is logged once per limit, with the fix, and counted in
+//! `/metrics` (`ratekeeper_untrusted_forwarding_headers_total`).
+//!
+//! Addresses are keyed by their network, `ipv4_prefix` bits (1 to 32,
+//! default 32: the address) and `ipv6_prefix` bits (1 to 128, default 64:
+//! what one subscriber usually holds, so rotating addresses within it
+//! gains nothing); an IPv4-mapped IPv6 address is its IPv4 address. Both go
+//! with `client_ip` and `peer` ([`Prefixes`]). The key text is the bare
+//! address at the full length and the network otherwise
+//! (`2001:db8:1:2::/64`). `trusted_proxies`, `client_ip_from` and
+//! `trusted_hops` only go with `client_ip`.
 //!
 //! In `match`, a descriptor without `value` matches any value (and the value
 //! becomes part of the key), a value ending in `*` matches by prefix, and any
@@ -105,6 +145,13 @@ name = "per-client"
 rate = "100/minute"
 policy = "gcra"
 key = ["client_ip"]
+# No proxy is trusted: the socket peer is the client and X-Forwarded-For is
+# ignored. Behind a load balancer on your network: trusted_proxies = "private"
+# (or its own CIDR).
+trusted_proxies = []
+# Keyed by network: IPv4 by address, IPv6 by /64.
+ipv4_prefix = 32
+ipv6_prefix = 64
 "#;
 
 /// This process's environment variables whose names start with
@@ -384,7 +431,7 @@ impl Config {
     /// for the limit `per-ip`); deeper fields follow the same way
     /// (`RATEKEEPER_LIMITS__PER_IP__MATCH__DOMAIN=edge`). Field names are
     /// case-insensitive. Text fields take the value as it is; lists (`key`,
-    /// `urls`, `trusted_proxies`, `methods`) take a TOML array or
+    /// `urls`, `trusted_proxies` (so `private` is `["private"]`), `methods`) take a TOML array or
     /// comma-separated words; other fields take a TOML value (`100000`,
     /// `true`). Variables with no `__` after `RATEKEEPER_`, such as
     /// `RATEKEEPER_CONFIG`, and variables without the prefix are ignored; an

@@ -15,11 +15,20 @@
 //! ([`LimitSet::for_http`](crate::engine::LimitSet::for_http)), each
 //! keyed from the original request:
 //!
-//! - `client_ip` is `X-Real-IP` when it holds one address; else the
-//!   limit's own rule (`trusted_proxies`) over `X-Forwarded-For`, with the
-//!   socket peer (nginx) as the last hop; else the socket peer.
-//! - `peer` is `X-Real-IP` when it holds one address (nginx's
-//!   `$remote_addr` is the original request's peer), else the socket peer.
+//! - The original request's peer is `X-Real-IP` when the socket peer,
+//!   nginx, is one of the limit's `trusted_proxies` (nginx's own address:
+//!   `trusted_proxies = ["127.0.0.1"]` when it runs on the same host) and
+//!   the header holds one address; otherwise the socket peer. Like any
+//!   forwarding header, `X-Real-IP` and `X-Forwarded-For` are believed
+//!   only from a trusted proxy: with no `trusted_proxies` (the default)
+//!   every request counts as nginx's, and the first is logged and all are
+//!   counted in `/metrics` (`ratekeeper_untrusted_forwarding_headers_total`).
+//! - `client_ip` is the limit's rule (`client_ip_from`, `trusted_proxies`,
+//!   `trusted_hops`) applied to that peer and the subrequest's headers: the
+//!   original peer, unless it is itself a trusted proxy naming a client in
+//!   `X-Forwarded-For` (nginx appends its `$remote_addr`, which is skipped
+//!   as trusted). `peer` is that original peer; a limit keyed by `peer`
+//!   alone trusts no proxy, so its peer is nginx.
 //! - `route` is the original method and path; `header:NAME` reads the
 //!   subrequest's headers, which are the original request's (nginx passes
 //!   them on) plus the ones set for the subrequest.
@@ -55,10 +64,16 @@
 #![doc = include_str!("../../../../examples/nginx/nginx.conf")]
 //! ```
 //!
-//! `X-Real-IP` and `X-Forwarded-For` are believed as they arrive, so
-//! `/v1/auth` must only be reachable by nginx (the example listens on
-//! loopback), and nginx must set them itself, as the example does, rather
-//! than pass on the client's own.
+//! Its companion, `examples/nginx/ratekeeper.toml`, trusts nginx on
+//! loopback:
+//!
+//! ```toml
+#![doc = include_str!("../../../../examples/nginx/ratekeeper.toml")]
+//! ```
+//!
+//! A trusted nginx's `X-Real-IP` and `X-Forwarded-For` are believed as they
+//! arrive, so nginx must set them itself, as the example does, rather than
+//! pass on the client's own.
 //!
 //! [`auth_request`]: https://nginx.org/en/docs/http/ngx_http_auth_request_module.html
 
