@@ -306,6 +306,14 @@ match = { domain = "d", descriptors = [{ key = "plan", value = "free" }] }
             ),
             "alice|10.0.0.1"
         );
+        // An IPv6 remote_address is keyed by its /64, as at every door.
+        assert_eq!(
+            key(
+                &set[0],
+                &[("user", "alice"), ("remote_address", "2001:db8:1:2::7")]
+            ),
+            "alice|2001:db8:1:2::/64"
+        );
         // A part the descriptor cannot give is shared by all as "unknown".
         assert_eq!(key(&set[1], &[("plan", "free")]), "unknown");
         let entries = entries(&[("user", "bob")]);
