@@ -37,6 +37,45 @@ fn a_valid_file_is_explained() {
 }
 
 #[test]
+fn check_says_where_each_limit_finds_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trust.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[limits]]
+name = "direct"
+rate = "100/minute"
+key = ["client_ip"]
+
+[[limits]]
+name = "behind-lb"
+rate = "100/minute"
+key = ["client_ip"]
+trusted_proxies = ["10.0.0.0/8"]
+ipv6_prefix = 56
+"#,
+    )
+    .unwrap();
+    let output = ratekeeper(&["check", "--config", path.to_str().unwrap()], &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().skip(2).collect();
+    assert_eq!(
+        lines,
+        [
+            "limit direct: token_bucket 100/minute, key client_ip, match every request",
+            "  client_ip: the socket peer (no trusted proxies: X-Forwarded-For is ignored, set \
+             trusted_proxies to believe it); IPv4 by address, IPv6 by /64",
+            "limit behind-lb: token_bucket 100/minute, key client_ip, match every request",
+            "  client_ip: from X-Forwarded-For behind 10.0.0.0/8 (the rightmost address not among \
+             them); any other peer is the client; IPv4 by address, IPv6 by /56",
+            "ok",
+        ]
+    );
+}
+
+#[test]
 fn an_invalid_file_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
@@ -95,6 +134,7 @@ fn the_defaults_print_and_validate() {
     assert!(output.status.success());
     let defaults = text(&output.stdout);
     assert!(defaults.contains("[[limits]]"), "{defaults}");
+    assert!(defaults.contains("trusted_proxies = []"), "{defaults}");
     let output = ratekeeper(&["check"], &[]);
     assert!(output.status.success(), "{}", text(&output.stderr));
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use ratekeeper::{FailureMode, PolicyKind};
 use ratekeeper_redis::Batching;
-use ratekeeper_server::config::{Backend, KeyPart, Location, ValueMatch, DEFAULT_TOML};
+use ratekeeper_server::config::{Backend, KeyPart, Location, Prefixes, ValueMatch, DEFAULT_TOML};
 use ratekeeper_server::{Config, ConfigError};
+use ratekeeper_tower::client::{private_networks, ClientIp};
 
 const FULL: &str = r#"[store]
 kind = "redis"
@@ -192,7 +193,8 @@ fn full_file() {
         config.explain(),
         "store: redis redis://127.0.0.1:6379 (prefix \"rk:\", timeout 250ms, 4 scripts in flight, up to 64 decisions each), max_keys 5000, on failure open, fallback on\n\
          listen: http 0.0.0.0:8080, grpc off, admin 127.0.0.1:9090\n\
-         limit per-ip: gcra 100/minute, key client_ip (trusting 10.0.0.0/8, 192.0.2.1/32), match every request\n\
+         limit per-ip: gcra 100/minute, key client_ip, match every request\n\
+         \x20 client_ip: from X-Forwarded-For behind 10.0.0.0/8, 192.0.2.1/32 (the rightmost address not among them); any other peer is the client; IPv4 by address, IPv6 by /64\n\
          limit login: sliding_window 5/30s, key descriptor:remote_address + route, match domain edge, descriptors [remote_address, path=/login, user=adm*], methods POST, path /api* (shadow)\n\
          limit api-key: token_bucket 10/second burst 20, key header:x-api-key, match every request\n"
     );
@@ -211,7 +213,8 @@ fn defaults_validate() {
         config.explain(),
         "store: memory, max_keys 100000\n\
          listen: http 127.0.0.1:8080, grpc 127.0.0.1:8081, admin 127.0.0.1:9090\n\
-         limit per-client: gcra 100/minute, key client_ip (trusting private networks), match every request\n"
+         limit per-client: gcra 100/minute, key client_ip, match every request\n\
+         \x20 client_ip: the socket peer (no trusted proxies: X-Forwarded-For is ignored, set trusted_proxies to believe it); IPv4 by address, IPv6 by /64\n"
     );
 }
 
@@ -243,7 +246,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `shadow`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),
@@ -348,7 +351,7 @@ fn bad_key_parts() {
 fn bad_cidrs() {
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"client_ip\"]\ntrusted_proxies = [\"10.0.0.0/33\"]\n")),
-        "ratekeeper.toml:5:20: limits[0].trusted_proxies[0]: invalid network \"10.0.0.0/33\"; expected a CIDR such as \"10.0.0.0/8\" or an IP address"
+        "ratekeeper.toml:5:20: limits[0].trusted_proxies[0]: invalid network \"10.0.0.0/33\"; expected \"private\", a CIDR such as \"10.0.0.0/8\" or an IP address"
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\ntrusted_proxies = [\"10.0.0.0/8\"]\n")),
@@ -507,9 +510,12 @@ fn env_overrides() {
     assert_eq!(config.limits[0].key[1], KeyPart::Route);
     assert_eq!(
         config.limits[0].key[0],
-        KeyPart::ClientIp(ratekeeper_tower::client::ClientIp::XForwardedFor {
-            trusted: vec!["10.1.0.0/16".parse().unwrap()]
-        })
+        KeyPart::ClientIp(
+            ratekeeper_tower::client::ClientIp::XForwardedFor {
+                trusted: vec!["10.1.0.0/16".parse().unwrap()]
+            },
+            Prefixes::default()
+        )
     );
     // Names after the prefix are case-insensitive; the prefix is not.
     let login = &config.limits[1].matcher;
@@ -618,4 +624,303 @@ proptest! {
     ) {
         let _ = Config::from_toml_str_with_env(DEFAULT_TOML, "x.toml", [(name, value)]);
     }
+}
+
+/// The `client_ip` rule of the first limit of `body` (after `name`).
+fn client_rule(body: &str) -> (ClientIp, Prefixes) {
+    let config = Config::from_toml_str(&limit(body), "ratekeeper.toml").unwrap();
+    match &config.limits[0].key[0] {
+        KeyPart::ClientIp(rule, prefixes) => (rule.clone(), *prefixes),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn client_ip_trusts_no_proxy_unless_told() {
+    let plain = "rate = \"1/s\"\nkey = [\"client_ip\"]\n";
+    assert_eq!(
+        client_rule(plain),
+        (
+            ClientIp::XForwardedFor {
+                trusted: Vec::new()
+            },
+            Prefixes { ipv4: 32, ipv6: 64 }
+        )
+    );
+    let private = |trust: &str| client_rule(&format!("{plain}trusted_proxies = {trust}\n")).0;
+    assert_eq!(
+        private("\"private\""),
+        ClientIp::XForwardedFor {
+            trusted: private_networks()
+        }
+    );
+    let mut mixed = private_networks();
+    mixed.push("203.0.113.0/24".parse().unwrap());
+    assert_eq!(
+        private("[\"Private\", \"203.0.113.7/24\"]"),
+        ClientIp::XForwardedFor { trusted: mixed }
+    );
+    assert_eq!(
+        private("[]"),
+        ClientIp::XForwardedFor {
+            trusted: Vec::new()
+        }
+    );
+    // The word works from the environment too.
+    let config = Config::from_toml_str_with_env(
+        &limit(plain),
+        "ratekeeper.toml",
+        [("RATEKEEPER_LIMITS__A__TRUSTED_PROXIES", "private")],
+    )
+    .unwrap();
+    assert_eq!(
+        config.limits[0].key[0],
+        KeyPart::ClientIp(
+            ClientIp::XForwardedFor {
+                trusted: private_networks()
+            },
+            Prefixes::default()
+        )
+    );
+}
+
+#[test]
+fn client_ip_sources_and_networks() {
+    let body = |fields: &str| format!("rate = \"1/s\"\nkey = [\"client_ip\"]\n{fields}");
+    let ten: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+    assert_eq!(
+        client_rule(&body(
+            "client_ip_from = \"forwarded\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n"
+        ))
+        .0,
+        ClientIp::Forwarded {
+            trusted: ten.clone()
+        }
+    );
+    assert_eq!(
+        client_rule(&body(
+            "client_ip_from = \"header:CF-Connecting-IP\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n"
+        ))
+        .0,
+        ClientIp::Header {
+            name: http::HeaderName::from_static("cf-connecting-ip"),
+            trusted: ten
+        }
+    );
+    assert_eq!(
+        client_rule(&body("trusted_hops = 2\n")).0,
+        ClientIp::Hops(2)
+    );
+    assert_eq!(
+        client_rule(&body(
+            "client_ip_from = \"X-Forwarded-For\"\ntrusted_hops = 1\n"
+        ))
+        .0,
+        ClientIp::Hops(1)
+    );
+    for (fields, ipv4, ipv6) in [
+        ("ipv6_prefix = 56\n", 32, 56),
+        ("ipv6_prefix = 128\n", 32, 128),
+        ("ipv4_prefix = 24\nipv6_prefix = 48\n", 24, 48),
+    ] {
+        assert_eq!(
+            client_rule(&body(fields)).1,
+            Prefixes { ipv4, ipv6 },
+            "{fields}"
+        );
+    }
+    // The prefixes apply to `peer` too.
+    let config = Config::from_toml_str(
+        &limit("rate = \"1/s\"\nkey = [\"peer\"]\nipv6_prefix = 56\n"),
+        "ratekeeper.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        config.limits[0].key[0],
+        KeyPart::Peer(Prefixes { ipv4: 32, ipv6: 56 })
+    );
+}
+
+#[test]
+fn bad_client_ip_settings_are_located() {
+    let client = |fields: &str| {
+        err(&limit(&format!(
+            "rate = \"1/s\"\nkey = [\"client_ip\"]\n{fields}"
+        )))
+    };
+    for (fields, expected) in [
+        (
+            "client_ip_from = \"x-real\"\n",
+            "ratekeeper.toml:5:18: limits[0].client_ip_from: unknown client_ip source \"x-real\"; expected \"x-forwarded-for\" (the default), \"forwarded\" or \"header:NAME\" such as \"header:x-real-ip\"",
+        ),
+        (
+            "client_ip_from = \"header:bad header\"\n",
+            "ratekeeper.toml:5:18: limits[0].client_ip_from: invalid header name \"bad header\" in client_ip_from",
+        ),
+        (
+            "trusted_proxies = \"privat\"\n",
+            "ratekeeper.toml:5:19: limits[0].trusted_proxies: invalid network \"privat\"; expected \"private\", a CIDR such as \"10.0.0.0/8\" or an IP address",
+        ),
+        (
+            "trusted_proxies = 10\n",
+            "ratekeeper.toml:5:19: limits[0].trusted_proxies: invalid type: integer `10`, expected \"private\" or a list of networks such as [\"10.0.0.0/8\"]",
+        ),
+        (
+            "trusted_hops = 2\ntrusted_proxies = \"private\"\n",
+            "ratekeeper.toml:5:16: limits[0].trusted_hops: trusted_hops and trusted_proxies are two ways to say which proxies to believe; give one",
+        ),
+        (
+            "client_ip_from = \"forwarded\"\ntrusted_hops = 2\n",
+            "ratekeeper.toml:6:16: limits[0].trusted_hops: trusted_hops counts X-Forwarded-For entries and does not apply to client_ip_from = \"forwarded\"; use trusted_proxies",
+        ),
+        (
+            "trusted_hops = 0\n",
+            "ratekeeper.toml:5:16: limits[0].trusted_hops: trusted_hops is 0, outside 1 to 16",
+        ),
+        (
+            "ipv6_prefix = 129\n",
+            "ratekeeper.toml:5:15: limits[0].ipv6_prefix: ipv6_prefix is 129, outside 1 to 128 (the bits of an address that make one key)",
+        ),
+        (
+            "ipv4_prefix = 0\n",
+            "ratekeeper.toml:5:15: limits[0].ipv4_prefix: ipv4_prefix is 0, outside 1 to 32 (the bits of an address that make one key)",
+        ),
+    ] {
+        assert_eq!(client(fields), expected, "{fields}");
+    }
+    let route = |fields: &str| {
+        err(&limit(&format!(
+            "rate = \"1/s\"\nkey = [\"peer\"]\n{fields}"
+        )))
+    };
+    assert_eq!(
+        route("client_ip_from = \"forwarded\"\n"),
+        "ratekeeper.toml:5:18: limits[0].client_ip_from: client_ip_from applies only to a key with \"client_ip\""
+    );
+    assert_eq!(
+        route("trusted_hops = 1\n"),
+        "ratekeeper.toml:5:16: limits[0].trusted_hops: trusted_hops applies only to a key with \"client_ip\""
+    );
+    assert_eq!(
+        err(&limit("rate = \"1/s\"\nkey = [\"route\"]\nipv6_prefix = 56\n")),
+        "ratekeeper.toml:5:15: limits[0].ipv6_prefix: ipv6_prefix applies only to a key with \"client_ip\" or \"peer\""
+    );
+}
+
+#[test]
+fn check_explains_the_trust_of_each_limit() {
+    let text = r#"
+[[limits]]
+name = "direct"
+rate = "1/s"
+key = ["client_ip", "route"]
+ipv6_prefix = 56
+
+[[limits]]
+name = "behind-lb"
+rate = "1/s"
+key = ["client_ip"]
+trusted_proxies = "private"
+
+[[limits]]
+name = "cdn"
+rate = "1/s"
+key = ["client_ip"]
+client_ip_from = "header:cf-connecting-ip"
+trusted_proxies = ["173.245.48.0/20"]
+
+[[limits]]
+name = "chain"
+rate = "1/s"
+key = ["client_ip"]
+trusted_hops = 2
+ipv4_prefix = 24
+ipv6_prefix = 128
+
+[[limits]]
+name = "rfc"
+rate = "1/s"
+key = ["peer", "client_ip"]
+client_ip_from = "forwarded"
+"#;
+    let explained = Config::from_toml_str(text, "t.toml").unwrap().explain();
+    let lines: Vec<&str> = explained.lines().filter(|l| l.starts_with("  ")).collect();
+    assert_eq!(
+        lines,
+        [
+            "  client_ip: the socket peer (no trusted proxies: X-Forwarded-For is ignored, set trusted_proxies to believe it); IPv4 by address, IPv6 by /56",
+            "  client_ip: from X-Forwarded-For behind private networks (the rightmost address not among them); any other peer is the client; IPv4 by address, IPv6 by /64",
+            "  client_ip: from cf-connecting-ip when the peer is in 173.245.48.0/20; any other peer is the client; IPv4 by address, IPv6 by /64",
+            "  client_ip: from X-Forwarded-For, entry 2 from the right, from any peer (every request must pass 2 proxies of yours); IPv4 by /24, IPv6 by address",
+            "  peer: the socket peer; IPv4 by address, IPv6 by /64",
+            "  client_ip: the socket peer (no trusted proxies: Forwarded is ignored, set trusted_proxies to believe it); IPv4 by address, IPv6 by /64",
+        ]
+    );
+}
+
+/// The TOML blocks of README.md's section `heading` (a `## ` heading).
+fn readme_toml(heading: &str) -> Vec<String> {
+    let readme = include_str!("../../../README.md");
+    let start = readme
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("README.md has a {heading:?} section"));
+    let section = &readme[start + 1..];
+    let section = &section[..section[1..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 1)];
+    section
+        .split("```toml\n")
+        .skip(1)
+        .map(|block| block[..block.find("```").expect("a closed block")].to_owned())
+        .collect()
+}
+
+#[test]
+fn the_readme_service_example_limits_load() {
+    let blocks = readme_toml("The service");
+    assert_eq!(blocks.len(), 1);
+    // Its limits (its [store] sets on_failure and fallback on a memory
+    // store, which the checks refuse; left to whoever owns that part).
+    let limits = &blocks[0][blocks[0].find("[[limits]]").expect("limits")..];
+    let config = Config::from_toml_str(limits, "README.md").unwrap();
+    assert_eq!(
+        config.limits[0].key[0],
+        KeyPart::ClientIp(
+            ClientIp::XForwardedFor {
+                trusted: vec!["10.0.0.0/8".parse().unwrap()]
+            },
+            Prefixes::default()
+        )
+    );
+}
+
+#[test]
+fn the_readme_proxy_setups_load_and_say_what_they_trust() {
+    let snippets = readme_toml("Running behind a proxy");
+    assert_eq!(snippets.len(), 3, "three setups: {snippets:#?}");
+    let trust: Vec<String> = snippets
+        .iter()
+        .map(|snippet| {
+            let config = Config::from_toml_str(snippet, "README.md")
+                .unwrap_or_else(|error| panic!("{error}\n{snippet}"));
+            assert!(config.warnings().is_empty(), "{snippet}");
+            let explained = config.explain();
+            explained
+                .lines()
+                .find(|line| line.starts_with("  client_ip: "))
+                .unwrap_or_else(|| panic!("no client_ip line in {explained}"))
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        trust[0].contains("the socket peer (no trusted proxies"),
+        "{}",
+        trust[0]
+    );
+    assert!(trust[1].contains("behind private networks"), "{}", trust[1]);
+    assert!(
+        trust[2].contains("from cf-connecting-ip when the peer is in"),
+        "{}",
+        trust[2]
+    );
 }

@@ -373,3 +373,55 @@ descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
     assert_eq!(status, 400);
     service.stop().await;
 }
+
+#[tokio::test]
+async fn ipv6_clients_are_keyed_by_their_network() {
+    let limits = r#"
+[[limits]]
+name = "per-64"
+rate = "1/minute"
+key = ["client_ip"]
+
+[[limits]]
+name = "per-56"
+rate = "1/minute"
+key = ["client_ip"]
+ipv6_prefix = 56
+"#;
+    let service = TestService::start(&config(limits)).await;
+    let check =
+        |limit: &str, client: &str| json!({"limits": [limit], "key": {"client_ip": client}});
+    // Another address of the same /64 is the same client.
+    let first = service
+        .post("/v1/check", check("per-64", "2001:db8:1:2::1"))
+        .await
+        .2;
+    assert_eq!(first["allowed"], true);
+    assert_eq!(first["limits"][0]["key"], "2001:db8:1:2::/64");
+    let rotated = service
+        .post("/v1/check", check("per-64", "2001:db8:1:2:ffff::9"))
+        .await
+        .2;
+    assert_eq!(rotated["allowed"], false);
+    // The next /64 is another client; an IPv4-mapped address is IPv4.
+    for (client, key) in [
+        ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+        ("::ffff:192.0.2.1", "192.0.2.1"),
+    ] {
+        let answer = service.post("/v1/check", check("per-64", client)).await.2;
+        assert_eq!(answer["allowed"], true, "{client}");
+        assert_eq!(answer["limits"][0]["key"], key, "{client}");
+    }
+    // By /56, the next /64 is the same client.
+    let answer = service
+        .post("/v1/check", check("per-56", "2001:db8:1:2::1"))
+        .await
+        .2;
+    assert_eq!(answer["limits"][0]["key"], "2001:db8:1::/56");
+    let answer = service
+        .post("/v1/check", check("per-56", "2001:db8:1:3::1"))
+        .await
+        .2;
+    assert_eq!(answer["allowed"], false);
+    service.stop().await;
+}

@@ -430,3 +430,56 @@ async fn start_without_limits() -> TestService {
         client: reqwest::Client::new(),
     }
 }
+
+#[tokio::test]
+async fn forwarding_headers_from_an_untrusted_peer_are_counted_per_limit() {
+    // Both limits see the same requests from this host; only "untrusting"
+    // ignores their X-Real-IP (no trusted proxies) and counts them.
+    let limits = r#"
+[[limits]]
+name = "untrusting"
+rate = "2/minute"
+key = ["client_ip"]
+
+[[limits]]
+name = "trusting"
+rate = "100/minute"
+key = ["client_ip"]
+trusted_proxies = ["127.0.0.1"]
+
+[[limits]]
+name = "by-user"
+rate = "100/minute"
+key = ["header:x-user"]
+"#;
+    let service = TestService::start(&format!("{LISTEN_ANY}{limits}")).await;
+    let mut statuses = Vec::new();
+    for n in 0..3 {
+        let response = service
+            .client
+            .get(service.http("/v1/auth"))
+            .header("x-original-uri", "/")
+            .header("x-real-ip", format!("198.51.100.{n}"))
+            .send()
+            .await
+            .expect("/v1/auth answers");
+        statuses.push(response.status().as_u16());
+    }
+    // Three clients by X-Real-IP, but one peer: the third is refused.
+    assert_eq!(statuses, [204, 204, 429]);
+    let scrape = scrape(&service).await;
+    let untrusted = |limit| {
+        value(
+            &scrape,
+            "ratekeeper_untrusted_forwarding_headers_total",
+            &[("limit", limit)],
+        )
+    };
+    assert_eq!(untrusted("untrusting"), 3.0);
+    assert_eq!(untrusted("trusting"), 0.0);
+    assert_eq!(untrusted("by-user"), 0.0);
+    assert!(
+        scrape.docs["ratekeeper_untrusted_forwarding_headers_total"].contains("trusted_proxies")
+    );
+    service.stop().await;
+}

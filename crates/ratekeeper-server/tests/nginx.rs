@@ -240,8 +240,9 @@ fn field<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
         .expect("a text field")
 }
 
-const PER_CLIENT: &str =
-    "[[limits]]\nname = \"per-client\"\nrate = \"3/minute\"\nkey = [\"client_ip\"]\n";
+/// The example's companion configuration: 3 a minute per client, nginx
+/// (on loopback) trusted to name the client.
+const PER_CLIENT: &str = include_str!("../../../examples/nginx/ratekeeper.toml");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_requests_reach_the_app_and_the_next_gets_a_real_429() {
@@ -367,12 +368,45 @@ async fn clients_named_by_the_proxy_in_front_are_counted_separately() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nginx_that_is_not_trusted_names_no_client() {
+    let Some(binary) = nginx_binary("an_nginx_that_is_not_trusted_names_no_client") else {
+        return;
+    };
+    // The companion configuration without its trusted_proxies line: nginx's
+    // X-Real-IP and X-Forwarded-For are ignored, every request is nginx's.
+    let untrusting = substitute(PER_CLIENT, "trusted_proxies = [\"127.0.0.1\"]", "");
+    let ratekeeper = start_ratekeeper(&untrusting).await;
+    let (app, hits) = start_app().await;
+    let nginx = Nginx::start(&binary, ratekeeper, app);
+    let client = client();
+    for n in 1..=3 {
+        let response = client
+            .get(nginx.url("/"))
+            .header("x-forwarded-for", format!("198.51.100.{n}"))
+            .send()
+            .await
+            .expect("nginx answers");
+        assert_eq!(response.status(), 200, "log:\n{}", nginx.log());
+    }
+    // A fourth client by nginx's account, the same one by ratekeeper's.
+    let refused = client
+        .get(nginx.url("/"))
+        .header("x-forwarded-for", "198.51.100.4")
+        .send()
+        .await
+        .expect("nginx answers");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_see_the_original_method_and_path() {
     let Some(binary) = nginx_binary("limits_see_the_original_method_and_path") else {
         return;
     };
     let toml =
         "[[limits]]\nname = \"login\"\nrate = \"1/minute\"\nkey = [\"client_ip\", \"route\"]\n\
+                trusted_proxies = [\"127.0.0.1\"]\n\
                 [limits.match]\nmethods = [\"POST\"]\npath_prefix = \"/login\"\n";
     let ratekeeper = start_ratekeeper(toml).await;
     let (app, hits) = start_app().await;

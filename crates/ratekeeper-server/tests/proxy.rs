@@ -182,6 +182,7 @@ async fn start_upstream() -> (SocketAddr, Upstream) {
 /// stands still; its address, and what stops it (with the proxy's result).
 struct Proxy {
     addr: SocketAddr,
+    engine: Engine,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), ProxyError>>,
 }
@@ -197,6 +198,7 @@ impl Proxy {
         let engine = Engine::start(&config, clock)
             .await
             .expect("the engine starts");
+        let proxy_engine = engine.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
@@ -212,6 +214,7 @@ impl Proxy {
         });
         Proxy {
             addr,
+            engine: proxy_engine,
             stop: Some(stop),
             task,
         }
@@ -467,15 +470,11 @@ async fn over_the_limit_is_a_429_that_never_reaches_the_upstream() {
     );
     assert_eq!(upstream.hits.load(Ordering::SeqCst), 3);
 
-    // The peer is loopback, a trusted proxy: the client it names in
-    // X-Forwarded-For has a quota of its own.
-    for _ in 0..3 {
-        let response = get(Some("198.51.100.1")).await.expect("the proxy answers");
-        assert_eq!(response.status(), 201);
-    }
+    // No proxy is trusted: a client naming another in X-Forwarded-For is
+    // still itself, and still refused.
     let refused = get(Some("198.51.100.1")).await.expect("the proxy answers");
     assert_eq!(refused.status(), 429);
-    assert_eq!(upstream.hits.load(Ordering::SeqCst), 6);
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 3);
 
     // Paths the limit does not match pass, without fields.
     let other = client
@@ -486,6 +485,61 @@ async fn over_the_limit_is_a_429_that_never_reaches_the_upstream() {
     assert_eq!(other.status(), 200);
     assert!(other.headers().get("ratelimit").is_none());
     proxy.stop().await;
+}
+
+/// 20 requests from this host, each naming another client in
+/// `X-Forwarded-For`, under 5 a minute; how many passed, and the
+/// untrusted-header count `/metrics` shows.
+async fn twenty_forwarded_clients(trust: &str) -> (usize, String) {
+    let (upstream_addr, _upstream) = start_upstream().await;
+    let toml = format!(
+        "[[limits]]\nname = \"per-client\"\nrate = \"5/minute\"\nkey = [\"client_ip\"]\n{trust}"
+    );
+    let proxy = Proxy::start(&toml, &format!("http://{upstream_addr}")).await;
+    let client = client();
+    let mut allowed = 0;
+    for n in 0..20 {
+        let response = client
+            .get(proxy.url("/echo/x"))
+            .header("x-forwarded-for", format!("198.51.100.{n}"))
+            .send()
+            .await
+            .expect("the proxy answers");
+        if response.status() == 201 {
+            allowed += 1;
+        }
+    }
+    let metrics = ratekeeper_server::admin::render_metrics(&proxy.engine)
+        .await
+        .expect("the metrics");
+    let count = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("ratekeeper_untrusted_forwarding_headers_total{limit=\"per-client\"}")
+        })
+        .unwrap_or_else(|| panic!("no untrusted count in {metrics}"))
+        .rsplit(' ')
+        .next()
+        .expect("a value")
+        .to_owned();
+    proxy.stop().await;
+    (allowed, count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_pick_their_own_key_through_an_untrusted_peer() {
+    // The case: 20 distinct X-Forwarded-For values from one peer
+    // that is no trusted proxy get 5 in all, not 20 x 5; each is counted.
+    assert_eq!(twenty_forwarded_clients("").await, (5, "20".to_owned()));
+    assert_eq!(
+        twenty_forwarded_clients("trusted_proxies = [\"10.0.0.0/8\"]\n").await,
+        (5, "20".to_owned())
+    );
+    // Trusted, the peer names 20 clients, each with a quota of its own.
+    assert_eq!(
+        twenty_forwarded_clients("trusted_proxies = [\"127.0.0.1\"]\n").await,
+        (20, "0".to_owned())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | `ratekeeper_decisions_total` | counter | `limit`, `decision` (`allowed`, `denied`) | what each configured limit decided |
 //! | `ratekeeper_near_limit_total` | counter | `limit` | allowed decisions that left at most [`NEAR_LIMIT_PERCENT`]% of the quota |
+//! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
 //! | `ratekeeper_limits_configured` | gauge | | limits in force |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
@@ -52,6 +53,7 @@ struct LimitCounts {
     allowed: u64,
     denied: u64,
     near_limit: u64,
+    untrusted_forwarding: u64,
 }
 
 /// Everything one scrape reports, read before encoding (the store's
@@ -78,6 +80,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
             allowed: limit.stats().map_or(0, |stats| stats.allowed()),
             denied: limit.stats().map_or(0, |stats| stats.denied()),
             near_limit: metrics.near_limit(limit.name()),
+            untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
         })
         .collect();
     let scrape = Scrape {
@@ -161,6 +164,14 @@ impl Collector for Scrape {
             self.limits
                 .iter()
                 .map(|limit| ([("limit", limit.name.as_str())], limit.near_limit)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_untrusted_forwarding_headers",
+            "Requests whose forwarding header a limit keyed by client_ip ignored, the peer not being one of its trusted_proxies.",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.untrusted_forwarding)),
         )?;
 
         let latency = &self.latency;

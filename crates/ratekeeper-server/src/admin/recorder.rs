@@ -67,7 +67,41 @@ pub struct DecisionMetrics {
     /// The sum of all latencies, in nanoseconds.
     sum_nanos: AtomicU64,
     /// Allowed decisions near their limit, by limit name.
-    near_limit: RwLock<HashMap<Box<str>, AtomicU64>>,
+    near_limit: NamedCounters,
+    /// Requests whose forwarding header came from a peer the limit does
+    /// not trust, by limit name.
+    untrusted_forwarding: NamedCounters,
+}
+
+/// Counters by limit name, kept for the life of the process. The names
+/// are those of configured limits, so the map stays as small as the
+/// configuration.
+#[derive(Debug, Default)]
+struct NamedCounters(RwLock<HashMap<Box<str>, AtomicU64>>);
+
+impl NamedCounters {
+    /// Adds one to `name`'s counter; its value before.
+    fn add(&self, name: &str) -> u64 {
+        {
+            let counters = self.0.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(counter) = counters.get(name) {
+                return counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut counters = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        counters
+            .entry(name.into())
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn get(&self, name: &str) -> u64 {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .map_or(0, |counter| counter.load(Ordering::Relaxed))
+    }
 }
 
 /// The decision latency histogram at one time.
@@ -105,37 +139,28 @@ impl DecisionMetrics {
     /// Counts `outcome` for the limit `name` if it allowed the request near
     /// its limit (see [`NEAR_LIMIT_PERCENT`]); does nothing otherwise.
     pub fn record_outcome(&self, name: &str, outcome: &Outcome) {
-        if !is_near_limit(outcome) {
-            return;
+        if is_near_limit(outcome) {
+            self.near_limit.add(name);
         }
-        {
-            let counters = self
-                .near_limit
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            if let Some(counter) = counters.get(name) {
-                counter.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        let mut counters = self
-            .near_limit
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        counters
-            .entry(name.into())
-            .or_default()
-            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request to the limit `name` whose forwarding header came
+    /// from a peer the limit does not trust; whether it is the first (to
+    /// log it once).
+    pub fn record_untrusted_forwarding(&self, name: &str) -> bool {
+        self.untrusted_forwarding.add(name) == 0
+    }
+
+    /// Requests to the limit `name` whose forwarding header came from a
+    /// peer it does not trust, since the process started.
+    pub fn untrusted_forwarding(&self, name: &str) -> u64 {
+        self.untrusted_forwarding.get(name)
     }
 
     /// Allowed decisions of the limit `name` that came near it, since the
     /// process started (kept by name across reloads).
     pub fn near_limit(&self, name: &str) -> u64 {
-        self.near_limit
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-            .map_or(0, |counter| counter.load(Ordering::Relaxed))
+        self.near_limit.get(name)
     }
 
     /// The latency histogram now.
@@ -211,5 +236,17 @@ mod tests {
         assert_eq!(metrics.near_limit("a"), 2);
         assert_eq!(metrics.near_limit("b"), 1);
         assert_eq!(metrics.near_limit("c"), 0);
+    }
+
+    #[test]
+    fn untrusted_forwarding_counts_by_name_and_says_which_is_first() {
+        let metrics = DecisionMetrics::new();
+        assert!(metrics.record_untrusted_forwarding("a"));
+        assert!(!metrics.record_untrusted_forwarding("a"));
+        assert!(metrics.record_untrusted_forwarding("b"));
+        assert_eq!(metrics.untrusted_forwarding("a"), 2);
+        assert_eq!(metrics.untrusted_forwarding("b"), 1);
+        assert_eq!(metrics.untrusted_forwarding("c"), 0);
+        assert_eq!(metrics.near_limit("a"), 0);
     }
 }

@@ -12,7 +12,7 @@
 //!
 //! Values are text for fields that hold text; lists (`key`, `urls`,
 //! `trusted_proxies`, `methods`) are either a TOML array or words separated
-//! by commas; other fields (numbers, booleans, `descriptors`) are TOML
+//! by commas (`trusted_proxies` takes the word `private` in its list); other fields (numbers, booleans, `descriptors`) are TOML
 //! values, such as `100000`, `true` or `[{ key = "path" }]`.
 //!
 //! Each inserted value gets a span past the end of the text, one offset per
@@ -30,7 +30,7 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 13] = [
+const TEXT_FIELDS: [&str; 14] = [
     "kind",
     "path",
     "url",
@@ -44,6 +44,7 @@ const TEXT_FIELDS: [&str; 13] = [
     "policy",
     "domain",
     "path_prefix",
+    "client_ip_from",
 ];
 
 /// Fields that hold lists of text.

@@ -1,6 +1,9 @@
 //! The configuration file as written: serde structs for the TOML document,
 //! every value wrapped in [`Spanned`] so validation can say where it is.
 
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -50,10 +53,54 @@ pub(crate) struct FileLimit {
     pub(crate) rate: Spanned<String>,
     pub(crate) policy: Option<Spanned<String>>,
     pub(crate) key: Strings,
-    pub(crate) trusted_proxies: Option<Strings>,
+    pub(crate) trusted_proxies: Option<Spanned<FileTrust>>,
+    pub(crate) trusted_hops: Option<Spanned<u64>>,
+    pub(crate) client_ip_from: Option<Spanned<String>>,
+    pub(crate) ipv4_prefix: Option<Spanned<u64>>,
+    pub(crate) ipv6_prefix: Option<Spanned<u64>>,
     pub(crate) shadow: Option<Spanned<bool>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
+}
+
+/// `trusted_proxies`: one word (`"private"`) or a list of networks, each
+/// entry with its place.
+#[derive(Debug)]
+pub(crate) enum FileTrust {
+    /// A word instead of a list.
+    Word(String),
+    /// A list of networks (or words).
+    List(Vec<Spanned<String>>),
+}
+
+impl<'de> Deserialize<'de> for FileTrust {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<FileTrust, D::Error> {
+        deserializer.deserialize_any(TrustVisitor)
+    }
+}
+
+/// Reads [`FileTrust`] by hand: an untagged enum would buffer the value and
+/// lose the places of the list's entries.
+struct TrustVisitor;
+
+impl<'de> Visitor<'de> for TrustVisitor {
+    type Value = FileTrust;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"private\" or a list of networks such as [\"10.0.0.0/8\"]")
+    }
+
+    fn visit_str<E: de::Error>(self, word: &str) -> Result<FileTrust, E> {
+        Ok(FileTrust::Word(word.to_owned()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FileTrust, A::Error> {
+        let mut list = Vec::new();
+        while let Some(entry) = seq.next_element::<Spanned<String>>()? {
+            list.push(entry);
+        }
+        Ok(FileTrust::List(list))
+    }
 }
 
 /// `[limits.match]`.

@@ -19,7 +19,11 @@
 //! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
 //! policy = "gcra"            # token_bucket (default), gcra, fixed_window, sliding_log, sliding_window
 //! key = ["client_ip"]        # peer, client_ip, route, global, header:NAME, descriptor:KEY
-//! trusted_proxies = ["10.0.0.0/8"]   # for client_ip; default: private networks
+//! trusted_proxies = ["10.0.0.0/8"]   # for client_ip; default: none, the peer is the client; "private"
+//! client_ip_from = "x-forwarded-for" # or "forwarded" (RFC 7239), "header:NAME" ("header:cf-connecting-ip")
+//! # trusted_hops = 2         # instead of trusted_proxies: X-Forwarded-For behind exactly 2 proxies
+//! ipv4_prefix = 32           # client_ip and peer are keyed by their network: IPv4 by address,
+//! ipv6_prefix = 64           # IPv6 by /64 (56, 128...)
 //! shadow = false             # decide and report, but never refuse
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
@@ -48,8 +52,44 @@
 //! ([`Rate`] strings; a burst only for `token_bucket` and `gcra`), a `policy`
 //! and a `key`: the parts the limited key is made of, in order, such as
 //! `["client_ip", "route"]`. `global` stands alone: one count for everyone.
-//! `trusted_proxies` (CIDRs) only goes with `client_ip`. A limit without a
-//! `[limits.match]` table applies to every request.
+//! A limit without a `[limits.match]` table applies to every request.
+//!
+//! # The client's address
+//!
+//! `peer` is the socket peer. `client_ip` is the client as the limit's
+//! trusted proxies name it, and no proxy is trusted unless told: by
+//! default the socket peer is the client and every forwarding header is
+//! ignored, since any client can write one. Say who your proxies are:
+//!
+//! - `trusted_proxies`: `"private"` (loopback, RFC 1918, RFC 4193,
+//!   link-local and carrier-grade NAT networks) or a list of CIDRs,
+//!   addresses and `"private"`. A request from one of them is read by
+//!   `client_ip_from`: `"x-forwarded-for"` (the default; the rightmost
+//!   address that is not a trusted proxy), `"forwarded"` (RFC 7239's
+//!   `for=`, the same way) or `"header:NAME"` (one header the proxy always
+//!   overwrites, such as `header:cf-connecting-ip`). A request from any
+//!   other peer is that peer's, and a trusted proxy that sends no such
+//!   header is the client itself.
+//! - `trusted_hops = N` (1 to 16), instead: the `X-Forwarded-For` entry `N`
+//!   places from the right, from any peer; right only when every request
+//!   passes exactly `N` proxies of yours.
+//!
+//! At `/v1/auth` the socket peer is nginx: list its address
+//! (`trusted_proxies = ["127.0.0.1"]` when it runs on the same host) so
+//! that its `X-Real-IP` names the original request's peer.
+//!
+//! A request whose forwarding header a limit ignored because the peer is
+//! not trusted is logged once per limit, with the fix, and counted in
+//! `/metrics` (`ratekeeper_untrusted_forwarding_headers_total`).
+//!
+//! Addresses are keyed by their network, `ipv4_prefix` bits (1 to 32,
+//! default 32: the address) and `ipv6_prefix` bits (1 to 128, default 64:
+//! what one subscriber usually holds, so rotating addresses within it
+//! gains nothing); an IPv4-mapped IPv6 address is its IPv4 address. Both go
+//! with `client_ip` and `peer` ([`Prefixes`]). The key text is the bare
+//! address at the full length and the network otherwise
+//! (`2001:db8:1:2::/64`). `trusted_proxies`, `client_ip_from` and
+//! `trusted_hops` only go with `client_ip`.
 //!
 //! In `match`, a descriptor without `value` matches any value (and the value
 //! becomes part of the key), a value ending in `*` matches by prefix, and any
@@ -68,6 +108,7 @@
 //! [`ConfigError`]'s messages read `FILE:LINE:COLUMN: FIELD: MESSAGE`, such
 //! as `ratekeeper.toml:12:8: limits[1].rate: unknown time unit "fortnight" ...`.
 
+mod address;
 mod env;
 mod error;
 mod file;
@@ -83,6 +124,7 @@ use http::{HeaderName, Method};
 use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
+pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use error::{ConfigError, Location};
 pub use warnings::ConfigWarning;
 
@@ -103,6 +145,13 @@ name = "per-client"
 rate = "100/minute"
 policy = "gcra"
 key = ["client_ip"]
+# No proxy is trusted: the socket peer is the client and X-Forwarded-For is
+# ignored. Behind a load balancer on your network: trusted_proxies = "private"
+# (or its own CIDR).
+trusted_proxies = []
+# Keyed by network: IPv4 by address, IPv6 by /64.
+ipv4_prefix = 32
+ipv6_prefix = 64
 "#;
 
 /// This process's environment variables whose names start with
@@ -238,10 +287,12 @@ pub struct LimitConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyPart {
-    /// The socket peer's address (`peer`).
-    Peer,
-    /// The client's address behind trusted proxies (`client_ip`).
-    ClientIp(ClientIp),
+    /// The socket peer's address (`peer`), keyed by its network
+    /// (`ipv4_prefix`, `ipv6_prefix`).
+    Peer(Prefixes),
+    /// The client's address (`client_ip`): how it is found (from which
+    /// header, behind which proxies), and the network it is keyed by.
+    ClientIp(ClientIp, Prefixes),
     /// The request's route or path (`route`).
     Route,
     /// One key for every request (`global`).
@@ -253,19 +304,13 @@ pub enum KeyPart {
 }
 
 impl std::fmt::Display for KeyPart {
+    /// The part as written in the file (`client_ip`, `header:x-api-key`);
+    /// `ratekeeper check` explains the trust of `client_ip` on a line of
+    /// its own.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            KeyPart::Peer => f.write_str("peer"),
-            KeyPart::ClientIp(ClientIp::XForwardedFor { trusted })
-                if *trusted == ratekeeper_tower::client::private_networks() =>
-            {
-                f.write_str("client_ip (trusting private networks)")
-            }
-            KeyPart::ClientIp(ClientIp::XForwardedFor { trusted }) => {
-                let nets: Vec<String> = trusted.iter().map(ToString::to_string).collect();
-                write!(f, "client_ip (trusting {})", nets.join(", "))
-            }
-            KeyPart::ClientIp(_) => f.write_str("client_ip"),
+            KeyPart::Peer(_) => f.write_str("peer"),
+            KeyPart::ClientIp(..) => f.write_str("client_ip"),
             KeyPart::Route => f.write_str("route"),
             KeyPart::Global => f.write_str("global"),
             KeyPart::Header(name) => write!(f, "header:{name}"),
@@ -386,7 +431,7 @@ impl Config {
     /// for the limit `per-ip`); deeper fields follow the same way
     /// (`RATEKEEPER_LIMITS__PER_IP__MATCH__DOMAIN=edge`). Field names are
     /// case-insensitive. Text fields take the value as it is; lists (`key`,
-    /// `urls`, `trusted_proxies`, `methods`) take a TOML array or
+    /// `urls`, `trusted_proxies` (so `private` is `["private"]`), `methods`) take a TOML array or
     /// comma-separated words; other fields take a TOML value (`100000`,
     /// `true`). Variables with no `__` after `RATEKEEPER_`, such as
     /// `RATEKEEPER_CONFIG`, and variables without the prefix are ignored; an
@@ -505,8 +550,58 @@ impl Config {
                 out.push_str(" (shadow)");
             }
             out.push('\n');
+            for line in limit.key.iter().filter_map(explain_address) {
+                let _ = writeln!(out, "  {line}");
+            }
         }
         out
+    }
+}
+
+/// Where an address part of a key comes from and what it is keyed by, in
+/// words: the trust `ratekeeper check` shows for `client_ip` and `peer`.
+fn explain_address(part: &KeyPart) -> Option<String> {
+    let (source, prefixes) = match part {
+        KeyPart::Peer(prefixes) => ("the socket peer".to_owned(), prefixes),
+        KeyPart::ClientIp(rule, prefixes) => (explain_client_ip(rule), prefixes),
+        _ => return None,
+    };
+    Some(format!("{part}: {source}; {prefixes}"))
+}
+
+/// How `rule` finds the client.
+fn explain_client_ip(rule: &ClientIp) -> String {
+    let untrusted = |header: &str| {
+        format!("the socket peer (no trusted proxies: {header} is ignored, set trusted_proxies to believe it)")
+    };
+    let nets = |trusted: &[ipnet::IpNet]| {
+        if trusted == ratekeeper_tower::client::private_networks().as_slice() {
+            "private networks".to_owned()
+        } else {
+            let nets: Vec<String> = trusted.iter().map(ToString::to_string).collect();
+            nets.join(", ")
+        }
+    };
+    match rule {
+        ClientIp::XForwardedFor { trusted } if trusted.is_empty() => untrusted("X-Forwarded-For"),
+        ClientIp::XForwardedFor { trusted } => format!(
+            "from X-Forwarded-For behind {} (the rightmost address not among them); any other peer is the client",
+            nets(trusted)
+        ),
+        ClientIp::Forwarded { trusted } if trusted.is_empty() => untrusted("Forwarded"),
+        ClientIp::Forwarded { trusted } => format!(
+            "from Forwarded (RFC 7239) behind {} (the rightmost for= not among them); any other peer is the client",
+            nets(trusted)
+        ),
+        ClientIp::Hops(hops) => format!(
+            "from X-Forwarded-For, entry {hops} from the right, from any peer (every request must pass {hops} proxies of yours)"
+        ),
+        ClientIp::Header { name, trusted } if trusted.is_empty() => untrusted(name.as_str()),
+        ClientIp::Header { name, trusted } => format!(
+            "from {name} when the peer is in {}; any other peer is the client",
+            nets(trusted)
+        ),
+        _ => "the socket peer".to_owned(),
     }
 }
 

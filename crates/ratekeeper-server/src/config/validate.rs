@@ -19,11 +19,11 @@ use toml::Spanned;
 use super::env;
 use super::error::{ConfigError, Locator};
 use super::file::{
-    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileStore, Strings,
+    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileStore, FileTrust,
 };
 use super::{
-    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, StoreConfig,
-    ValueMatch,
+    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, Prefixes,
+    StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.
@@ -37,6 +37,12 @@ const MAX_BATCH_IN_FLIGHT: usize = 1_024;
 
 /// The most decisions one batched script may take (the store's own bound).
 const MAX_BATCH_CALLS: usize = 1_000;
+
+/// The most proxies `trusted_hops` may count.
+const MAX_TRUSTED_HOPS: usize = 16;
+
+/// The word of `trusted_proxies` for [`private_networks`].
+const PRIVATE: &str = "private";
 
 /// The default key prefix of the Redis stores.
 const DEFAULT_PREFIX: &str = "ratekeeper:";
@@ -562,7 +568,7 @@ impl Checker<'_> {
             Ok(named) => named,
             Err(error) => return self.fail(limit.name.span(), field("name"), error.to_string()),
         };
-        let key = self.key(index, &limit.key, limit.trusted_proxies.as_ref())?;
+        let key = self.key(index, &limit)?;
         let matcher = match limit.matcher {
             None => Match::default(),
             Some(matcher) => self.matcher(index, matcher.into_inner())?,
@@ -576,12 +582,8 @@ impl Checker<'_> {
         })
     }
 
-    fn key(
-        &self,
-        index: usize,
-        key: &Strings,
-        trusted: Option<&Strings>,
-    ) -> Result<Vec<KeyPart>, ConfigError> {
+    fn key(&self, index: usize, limit: &FileLimit) -> Result<Vec<KeyPart>, ConfigError> {
+        let key = &limit.key;
         let field = format!("limits[{index}].key");
         if key.get_ref().is_empty() {
             return self.fail(
@@ -590,16 +592,15 @@ impl Checker<'_> {
                 "the key must have at least one part, such as [\"client_ip\"] or [\"global\"]",
             );
         }
+        let prefixes = self.prefixes(index, limit)?;
         let mut parts = Vec::with_capacity(key.get_ref().len());
         let mut texts: Vec<&str> = Vec::new();
         for (j, part) in key.get_ref().iter().enumerate() {
             let text = part.get_ref().trim();
             let part_field = format!("{field}[{j}]");
             let parsed = match text {
-                "peer" => KeyPart::Peer,
-                "client_ip" => KeyPart::ClientIp(ClientIp::XForwardedFor {
-                    trusted: self.trusted(index, trusted)?,
-                }),
+                "peer" => KeyPart::Peer(prefixes),
+                "client_ip" => KeyPart::ClientIp(self.client_ip(index, limit)?, prefixes),
                 "route" => KeyPart::Route,
                 "global" => KeyPart::Global,
                 _ => {
@@ -650,25 +651,176 @@ impl Checker<'_> {
                 "\"global\" is one key for every request and cannot be combined with other parts",
             );
         }
-        if let Some(trusted) = trusted {
-            if !texts.contains(&"client_ip") {
+        let client_ip = texts.contains(&"client_ip");
+        let address = client_ip || texts.contains(&"peer");
+        let only_with = [
+            (
+                "trusted_proxies",
+                limit.trusted_proxies.as_ref().map(Spanned::span),
+                client_ip,
+                "\"client_ip\"",
+            ),
+            (
+                "trusted_hops",
+                limit.trusted_hops.as_ref().map(Spanned::span),
+                client_ip,
+                "\"client_ip\"",
+            ),
+            (
+                "client_ip_from",
+                limit.client_ip_from.as_ref().map(Spanned::span),
+                client_ip,
+                "\"client_ip\"",
+            ),
+            (
+                "ipv4_prefix",
+                limit.ipv4_prefix.as_ref().map(Spanned::span),
+                address,
+                "\"client_ip\" or \"peer\"",
+            ),
+            (
+                "ipv6_prefix",
+                limit.ipv6_prefix.as_ref().map(Spanned::span),
+                address,
+                "\"client_ip\" or \"peer\"",
+            ),
+        ];
+        for (name, span, ok, parts) in only_with {
+            if let (Some(span), false) = (span, ok) {
                 return self.fail(
-                    trusted.span(),
-                    format!("limits[{index}].trusted_proxies"),
-                    "trusted_proxies applies only to a key with \"client_ip\"",
+                    span,
+                    format!("limits[{index}].{name}"),
+                    format!("{name} applies only to a key with {parts}"),
                 );
             }
         }
         Ok(parts)
     }
 
-    fn trusted(&self, index: usize, trusted: Option<&Strings>) -> Result<Vec<IpNet>, ConfigError> {
-        let Some(trusted) = trusted else {
-            return Ok(private_networks());
+    /// The network lengths addresses are keyed by: `ipv4_prefix` (1 to 32,
+    /// default 32) and `ipv6_prefix` (1 to 128, default 64).
+    fn prefixes(&self, index: usize, limit: &FileLimit) -> Result<Prefixes, ConfigError> {
+        let one = |value: &Option<Spanned<u64>>, name: &str, default: u8, max: u8| {
+            let Some(value) = value else {
+                return Ok(default);
+            };
+            match u8::try_from(*value.get_ref()) {
+                Ok(bits) if (1..=max).contains(&bits) => Ok(bits),
+                _ => self.fail(
+                    value.span(),
+                    format!("limits[{index}].{name}"),
+                    format!(
+                        "{name} is {}, outside 1 to {max} (the bits of an address that make one key)",
+                        value.get_ref()
+                    ),
+                ),
+            }
         };
-        let mut nets = Vec::with_capacity(trusted.get_ref().len());
-        for (j, net) in trusted.get_ref().iter().enumerate() {
-            let text = net.get_ref().trim();
+        Ok(Prefixes {
+            ipv4: one(&limit.ipv4_prefix, "ipv4_prefix", DEFAULT_IPV4_PREFIX, 32)?,
+            ipv6: one(&limit.ipv6_prefix, "ipv6_prefix", DEFAULT_IPV6_PREFIX, 128)?,
+        })
+    }
+
+    /// How `client_ip` is found: `client_ip_from` (the header), with
+    /// `trusted_proxies` (whose peers are believed; none by default, so the
+    /// peer is the client) or `trusted_hops` (X-Forwarded-For only).
+    fn client_ip(&self, index: usize, limit: &FileLimit) -> Result<ClientIp, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].{name}");
+        let trusted = match &limit.trusted_proxies {
+            None => None,
+            Some(trusted) => Some(self.trusted(index, trusted)?),
+        };
+        let hops = match &limit.trusted_hops {
+            None => None,
+            Some(hops) => match usize::try_from(*hops.get_ref()) {
+                Ok(n) if (1..=MAX_TRUSTED_HOPS).contains(&n) => Some((n, hops.span())),
+                _ => {
+                    return self.fail(
+                        hops.span(),
+                        field("trusted_hops"),
+                        format!(
+                            "trusted_hops is {}, outside 1 to {MAX_TRUSTED_HOPS}",
+                            hops.get_ref()
+                        ),
+                    )
+                }
+            },
+        };
+        let from = limit
+            .client_ip_from
+            .as_ref()
+            .map(|from| (from.get_ref().trim().to_ascii_lowercase(), from.span()));
+        let from_text = from.as_ref().map_or("x-forwarded-for", |(text, _)| text);
+        if let (Some((_, span)), Some(_)) = (&hops, &trusted) {
+            return self.fail(
+                span.clone(),
+                field("trusted_hops"),
+                "trusted_hops and trusted_proxies are two ways to say which proxies to believe; give one",
+            );
+        }
+        if let (Some((_, span)), false) = (&hops, from_text == "x-forwarded-for") {
+            return self.fail(
+                span.clone(),
+                field("trusted_hops"),
+                format!("trusted_hops counts X-Forwarded-For entries and does not apply to client_ip_from = {from_text:?}; use trusted_proxies"),
+            );
+        }
+        let trusted = trusted.unwrap_or_default();
+        if from_text == "x-forwarded-for" {
+            return Ok(match hops {
+                Some((n, _)) => ClientIp::Hops(n),
+                None => ClientIp::XForwardedFor { trusted },
+            });
+        }
+        if from_text == "forwarded" {
+            return Ok(ClientIp::Forwarded { trusted });
+        }
+        let span = from
+            .as_ref()
+            .map(|(_, span)| span.clone())
+            .unwrap_or_default();
+        let Some(name) = from_text.strip_prefix("header:") else {
+            return self.fail(
+                span,
+                field("client_ip_from"),
+                format!("unknown client_ip source {from_text:?}; expected \"x-forwarded-for\" (the default), \"forwarded\" or \"header:NAME\" such as \"header:x-real-ip\""),
+            );
+        };
+        match HeaderName::from_bytes(name.trim().as_bytes()) {
+            Ok(name) => Ok(ClientIp::Header { name, trusted }),
+            Err(_) => self.fail(
+                span,
+                field("client_ip_from"),
+                format!("invalid header name {name:?} in client_ip_from"),
+            ),
+        }
+    }
+
+    /// `trusted_proxies`: `"private"` (the usual private, loopback,
+    /// link-local and carrier-grade NAT networks) or a list of CIDRs,
+    /// addresses and `"private"`.
+    fn trusted(
+        &self,
+        index: usize,
+        trusted: &Spanned<FileTrust>,
+    ) -> Result<Vec<IpNet>, ConfigError> {
+        let field = format!("limits[{index}].trusted_proxies");
+        let entries: Vec<(&str, Range<usize>, String)> = match trusted.get_ref() {
+            FileTrust::Word(word) => vec![(word.as_str(), trusted.span(), field)],
+            FileTrust::List(list) => list
+                .iter()
+                .enumerate()
+                .map(|(j, net)| (net.get_ref().as_str(), net.span(), format!("{field}[{j}]")))
+                .collect(),
+        };
+        let mut nets = Vec::with_capacity(entries.len());
+        for (text, span, field) in entries {
+            let text = text.trim();
+            if text.eq_ignore_ascii_case(PRIVATE) {
+                nets.extend(private_networks());
+                continue;
+            }
             let parsed = text
                 .parse::<IpNet>()
                 .ok()
@@ -677,9 +829,9 @@ impl Checker<'_> {
                 Some(parsed) => nets.push(parsed.trunc()),
                 None => {
                     return self.fail(
-                        net.span(),
-                        format!("limits[{index}].trusted_proxies[{j}]"),
-                        format!("invalid network {text:?}; expected a CIDR such as \"10.0.0.0/8\" or an IP address"),
+                        span,
+                        field,
+                        format!("invalid network {text:?}; expected \"private\", a CIDR such as \"10.0.0.0/8\" or an IP address"),
                     )
                 }
             }

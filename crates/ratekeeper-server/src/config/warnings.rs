@@ -105,6 +105,7 @@ fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
             }
             KeyPart::ClientIp(
                 ClientIp::XForwardedFor { trusted } | ClientIp::Forwarded { trusted },
+                _,
             ) if trusted.iter().any(|net| net.prefix_len() == 0) => {
                 warnings.push(ConfigWarning::TrustsEveryProxy {
                     limit: name.clone(),

@@ -69,11 +69,12 @@ pub struct HttpSource<'a> {
 impl KeySource for HttpSource<'_> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
         match part {
-            KeyPart::Peer => self.peer.map(|ip| Cow::Owned(ip.to_string())),
-            // The rule makes a trusted peer that names no client the client.
-            KeyPart::ClientIp(rule) => rule
+            KeyPart::Peer(prefixes) => self.peer.map(|ip| Cow::Owned(prefixes.key(ip))),
+            // The rule makes a trusted peer that names no client the client,
+            // and any peer it does not trust the client too.
+            KeyPart::ClientIp(rule, prefixes) => rule
                 .find(self.headers, self.peer)
-                .map(|ip| Cow::Owned(ip.to_string())),
+                .map(|ip| Cow::Owned(prefixes.key(ip))),
             KeyPart::Route => Some(Cow::Owned(format!("{} {}", self.method, self.path))),
             KeyPart::Header(name) => self
                 .headers
@@ -95,8 +96,13 @@ pub struct NamedParts<'a>(pub &'a HashMap<String, String>);
 impl KeySource for NamedParts<'_> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
         let value = match part {
-            KeyPart::Peer => self.0.get("peer"),
-            KeyPart::ClientIp(_) => self.0.get("client_ip"),
+            // An address given as text is keyed by its network too.
+            KeyPart::Peer(prefixes) => {
+                return self.0.get("peer").map(|v| prefixes.key_of_text(v));
+            }
+            KeyPart::ClientIp(_, prefixes) => {
+                return self.0.get("client_ip").map(|v| prefixes.key_of_text(v));
+            }
             KeyPart::Route => self.0.get("route"),
             KeyPart::Header(name) => self.0.get(&format!("header:{name}")),
             KeyPart::Descriptor(key) => self.0.get(&format!("descriptor:{key}")),
@@ -119,6 +125,8 @@ impl<S: KeySource> KeySource for OrUnknown<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Prefixes;
+    use ratekeeper_tower::client::ClientIp;
 
     struct Values(Vec<&'static str>);
 
@@ -154,26 +162,82 @@ mod tests {
         assert_eq!(compose(&all, &OrUnknown(source)).unwrap(), b"a|unknown");
     }
 
+    fn http_part(part: &KeyPart, headers: &HeaderMap, peer: &str) -> Option<String> {
+        let method = Method::GET;
+        let source = HttpSource {
+            method: &method,
+            path: "/",
+            headers,
+            peer: Some(peer.parse().unwrap()),
+        };
+        source.part(part).map(Cow::into_owned)
+    }
+
     #[test]
     fn an_http_client_the_rule_cannot_find_is_the_peer() {
-        let rule = KeyPart::ClientIp(ratekeeper_tower::client::ClientIp::XForwardedFor {
-            trusted: ratekeeper_tower::client::private_networks(),
-        });
-        let method = Method::GET;
-        let client = |headers: &HeaderMap| {
-            let source = HttpSource {
-                method: &method,
-                path: "/",
-                headers,
-                peer: Some(IpAddr::from([10, 0, 0, 1])),
-            };
-            source.part(&rule).map(Cow::into_owned)
-        };
+        let rule = KeyPart::ClientIp(
+            ClientIp::XForwardedFor {
+                trusted: ratekeeper_tower::client::private_networks(),
+            },
+            Prefixes::default(),
+        );
         // A trusted peer that names no client is the client.
         let mut headers = HeaderMap::new();
-        assert_eq!(client(&headers).as_deref(), Some("10.0.0.1"));
+        assert_eq!(
+            http_part(&rule, &headers, "10.0.0.1").as_deref(),
+            Some("10.0.0.1")
+        );
         headers.insert("x-forwarded-for", "203.0.113.5".parse().unwrap());
-        assert_eq!(client(&headers).as_deref(), Some("203.0.113.5"));
+        assert_eq!(
+            http_part(&rule, &headers, "10.0.0.1").as_deref(),
+            Some("203.0.113.5")
+        );
+    }
+
+    #[test]
+    fn without_trusted_proxies_the_peer_is_the_client_whatever_the_headers_say() {
+        let rule = KeyPart::ClientIp(
+            ClientIp::XForwardedFor {
+                trusted: Vec::new(),
+            },
+            Prefixes::default(),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-for", "203.0.113.5".parse().unwrap());
+        for peer in ["10.0.0.1", "127.0.0.1", "198.51.100.3"] {
+            assert_eq!(http_part(&rule, &headers, peer).as_deref(), Some(peer));
+        }
+    }
+
+    #[test]
+    fn ipv6_clients_and_peers_are_keyed_by_their_network() {
+        let headers = HeaderMap::new();
+        let peer = "2001:db8:1:2:aaaa::1";
+        let client_ip = KeyPart::ClientIp(
+            ClientIp::XForwardedFor {
+                trusted: Vec::new(),
+            },
+            Prefixes::default(),
+        );
+        assert_eq!(
+            http_part(&client_ip, &headers, peer).as_deref(),
+            Some("2001:db8:1:2::/64")
+        );
+        let peer_part = KeyPart::Peer(Prefixes { ipv4: 32, ipv6: 56 });
+        assert_eq!(
+            http_part(&peer_part, &headers, peer).as_deref(),
+            Some("2001:db8:1::/56")
+        );
+        assert_eq!(
+            http_part(&peer_part, &headers, "::ffff:192.0.2.1").as_deref(),
+            Some("192.0.2.1")
+        );
+        // Given by name (the HTTP API), the same.
+        let named: HashMap<String, String> = [("client_ip".to_owned(), peer.to_owned())].into();
+        assert_eq!(
+            NamedParts(&named).part(&client_ip).as_deref(),
+            Some("2001:db8:1:2::/64")
+        );
     }
 
     proptest::proptest! {

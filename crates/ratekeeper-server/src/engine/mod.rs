@@ -39,6 +39,7 @@
 //! ```
 
 mod error;
+mod forwarding;
 mod key;
 mod limits;
 mod store;
@@ -50,6 +51,7 @@ use arc_swap::ArcSwap;
 use ratekeeper::{Clock, Decision, Limit, Outcome, Stats, Store, StoreError, Timestamp, UnixClock};
 
 pub use error::{DecideError, StartError};
+pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limits::{ActiveLimit, LimitSet};
 pub use store::{AnyStore, SharedClock};
@@ -161,6 +163,37 @@ impl Engine {
     /// How long decisions took, and how many came near their limit.
     pub fn decision_metrics(&self) -> &DecisionMetrics {
         &self.inner.metrics
+    }
+
+    /// Looks for a forwarding header that `limit`'s `client_ip` ignored
+    /// because `peer` is not a proxy it trusts (see
+    /// [`untrusted_forwarding`]; `also` are more headers the front door
+    /// reads, such as nginx's `X-Real-IP`): counts it for `/metrics`, and
+    /// logs the first of each limit with the fix.
+    pub fn watch_forwarding(
+        &self,
+        limit: &ActiveLimit,
+        headers: &http::HeaderMap,
+        peer: Option<std::net::IpAddr>,
+        also: &[http::HeaderName],
+    ) {
+        let Some(header) = untrusted_forwarding(limit.key_parts(), headers, peer, also) else {
+            return;
+        };
+        if self.inner.metrics.record_untrusted_forwarding(limit.name()) {
+            let peer = peer.map_or_else(|| "an unknown peer".to_owned(), |ip| ip.to_string());
+            tracing::warn!(
+                limit = limit.name(),
+                %header,
+                %peer,
+                "limit {name} is keyed by client_ip, but {header} came from {peer}, which is not \
+                 one of its trusted proxies: the header is ignored and the peer is the client. \
+                 If {peer} is your proxy or load balancer, add it to the limit's trusted_proxies \
+                 (\"private\" trusts the private networks). Said once per limit; \
+                 ratekeeper_untrusted_forwarding_headers_total counts every such request",
+                name = limit.name(),
+            );
+        }
     }
 
     /// Now, by the wall clock the statistics follow.

@@ -80,7 +80,7 @@ pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
     let covered = |key: &str| {
         limit.key.iter().any(|part| match part {
             KeyPart::Descriptor(have) => have == key,
-            KeyPart::Peer | KeyPart::ClientIp(_) => key == REMOTE_ADDRESS,
+            KeyPart::Peer(_) | KeyPart::ClientIp(..) => key == REMOTE_ADDRESS,
             _ => false,
         })
     };
@@ -123,7 +123,10 @@ impl KeySource for DescriptorSource<'_> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
         match part {
             KeyPart::Descriptor(key) => self.value(key).map(Cow::Borrowed),
-            KeyPart::Peer | KeyPart::ClientIp(_) => self.value(REMOTE_ADDRESS).map(Cow::Borrowed),
+            // Keyed by its network, as at every door: an IPv6 client by its /64.
+            KeyPart::Peer(prefixes) | KeyPart::ClientIp(_, prefixes) => self
+                .value(REMOTE_ADDRESS)
+                .map(|value| prefixes.key_of_text(value)),
             KeyPart::Global => Some(Cow::Borrowed("*")),
             KeyPart::Route | KeyPart::Header(_) => None,
         }
@@ -303,12 +306,20 @@ match = { domain = "d", descriptors = [{ key = "plan", value = "free" }] }
             ),
             "alice|10.0.0.1"
         );
+        // An IPv6 remote_address is keyed by its /64, as at every door.
+        assert_eq!(
+            key(
+                &set[0],
+                &[("user", "alice"), ("remote_address", "2001:db8:1:2::7")]
+            ),
+            "alice|2001:db8:1:2::/64"
+        );
         // A part the descriptor cannot give is shared by all as "unknown".
         assert_eq!(key(&set[1], &[("plan", "free")]), "unknown");
         let entries = entries(&[("user", "bob")]);
         let source = DescriptorSource(&entries);
         assert_eq!(source.part(&KeyPart::Route), None);
-        assert_eq!(source.part(&KeyPart::Peer), None);
+        assert_eq!(source.part(&KeyPart::Peer(Default::default())), None);
         assert_eq!(
             source.part(&KeyPart::Descriptor("user".into())).as_deref(),
             Some("bob")

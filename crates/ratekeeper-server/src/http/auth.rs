@@ -15,11 +15,20 @@
 //! ([`LimitSet::for_http`](crate::engine::LimitSet::for_http)), each
 //! keyed from the original request:
 //!
-//! - `client_ip` is `X-Real-IP` when it holds one address; else the
-//!   limit's own rule (`trusted_proxies`) over `X-Forwarded-For`, with the
-//!   socket peer (nginx) as the last hop; else the socket peer.
-//! - `peer` is `X-Real-IP` when it holds one address (nginx's
-//!   `$remote_addr` is the original request's peer), else the socket peer.
+//! - The original request's peer is `X-Real-IP` when the socket peer,
+//!   nginx, is one of the limit's `trusted_proxies` (nginx's own address:
+//!   `trusted_proxies = ["127.0.0.1"]` when it runs on the same host) and
+//!   the header holds one address; otherwise the socket peer. Like any
+//!   forwarding header, `X-Real-IP` and `X-Forwarded-For` are believed
+//!   only from a trusted proxy: with no `trusted_proxies` (the default)
+//!   every request counts as nginx's, and the first is logged and all are
+//!   counted in `/metrics` (`ratekeeper_untrusted_forwarding_headers_total`).
+//! - `client_ip` is the limit's rule (`client_ip_from`, `trusted_proxies`,
+//!   `trusted_hops`) applied to that peer and the subrequest's headers: the
+//!   original peer, unless it is itself a trusted proxy naming a client in
+//!   `X-Forwarded-For` (nginx appends its `$remote_addr`, which is skipped
+//!   as trusted). `peer` is that original peer; a limit keyed by `peer`
+//!   alone trusts no proxy, so its peer is nginx.
 //! - `route` is the original method and path; `header:NAME` reads the
 //!   subrequest's headers, which are the original request's (nginx passes
 //!   them on) plus the ones set for the subrequest.
@@ -55,14 +64,19 @@
 #![doc = include_str!("../../../../examples/nginx/nginx.conf")]
 //! ```
 //!
-//! `X-Real-IP` and `X-Forwarded-For` are believed as they arrive, so
-//! `/v1/auth` must only be reachable by nginx (the example listens on
-//! loopback), and nginx must set them itself, as the example does, rather
-//! than pass on the client's own.
+//! Its companion, `examples/nginx/ratekeeper.toml`, trusts nginx on
+//! loopback:
+//!
+//! ```toml
+#![doc = include_str!("../../../../examples/nginx/ratekeeper.toml")]
+//! ```
+//!
+//! A trusted nginx's `X-Real-IP` and `X-Forwarded-For` are believed as they
+//! arrive, so nginx must set them itself, as the example does, rather than
+//! pass on the client's own.
 //!
 //! [`auth_request`]: https://nginx.org/en/docs/http/ngx_http_auth_request_module.html
 
-use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Request, State};
@@ -75,7 +89,7 @@ use thiserror::Error;
 
 use super::headers::verdict_headers;
 use crate::config::KeyPart;
-use crate::engine::{Check, Engine, HttpSource, KeySource, OrUnknown};
+use crate::engine::{Check, Engine, HttpSource, OrUnknown};
 
 /// `X-Original-URI`: the original request's path and query.
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
@@ -123,23 +137,17 @@ async fn auth(State(engine): State<Engine>, request: Request) -> Response {
         Ok(original) => original,
         Err(error) => return error.into_response(),
     };
-    let source = AuthSource {
-        http: HttpSource {
-            method: &original.method,
-            path: &original.path,
-            headers: &parts.headers,
-            peer,
-        },
-        real_ip: ClientIp::Header {
-            name: X_REAL_IP,
-            trusted: Vec::new(),
-        }
-        .find_trusting_headers(&parts.headers),
-    };
     let limits = engine.limits();
     let checks: Vec<Check> = limits
         .for_http(&original.method, &original.path)
         .map(|limit| {
+            engine.watch_forwarding(limit, &parts.headers, peer, &[X_REAL_IP]);
+            let source = HttpSource {
+                method: &original.method,
+                path: &original.path,
+                headers: &parts.headers,
+                peer: original_peer(limit.key_parts(), &parts.headers, peer),
+            };
             // `OrUnknown` gives every part, so `key` cannot fail; the
             // shared "unknown" key is the safe answer if it ever did.
             let key = limit
@@ -240,21 +248,23 @@ fn original_path(target: &[u8]) -> Result<String, AuthError> {
     }
 }
 
-/// The key parts of the original request: [`HttpSource`]'s, with the
-/// client and the peer taken from `X-Real-IP` first.
-#[derive(Clone, Copy)]
-struct AuthSource<'a> {
-    http: HttpSource<'a>,
-    /// `X-Real-IP`, when it holds exactly one address.
-    real_ip: Option<IpAddr>,
-}
-
-impl KeySource for AuthSource<'_> {
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
-        match (part, self.real_ip) {
-            (KeyPart::Peer | KeyPart::ClientIp(_), Some(ip)) => Some(Cow::Owned(ip.to_string())),
-            _ => self.http.part(part),
+/// The peer of the original request, for a limit keyed by `parts`:
+/// `X-Real-IP` (nginx's `$remote_addr`) when the socket peer, nginx, is one
+/// of the proxies the limit's `client_ip` trusts, and the socket peer
+/// otherwise: like any forwarding header, `X-Real-IP` is believed only
+/// from a trusted proxy (a trusted nginx that sends none is the client).
+fn original_peer(parts: &[KeyPart], headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
+    let trusted = parts.iter().find_map(|part| match part {
+        KeyPart::ClientIp(rule, _) => Some(rule.trusted()),
+        _ => None,
+    });
+    match trusted {
+        Some(trusted) if !trusted.is_empty() => ClientIp::Header {
+            name: X_REAL_IP,
+            trusted: trusted.to_vec(),
         }
+        .find(headers, peer),
+        _ => peer,
     }
 }
 
@@ -354,11 +364,20 @@ mod tests {
     }
 
     async fn ask(engine: &Engine, uri: &str, pairs: &[(&str, &str)]) -> Response {
+        ask_from(engine, [127, 0, 0, 1], uri, pairs).await
+    }
+
+    async fn ask_from(
+        engine: &Engine,
+        peer: [u8; 4],
+        uri: &str,
+        pairs: &[(&str, &str)],
+    ) -> Response {
         let mut request = axum::http::Request::get(uri).body(Body::empty()).unwrap();
         *request.headers_mut() = headers(pairs);
         request
             .extensions_mut()
-            .insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
+            .insert(ConnectInfo(SocketAddr::from((peer, 40000))));
         routes()
             .with_state(engine.clone())
             .oneshot(request)
@@ -369,7 +388,8 @@ mod tests {
     #[tokio::test]
     async fn allowed_then_refused_with_the_fields() {
         let engine = engine(
-            "[[limits]]\nname = \"per-client\"\nrate = \"2/minute\"\npolicy = \"gcra\"\nkey = [\"client_ip\"]\n",
+            "[[limits]]\nname = \"per-client\"\nrate = \"2/minute\"\npolicy = \"gcra\"\nkey = [\"client_ip\"]\n\
+             trusted_proxies = [\"127.0.0.1\"]\n",
         )
         .await;
         let client = [("x-original-uri", "/a?b"), ("x-real-ip", "198.51.100.7")];
@@ -419,6 +439,55 @@ mod tests {
             .to_str()
             .unwrap()
             .starts_with("\"per-client\";r=0;"));
+    }
+
+    #[tokio::test]
+    async fn client_headers_from_a_peer_that_is_not_trusted_are_ignored_and_counted() {
+        // No trusted proxies (the default), or some that the peer is not
+        // one of: X-Real-IP and X-Forwarded-For name nobody, the peer is
+        // the client.
+        for trust in ["", "trusted_proxies = [\"10.0.0.0/8\"]\n"] {
+            let engine = engine(&format!(
+                "[[limits]]\nname = \"per-client\"\nrate = \"2/minute\"\nkey = [\"client_ip\"]\n{trust}"
+            ))
+            .await;
+            for (n, client) in ["198.51.100.7", "198.51.100.8", "198.51.100.9"]
+                .into_iter()
+                .enumerate()
+            {
+                let response = ask_from(
+                    &engine,
+                    [192, 0, 2, 1],
+                    "/v1/auth",
+                    &[
+                        ("x-original-uri", "/a"),
+                        ("x-real-ip", client),
+                        ("x-forwarded-for", client),
+                    ],
+                )
+                .await;
+                let expected = if n < 2 {
+                    StatusCode::NO_CONTENT
+                } else {
+                    StatusCode::TOO_MANY_REQUESTS
+                };
+                assert_eq!(response.status(), expected, "{trust:?}, {client}");
+            }
+            assert_eq!(
+                engine.decision_metrics().untrusted_forwarding("per-client"),
+                3,
+                "{trust:?}"
+            );
+            // Another peer is another client.
+            let other = ask_from(
+                &engine,
+                [192, 0, 2, 2],
+                "/v1/auth",
+                &[("x-original-uri", "/a"), ("x-real-ip", "198.51.100.7")],
+            )
+            .await;
+            assert_eq!(other.status(), StatusCode::NO_CONTENT, "{trust:?}");
+        }
     }
 
     #[tokio::test]

@@ -112,7 +112,7 @@ pub struct LimitStatus {
 /// A key part as the configuration file writes it.
 fn part_name(part: &KeyPart) -> String {
     match part {
-        KeyPart::ClientIp(_) => "client_ip".to_owned(),
+        KeyPart::ClientIp(..) => "client_ip".to_owned(),
         other => other.to_string(),
     }
 }

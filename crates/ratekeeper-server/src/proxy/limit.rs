@@ -126,6 +126,7 @@ fn checks(engine: &Engine, request: &Request<Body>) -> Vec<Check> {
         .limits()
         .for_http(request.method(), request.uri().path())
         .map(|limit| {
+            engine.watch_forwarding(limit, request.headers(), peer, &[]);
             // `OrUnknown` gives every part, so `key` cannot fail; the
             // shared "unknown" key is the safe answer if it ever did.
             let key = limit

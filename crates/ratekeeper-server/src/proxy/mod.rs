@@ -3,9 +3,12 @@
 //!
 //! Every request is decided against the limits whose `match` fits its
 //! method and path, each keyed from the request itself (`peer` is the
-//! socket peer, `client_ip` the limit's rule over `X-Forwarded-For` from
-//! that peer, `route`, `header:NAME`; a part that cannot be found is the
-//! shared key `unknown`, never unlimited). Then:
+//! socket peer; `client_ip` the limit's rule, which believes
+//! `X-Forwarded-For`, `Forwarded` or its header only from the limit's
+//! `trusted_proxies`, none by default, so that the peer is the client;
+//! `route`, `header:NAME`; a part that cannot be found is the shared key
+//! `unknown`, never unlimited). A forwarding header from a peer that is
+//! not trusted is logged once per limit and counted in `/metrics`. Then:
 //!
 //! - **allowed**: the request goes to the upstream and its response comes
 //!   back with the draft's `RateLimit-Policy` and `RateLimit` fields added;
