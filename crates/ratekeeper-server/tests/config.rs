@@ -879,10 +879,9 @@ fn readme_toml(heading: &str) -> Vec<String> {
 fn the_readme_service_example_limits_load() {
     let blocks = readme_toml("The service");
     assert_eq!(blocks.len(), 1);
-    // Its limits (its [store] sets on_failure and fallback on a memory
-    // store, which the checks refuse; left to whoever owns that part).
-    let limits = &blocks[0][blocks[0].find("[[limits]]").expect("limits")..];
-    let config = Config::from_toml_str(limits, "README.md").unwrap();
+    // The whole file, [store] and [listen] included.
+    let config = Config::from_toml_str(&blocks[0], "README.md")
+        .unwrap_or_else(|error| panic!("{error}\n{}", blocks[0]));
     assert_eq!(
         config.limits[0].key[0],
         KeyPart::ClientIp(
