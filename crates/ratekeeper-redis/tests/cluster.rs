@@ -14,8 +14,7 @@ use ratekeeper_redis::{hash_slot, CrossSlot, RedisStore};
 const LIMIT: u64 = 20;
 
 async fn connect(cluster: &RedisCluster, cross_slot: CrossSlot) -> RedisStore {
-    RedisStore::builder()
-        .timeout(Duration::from_secs(5))
+    harness::unhurried()
         .cross_slot(cross_slot)
         .cluster(cluster.urls())
         .await

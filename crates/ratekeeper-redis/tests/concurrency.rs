@@ -57,11 +57,7 @@ async fn hammer(stores: &[RedisStore], limit: &Limit, at: Option<Timestamp>) -> 
 }
 
 async fn connect(server: &RedisServer) -> RedisStore {
-    RedisStore::builder()
-        .timeout(Duration::from_secs(5))
-        .connect(&server.url())
-        .await
-        .unwrap()
+    harness::connect(&server.url()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
