@@ -131,7 +131,7 @@ async fn calls_queued_together_are_decided_in_order_as_if_each_ran_alone() {
     let mut redis = server.connection();
     for prefix in ["batched:", "alone:"] {
         for limit in &limits {
-            let key = format!("{prefix}{}:wrong", limit.name());
+            let key = format!("{prefix}{}:{}:wrong", limit.name().len(), limit.name());
             let _: () = redis::cmd("HSET")
                 .arg(key)
                 .arg("field")
@@ -201,7 +201,7 @@ async fn calls_queued_together_are_decided_in_order_as_if_each_ran_alone() {
     // missing, by MGET) and are still what they were
     for prefix in ["batched:", "alone:"] {
         for limit in limits.iter() {
-            let key = format!("{prefix}{}:wrong", limit.name());
+            let key = format!("{prefix}{}:{}:wrong", limit.name().len(), limit.name());
             let kind: String = redis::cmd("TYPE").arg(&key).query(&mut redis).unwrap();
             assert_eq!(kind, "hash", "{key}");
         }
@@ -388,13 +388,13 @@ async fn a_batch_writes_each_key_once_with_the_expiry_its_last_state_needs() {
     let (sets_after, _) = server.command_stats("psetex");
     assert_eq!(sets_after - sets_before, 2, "one write per key");
     let mut redis = server.connection();
-    let pttl = |key: &str, redis: &mut redis::Connection| -> i64 {
+    let pttl = |key: Vec<u8>, redis: &mut redis::Connection| -> i64 {
         redis::cmd("PTTL").arg(key).query(redis).unwrap()
     };
     // three hits: fresh again in 36 s (rounded up to the ms, plus one)
-    let bucket_ttl = pttl("ttl:bucket:k", &mut redis);
+    let bucket_ttl = pttl(store.key(&bucket, b"k"), &mut redis);
     assert!((35_000..=36_002).contains(&bucket_ttl), "{bucket_ttl}");
     // the log forgets its hits a window after the last
-    let log_ttl = pttl("ttl:log:k", &mut redis);
+    let log_ttl = pttl(store.key(&log, b"k"), &mut redis);
     assert!((59_000..=60_002).contains(&log_ttl), "{log_ttl}");
 }
