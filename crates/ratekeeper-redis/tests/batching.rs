@@ -3,6 +3,8 @@
 //! the order queued; exact under load; bounded by each call's timeout.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +30,7 @@ fn policies(quota: u64) -> Vec<Policy> {
 }
 
 async fn connect(server: &RedisServer, prefix: &str, batching: Batching) -> RedisStore {
-    harness::unhurried()
+    unhurried::builder()
         .prefix(prefix)
         .batching(batching)
         .connect(&server.url())

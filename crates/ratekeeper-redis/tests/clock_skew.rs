@@ -6,6 +6,8 @@
 //! each host's own clock, minutes apart, would not.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::time::Duration;
 
@@ -17,8 +19,8 @@ async fn skewed_clients_share_one_clock() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let host_a = harness::connect(&server.url()).await;
-    let host_b = harness::connect(&server.url()).await;
+    let host_a = unhurried::connect(&server.url()).await;
+    let host_b = unhurried::connect(&server.url()).await;
     // What the hosts' clocks would say: B runs five minutes ahead of A.
     let skew = Duration::from_secs(300);
     let policies: Vec<Policy> = vec![

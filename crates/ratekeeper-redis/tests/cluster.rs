@@ -3,6 +3,8 @@
 //! for hash-tagged multi-limit checks, and the cross-slot behaviours.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use ratekeeper_redis::{hash_slot, CrossSlot, RedisStore, RedisStoreBuilder};
 const LIMIT: u64 = 20;
 
 async fn connect(cluster: &RedisCluster, cross_slot: CrossSlot) -> RedisStore {
-    connect_with(cluster, harness::unhurried().cross_slot(cross_slot)).await
+    connect_with(cluster, unhurried::builder().cross_slot(cross_slot)).await
 }
 
 async fn connect_with(cluster: &RedisCluster, builder: RedisStoreBuilder) -> RedisStore {
@@ -73,7 +75,7 @@ async fn cluster_limits() {
 
     // Several limits on hash-tagged keys (in a store told that no client
     // chooses its keys): one slot, one atomic script.
-    let store = connect_with(&cluster, harness::unhurried().hash_tags_in_keys(true)).await;
+    let store = connect_with(&cluster, unhurried::builder().hash_tags_in_keys(true)).await;
     let per_user = Limit::new("per-user", FixedWindow::new(3, day).unwrap()).unwrap();
     let per_route = Limit::new("per-route", TokenBucket::new(5, day, 5).unwrap()).unwrap();
     let (user_key, route_key) = (&b"{u42}"[..], &b"{u42}:upload"[..]);
@@ -169,7 +171,7 @@ async fn a_hash_tag_in_a_client_key_does_not_choose_the_slot() {
     );
 
     // Told the tags are the application's, the store puts them in a's slot.
-    let tagged = connect_with(&cluster, harness::unhurried().hash_tags_in_keys(true)).await;
+    let tagged = connect_with(&cluster, unhurried::builder().hash_tags_in_keys(true)).await;
     let slots: HashSet<u16> = keys
         .iter()
         .map(|k| hash_slot(&tagged.key(&limit, k)))

@@ -2,6 +2,8 @@
 //! the same decisions as the pure policies.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ async fn check_all_matches_the_core_all_or_nothing() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let store = harness::connect(&server.url()).await;
+    let store = unhurried::connect(&server.url()).await;
     let policies: Vec<Policy> = vec![
         FixedWindow::new(6, Duration::from_secs(1)).unwrap().into(),
         Gcra::new(3, Duration::from_secs(1), 2).unwrap().into(),
@@ -71,7 +73,7 @@ async fn a_key_twice_counts_twice() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let store = harness::connect(&server.url()).await;
+    let store = unhurried::connect(&server.url()).await;
     let limit = Limit::new(
         "twice",
         FixedWindow::new(3, Duration::from_secs(60)).unwrap(),

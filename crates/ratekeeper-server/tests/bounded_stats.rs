@@ -122,6 +122,7 @@ async fn a_flood_of_long_denied_keys_keeps_memory_and_stats_bounded() {
         .text()
         .await
         .unwrap();
+    eprintln!("/v1/stats: {} bytes", body.len());
     assert!(
         body.len() < MAX_STATS_BYTES,
         "/v1/stats is {} bytes",

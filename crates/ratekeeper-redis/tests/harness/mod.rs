@@ -15,22 +15,10 @@ use std::time::{Duration, Instant};
 
 /// The store timeout of every test call whose timing is not under test: a
 /// loaded 2-core machine can stall a process for a good part of a second,
-/// and such a stall must not fail a test about something else.
+/// and such a stall must not fail a test about something else. (The store
+/// builders that use it are in `unhurried.rs`, apart: crates without
+/// `ratekeeper-redis` include this file too.)
 pub const UNHURRIED: Duration = Duration::from_secs(10);
-
-/// A store builder with the [`UNHURRIED`] timeout; tests that are not about
-/// timeouts connect through it.
-pub fn unhurried() -> ratekeeper_redis::RedisStoreBuilder {
-    ratekeeper_redis::RedisStore::builder().timeout(UNHURRIED)
-}
-
-/// A store on `url` with the [`UNHURRIED`] timeout.
-pub async fn connect(url: &str) -> ratekeeper_redis::RedisStore {
-    unhurried()
-        .connect(url)
-        .await
-        .expect("connect to the test server")
-}
 
 /// Whether `program --version` runs; panics under CI when it does not.
 fn available(program: &str) -> bool {
