@@ -30,8 +30,17 @@
 //!
 //! # Keys and state
 //!
-//! A limit keeps `key`'s state at `{prefix}{limit name}:{key}` (prefix
-//! `ratekeeper:` by default) as one small string: a tag byte and two or
+//! A limit keeps `key`'s state at `{prefix}{length of the name}:{name}:{key}`
+//! (prefix `ratekeeper:` by default; for example
+//! `ratekeeper:6:per-ip:203.0.113.7`; see [`RedisStore::key`]): a key over
+//! 64 bytes is kept as a readable prefix and a digest
+//! ([`ratekeeper::key::bounded`]), and the key's `%`, `:`, `{` and `}` are
+//! percent-encoded, so whatever a client sends, its Redis key is at most
+//! 260 bytes past the prefix, chooses no Redis Cluster slot, and no two
+//! (prefix, limit, key) share one (nested prefixes included). Keys of
+//! versions before this one were `{prefix}{name}:{key}`: an upgrade starts
+//! every key fresh, and the old keys expire on their own. The state is one
+//! small string: a tag byte and two or
 //! three doubles packed with Lua's `struct` (17 or 25 bytes); the sliding
 //! log keeps 16 bytes per instant with allowed hits. Each write sets the
 //! key's TTL to the moment its state equals a fresh one (rounded up to the
@@ -70,11 +79,15 @@
 //!
 //! [`check_all`](ratekeeper::Store::check_all) decides every limit in one
 //! script, all or nothing: on one server always. On Redis Cluster one script
-//! can only touch one hash slot: put a hash tag in the keys (`{user42}`) and
-//! a request's limits share a slot and stay one atomic script. Keys in
-//! different slots are decided one script per slot, each atomic, with the
-//! earlier slots refunded when a later one denies ([`CrossSlot::Compensate`],
-//! the default), or refused ([`CrossSlot::Refuse`]).
+//! can only touch one hash slot, and a key's slot is its whole Redis key's:
+//! a `{...}` in a key is escaped, since a client that chose its keys' slot
+//! could put them all on one master. Keys in different slots are decided
+//! one script per slot, each atomic, with the earlier slots refunded when a
+//! later one denies ([`CrossSlot::Compensate`], the default), or refused
+//! ([`CrossSlot::Refuse`]). When no client chooses the part of a key in
+//! braces (the application writes `{user42}` from an authenticated account),
+//! [`RedisStoreBuilder::hash_tags_in_keys`] keeps the tags, and a request's
+//! limits on one tag share a slot and stay one atomic script.
 //!
 //! # Cost
 //!
@@ -126,6 +139,7 @@
 //! connects; it ends when the last clone of the store is dropped.
 
 mod batch;
+mod key;
 mod params;
 mod reply;
 mod slot;

@@ -13,6 +13,7 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 use thiserror::Error;
 
 use crate::batch::{BatchStats, Batcher, Batching};
+use crate::key::{redis_key, KeyTags};
 use crate::params::{Params, MAX_EXACT};
 use crate::reply::{numbers, parse, ReplyError};
 use crate::slot::hash_slot;
@@ -103,8 +104,9 @@ pub enum CrossSlot {
     /// timeout per slot.
     #[default]
     Compensate,
-    /// Refuse with [`StoreError::UnsupportedOperation`]: put a hash tag in
-    /// the keys (`{user42}`) so that they share a slot.
+    /// Refuse with [`StoreError::UnsupportedOperation`]. Keys share a slot
+    /// only by chance, or by a hash tag in keys no client chooses (see
+    /// [`RedisStoreBuilder::hash_tags_in_keys`]).
     Refuse,
 }
 
@@ -116,6 +118,7 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     cross_slot: CrossSlot,
     batching: Batching,
+    tags: KeyTags,
 }
 
 impl Default for RedisStoreBuilder {
@@ -126,6 +129,7 @@ impl Default for RedisStoreBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             cross_slot: CrossSlot::default(),
             batching: Batching::default(),
+            tags: KeyTags::default(),
         }
     }
 }
@@ -150,6 +154,26 @@ impl RedisStoreBuilder {
     /// [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether a hash tag (`{...}`) in a key chooses the key's Redis Cluster
+    /// slot (default `false`: `{` and `}` in keys are escaped, and every key
+    /// lands in the slot its whole Redis key hashes to).
+    ///
+    /// Clients choose much of a key (an address, a header), and a key that
+    /// chose its slot would let one client put all its keys on one master.
+    /// Turn this on only when no client chooses the part of a key in braces
+    /// (the application writes `{user42}` from an authenticated account),
+    /// so that a request's limits share a slot and a multi-limit check stays
+    /// one atomic script. A tag must lie in a key's first 24 bytes if the key
+    /// is longer than 64 (see [`ratekeeper::key::bounded`]).
+    pub fn hash_tags_in_keys(mut self, kept: bool) -> Self {
+        self.tags = if kept {
+            KeyTags::Kept
+        } else {
+            KeyTags::Escaped
+        };
         self
     }
 
@@ -234,6 +258,7 @@ impl RedisStoreBuilder {
                 batcher,
                 batching: if node { self.batching } else { Batching::OFF },
                 prefix: self.prefix.into_bytes(),
+                tags: self.tags,
                 cross_slot: self.cross_slot,
             }),
         }
@@ -261,6 +286,7 @@ struct Inner {
     batcher: Option<Batcher>,
     batching: Batching,
     prefix: Vec<u8>,
+    tags: KeyTags,
     cross_slot: CrossSlot,
 }
 
@@ -360,7 +386,7 @@ impl Caller {
 /// `EVAL` after a `NOSCRIPT`. Either way the script is the same, and reads
 /// Redis's clock (`TIME`), so clients whose clocks disagree get the same
 /// decisions. A
-/// limit's key for `key` is `{prefix}{limit name}:{key}`; it expires when its
+/// limit's key for `key` is [`RedisStore::key`]; it expires when its
 /// state is fresh again, never before (a GCRA key up to a quarter of its
 /// state's lifetime later; see the crate's documentation). Every call is
 /// bounded by the timeout.
@@ -428,16 +454,15 @@ impl RedisStore {
         Self::builder().cluster(urls).await
     }
 
-    /// The key under which `limit` keeps `key`'s state:
-    /// `{prefix}{limit name}:{key}`.
+    /// The Redis key under which `limit` keeps `key`'s state:
+    /// `{prefix}{length of the name}:{name}:{key}`, the key bounded to 64
+    /// bytes ([`ratekeeper::key::bounded`]) and its `%` and `:` (and, unless
+    /// [`hash_tags_in_keys`](RedisStoreBuilder::hash_tags_in_keys), `{` and
+    /// `}`) percent-encoded; for example `ratekeeper:6:per-ip:203.0.113.7`.
+    /// So no key chooses its Redis Cluster slot, and no two (prefix, limit,
+    /// key) share a Redis key, even under nested prefixes.
     pub fn key(&self, limit: &Limit, key: &[u8]) -> Vec<u8> {
-        let prefix = &self.inner.prefix;
-        let mut out = Vec::with_capacity(prefix.len() + limit.name().len() + 1 + key.len());
-        out.extend_from_slice(prefix);
-        out.extend_from_slice(limit.name().as_bytes());
-        out.push(b':');
-        out.extend_from_slice(key);
-        out
+        redis_key(&self.inner.prefix, limit.name(), key, self.inner.tags)
     }
 
     /// The per-call timeout.

@@ -6,20 +6,21 @@
 //! each host's own clock, minutes apart, would not.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::time::Duration;
 
 use harness::RedisServer;
 use ratekeeper::{Algorithm, Gcra, Limit, Outcome, Policy, SlidingWindow, Timestamp, TokenBucket};
-use ratekeeper_redis::RedisStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_clients_share_one_clock() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let host_a = RedisStore::connect(&server.url()).await.unwrap();
-    let host_b = RedisStore::connect(&server.url()).await.unwrap();
+    let host_a = unhurried::connect(&server.url()).await;
+    let host_b = unhurried::connect(&server.url()).await;
     // What the hosts' clocks would say: B runs five minutes ahead of A.
     let skew = Duration::from_secs(300);
     let policies: Vec<Policy> = vec![

@@ -3,23 +3,24 @@
 //! for hash-tagged multi-limit checks, and the cross-slot behaviours.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use harness::RedisCluster;
 use ratekeeper::{FixedWindow, Gcra, Limit, Outcome, Store, StoreError, Timestamp, TokenBucket};
-use ratekeeper_redis::{hash_slot, CrossSlot, RedisStore};
+use ratekeeper_redis::{hash_slot, CrossSlot, RedisStore, RedisStoreBuilder};
 
 const LIMIT: u64 = 20;
 
 async fn connect(cluster: &RedisCluster, cross_slot: CrossSlot) -> RedisStore {
-    RedisStore::builder()
-        .timeout(Duration::from_secs(5))
-        .cross_slot(cross_slot)
-        .cluster(cluster.urls())
-        .await
-        .unwrap()
+    connect_with(cluster, unhurried::builder().cross_slot(cross_slot)).await
+}
+
+async fn connect_with(cluster: &RedisCluster, builder: RedisStoreBuilder) -> RedisStore {
+    builder.cluster(cluster.urls()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,7 +73,9 @@ async fn cluster_limits() {
         assert_eq!(allowed, 3);
     }
 
-    // Several limits on hash-tagged keys: one slot, one atomic script.
+    // Several limits on hash-tagged keys (in a store told that no client
+    // chooses its keys): one slot, one atomic script.
+    let store = connect_with(&cluster, unhurried::builder().hash_tags_in_keys(true)).await;
     let per_user = Limit::new("per-user", FixedWindow::new(3, day).unwrap()).unwrap();
     let per_route = Limit::new("per-route", TokenBucket::new(5, day, 5).unwrap()).unwrap();
     let (user_key, route_key) = (&b"{u42}"[..], &b"{u42}:upload"[..]);
@@ -130,4 +133,48 @@ fn pick_keys_in_different_slots(store: &RedisStore, a: &Limit, b: &Limit) -> (Ve
         .find(|k| hash_slot(&store.key(b, k)) != slot)
         .unwrap();
     (ka, kb)
+}
+
+/// The number of keys on each node.
+fn keys_per_node(cluster: &RedisCluster) -> Vec<u64> {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| redis::cmd("DBSIZE").query(&mut node.connection()).unwrap())
+        .collect()
+}
+
+/// A client's `{a}` does not choose the slot: keys `{a}0`, `{a}1`, ...
+/// spread over the slots and the masters as plain keys do, unless the store
+/// is told that its keys' tags are the application's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_tag_in_a_client_key_does_not_choose_the_slot() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let store = connect(&cluster, CrossSlot::Compensate).await;
+    let limit = Limit::new("tagged", Gcra::per_minute(10).unwrap()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..30).map(|i| format!("{{a}}{i}").into_bytes()).collect();
+    let slots: HashSet<u16> = keys
+        .iter()
+        .map(|k| hash_slot(&store.key(&limit, k)))
+        .collect();
+    assert!(slots.len() > 20, "{} slots for 30 keys", slots.len());
+    for key in &keys {
+        assert!(store.check(&limit, key, 1).await.unwrap().is_allowed());
+    }
+    let spread = keys_per_node(&cluster);
+    assert_eq!(spread.iter().sum::<u64>(), 30, "{spread:?}");
+    assert!(
+        spread.iter().all(|&n| n > 0),
+        "every master holds some of the keys: {spread:?}"
+    );
+
+    // Told the tags are the application's, the store puts them in a's slot.
+    let tagged = connect_with(&cluster, unhurried::builder().hash_tags_in_keys(true)).await;
+    let slots: HashSet<u16> = keys
+        .iter()
+        .map(|k| hash_slot(&tagged.key(&limit, k)))
+        .collect();
+    assert_eq!(slots.into_iter().collect::<Vec<_>>(), [hash_slot(b"a")]);
 }

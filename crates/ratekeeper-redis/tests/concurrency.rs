@@ -2,6 +2,8 @@
 //! and 8 tasks on one multiplexed connection, for every policy.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,11 +59,7 @@ async fn hammer(stores: &[RedisStore], limit: &Limit, at: Option<Timestamp>) -> 
 }
 
 async fn connect(server: &RedisServer) -> RedisStore {
-    RedisStore::builder()
-        .timeout(Duration::from_secs(5))
-        .connect(&server.url())
-        .await
-        .unwrap()
+    unhurried::connect(&server.url()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

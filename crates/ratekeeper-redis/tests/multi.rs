@@ -2,6 +2,8 @@
 //! the same decisions as the pure policies.
 
 mod harness;
+#[path = "harness/unhurried.rs"]
+mod unhurried;
 
 use std::time::Duration;
 
@@ -10,14 +12,13 @@ use ratekeeper::{
     Algorithm, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
     Timestamp,
 };
-use ratekeeper_redis::RedisStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_all_matches_the_core_all_or_nothing() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = unhurried::connect(&server.url()).await;
     let policies: Vec<Policy> = vec![
         FixedWindow::new(6, Duration::from_secs(1)).unwrap().into(),
         Gcra::new(3, Duration::from_secs(1), 2).unwrap().into(),
@@ -72,7 +73,7 @@ async fn a_key_twice_counts_twice() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = unhurried::connect(&server.url()).await;
     let limit = Limit::new(
         "twice",
         FixedWindow::new(3, Duration::from_secs(60)).unwrap(),

@@ -12,6 +12,8 @@ use ratekeeper::{
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
 
+use ratekeeper::key::bounded;
+
 use crate::builder::SqliteStoreBuilder;
 use crate::SqliteError;
 
@@ -87,7 +89,10 @@ struct Inner<C> {
 /// # Layout
 ///
 /// One table (named by [`SqliteStoreBuilder::table`]) holds one row per
-/// `(limit name, key)`: the key's state as the JSON of
+/// `(limit name, key)`, a key over 64 bytes kept as
+/// [`ratekeeper::key::bounded`] makes it (a readable prefix and a digest,
+/// so a row's size does not grow with what a client sends, and a long key
+/// is still found as it was sent): the key's state as the JSON of
 /// [`ratekeeper::State`] (readable with the `sqlite3` shell and its JSON
 /// functions), and `expires_at`, the time the state becomes fresh again
 /// ([`Algorithm::expires_at`]) in **nanoseconds** of the store's clock —
@@ -542,6 +547,7 @@ impl<C: Clock> Inner<C> {
         key: &[u8],
         change: impl FnOnce(&Policy, &State, ratekeeper::Timestamp) -> (R, State),
     ) -> Result<R, StoreError> {
+        let key = &*bounded(key);
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = self.clock.now();
@@ -571,6 +577,7 @@ impl<C: Clock> Inner<C> {
     }
 
     fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        let key = &*bounded(key);
         self.with_conn(|conn| {
             // One statement reads atomically; no transaction needed.
             let stored = read(conn, &self.sql, limit.name(), key)?;
@@ -599,13 +606,15 @@ impl<C: Clock> Inner<C> {
             next: Option<State>,
         }
 
+        let keys: Vec<_> = checks.iter().map(|&(_, key)| bounded(key)).collect();
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = self.clock.now();
             let mut rows: Vec<Row<'_>> = Vec::with_capacity(checks.len());
             let mut outcomes = Vec::with_capacity(checks.len());
             let mut denied_by = None;
-            for (index, &(limit, key)) in checks.iter().enumerate() {
+            for (index, (&(limit, _), key)) in checks.iter().zip(&keys).enumerate() {
+                let key = &**key;
                 let policy = limit.policy();
                 let name = limit.name();
                 let slot = match rows.iter().position(|r| r.name == name && r.key == key) {
@@ -692,6 +701,7 @@ impl<C: Clock> Inner<C> {
     }
 
     fn reset(&self, limit: &Limit, key: &[u8]) -> Result<bool, StoreError> {
+        let key = &*bounded(key);
         self.with_conn(|conn| {
             let deleted = conn
                 .prepare_cached(&self.sql.delete)?

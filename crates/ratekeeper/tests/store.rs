@@ -349,3 +349,30 @@ fn limit_names_are_checked() {
     ));
     assert!(Limit::new("per-ip.v2", policy).is_ok());
 }
+
+/// A key over 64 bytes reaches the counter as a 64-byte digest: what the
+/// counter keeps does not grow with what a client sends.
+#[test]
+fn a_window_counter_gets_long_keys_bounded() {
+    block_on(async {
+        let clock = ManualClock::new(Timestamp::from_millis(60_500));
+        let store = CounterStore::with_clock(MapCounter::default(), clock);
+        let l = Limit::new(
+            "per-key",
+            FixedWindow::new(3, Duration::from_secs(60)).unwrap(),
+        )
+        .unwrap();
+        let long = vec![b'k'; 100_000];
+        for _ in 0..2 {
+            assert!(store.check(&l, &long, 1).await.unwrap().is_allowed());
+        }
+        let counts = store.counter().counts.lock().unwrap();
+        let names: Vec<&String> = counts.keys().map(|(name, _)| name).collect();
+        assert_eq!(names.len(), 1);
+        assert_eq!(
+            names[0].len(),
+            "per-key:".len() + ratekeeper::key::MAX_KEY_LEN
+        );
+        assert_eq!(counts.values().copied().collect::<Vec<_>>(), [2]);
+    });
+}

@@ -13,6 +13,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// The store timeout of every test call whose timing is not under test: a
+/// loaded 2-core machine can stall a process for a good part of a second,
+/// and such a stall must not fail a test about something else. (The store
+/// builders that use it are in `unhurried.rs`, apart: crates without
+/// `ratekeeper-redis` include this file too.)
+pub const UNHURRIED: Duration = Duration::from_secs(10);
+
 /// Whether `program --version` runs; panics under CI when it does not.
 fn available(program: &str) -> bool {
     let ok = Command::new(program)

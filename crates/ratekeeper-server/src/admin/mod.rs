@@ -23,7 +23,10 @@ use axum::Router;
 pub use dashboard::DASHBOARD_HTML;
 pub use metrics::{render as render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use recorder::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
-pub use stats::{FailureCounts, LimitReport, ServiceStats, StoreHealth, READY_TIMEOUT};
+pub use stats::{
+    FailureCounts, LimitReport, ServiceStats, StoreHealth, MAX_KEYS_SHOWN, MAX_LIMITS_SHOWN,
+    READY_TIMEOUT,
+};
 
 use crate::engine::Engine;
 

@@ -19,8 +19,22 @@
 //!                          "hour": {...}, "day": {...}, "week": {...}},
 //!              "history": [{"start_unix_secs": ..., "requests": 0, "denied": 0}, ...],
 //!              "top_denied": [{"key": "alice", "count": 4, "error": 0}, ...],
-//!              "keys_tracked": 2, "untracked_denials": 0}]}
+//!              "keys_tracked": 2, "untracked_denials": 0}],
+//!  "limits_not_shown": 0}
 //! ```
+//!
+//! # Size
+//!
+//! The answer is bounded whatever clients send: at most
+//! [`MAX_LIMITS_SHOWN`] limits (the first in the configuration's order;
+//! `limits_not_shown` counts the rest, whose counts `/metrics` still has),
+//! each with at most [`MAX_KEYS_SHOWN`] top denied keys, and every key is
+//! at most 64 bytes (a longer one is kept as a readable prefix and a
+//! digest, [`ratekeeper::key::bounded`]). A limit with a full list of keys
+//! takes about 8 KB (measured: 7.5 KB with 32 keys of 64 bytes), at most
+//! 18 KB if every key is control characters, which JSON escapes in six
+//! bytes each; so, with limits of ordinary configuration, the answer stays
+//! under 5 MB whatever clients send.
 //!
 //! The limits are in the configuration's order. Each limit's counts are
 //! those of the core's [`LimitSnapshot`] (flattened into the limit's
@@ -44,6 +58,12 @@ use serde::Serialize;
 use crate::engine::Engine;
 use crate::http::LimitDescription;
 
+/// The most limits `/v1/stats` shows.
+pub const MAX_LIMITS_SHOWN: usize = 256;
+
+/// The most top denied keys `/v1/stats` shows per limit.
+pub const MAX_KEYS_SHOWN: usize = 32;
+
 /// How long `/v1/stats` and `/metrics` wait for the store to answer before
 /// calling it not ready.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -61,8 +81,11 @@ pub struct ServiceStats {
     /// API, the gRPC service, nginx's `auth_request` and the proxy, however
     /// many limits each checked).
     pub decisions: u64,
-    /// Every configured limit, in the configuration's order.
+    /// The configured limits, in the configuration's order: the first
+    /// [`MAX_LIMITS_SHOWN`].
     pub limits: Vec<LimitReport>,
+    /// Configured limits past the first [`MAX_LIMITS_SHOWN`], not shown.
+    pub limits_not_shown: usize,
 }
 
 /// The store's health.
@@ -149,7 +172,8 @@ pub struct LimitReport {
     /// Allowed decisions that left at most
     /// [`NEAR_LIMIT_PERCENT`](super::NEAR_LIMIT_PERCENT)% of the quota.
     pub near_limit: u64,
-    /// Totals, windows, the last hour and the keys denied most.
+    /// Totals, windows, the last hour and the keys denied most (at most
+    /// [`MAX_KEYS_SHOWN`]).
     #[serde(flatten)]
     pub stats: LimitSnapshot,
 }
@@ -181,17 +205,22 @@ impl ServiceStats {
         let store = StoreHealth::check(engine).await;
         let now = engine.wall_now();
         let metrics = engine.decision_metrics();
-        let limits = engine
-            .limits()
+        let configured = engine.limits();
+        let limits = configured
             .iter()
-            .map(|limit| LimitReport {
-                name: limit.name().to_owned(),
-                config: LimitDescription::new(limit.config()),
-                near_limit: metrics.near_limit(limit.name()),
-                stats: limit
+            .take(MAX_LIMITS_SHOWN)
+            .map(|limit| {
+                let mut stats = limit
                     .stats()
                     .map(|stats| stats.snapshot(now))
-                    .unwrap_or_default(),
+                    .unwrap_or_default();
+                stats.top_denied.truncate(MAX_KEYS_SHOWN);
+                LimitReport {
+                    name: limit.name().to_owned(),
+                    config: LimitDescription::new(limit.config()),
+                    near_limit: metrics.near_limit(limit.name()),
+                    stats,
+                }
             })
             .collect();
         ServiceStats {
@@ -199,6 +228,7 @@ impl ServiceStats {
             store,
             decisions: metrics.latency().count,
             limits,
+            limits_not_shown: configured.len().saturating_sub(MAX_LIMITS_SHOWN),
         }
     }
 }

@@ -140,6 +140,15 @@ impl DeniedKeys {
     pub(crate) fn untracked(&self) -> u64 {
         self.untracked.load(Ordering::Relaxed)
     }
+
+    /// The bytes of the keys held.
+    #[cfg(test)]
+    pub(crate) fn key_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).keys().map(|key| key.len()).sum::<usize>())
+            .sum()
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -9,6 +9,7 @@ use super::denied_keys::DeniedKeys;
 use super::snapshot::{LimitSnapshot, TopKey, TrafficWindows, WindowTraffic};
 use super::top_k::SpaceSaving;
 use super::windows::Traffic;
+use crate::key::{bounded, MAX_KEY_LEN};
 use crate::{Timestamp, MAX_KEYS};
 
 /// How much a [`LimitStats`] keeps per key.
@@ -51,6 +52,27 @@ impl StatsConfig {
     pub const DEFAULT_MAX_KEYS: usize = 10_000;
     /// How long a key's count is kept unless told otherwise.
     pub const DEFAULT_KEY_RETENTION: Duration = Duration::from_secs(60);
+}
+
+impl StatsConfig {
+    /// The most bytes of keys stats with this config keep:
+    /// `(max_keys + top_k) × MAX_KEY_LEN` (a key over
+    /// [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes is kept as
+    /// [`bounded`](crate::key::bounded) makes it). With the defaults, 640 KB
+    /// for the per-key table and 2 KB for the summary; each key kept also
+    /// costs about 60 bytes of counts and table.
+    ///
+    /// ```
+    /// use ratekeeper::StatsConfig;
+    ///
+    /// assert_eq!(StatsConfig::default().key_bytes_budget(), (10_000 + 32) * 64);
+    /// ```
+    pub fn key_bytes_budget(&self) -> usize {
+        self.max_keys
+            .min(MAX_KEYS)
+            .saturating_add(self.top_k.min(Self::MAX_TOP_K))
+            .saturating_mul(MAX_KEY_LEN)
+    }
 }
 
 impl Default for StatsConfig {
@@ -96,7 +118,14 @@ struct Inner {
 ///
 /// Bounded whatever the traffic: the windows are a fixed size, the per-key
 /// table holds at most [`max_keys`](StatsConfig::max_keys) keys, and the
-/// summary [`top_k`](StatsConfig::top_k). Per-key counts go
+/// summary [`top_k`](StatsConfig::top_k), and a key over
+/// [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) (64) bytes is kept as
+/// [`bounded`](crate::key::bounded) makes it: a readable prefix and a
+/// digest, 64 bytes. So the keys kept weigh at most
+/// [`key_bytes_budget`](StatsConfig::key_bytes_budget) bytes, whatever
+/// clients send; [`denied_for`](LimitStats::denied_for) and
+/// [`forget`](LimitStats::forget) take the key as sent, and
+/// [`top_denied`](LimitStats::top_denied) reports it as kept. Per-key counts go
 /// [`key_retention`](StatsConfig::key_retention) after a key's last
 /// denial, when [`reap`](LimitStats::reap) runs, or at once with
 /// [`forget`](LimitStats::forget).
@@ -169,7 +198,8 @@ impl LimitStats {
 
     /// Records a denial of `key` at `now` (Unix time).
     pub fn record_denied(&self, now: Timestamp, key: impl AsRef<[u8]>) {
-        let key = key.as_ref();
+        let key = bounded(key.as_ref());
+        let key = &*key;
         self.inner.totals.record(false);
         self.inner.traffic.record(now, false);
         self.inner.keys.record(key, now);
@@ -204,7 +234,7 @@ impl LimitStats {
     /// forgotten; `None` if it has no count (never denied, reaped, or the
     /// per-key table was full).
     pub fn denied_for(&self, key: impl AsRef<[u8]>) -> Option<u64> {
-        self.inner.keys.get(key.as_ref())
+        self.inner.keys.get(&bounded(key.as_ref()))
     }
 
     /// Keys with a per-key count.
@@ -219,7 +249,8 @@ impl LimitStats {
 
     /// The keys denied most since the stats were made, most first: up to
     /// [`top_k`](StatsConfig::top_k) keys, each with its count and error
-    /// bound.
+    /// bound; a key over 64 bytes as [`bounded`](crate::key::bounded) keeps
+    /// it.
     pub fn top_denied(&self) -> Vec<TopKey> {
         lock(&self.inner.top).top()
     }
@@ -228,7 +259,7 @@ impl LimitStats {
     /// whether it had one. The totals, windows and top keys keep its
     /// denials.
     pub fn forget(&self, key: impl AsRef<[u8]>) -> bool {
-        self.inner.keys.forget(key.as_ref())
+        self.inner.keys.forget(&bounded(key.as_ref()))
     }
 
     /// Drops the per-key counts of keys not denied for
@@ -259,4 +290,45 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flood of denials of distinct 4 KB keys keeps at most the budget
+    /// of key bytes, and a long key is still found as it was sent.
+    #[test]
+    fn long_keys_are_kept_within_the_byte_budget() {
+        let config = StatsConfig {
+            max_keys: 500,
+            top_k: 16,
+            ..StatsConfig::default()
+        };
+        let stats = LimitStats::with_config(config);
+        let now = Timestamp::from_secs(1_704_672_000);
+        let key = |i: usize| {
+            let mut key = format!("{i:06}").into_bytes();
+            key.resize(4_096, b'k');
+            key
+        };
+        for i in 0..1_000 {
+            stats.record_denied(now, key(i));
+        }
+        let kept = stats.inner.keys.key_bytes() + lock(&stats.inner.top).key_bytes();
+        assert_eq!(config.key_bytes_budget(), (500 + 16) * 64);
+        assert!(
+            kept <= config.key_bytes_budget(),
+            "{kept} bytes of keys kept"
+        );
+        assert_eq!(stats.keys_tracked(), 500);
+        assert_eq!(stats.denied_for(key(0)), Some(1));
+        stats.record_denied(now, key(0));
+        assert_eq!(stats.denied_for(key(0)), Some(2));
+        let top = stats.top_denied();
+        assert_eq!(top[0].key, &*bounded(&key(0)));
+        assert_eq!(top[0].key.len(), MAX_KEY_LEN);
+        assert!(stats.forget(key(0)));
+        assert_eq!(stats.denied_for(key(0)), None);
+    }
 }

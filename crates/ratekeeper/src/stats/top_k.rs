@@ -76,6 +76,12 @@ impl SpaceSaving {
         self.errors[i] = min;
     }
 
+    /// The bytes of the keys held.
+    #[cfg(test)]
+    pub(crate) fn key_bytes(&self) -> usize {
+        self.keys.iter().map(|key| key.len()).sum()
+    }
+
     /// The keys held, most counted first (ties by key, for a stable order).
     pub(crate) fn top(&self) -> Vec<TopKey> {
         let mut top: Vec<TopKey> = (0..self.keys.len())

@@ -13,7 +13,7 @@ pub const MAX_LIMIT_NAME: usize = 64;
 /// A policy with a name, the unit a [`Store`](crate::Store) decides against.
 ///
 /// The name separates the keys of different limits in a shared store (a
-/// Redis key is `{prefix}{name}:{key}`) and names the policy in rate-limit
+/// Redis key is `{prefix}{length of the name}:{name}:{key}`) and names the policy in rate-limit
 /// headers, so it is 1 to 64 bytes of printable ASCII without spaces,
 /// quotes, backslashes, braces or colons (those would break Structured
 /// Fields, Redis Cluster hash tags, or the `name:key` separation, where `a:b`

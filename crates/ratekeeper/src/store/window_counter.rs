@@ -4,6 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{Limit, Store, StoreError};
+use crate::key::bounded;
 use crate::{
     Algorithm, Clock, Decision, Outcome, Policy, PolicyKind, RetryAfter, Timestamp, UnixClock,
 };
@@ -46,7 +47,8 @@ pub trait WindowCounter: Send + Sync {
 
 /// A [`Store`] for fixed-window limits on any [`WindowCounter`].
 ///
-/// Keys are `{limit}:{key}` (the key's bytes as lossy UTF-8), windows are
+/// Keys are `{limit}:{key}` (the key's bytes as lossy UTF-8, a key over 64
+/// bytes as [`bounded`](crate::key::bounded) keeps it), windows are
 /// numbered by Unix time so every process agrees. Other policies are refused
 /// with [`StoreError::Unsupported`]; refunds with
 /// [`StoreError::UnsupportedOperation`]. Unlike the pure fixed window, a
@@ -92,7 +94,11 @@ impl<W: WindowCounter, C: Clock> CounterStore<W, C> {
         let start = Timestamp::from_nanos(number * length);
         let end = start + window.window();
         let until_end = end.duration_since(now);
-        let name = format!("{}:{}", limit.name(), String::from_utf8_lossy(key));
+        let name = format!(
+            "{}:{}",
+            limit.name(),
+            String::from_utf8_lossy(&bounded(key))
+        );
         let limit_units = window.limit();
         if cost > limit_units {
             let used = self.counter.increment(&name, number, 0, end).await?;
