@@ -13,6 +13,7 @@ pub(crate) type Strings = Spanned<Vec<Spanned<String>>>;
 pub(crate) struct FileConfig {
     pub(crate) store: Option<Spanned<FileStore>>,
     pub(crate) listen: Option<Spanned<FileListen>>,
+    pub(crate) requests: Option<Spanned<FileRequests>>,
     pub(crate) limits: Option<Spanned<Vec<Spanned<FileLimit>>>>,
 }
 
@@ -40,6 +41,15 @@ pub(crate) struct FileListen {
     pub(crate) http: Option<Spanned<String>>,
     pub(crate) grpc: Option<Spanned<String>>,
     pub(crate) admin: Option<Spanned<String>>,
+}
+
+/// `[requests]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileRequests {
+    pub(crate) max_descriptors: Option<Spanned<u64>>,
+    pub(crate) max_entries: Option<Spanned<u64>>,
+    pub(crate) max_value_bytes: Option<Spanned<u64>>,
 }
 
 /// One `[[limits]]`.

@@ -14,6 +14,11 @@
 //! grpc = "127.0.0.1:8081"
 //! admin = "127.0.0.1:9090"
 //!
+//! [requests]                 # caps on one request, gRPC and JSON alike
+//! max_descriptors = 256      # descriptors (and JSON "limits" names) per request
+//! max_entries = 64           # entries per descriptor (and JSON "key" parts)
+//! max_value_bytes = 16384    # bytes of a key, value, domain, method or path
+//!
 //! [[limits]]
 //! name = "per-ip"
 //! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
@@ -40,6 +45,15 @@
 //! they do go together, up to `batch_max_calls` in one script
 //! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
 //! are refused.
+//!
+//! # Requests
+//!
+//! `[requests]` caps what one decision request may hold, so that its work
+//! stays small whatever a client sends. A gRPC request over a cap is
+//! answered `INVALID_ARGUMENT`, a JSON one 413, with a message naming the
+//! cap and its field (`the request has 257 descriptors, more than
+//! requests.max_descriptors (256)`). Each is from 1 to a bound
+//! ([`RequestCaps`]); the defaults are far above what Envoy sends.
 //!
 //! # Limits
 //!
@@ -71,6 +85,7 @@
 mod env;
 mod error;
 mod file;
+mod request_caps;
 mod validate;
 mod warnings;
 
@@ -84,6 +99,7 @@ use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
 pub use error::{ConfigError, Location};
+pub use request_caps::{CapError, RequestCaps};
 pub use warnings::ConfigWarning;
 
 /// The configuration `ratekeeper serve` runs with when given none: an
@@ -97,6 +113,11 @@ max_keys = 100000
 http = "127.0.0.1:8080"
 grpc = "127.0.0.1:8081"
 admin = "127.0.0.1:9090"
+
+[requests]
+max_descriptors = 256
+max_entries = 64
+max_value_bytes = 16384
 
 [[limits]]
 name = "per-client"
@@ -129,6 +150,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The addresses to listen on.
     pub listen: ListenConfig,
+    /// How much one decision request may hold.
+    pub requests: RequestCaps,
     /// The limits, in the file's order, with unique names.
     pub limits: Vec<LimitConfig>,
 }
@@ -341,6 +364,7 @@ impl Default for Config {
                 fallback: false,
             },
             listen: ListenConfig::default(),
+            requests: RequestCaps::default(),
             limits: Vec::new(),
         })
     }
@@ -427,7 +451,8 @@ impl Config {
         Config::from_toml_str_with_env(&text, &path.display().to_string(), vars)
     }
 
-    /// A description for `ratekeeper check`: the store, the addresses, then
+    /// A description for `ratekeeper check`: the store, the addresses, the
+    /// request caps when not the defaults, then
     /// one line per limit with its name, policy, rate, key and match.
     ///
     /// ```
@@ -490,6 +515,14 @@ impl Config {
             addr(&self.listen.grpc),
             addr(&self.listen.admin)
         );
+        let caps = &self.requests;
+        if *caps != RequestCaps::default() {
+            let _ = writeln!(
+                out,
+                "requests: at most {} descriptors of {} entries, values up to {} bytes",
+                caps.max_descriptors, caps.max_entries, caps.max_value_bytes
+            );
+        }
         for limit in &self.limits {
             let key: Vec<String> = limit.key.iter().map(ToString::to_string).collect();
             let _ = write!(

@@ -19,11 +19,11 @@ use toml::Spanned;
 use super::env;
 use super::error::{ConfigError, Locator};
 use super::file::{
-    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileStore, Strings,
+    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore, Strings,
 };
 use super::{
-    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, StoreConfig,
-    ValueMatch,
+    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, RequestCaps,
+    StoreConfig, ValueMatch,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.
@@ -159,6 +159,7 @@ impl Checker<'_> {
     fn config(&self, file: FileConfig) -> Result<Config, ConfigError> {
         let store = self.store(file.store)?;
         let listen = self.listen(file.listen)?;
+        let requests = self.requests(file.requests)?;
         let limits = match file.limits {
             Some(limits) if !limits.get_ref().is_empty() => limits.into_inner(),
             other => {
@@ -193,6 +194,7 @@ impl Checker<'_> {
         Ok(Config {
             store,
             listen,
+            requests,
             limits: checked,
         })
     }
@@ -539,6 +541,50 @@ impl Checker<'_> {
         }
         let [(_, (http, _)), (_, (grpc, _)), (_, (admin, _))] = all;
         Ok(ListenConfig { http, grpc, admin })
+    }
+
+    fn requests(
+        &self,
+        requests: Option<Spanned<FileRequests>>,
+    ) -> Result<RequestCaps, ConfigError> {
+        let defaults = RequestCaps::default();
+        let Some(requests) = requests else {
+            return Ok(defaults);
+        };
+        let requests = requests.into_inner();
+        let cap = |value: &Option<Spanned<u64>>, field: &str, default: usize, max: usize| {
+            let Some(value) = value else {
+                return Ok(default);
+            };
+            match usize::try_from(*value.get_ref()) {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => self.fail(
+                    value.span(),
+                    format!("requests.{field}"),
+                    format!("{field} is {}, outside 1 to {max}", value.get_ref()),
+                ),
+            }
+        };
+        Ok(RequestCaps {
+            max_descriptors: cap(
+                &requests.max_descriptors,
+                "max_descriptors",
+                defaults.max_descriptors,
+                RequestCaps::LIMIT_MAX_DESCRIPTORS,
+            )?,
+            max_entries: cap(
+                &requests.max_entries,
+                "max_entries",
+                defaults.max_entries,
+                RequestCaps::LIMIT_MAX_ENTRIES,
+            )?,
+            max_value_bytes: cap(
+                &requests.max_value_bytes,
+                "max_value_bytes",
+                defaults.max_value_bytes,
+                RequestCaps::LIMIT_MAX_VALUE_BYTES,
+            )?,
+        })
     }
 
     fn limit(&self, index: usize, limit: FileLimit) -> Result<LimitConfig, ConfigError> {

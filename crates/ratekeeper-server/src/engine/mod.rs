@@ -56,7 +56,7 @@ pub use store::{AnyStore, SharedClock};
 pub use verdict::{Check, LimitResult, Verdict};
 
 use crate::admin::DecisionMetrics;
-use crate::config::{Config, StoreConfig};
+use crate::config::{Config, RequestCaps, StoreConfig};
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,6 +76,8 @@ pub struct Engine {
 
 struct Inner {
     limits: ArcSwap<LimitSet>,
+    /// What one request may hold; replaced with the limits.
+    requests: ArcSwap<RequestCaps>,
     store: AnyStore,
     store_config: StoreConfig,
     /// The limit `/readyz` reads through to ask the store if it answers.
@@ -127,6 +129,7 @@ impl Engine {
         Engine {
             inner: Arc::new(Inner {
                 limits: ArcSwap::from_pointee(LimitSet::with_stats(&config.limits, &stats)),
+                requests: ArcSwap::from_pointee(config.requests),
                 store,
                 store_config: config.store.clone(),
                 probe,
@@ -142,10 +145,17 @@ impl Engine {
         self.inner.limits.load_full()
     }
 
-    /// Puts `config`'s limits in force. The store cannot change without a
-    /// restart: `false` says `config` names another store, whose section
-    /// was ignored.
+    /// What one request may hold now (`[requests]`): the front doors
+    /// refuse a request over a cap before deciding anything.
+    pub fn request_caps(&self) -> RequestCaps {
+        **self.inner.requests.load()
+    }
+
+    /// Puts `config`'s limits and request caps in force. The store cannot
+    /// change without a restart: `false` says `config` names another
+    /// store, whose section was ignored.
     pub fn replace_limits(&self, config: &Config) -> bool {
+        self.inner.requests.store(Arc::new(config.requests));
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
             &self.inner.stats,

@@ -54,6 +54,15 @@
 //! A failed store is a gRPC `UNAVAILABLE` error (never `UNKNOWN`), so the
 //! filter's `failure_mode_deny` decides; see [`EnvoyError`].
 //!
+//! # Size
+//!
+//! A request may hold at most `requests.max_descriptors` descriptors (256
+//! by default) of `requests.max_entries` entries (64), each key and value
+//! and the domain at most `requests.max_value_bytes` bytes (16 KiB); past a
+//! cap it is refused with `INVALID_ARGUMENT` and a message naming the cap
+//! and its field, before anything is decided. Within the caps, the work of
+//! a request is linear in its size.
+//!
 //! # Example
 //!
 //! ```

@@ -24,7 +24,11 @@
 //! says); a refused check also carries `Retry-After` (and the field of the
 //! same name in `headers`). Errors are RFC 9457 problem details: 400 for a
 //! body that is not the API's JSON or lacks a key part a limit needs, 404
-//! for an unknown limit, 503 when the store failed and fails closed.
+//! for an unknown limit, 413 for a body over a cap of `[requests]` (more
+//! than `max_descriptors` descriptors or `"limits"` names, more than
+//! `max_entries` entries in a descriptor or parts in `"key"`, a key, value,
+//! domain, method or path over `max_value_bytes`; the message names the
+//! cap), 503 when the store failed and fails closed.
 //!
 //! ```
 //! use std::sync::Arc;
