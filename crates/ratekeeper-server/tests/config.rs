@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use ratekeeper::{FailureMode, PolicyKind};
 use ratekeeper_redis::Batching;
 use ratekeeper_server::config::{
-    Backend, KeyPart, Location, RequestCaps, ValueMatch, DEFAULT_TOML,
+    Backend, KeyPart, Location, OnSaturated, RequestCaps, ValueMatch, DEFAULT_TOML,
 };
 use ratekeeper_server::{Config, ConfigError};
 
@@ -245,7 +245,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `shadow`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `shadow`, `on_saturated`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),
@@ -495,6 +495,31 @@ fn request_caps_default_and_are_bounded() {
         Config::from_toml_str_with_env(one, "x", [("RATEKEEPER_REQUESTS__MAX_VALUE_BYTES", "100")])
             .unwrap();
     assert_eq!(config.requests.max_value_bytes, 100);
+}
+
+#[test]
+fn on_saturated_denies_by_default_and_takes_allow() {
+    let body = "rate = \"1/s\"\nkey = [\"peer\"]\n";
+    let config = Config::from_toml_str(&limit(body), "x").unwrap();
+    assert_eq!(config.limits[0].on_saturated, OnSaturated::Deny);
+    assert_eq!(Config::default().limits[0].on_saturated, OnSaturated::Deny);
+    let config =
+        Config::from_toml_str(&limit(&format!("{body}on_saturated = \"allow\"\n")), "x").unwrap();
+    assert_eq!(config.limits[0].on_saturated, OnSaturated::Allow);
+    assert!(config
+        .explain()
+        .contains("(allows new keys while the store is full)"));
+    assert_eq!(
+        err(&limit(&format!("{body}on_saturated = \"open\"\n"))),
+        "ratekeeper.toml:5:16: limits[0].on_saturated: unknown value \"open\"; expected \"deny\" (refuse new keys while the store is full) or \"allow\" (let them through uncounted)"
+    );
+    let config = Config::from_toml_str_with_env(
+        &limit(body),
+        "x",
+        [("RATEKEEPER_LIMITS__A__ON_SATURATED", "allow")],
+    )
+    .unwrap();
+    assert_eq!(config.limits[0].on_saturated, OnSaturated::Allow);
 }
 
 #[test]

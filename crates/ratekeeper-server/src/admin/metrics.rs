@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | `ratekeeper_decisions_total` | counter | `limit`, `decision` (`allowed`, `denied`) | what each configured limit decided |
 //! | `ratekeeper_near_limit_total` | counter | `limit` | allowed decisions that left at most [`NEAR_LIMIT_PERCENT`]% of the quota |
+//! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
 //! | `ratekeeper_limits_configured` | gauge | | limits in force |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
@@ -52,6 +53,7 @@ struct LimitCounts {
     allowed: u64,
     denied: u64,
     near_limit: u64,
+    saturated: u64,
 }
 
 /// Everything one scrape reports, read before encoding (the store's
@@ -78,6 +80,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
             allowed: limit.stats().map_or(0, |stats| stats.allowed()),
             denied: limit.stats().map_or(0, |stats| stats.denied()),
             near_limit: metrics.near_limit(limit.name()),
+            saturated: metrics.saturated(limit.name()),
         })
         .collect();
     let scrape = Scrape {
@@ -161,6 +164,14 @@ impl Collector for Scrape {
             self.limits
                 .iter()
                 .map(|limit| ([("limit", limit.name.as_str())], limit.near_limit)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_saturated",
+            "Decisions on a new key while the in-memory table was full.",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.saturated)),
         )?;
 
         let latency = &self.latency;

@@ -1,11 +1,11 @@
 //! What the engine records for `/metrics` on the decision path, beyond the
-//! core's stats: how long decisions take, and how many allowed requests
-//! came near their limit.
+//! core's stats: how long decisions take, how many allowed requests came
+//! near their limit, and how many found the store full.
 //!
 //! Both cost a few relaxed atomic operations per decision and take no lock
 //! on the common path: the latency histogram is an array of atomic
-//! counters, and the near-limit counters are only looked up (under a read
-//! lock) for the allowed decisions that came near their limit.
+//! counters, and the near-limit and saturated counters are only looked up
+//! (under a read lock) for the decisions they count.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,7 +67,38 @@ pub struct DecisionMetrics {
     /// The sum of all latencies, in nanoseconds.
     sum_nanos: AtomicU64,
     /// Allowed decisions near their limit, by limit name.
-    near_limit: RwLock<HashMap<Box<str>, AtomicU64>>,
+    near_limit: Counters,
+    /// Decisions on a new key whose store was full, by limit name.
+    saturated: Counters,
+}
+
+/// Counters by limit name, made on first use.
+type Counters = RwLock<HashMap<Box<str>, AtomicU64>>;
+
+/// Adds one to `name`'s counter in `counters`.
+fn bump(counters: &Counters, name: &str) {
+    {
+        let read = counters.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(counter) = read.get(name) {
+            counter.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    counters
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(name.into())
+        .or_default()
+        .fetch_add(1, Ordering::Relaxed);
+}
+
+/// `name`'s counter in `counters`.
+fn read(counters: &Counters, name: &str) -> u64 {
+    counters
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(name)
+        .map_or(0, |counter| counter.load(Ordering::Relaxed))
 }
 
 /// The decision latency histogram at one time.
@@ -103,39 +134,27 @@ impl DecisionMetrics {
     }
 
     /// Counts `outcome` for the limit `name` if it allowed the request near
-    /// its limit (see [`NEAR_LIMIT_PERCENT`]); does nothing otherwise.
+    /// its limit (see [`NEAR_LIMIT_PERCENT`]), or if the store had no room
+    /// for its key; does nothing otherwise.
     pub fn record_outcome(&self, name: &str, outcome: &Outcome) {
-        if !is_near_limit(outcome) {
-            return;
+        if is_near_limit(outcome) {
+            bump(&self.near_limit, name);
+        } else if outcome.is_saturated() {
+            bump(&self.saturated, name);
         }
-        {
-            let counters = self
-                .near_limit
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            if let Some(counter) = counters.get(name) {
-                counter.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        let mut counters = self
-            .near_limit
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        counters
-            .entry(name.into())
-            .or_default()
-            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Allowed decisions of the limit `name` that came near it, since the
     /// process started (kept by name across reloads).
     pub fn near_limit(&self, name: &str) -> u64 {
-        self.near_limit
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(name)
-            .map_or(0, |counter| counter.load(Ordering::Relaxed))
+        read(&self.near_limit, name)
+    }
+
+    /// Decisions of the limit `name` on a new key while its store was full
+    /// (refused, or let through uncounted with `on_saturated = "allow"`),
+    /// since the process started (kept by name across reloads).
+    pub fn saturated(&self, name: &str) -> u64 {
+        read(&self.saturated, name)
     }
 
     /// The latency histogram now.

@@ -62,6 +62,7 @@ pub(crate) struct FileLimit {
     pub(crate) key: Strings,
     pub(crate) trusted_proxies: Option<Strings>,
     pub(crate) shadow: Option<Spanned<bool>>,
+    pub(crate) on_saturated: Option<Spanned<String>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

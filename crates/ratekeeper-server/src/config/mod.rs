@@ -26,6 +26,7 @@
 //! key = ["client_ip"]        # peer, client_ip, route, global, header:NAME, descriptor:KEY
 //! trusted_proxies = ["10.0.0.0/8"]   # for client_ip; default: private networks
 //! shadow = false             # decide and report, but never refuse
+//! on_saturated = "deny"      # a new key while the store is full: "deny" (default) or "allow"
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
 //! descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
@@ -64,6 +65,11 @@
 //! `["client_ip", "route"]`. `global` stands alone: one count for everyone.
 //! `trusted_proxies` (CIDRs) only goes with `client_ip`. A limit without a
 //! `[limits.match]` table applies to every request.
+//!
+//! `on_saturated` says what a request with a new key gets while the
+//! in-memory table is full (see [`OnSaturated`]): `"deny"` (the default)
+//! refuses it, so that filling the table with made-up keys never switches
+//! a limit off; `"allow"` lets it through uncounted.
 //!
 //! In `match`, a descriptor without `value` matches any value (and the value
 //! becomes part of the key), a value ending in `*` matches by prefix, and any
@@ -124,6 +130,7 @@ name = "per-client"
 rate = "100/minute"
 policy = "gcra"
 key = ["client_ip"]
+on_saturated = "deny"
 "#;
 
 /// This process's environment variables whose names start with
@@ -253,8 +260,36 @@ pub struct LimitConfig {
     pub key: Vec<KeyPart>,
     /// Decide and report, but let every request through.
     pub shadow: bool,
+    /// What a new key gets while the store's table is full.
+    pub on_saturated: OnSaturated,
     /// Which requests the limit applies to.
     pub matcher: Match,
+}
+
+/// What a limit answers a request whose key is new while the in-memory
+/// table (the store, or the fallback) already holds `max_keys` keys: the
+/// key cannot be counted, so the limit cannot decide it.
+///
+/// Every door tells such an answer apart: the JSON API's `saturated: true`,
+/// and an `X-RateKeeper-Saturated` header naming the limits (HTTP, the
+/// nginx endpoint, the proxy, and gRPC's `response_headers_to_add`); and
+/// `/metrics` counts them in `ratekeeper_saturated_total{limit}`. Either
+/// way it lasts only until known keys are fresh again: a full table sweeps
+/// for a new key on demand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnSaturated {
+    /// Refuse the request (the default), as over the limit, with a
+    /// `Retry-After` of when room can return. An attacker who fills the
+    /// table with made-up keys then cannot switch the limit off for new
+    /// keys, and it shuts newcomers out only until the flood's keys are
+    /// idle.
+    #[default]
+    Deny,
+    /// Let the request through uncounted: a newcomer is never refused for
+    /// saturation, but while the table is full every new key is
+    /// unlimited, which someone minting keys can arrange.
+    Allow,
 }
 
 /// One part of a limit's key.
@@ -536,6 +571,9 @@ impl Config {
             let _ = write!(out, ", match {}", explain_match(&limit.matcher));
             if limit.shadow {
                 out.push_str(" (shadow)");
+            }
+            if limit.on_saturated == OnSaturated::Allow {
+                out.push_str(" (allows new keys while the store is full)");
             }
             out.push('\n');
         }

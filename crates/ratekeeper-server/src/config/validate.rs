@@ -22,8 +22,8 @@ use super::file::{
     FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore, Strings,
 };
 use super::{
-    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, RequestCaps,
-    StoreConfig, ValueMatch,
+    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, OnSaturated,
+    RequestCaps, StoreConfig, ValueMatch,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.
@@ -613,11 +613,26 @@ impl Checker<'_> {
             None => Match::default(),
             Some(matcher) => self.matcher(index, matcher.into_inner())?,
         };
+        let on_saturated = match &limit.on_saturated {
+            None => OnSaturated::Deny,
+            Some(mode) => match mode.get_ref().as_str() {
+                "deny" => OnSaturated::Deny,
+                "allow" => OnSaturated::Allow,
+                other => {
+                    return self.fail(
+                        mode.span(),
+                        field("on_saturated"),
+                        format!("unknown value {other:?}; expected \"deny\" (refuse new keys while the store is full) or \"allow\" (let them through uncounted)"),
+                    )
+                }
+            },
+        };
         Ok(LimitConfig {
             limit: named,
             rate,
             key,
             shadow: limit.shadow.is_some_and(|s| *s.get_ref()),
+            on_saturated,
             matcher,
         })
     }

@@ -53,7 +53,9 @@ pub use error::{DecideError, StartError};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limits::{ActiveLimit, LimitSet};
 pub use store::{AnyStore, SharedClock};
-pub use verdict::{Check, LimitResult, Verdict};
+pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
+
+use verdict::refuses;
 
 use crate::admin::DecisionMetrics;
 use crate::config::{Config, RequestCaps, StoreConfig};
@@ -229,7 +231,7 @@ impl Engine {
         let now = self.inner.wall_clock.now();
         for (check, outcome) in checks.iter().zip(&outcomes) {
             if let (Some(stats), Some(outcome)) = (check.limit.stats(), outcome) {
-                stats.record(now, outcome.is_allowed(), &check.key);
+                stats.record(now, !refuses(check, outcome), &check.key);
                 self.inner
                     .metrics
                     .record_outcome(check.limit.name(), outcome);
@@ -262,25 +264,9 @@ impl Engine {
         };
         let cost = checks[first].cost;
         if enforced.iter().all(|&i| checks[i].cost == cost) {
-            // One cost for all: the store's own all-or-nothing check (one
-            // script or transaction where the store can).
-            let pairs: Vec<(&Limit, &[u8])> = enforced
-                .iter()
-                .map(|&i| (checks[i].limit.limit(), checks[i].key.as_slice()))
-                .collect();
-            let multi = match store.check_all_now(&pairs, cost) {
-                Some(result) => result?,
-                None => store.check_all(&pairs, cost).await?,
-            };
-            let allowed = multi.is_allowed();
-            for (&index, outcome) in enforced.iter().zip(multi.outcomes()) {
-                outcomes[index] = Some(if allowed {
-                    *outcome
-                } else {
-                    given_back(*outcome, cost)
-                });
-            }
-            return Ok(allowed);
+            return self
+                .check_enforced_together(checks, enforced.to_vec(), cost, outcomes)
+                .await;
         }
         // Costs differ (Envoy's per-descriptor hits): one at a time, giving
         // back what was taken when one refuses or fails.
@@ -297,7 +283,7 @@ impl Engine {
                 }
             };
             outcomes[index] = Some(outcome);
-            if !outcome.is_allowed() {
+            if refuses(check, &outcome) {
                 self.refund_taken(checks, &enforced[..position]).await;
                 for &taken in &enforced[..position] {
                     outcomes[taken] = outcomes[taken].map(|o| given_back(o, checks[taken].cost));
@@ -311,6 +297,73 @@ impl Engine {
             }
         }
         Ok(true)
+    }
+
+    /// [`check_enforced`](Engine::check_enforced) for checks of one `cost`:
+    /// the store's own all-or-nothing check (one script or transaction
+    /// where the store can). A limit whose store had no room for its key
+    /// and that allows new keys then (`on_saturated = "allow"`) counts
+    /// nothing and refuses nothing, so the others are decided again
+    /// without it.
+    async fn check_enforced_together(
+        &self,
+        checks: &[Check],
+        mut active: Vec<usize>,
+        cost: u64,
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        let passes = |index: usize, outcome: &Outcome| {
+            outcome.is_saturated() && checks[index].limit.allows_saturated()
+        };
+        // A pass only repeats when a limit saturated since the last one, a
+        // race; the bound keeps a request's work bounded regardless.
+        for pass in 1..=MAX_SATURATED_PASSES {
+            let pairs: Vec<(&Limit, &[u8])> = active
+                .iter()
+                .map(|&i| (checks[i].limit.limit(), checks[i].key.as_slice()))
+                .collect();
+            let multi = match store.check_all_now(&pairs, cost) {
+                Some(result) => result?,
+                None => store.check_all(&pairs, cost).await?,
+            };
+            let results: Vec<(usize, Outcome)> = active
+                .iter()
+                .copied()
+                .zip(multi.outcomes().iter().copied())
+                .collect();
+            if multi.is_allowed() {
+                for (index, outcome) in results {
+                    outcomes[index] = Some(outcome);
+                }
+                return Ok(true);
+            }
+            let only_saturation = results.iter().all(|(index, outcome)| {
+                passes(*index, outcome) || !refuses(&checks[*index], outcome)
+            });
+            if !only_saturation || pass == MAX_SATURATED_PASSES {
+                for (index, outcome) in results {
+                    outcomes[index] = Some(if passes(index, &outcome) {
+                        outcome
+                    } else {
+                        given_back(outcome, cost)
+                    });
+                }
+                return Ok(false);
+            }
+            active.clear();
+            for (index, outcome) in results {
+                if passes(index, &outcome) {
+                    outcomes[index] = Some(outcome);
+                } else {
+                    active.push(index);
+                }
+            }
+            if active.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Gives back the cost of `taken`, ignoring failures: a refund that
@@ -354,6 +407,10 @@ impl Engine {
         Ok(())
     }
 }
+
+/// How many times [`Engine::check_enforced_together`] decides again
+/// without the limits that let new keys through while saturated.
+const MAX_SATURATED_PASSES: usize = 3;
 
 /// The outcome of a limit that allowed a request the others refused, once
 /// its units were given back: what it reports is what the request left,

@@ -20,8 +20,10 @@ use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use super::proto::{HeaderValue, RateLimitRequest, RateLimitResponse, RateLimitUnit};
 use super::units;
-use crate::config::{KeyPart, LimitConfig, Match};
-use crate::engine::{compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown};
+use crate::config::{KeyPart, LimitConfig, Match, OnSaturated};
+use crate::engine::{
+    compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown, SATURATED_HEADER,
+};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`)
 /// deciding through an [`Engine`].
@@ -235,6 +237,11 @@ impl EnvoyService {
             ..RateLimitResponse::default()
         };
         add_headers(&mut response.response_headers_to_add, &results);
+        if let Some(names) = taken.saturated_header() {
+            response
+                .response_headers_to_add
+                .push(header(SATURATED_HEADER, names));
+        }
         if over {
             if let Some(secs) = headers::retry_after_secs(retry_after) {
                 response
@@ -301,6 +308,7 @@ fn override_limit(
         rate,
         key: vec![KeyPart::Global],
         shadow: false,
+        on_saturated: OnSaturated::default(),
         matcher: Match::default(),
     };
     let active = Arc::new(ActiveLimit::new(config));

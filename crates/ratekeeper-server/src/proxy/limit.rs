@@ -146,4 +146,5 @@ fn insert_fields(headers: &mut axum::http::HeaderMap, verdict: &Verdict) {
         ResetStyle::DeltaSeconds,
         &reports,
     );
+    crate::http::insert_saturated(headers, verdict);
 }
