@@ -30,7 +30,10 @@ const MAX_GROWTH_BYTES: u64 = 10 << 20;
 /// hour and 32 keys of 64 bytes each.
 const MAX_STATS_BYTES: usize = 16 << 10;
 
-const CONFIG: &str = "[listen]\ngrpc = \"off\"\n\n[[limits]]\nname = \"flood\"\nrate = \"1/hour\"\npolicy = \"gcra\"\nkey = [\"header:x-api-key\"]\n";
+/// The request caps raised to their most (1 MiB a value), so the keys
+/// reach the stores and stats: what they keep must be bounded however an
+/// operator sets the caps.
+const CONFIG: &str = "[listen]\ngrpc = \"off\"\n\n[requests]\nmax_value_bytes = 1048576\n\n[[limits]]\nname = \"flood\"\nrate = \"1/hour\"\npolicy = \"gcra\"\nkey = [\"header:x-api-key\"]\n";
 
 /// The process's resident set (`VmRSS` of /proc/PID/status), in bytes.
 fn rss_bytes(pid: u32) -> u64 {

@@ -135,6 +135,12 @@ fn the_defaults_print_and_validate() {
     let defaults = text(&output.stdout);
     assert!(defaults.contains("[[limits]]"), "{defaults}");
     assert!(defaults.contains("trusted_proxies = []"), "{defaults}");
+    // The fields a hostile client makes matter are shown with their defaults.
+    assert!(defaults.contains("on_saturated = \"deny\"\n"), "{defaults}");
+    assert!(
+        defaults.contains("[requests]\nmax_descriptors = 256\n"),
+        "{defaults}"
+    );
     let output = ratekeeper(&["check"], &[]);
     assert!(output.status.success(), "{}", text(&output.stderr));
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use ratekeeper::{FailureMode, PolicyKind};
 use ratekeeper_redis::Batching;
-use ratekeeper_server::config::{Backend, KeyPart, Location, Prefixes, ValueMatch, DEFAULT_TOML};
+use ratekeeper_server::config::{
+    Backend, KeyPart, Location, OnSaturated, Prefixes, RequestCaps, ValueMatch, DEFAULT_TOML,
+};
 use ratekeeper_server::{Config, ConfigError};
 use ratekeeper_tower::client::{private_networks, ClientIp};
 
@@ -246,11 +248,11 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),
-        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `limits`"
+        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`"
     );
 }
 
@@ -457,6 +459,70 @@ fn bad_listen() {
     )
     .unwrap();
     assert_eq!(config.listen.grpc, Some("127.0.0.1:0".parse().unwrap()));
+}
+
+#[test]
+fn request_caps_default_and_are_bounded() {
+    let one = "\n[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"peer\"]\n";
+    let defaults = Config::from_toml_str(one, "x").unwrap().requests;
+    assert_eq!(defaults, RequestCaps::default());
+    assert_eq!(
+        (
+            defaults.max_descriptors,
+            defaults.max_entries,
+            defaults.max_value_bytes
+        ),
+        (256, 64, 16_384)
+    );
+    let config =
+        Config::from_toml_str(&format!("[requests]\nmax_descriptors = 8\n{one}"), "x").unwrap();
+    assert_eq!(config.requests.max_descriptors, 8);
+    assert_eq!(config.requests.max_entries, 64);
+    assert!(config
+        .explain()
+        .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes\n"));
+    assert!(!Config::default().explain().contains("requests:"));
+    assert_eq!(
+        err(&format!("[requests]\nmax_entries = 0\n{one}")),
+        "ratekeeper.toml:2:15: requests.max_entries: max_entries is 0, outside 1 to 4096"
+    );
+    assert_eq!(
+        err(&format!("[requests]\nmax_value_bytes = 1048577\n{one}")),
+        "ratekeeper.toml:2:19: requests.max_value_bytes: max_value_bytes is 1048577, outside 1 to 1048576"
+    );
+    assert_eq!(
+        err(&format!("[requests]\nmax_descriptors = 65537\n{one}")),
+        "ratekeeper.toml:2:19: requests.max_descriptors: max_descriptors is 65537, outside 1 to 65536"
+    );
+    let config =
+        Config::from_toml_str_with_env(one, "x", [("RATEKEEPER_REQUESTS__MAX_VALUE_BYTES", "100")])
+            .unwrap();
+    assert_eq!(config.requests.max_value_bytes, 100);
+}
+
+#[test]
+fn on_saturated_denies_by_default_and_takes_allow() {
+    let body = "rate = \"1/s\"\nkey = [\"peer\"]\n";
+    let config = Config::from_toml_str(&limit(body), "x").unwrap();
+    assert_eq!(config.limits[0].on_saturated, OnSaturated::Deny);
+    assert_eq!(Config::default().limits[0].on_saturated, OnSaturated::Deny);
+    let config =
+        Config::from_toml_str(&limit(&format!("{body}on_saturated = \"allow\"\n")), "x").unwrap();
+    assert_eq!(config.limits[0].on_saturated, OnSaturated::Allow);
+    assert!(config
+        .explain()
+        .contains("(allows new keys while the store is full)"));
+    assert_eq!(
+        err(&limit(&format!("{body}on_saturated = \"open\"\n"))),
+        "ratekeeper.toml:5:16: limits[0].on_saturated: unknown value \"open\"; expected \"deny\" (refuse new keys while the store is full) or \"allow\" (let them through uncounted)"
+    );
+    let config = Config::from_toml_str_with_env(
+        &limit(body),
+        "x",
+        [("RATEKEEPER_LIMITS__A__ON_SATURATED", "allow")],
+    )
+    .unwrap();
+    assert_eq!(config.limits[0].on_saturated, OnSaturated::Allow);
 }
 
 #[test]

@@ -599,3 +599,84 @@ match = { domain = "edge", descriptors = [{ key = "generic_key", value = "all" }
     }
     assert_eq!(admitted, 20);
 }
+
+/// A limit on `k`, and caps of 3 descriptors, 2 entries and 8 bytes.
+const CAPPED: &str = r#"
+[requests]
+max_descriptors = 3
+max_entries = 2
+max_value_bytes = 8
+
+[[limits]]
+name = "per-k"
+rate = "100/minute"
+key = ["descriptor:k"]
+match = { domain = "edge", descriptors = [{ key = "k" }] }
+"#;
+
+#[tokio::test]
+async fn requests_at_the_caps_are_answered_and_one_over_is_refused() {
+    let mut rls = start(CAPPED).await;
+    let one = || descriptor(&[("k", "12345678")]);
+    // At every cap: three descriptors, two entries, values of 8 bytes.
+    let at_caps = request(
+        "edge",
+        vec![one(), one(), descriptor(&[("k", "v"), ("x", "12345678")])],
+    );
+    let response = rls.ask(at_caps).await;
+    assert_eq!(response.overall_code, OK);
+    assert_eq!(response.statuses.len(), 3);
+
+    let over = [
+        (
+            request("edge", vec![one(), one(), one(), one()]),
+            "the request has 4 descriptors, more than requests.max_descriptors (3)",
+        ),
+        (
+            request(
+                "edge",
+                vec![one(), descriptor(&[("k", "v"), ("a", "b"), ("c", "d")])],
+            ),
+            "descriptors[1] has 3 entries, more than requests.max_entries (2)",
+        ),
+        (
+            request("edge", vec![descriptor(&[("k", "123456789")])]),
+            "descriptors[0].entries[0].value is 9 bytes, more than requests.max_value_bytes (8)",
+        ),
+        (
+            request("edge", vec![descriptor(&[("kkkkkkkkk", "v")])]),
+            "descriptors[0].entries[0].key is 9 bytes, more than requests.max_value_bytes (8)",
+        ),
+        (
+            request("edge-edge", vec![one()]),
+            "domain is 9 bytes, more than requests.max_value_bytes (8)",
+        ),
+    ];
+    for (request, message) in over {
+        let error = rls.client.should_rate_limit(request).await.unwrap_err();
+        assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
+        assert_eq!(error.message(), message);
+    }
+    // Nothing over a cap was counted: the key still has all but its 2.
+    let status = rls.one("edge", one()).await;
+    assert_eq!(status.limit_remaining, 97);
+}
+
+#[tokio::test]
+async fn the_default_caps_take_256_descriptors_and_refuse_257() {
+    let mut rls = start(PER_IP).await;
+    let many = |count: usize| {
+        let descriptors = (0..count)
+            .map(|i| descriptor(&[("remote_address", &format!("10.0.{}.{}", i / 256, i % 256))]))
+            .collect();
+        request("edge", descriptors)
+    };
+    let response = rls.ask(many(256)).await;
+    assert_eq!(response.statuses.len(), 256);
+    let error = rls.client.should_rate_limit(many(257)).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(
+        error.message().contains("requests.max_descriptors (256)"),
+        "{error}"
+    );
+}

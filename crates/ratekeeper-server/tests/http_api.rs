@@ -425,3 +425,89 @@ ipv6_prefix = 56
     assert_eq!(answer["allowed"], false);
     service.stop().await;
 }
+
+#[tokio::test]
+async fn bodies_over_the_request_caps_get_413_naming_the_cap() {
+    let toml = config(
+        r#"
+[requests]
+max_descriptors = 2
+max_entries = 2
+max_value_bytes = 16
+
+[[limits]]
+name = "per-k"
+rate = "100/minute"
+key = ["descriptor:k"]
+match = { domain = "edge", descriptors = [{ key = "k" }] }
+
+[[limits]]
+name = "per-user"
+rate = "100/minute"
+key = ["header:x-user"]
+"#,
+    );
+    let service = TestService::start(&toml).await;
+    let entry = |value: &str| json!([{"key": "k", "value": value}]);
+    let user = |value: &str| json!({"header:x-user": value});
+    // At every cap: answered.
+    let at_caps = [
+        json!({"domain": "edge", "descriptors": [entry("1234567890123456"), [{"key": "k", "value": "v"}, {"key": "x", "value": "y"}]]}),
+        json!({"limits": ["per-user", "per-user"], "key": {"header:x-user": "1234567890123456", "b": "c"}}),
+    ];
+    for body in at_caps {
+        let (status, _, answer) = service.post("/v1/check", body.clone()).await;
+        assert_eq!(status, 200, "{body} {answer}");
+        assert_eq!(answer["allowed"], true, "{answer}");
+    }
+    let over = [
+        (
+            json!({"domain": "edge", "descriptors": [entry("a"), entry("b"), entry("c")]}),
+            "the request has 3 descriptors, more than requests.max_descriptors (2)",
+        ),
+        (
+            json!({"domain": "edge", "descriptors": [[{"key": "k", "value": "v"}, {"key": "a", "value": "b"}, {"key": "c", "value": "d"}]]}),
+            "descriptors[0] has 3 entries, more than requests.max_entries (2)",
+        ),
+        (
+            json!({"domain": "edge", "descriptors": [entry("12345678901234567")]}),
+            "descriptors[0].entries[0].value is 17 bytes, more than requests.max_value_bytes (16)",
+        ),
+        (
+            json!({"limits": ["per-user", "per-user", "per-user"], "key": user("a")}),
+            "\"limits\" names 3 limits, more than requests.max_descriptors (2)",
+        ),
+        (
+            json!({"limits": ["per-user"], "key": {"header:x-user": "a", "b": "c", "d": "e"}}),
+            "\"key\" has 3 parts, more than requests.max_entries (2)",
+        ),
+        (
+            json!({"limits": ["per-user"], "key": user("12345678901234567")}),
+            "key[\"header:x-user\"] is 17 bytes, more than requests.max_value_bytes (16)",
+        ),
+        (
+            json!({"path": "/1234567890123456", "key": user("a")}),
+            "path is 17 bytes, more than requests.max_value_bytes (16)",
+        ),
+    ];
+    for (body, detail) in over {
+        for endpoint in ["/v1/check", "/v1/peek", "/v1/refund"] {
+            let response = service
+                .client
+                .post(service.http(endpoint))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 413, "{endpoint} {body}");
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/problem+json"
+            );
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["status"], 413);
+            assert_eq!(problem["detail"], detail, "{endpoint} {body}");
+        }
+    }
+    service.stop().await;
+}

@@ -21,7 +21,8 @@
 //!
 //! - [`MemoryLimiter`]: one policy over many keys in this process's memory,
 //!   lock-free and exact under contention, bounded to `max_keys` keys
-//!   ([`Outcome::Saturated`] past it), swept in the background;
+//!   ([`Outcome::Saturated`] past it, until known keys are fresh again),
+//!   swept in the background and, when full, on demand;
 //! - [`ShardedWindow`]: a fixed window for one key hit from every core, with
 //!   per-core shards that stay exact;
 //! - [`check_all`]: several limits for one request, all or nothing;
@@ -80,7 +81,7 @@ pub use decision::{Decision, RetryAfter};
 pub use error::PolicyError;
 pub use memory::{
     BuildError, ForgetHook, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
-    MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
+    MAX_SWEEP_INTERVAL, MIN_DEMAND_SWEEP_GAP, MIN_SWEEP_INTERVAL,
 };
 pub use multi::{check_all, MultiOutcome};
 pub use outcome::Outcome;

@@ -11,7 +11,8 @@ use crate::{Decision, RetryAfter};
 /// Saturation is what bounds memory: an attacker minting keys (a spoofed
 /// header, a large IPv6 range) fills the table, then new keys are refused
 /// while keys already tracked keep being limited. It never switches
-/// limiting off.
+/// limiting off, and lasts only until known keys are fresh again: a full
+/// [`MemoryLimiter`](crate::MemoryLimiter) sweeps for a new key on demand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[must_use = "an outcome says whether the request may proceed"]
 pub enum Outcome {
@@ -19,9 +20,11 @@ pub enum Outcome {
     Decided(Decision),
     /// The key is new and the store already tracks its maximum number of
     /// keys; nothing was counted. Room returns when a sweep evicts keys whose
-    /// state is fresh again, within `retry_after`.
+    /// state is fresh again; a new key arriving then runs that sweep itself.
     Saturated {
-        /// When the next sweep will have run.
+        /// When room may return: until the first key that could make room
+        /// turns fresh (and at least the gap between two sweeps on
+        /// demand), at most until the next background sweep.
         retry_after: Duration,
     },
 }
@@ -48,8 +51,8 @@ impl Outcome {
         }
     }
 
-    /// When to try again: the decision's retry-after, or the time to the
-    /// next sweep when saturated.
+    /// When to try again: the decision's retry-after, or when room may
+    /// return when saturated.
     pub const fn retry_after(&self) -> RetryAfter {
         match self {
             Outcome::Decided(decision) => decision.retry_after(),

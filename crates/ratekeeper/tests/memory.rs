@@ -123,9 +123,15 @@ fn a_new_key_past_the_cap_is_saturated_and_known_keys_stay_limited() {
         }
         let outcome = limiter.check("d", 1);
         assert!(outcome.is_saturated(), "{:?}", policy.kind());
-        assert_eq!(
-            outcome.retry_after(),
-            RetryAfter::After(limiter.sweep_interval())
+        // Room returns when the first key is whole again: within a window
+        // (two for the sliding window counter, whose last window counts).
+        let RetryAfter::After(wait) = outcome.retry_after() else {
+            panic!("a saturated answer has a wait");
+        };
+        assert!(
+            wait > Duration::ZERO && wait <= policy.window() * 2,
+            "{:?}: {wait:?}",
+            policy.kind()
         );
         assert!(!outcome.is_allowed());
         assert_eq!(limiter.len(), 3);
@@ -139,6 +145,95 @@ fn a_new_key_past_the_cap_is_saturated_and_known_keys_stay_limited() {
             .decision()
             .is_some_and(|d| d.retry_after().is_never()));
     }
+}
+
+/// Every policy at 100 per minute.
+fn hundred_a_minute() -> Vec<Policy> {
+    let rate = Rate::per_minute(100).unwrap();
+    PolicyKind::ALL
+        .iter()
+        .map(|&kind| Policy::new(kind, &rate).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_full_table_makes_room_as_soon_as_its_keys_are_fresh_again() {
+    const KEYS: usize = 10_000;
+    for policy in hundred_a_minute() {
+        let kind = policy.kind();
+        // No background sweeper: only the new keys' own sweeps make room.
+        let (limiter, clock) = limiter(policy, KEYS);
+        for i in 0..KEYS {
+            assert!(limiter.check(format!("flood-{i}"), 1).is_allowed());
+        }
+        let outcome = limiter.check("newcomer", 1);
+        assert!(outcome.is_saturated(), "{kind:?}");
+        let RetryAfter::After(wait) = outcome.retry_after() else {
+            panic!("{kind:?}: a saturated answer has a wait");
+        };
+        if matches!(kind, PolicyKind::Gcra | PolicyKind::TokenBucket) {
+            // One request under 100/minute is paid back in 600 ms.
+            assert_eq!(wait, Duration::from_millis(600), "{kind:?}");
+        }
+        // Not a moment before the flood keys are fresh...
+        clock.advance(wait - Duration::from_nanos(1));
+        assert!(limiter.check("newcomer", 1).is_saturated(), "{kind:?}");
+        // ...and at once when they are, without any sweep being called.
+        clock.advance(Duration::from_nanos(1));
+        assert!(limiter.check("newcomer", 1).is_allowed(), "{kind:?}");
+        assert!(limiter.check("another", 1).is_allowed(), "{kind:?}");
+        // The flood keys that were swept start whole; the rest stay.
+        assert!(limiter.len() <= KEYS, "{kind:?}");
+    }
+}
+
+#[test]
+fn sweeps_on_demand_run_at_most_once_per_shard_until_a_key_may_be_fresh() {
+    let (limiter, clock) = limiter(Gcra::per_minute(100).unwrap(), 4_096);
+    for i in 0..4_096 {
+        assert!(limiter.check(format!("flood-{i}"), 1).is_allowed());
+    }
+    assert_eq!(limiter.demand_sweeps(), 0);
+    // A thousand newcomers at once: each shard is swept at most once.
+    for i in 0..1_000 {
+        assert!(limiter.check(format!("new-{i}"), 1).is_saturated());
+    }
+    let first = limiter.demand_sweeps();
+    assert!((1..=8).contains(&first), "{first} sweeps of 8 shards");
+    // Until the flood keys may be fresh, no shard is swept again.
+    for _ in 0..59 {
+        clock.advance(Duration::from_millis(10));
+        assert!(limiter.check("late", 1).is_saturated());
+        let _ = ratekeeper::check_all([(&limiter, "multi")], 1);
+    }
+    assert_eq!(limiter.demand_sweeps(), first);
+    clock.advance(Duration::from_millis(10));
+    assert!(limiter.check("late", 1).is_allowed());
+    assert!(limiter.demand_sweeps() > first);
+}
+
+#[test]
+fn a_shard_is_swept_on_demand_at_most_once_per_gap() {
+    // 1,000 a second: a key is fresh 1 ms after its one request, sooner
+    // than the gap between two sweeps of a shard.
+    let (limiter, clock) = limiter(Gcra::per_second(1_000).unwrap(), 2);
+    let start = clock.now();
+    assert!(limiter.check("a", 1).is_allowed());
+    assert!(limiter.check("b", 1).is_allowed());
+    assert!(limiter.check("c", 1).is_saturated());
+    assert_eq!(limiter.demand_sweeps(), 1);
+    // "a" and "b" are fresh, but the shard was swept under a gap ago.
+    clock.set(start + Duration::from_millis(2));
+    let outcome = limiter.check("c", 1);
+    assert!(outcome.is_saturated());
+    assert_eq!(
+        outcome.retry_after(),
+        RetryAfter::After(ratekeeper::MIN_DEMAND_SWEEP_GAP - Duration::from_millis(2))
+    );
+    assert_eq!(limiter.demand_sweeps(), 1);
+    clock.set(start + ratekeeper::MIN_DEMAND_SWEEP_GAP);
+    assert!(limiter.check("c", 1).is_allowed());
+    assert_eq!(limiter.demand_sweeps(), 2);
 }
 
 #[test]

@@ -77,3 +77,50 @@ fn a_million_new_keys_into_a_table_of_ten_thousand() {
         assert!(clock.now() > Timestamp::from_secs(1_000));
     }
 }
+
+/// Threads flood a full table with new keys while time passes: the keys
+/// made fresh are swept on demand and their rows reused by newcomers, and
+/// the cap holds at every moment.
+#[test]
+fn sweeps_on_demand_under_a_racing_flood_keep_the_cap() {
+    const SMALL: usize = 1_000;
+    const FLOOD: u64 = 40_000;
+    let rate = Rate::new(2, Duration::from_secs(60)).unwrap();
+    for kind in PolicyKind::ALL {
+        let policy = Policy::new(kind, &rate).unwrap();
+        let clock = ManualClock::new(Timestamp::from_secs(1_000));
+        let limiter = MemoryLimiter::builder(policy)
+            .max_keys(SMALL)
+            .clock(clock.clone())
+            .background_sweep(false)
+            .build()
+            .unwrap();
+        let allowed = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        thread::scope(|scope| {
+            for half in 0..2u64 {
+                let (limiter, allowed, most, clock) = (&limiter, &allowed, &most, &clock);
+                scope.spawn(move || {
+                    for i in (half..FLOOD).step_by(2) {
+                        // Time runs with the flood, whatever the scheduling:
+                        // 280 s in all, every key fresh many times over (two
+                        // windows for the sliding counter).
+                        if half == 0 && i % 1_000 == 0 {
+                            clock.advance(Duration::from_secs(7));
+                        }
+                        if limiter.check(i.to_le_bytes(), 1).is_allowed() {
+                            allowed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        most.fetch_max(limiter.len(), Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert!(most.into_inner() <= SMALL, "{kind}");
+        assert!(limiter.len() <= SMALL, "{kind}");
+        // Rows were freed and reused while the flood ran.
+        let allowed = allowed.into_inner();
+        assert!(allowed > SMALL, "{kind}: {allowed} allowed");
+        assert!(limiter.demand_sweeps() > 0, "{kind}");
+    }
+}

@@ -95,6 +95,10 @@ fn a_saturated_limit_denies_the_whole_request() {
     assert_eq!(outcome.denied_by(), Some(1));
     assert!(outcome.outcomes()[1].is_saturated());
     assert_eq!(global.peek("g").remaining(), 99);
+    // Once "a" is whole again (12 s at 5 a minute) the full table makes
+    // room for "b" on demand, with no sweep called.
+    clock.advance(Duration::from_secs(12));
+    assert!(check_all([(&global, "g"), (&tiny, "b")], 1).is_allowed());
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! | `ratekeeper_decisions_total` | counter | `limit`, `decision` (`allowed`, `denied`) | what each configured limit decided |
 //! | `ratekeeper_near_limit_total` | counter | `limit` | allowed decisions that left at most [`NEAR_LIMIT_PERCENT`]% of the quota |
 //! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
+//! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
 //! | `ratekeeper_limits_configured` | gauge | | limits in force |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
@@ -54,6 +55,7 @@ struct LimitCounts {
     denied: u64,
     near_limit: u64,
     untrusted_forwarding: u64,
+    saturated: u64,
 }
 
 /// Everything one scrape reports, read before encoding (the store's
@@ -81,6 +83,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
             denied: limit.stats().map_or(0, |stats| stats.denied()),
             near_limit: metrics.near_limit(limit.name()),
             untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
+            saturated: metrics.saturated(limit.name()),
         })
         .collect();
     let scrape = Scrape {
@@ -172,6 +175,14 @@ impl Collector for Scrape {
             self.limits
                 .iter()
                 .map(|limit| ([("limit", limit.name.as_str())], limit.untrusted_forwarding)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_saturated",
+            "Decisions on a new key while the in-memory table was full.",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.saturated)),
         )?;
 
         let latency = &self.latency;

@@ -1,11 +1,11 @@
 //! What the engine records for `/metrics` on the decision path, beyond the
-//! core's stats: how long decisions take, and how many allowed requests
-//! came near their limit.
+//! core's stats: how long decisions take, how many allowed requests came
+//! near their limit, and how many found the store full.
 //!
 //! Both cost a few relaxed atomic operations per decision and take no lock
 //! on the common path: the latency histogram is an array of atomic
-//! counters, and the near-limit counters are only looked up (under a read
-//! lock) for the allowed decisions that came near their limit.
+//! counters, and the near-limit and saturated counters are only looked up
+//! (under a read lock) for the decisions they count.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,6 +71,8 @@ pub struct DecisionMetrics {
     /// Requests whose forwarding header came from a peer the limit does
     /// not trust, by limit name.
     untrusted_forwarding: NamedCounters,
+    /// Decisions on a new key whose store was full, by limit name.
+    saturated: NamedCounters,
 }
 
 /// Counters by limit name, kept for the life of the process. The names
@@ -137,10 +139,13 @@ impl DecisionMetrics {
     }
 
     /// Counts `outcome` for the limit `name` if it allowed the request near
-    /// its limit (see [`NEAR_LIMIT_PERCENT`]); does nothing otherwise.
+    /// its limit (see [`NEAR_LIMIT_PERCENT`]), or if the store had no room
+    /// for its key; does nothing otherwise.
     pub fn record_outcome(&self, name: &str, outcome: &Outcome) {
         if is_near_limit(outcome) {
             self.near_limit.add(name);
+        } else if outcome.is_saturated() {
+            self.saturated.add(name);
         }
     }
 
@@ -161,6 +166,13 @@ impl DecisionMetrics {
     /// process started (kept by name across reloads).
     pub fn near_limit(&self, name: &str) -> u64 {
         self.near_limit.get(name)
+    }
+
+    /// Decisions of the limit `name` on a new key while its store was full
+    /// (refused, or let through uncounted with `on_saturated = "allow"`),
+    /// since the process started (kept by name across reloads).
+    pub fn saturated(&self, name: &str) -> u64 {
+        self.saturated.get(name)
     }
 
     /// The latency histogram now.

@@ -30,12 +30,13 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 14] = [
+const TEXT_FIELDS: [&str; 15] = [
     "kind",
     "path",
     "url",
     "prefix",
     "on_failure",
+    "on_saturated",
     "http",
     "grpc",
     "admin",

@@ -16,6 +16,7 @@ pub(crate) type Strings = Spanned<Vec<Spanned<String>>>;
 pub(crate) struct FileConfig {
     pub(crate) store: Option<Spanned<FileStore>>,
     pub(crate) listen: Option<Spanned<FileListen>>,
+    pub(crate) requests: Option<Spanned<FileRequests>>,
     pub(crate) limits: Option<Spanned<Vec<Spanned<FileLimit>>>>,
 }
 
@@ -45,6 +46,15 @@ pub(crate) struct FileListen {
     pub(crate) admin: Option<Spanned<String>>,
 }
 
+/// `[requests]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileRequests {
+    pub(crate) max_descriptors: Option<Spanned<u64>>,
+    pub(crate) max_entries: Option<Spanned<u64>>,
+    pub(crate) max_value_bytes: Option<Spanned<u64>>,
+}
+
 /// One `[[limits]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +69,7 @@ pub(crate) struct FileLimit {
     pub(crate) ipv4_prefix: Option<Spanned<u64>>,
     pub(crate) ipv6_prefix: Option<Spanned<u64>>,
     pub(crate) shadow: Option<Spanned<bool>>,
+    pub(crate) on_saturated: Option<Spanned<String>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

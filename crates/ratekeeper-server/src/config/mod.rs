@@ -14,6 +14,11 @@
 //! grpc = "127.0.0.1:8081"
 //! admin = "127.0.0.1:9090"
 //!
+//! [requests]                 # caps on one request, gRPC and JSON alike
+//! max_descriptors = 256      # descriptors (and JSON "limits" names) per request
+//! max_entries = 64           # entries per descriptor (and JSON "key" parts)
+//! max_value_bytes = 16384    # bytes of a key, value, domain, method or path
+//!
 //! [[limits]]
 //! name = "per-ip"
 //! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
@@ -25,6 +30,7 @@
 //! ipv4_prefix = 32           # client_ip and peer are keyed by their network: IPv4 by address,
 //! ipv6_prefix = 64           # IPv6 by /64 (56, 128...)
 //! shadow = false             # decide and report, but never refuse
+//! on_saturated = "deny"      # a new key while the store is full: "deny" (default) or "allow"
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
 //! descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
@@ -44,6 +50,15 @@
 //! they do go together, up to `batch_max_calls` in one script
 //! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
 //! are refused.
+//!
+//! # Requests
+//!
+//! `[requests]` caps what one decision request may hold, so that its work
+//! stays small whatever a client sends. A gRPC request over a cap is
+//! answered `INVALID_ARGUMENT`, a JSON one 413, with a message naming the
+//! cap and its field (`the request has 257 descriptors, more than
+//! requests.max_descriptors (256)`). Each is from 1 to a bound
+//! ([`RequestCaps`]); the defaults are far above what Envoy sends.
 //!
 //! # Limits
 //!
@@ -91,6 +106,11 @@
 //! (`2001:db8:1:2::/64`). `trusted_proxies`, `client_ip_from` and
 //! `trusted_hops` only go with `client_ip`.
 //!
+//! `on_saturated` says what a request with a new key gets while the
+//! in-memory table is full (see [`OnSaturated`]): `"deny"` (the default)
+//! refuses it, so that filling the table with made-up keys never switches
+//! a limit off; `"allow"` lets it through uncounted.
+//!
 //! In `match`, a descriptor without `value` matches any value (and the value
 //! becomes part of the key), a value ending in `*` matches by prefix, and any
 //! other value exactly, as in Envoy's own rate limit service.
@@ -112,6 +132,7 @@ mod address;
 mod env;
 mod error;
 mod file;
+mod request_caps;
 mod validate;
 mod warnings;
 
@@ -126,6 +147,7 @@ use ratekeeper_tower::client::ClientIp;
 
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use error::{ConfigError, Location};
+pub use request_caps::{CapError, RequestCaps};
 pub use warnings::ConfigWarning;
 
 /// The configuration `ratekeeper serve` runs with when given none: an
@@ -140,6 +162,11 @@ http = "127.0.0.1:8080"
 grpc = "127.0.0.1:8081"
 admin = "127.0.0.1:9090"
 
+[requests]
+max_descriptors = 256
+max_entries = 64
+max_value_bytes = 16384
+
 [[limits]]
 name = "per-client"
 rate = "100/minute"
@@ -152,6 +179,7 @@ trusted_proxies = []
 # Keyed by network: IPv4 by address, IPv6 by /64.
 ipv4_prefix = 32
 ipv6_prefix = 64
+on_saturated = "deny"
 "#;
 
 /// This process's environment variables whose names start with
@@ -178,6 +206,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The addresses to listen on.
     pub listen: ListenConfig,
+    /// How much one decision request may hold.
+    pub requests: RequestCaps,
     /// The limits, in the file's order, with unique names.
     pub limits: Vec<LimitConfig>,
 }
@@ -279,8 +309,36 @@ pub struct LimitConfig {
     pub key: Vec<KeyPart>,
     /// Decide and report, but let every request through.
     pub shadow: bool,
+    /// What a new key gets while the store's table is full.
+    pub on_saturated: OnSaturated,
     /// Which requests the limit applies to.
     pub matcher: Match,
+}
+
+/// What a limit answers a request whose key is new while the in-memory
+/// table (the store, or the fallback) already holds `max_keys` keys: the
+/// key cannot be counted, so the limit cannot decide it.
+///
+/// Every door tells such an answer apart: the JSON API's `saturated: true`,
+/// and an `X-RateKeeper-Saturated` header naming the limits (HTTP, the
+/// nginx endpoint, the proxy, and gRPC's `response_headers_to_add`); and
+/// `/metrics` counts them in `ratekeeper_saturated_total{limit}`. Either
+/// way it lasts only until known keys are fresh again: a full table sweeps
+/// for a new key on demand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnSaturated {
+    /// Refuse the request (the default), as over the limit, with a
+    /// `Retry-After` of when room can return. An attacker who fills the
+    /// table with made-up keys then cannot switch the limit off for new
+    /// keys, and it shuts newcomers out only until the flood's keys are
+    /// idle.
+    #[default]
+    Deny,
+    /// Let the request through uncounted: a newcomer is never refused for
+    /// saturation, but while the table is full every new key is
+    /// unlimited, which someone minting keys can arrange.
+    Allow,
 }
 
 /// One part of a limit's key.
@@ -386,6 +444,7 @@ impl Default for Config {
                 fallback: false,
             },
             listen: ListenConfig::default(),
+            requests: RequestCaps::default(),
             limits: Vec::new(),
         })
     }
@@ -472,7 +531,8 @@ impl Config {
         Config::from_toml_str_with_env(&text, &path.display().to_string(), vars)
     }
 
-    /// A description for `ratekeeper check`: the store, the addresses, then
+    /// A description for `ratekeeper check`: the store, the addresses, the
+    /// request caps when not the defaults, then
     /// one line per limit with its name, policy, rate, key and match.
     ///
     /// ```
@@ -535,6 +595,14 @@ impl Config {
             addr(&self.listen.grpc),
             addr(&self.listen.admin)
         );
+        let caps = &self.requests;
+        if *caps != RequestCaps::default() {
+            let _ = writeln!(
+                out,
+                "requests: at most {} descriptors of {} entries, values up to {} bytes",
+                caps.max_descriptors, caps.max_entries, caps.max_value_bytes
+            );
+        }
         for limit in &self.limits {
             let key: Vec<String> = limit.key.iter().map(ToString::to_string).collect();
             let _ = write!(
@@ -548,6 +616,9 @@ impl Config {
             let _ = write!(out, ", match {}", explain_match(&limit.matcher));
             if limit.shadow {
                 out.push_str(" (shadow)");
+            }
+            if limit.on_saturated == OnSaturated::Allow {
+                out.push_str(" (allows new keys while the store is full)");
             }
             out.push('\n');
             for line in limit.key.iter().filter_map(explain_address) {

@@ -19,11 +19,12 @@ use toml::Spanned;
 use super::env;
 use super::error::{ConfigError, Locator};
 use super::file::{
-    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileStore, FileTrust,
+    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore,
+    FileTrust,
 };
 use super::{
-    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, Prefixes,
-    StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
+    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, OnSaturated,
+    Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.
@@ -165,6 +166,7 @@ impl Checker<'_> {
     fn config(&self, file: FileConfig) -> Result<Config, ConfigError> {
         let store = self.store(file.store)?;
         let listen = self.listen(file.listen)?;
+        let requests = self.requests(file.requests)?;
         let limits = match file.limits {
             Some(limits) if !limits.get_ref().is_empty() => limits.into_inner(),
             other => {
@@ -199,6 +201,7 @@ impl Checker<'_> {
         Ok(Config {
             store,
             listen,
+            requests,
             limits: checked,
         })
     }
@@ -547,6 +550,50 @@ impl Checker<'_> {
         Ok(ListenConfig { http, grpc, admin })
     }
 
+    fn requests(
+        &self,
+        requests: Option<Spanned<FileRequests>>,
+    ) -> Result<RequestCaps, ConfigError> {
+        let defaults = RequestCaps::default();
+        let Some(requests) = requests else {
+            return Ok(defaults);
+        };
+        let requests = requests.into_inner();
+        let cap = |value: &Option<Spanned<u64>>, field: &str, default: usize, max: usize| {
+            let Some(value) = value else {
+                return Ok(default);
+            };
+            match usize::try_from(*value.get_ref()) {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => self.fail(
+                    value.span(),
+                    format!("requests.{field}"),
+                    format!("{field} is {}, outside 1 to {max}", value.get_ref()),
+                ),
+            }
+        };
+        Ok(RequestCaps {
+            max_descriptors: cap(
+                &requests.max_descriptors,
+                "max_descriptors",
+                defaults.max_descriptors,
+                RequestCaps::LIMIT_MAX_DESCRIPTORS,
+            )?,
+            max_entries: cap(
+                &requests.max_entries,
+                "max_entries",
+                defaults.max_entries,
+                RequestCaps::LIMIT_MAX_ENTRIES,
+            )?,
+            max_value_bytes: cap(
+                &requests.max_value_bytes,
+                "max_value_bytes",
+                defaults.max_value_bytes,
+                RequestCaps::LIMIT_MAX_VALUE_BYTES,
+            )?,
+        })
+    }
+
     fn limit(&self, index: usize, limit: FileLimit) -> Result<LimitConfig, ConfigError> {
         let field = |name: &str| format!("limits[{index}].{name}");
         let rate: Rate = match limit.rate.get_ref().parse() {
@@ -573,11 +620,26 @@ impl Checker<'_> {
             None => Match::default(),
             Some(matcher) => self.matcher(index, matcher.into_inner())?,
         };
+        let on_saturated = match &limit.on_saturated {
+            None => OnSaturated::Deny,
+            Some(mode) => match mode.get_ref().as_str() {
+                "deny" => OnSaturated::Deny,
+                "allow" => OnSaturated::Allow,
+                other => {
+                    return self.fail(
+                        mode.span(),
+                        field("on_saturated"),
+                        format!("unknown value {other:?}; expected \"deny\" (refuse new keys while the store is full) or \"allow\" (let them through uncounted)"),
+                    )
+                }
+            },
+        };
         Ok(LimitConfig {
             limit: named,
             rate,
             key,
             shadow: limit.shadow.is_some_and(|s| *s.get_ref()),
+            on_saturated,
             matcher,
         })
     }

@@ -63,6 +63,12 @@ impl ActiveLimit {
         self.config.shadow
     }
 
+    /// Whether a new key is let through, uncounted, while the store's
+    /// table is full (`on_saturated = "allow"`).
+    pub fn allows_saturated(&self) -> bool {
+        self.config.on_saturated == crate::config::OnSaturated::Allow
+    }
+
     /// The parts its keys are made of.
     pub fn key_parts(&self) -> &[KeyPart] {
         &self.config.key

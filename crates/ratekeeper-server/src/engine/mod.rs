@@ -55,10 +55,12 @@ pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limits::{ActiveLimit, LimitSet};
 pub use store::{AnyStore, SharedClock};
-pub use verdict::{Check, LimitResult, Verdict};
+pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
+
+use verdict::refuses;
 
 use crate::admin::DecisionMetrics;
-use crate::config::{Config, StoreConfig};
+use crate::config::{Config, RequestCaps, StoreConfig};
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,6 +80,8 @@ pub struct Engine {
 
 struct Inner {
     limits: ArcSwap<LimitSet>,
+    /// What one request may hold; replaced with the limits.
+    requests: ArcSwap<RequestCaps>,
     store: AnyStore,
     store_config: StoreConfig,
     /// The limit `/readyz` reads through to ask the store if it answers.
@@ -129,6 +133,7 @@ impl Engine {
         Engine {
             inner: Arc::new(Inner {
                 limits: ArcSwap::from_pointee(LimitSet::with_stats(&config.limits, &stats)),
+                requests: ArcSwap::from_pointee(config.requests),
                 store,
                 store_config: config.store.clone(),
                 probe,
@@ -144,10 +149,17 @@ impl Engine {
         self.inner.limits.load_full()
     }
 
-    /// Puts `config`'s limits in force. The store cannot change without a
-    /// restart: `false` says `config` names another store, whose section
-    /// was ignored.
+    /// What one request may hold now (`[requests]`): the front doors
+    /// refuse a request over a cap before deciding anything.
+    pub fn request_caps(&self) -> RequestCaps {
+        **self.inner.requests.load()
+    }
+
+    /// Puts `config`'s limits and request caps in force. The store cannot
+    /// change without a restart: `false` says `config` names another
+    /// store, whose section was ignored.
     pub fn replace_limits(&self, config: &Config) -> bool {
+        self.inner.requests.store(Arc::new(config.requests));
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
             &self.inner.stats,
@@ -252,7 +264,7 @@ impl Engine {
         let now = self.inner.wall_clock.now();
         for (check, outcome) in checks.iter().zip(&outcomes) {
             if let (Some(stats), Some(outcome)) = (check.limit.stats(), outcome) {
-                stats.record(now, outcome.is_allowed(), &check.key);
+                stats.record(now, !refuses(check, outcome), &check.key);
                 self.inner
                     .metrics
                     .record_outcome(check.limit.name(), outcome);
@@ -285,25 +297,9 @@ impl Engine {
         };
         let cost = checks[first].cost;
         if enforced.iter().all(|&i| checks[i].cost == cost) {
-            // One cost for all: the store's own all-or-nothing check (one
-            // script or transaction where the store can).
-            let pairs: Vec<(&Limit, &[u8])> = enforced
-                .iter()
-                .map(|&i| (checks[i].limit.limit(), checks[i].key.as_slice()))
-                .collect();
-            let multi = match store.check_all_now(&pairs, cost) {
-                Some(result) => result?,
-                None => store.check_all(&pairs, cost).await?,
-            };
-            let allowed = multi.is_allowed();
-            for (&index, outcome) in enforced.iter().zip(multi.outcomes()) {
-                outcomes[index] = Some(if allowed {
-                    *outcome
-                } else {
-                    given_back(*outcome, cost)
-                });
-            }
-            return Ok(allowed);
+            return self
+                .check_enforced_together(checks, enforced.to_vec(), cost, outcomes)
+                .await;
         }
         // Costs differ (Envoy's per-descriptor hits): one at a time, giving
         // back what was taken when one refuses or fails.
@@ -320,7 +316,7 @@ impl Engine {
                 }
             };
             outcomes[index] = Some(outcome);
-            if !outcome.is_allowed() {
+            if refuses(check, &outcome) {
                 self.refund_taken(checks, &enforced[..position]).await;
                 for &taken in &enforced[..position] {
                     outcomes[taken] = outcomes[taken].map(|o| given_back(o, checks[taken].cost));
@@ -334,6 +330,73 @@ impl Engine {
             }
         }
         Ok(true)
+    }
+
+    /// [`check_enforced`](Engine::check_enforced) for checks of one `cost`:
+    /// the store's own all-or-nothing check (one script or transaction
+    /// where the store can). A limit whose store had no room for its key
+    /// and that allows new keys then (`on_saturated = "allow"`) counts
+    /// nothing and refuses nothing, so the others are decided again
+    /// without it.
+    async fn check_enforced_together(
+        &self,
+        checks: &[Check],
+        mut active: Vec<usize>,
+        cost: u64,
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        let passes = |index: usize, outcome: &Outcome| {
+            outcome.is_saturated() && checks[index].limit.allows_saturated()
+        };
+        // A pass only repeats when a limit saturated since the last one, a
+        // race; the bound keeps a request's work bounded regardless.
+        for pass in 1..=MAX_SATURATED_PASSES {
+            let pairs: Vec<(&Limit, &[u8])> = active
+                .iter()
+                .map(|&i| (checks[i].limit.limit(), checks[i].key.as_slice()))
+                .collect();
+            let multi = match store.check_all_now(&pairs, cost) {
+                Some(result) => result?,
+                None => store.check_all(&pairs, cost).await?,
+            };
+            let results: Vec<(usize, Outcome)> = active
+                .iter()
+                .copied()
+                .zip(multi.outcomes().iter().copied())
+                .collect();
+            if multi.is_allowed() {
+                for (index, outcome) in results {
+                    outcomes[index] = Some(outcome);
+                }
+                return Ok(true);
+            }
+            let only_saturation = results.iter().all(|(index, outcome)| {
+                passes(*index, outcome) || !refuses(&checks[*index], outcome)
+            });
+            if !only_saturation || pass == MAX_SATURATED_PASSES {
+                for (index, outcome) in results {
+                    outcomes[index] = Some(if passes(index, &outcome) {
+                        outcome
+                    } else {
+                        given_back(outcome, cost)
+                    });
+                }
+                return Ok(false);
+            }
+            active.clear();
+            for (index, outcome) in results {
+                if passes(index, &outcome) {
+                    outcomes[index] = Some(outcome);
+                } else {
+                    active.push(index);
+                }
+            }
+            if active.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Gives back the cost of `taken`, ignoring failures: a refund that
@@ -377,6 +440,10 @@ impl Engine {
         Ok(())
     }
 }
+
+/// How many times [`Engine::check_enforced_together`] decides again
+/// without the limits that let new keys through while saturated.
+const MAX_SATURATED_PASSES: usize = 3;
 
 /// The outcome of a limit that allowed a request the others refused, once
 /// its units were given back: what it reports is what the request left,

@@ -37,23 +37,49 @@ pub struct LimitResult {
 }
 
 impl LimitResult {
-    /// The decision, or for a saturated store (no room for a new key) a
-    /// denial with the retry-after of the next sweep.
+    /// The decision; for a saturated store (no room for a new key), nothing
+    /// left until room can return: a denial with that retry-after, or for a
+    /// limit that allows new keys while saturated, an allowed decision.
     pub fn decision(&self) -> Decision {
         match self.outcome {
             Outcome::Decided(decision) => decision,
             Outcome::Saturated { retry_after } => {
                 let quota = self.check.limit.limit().policy().quota();
-                Decision::denied(quota, 0, retry_after, RetryAfter::After(retry_after))
+                if self.check.limit.allows_saturated() {
+                    Decision::allowed(quota, 0, retry_after)
+                } else {
+                    Decision::denied(quota, 0, retry_after, RetryAfter::After(retry_after))
+                }
             }
         }
     }
 
-    /// Whether this limit refused the request (shadow limits included).
+    /// Whether this limit refused the request (shadow limits included): a
+    /// saturated store refuses unless the limit allows new keys then.
     pub fn refused(&self) -> bool {
-        !self.outcome.is_allowed()
+        refuses(&self.check, &self.outcome)
+    }
+
+    /// Whether the store had no room for the key (nothing was counted).
+    pub fn saturated(&self) -> bool {
+        self.outcome.is_saturated()
     }
 }
+
+/// Whether `outcome` refuses `check`'s request: a denial, or a saturated
+/// store under a limit with `on_saturated = "deny"`.
+pub(crate) fn refuses(check: &Check, outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::Saturated { .. } => !check.limit.allows_saturated(),
+        decided => !decided.is_allowed(),
+    }
+}
+
+/// The header every door adds when a limit's store was saturated: the
+/// names of those limits (not in shadow mode) as a structured-field list
+/// of strings, such as `"per-ip"`. The request was refused by them, or
+/// let through uncounted by those with `on_saturated = "allow"`.
+pub const SATURATED_HEADER: &str = "x-ratekeeper-saturated";
 
 /// The decisions of every limit a request was checked against.
 #[derive(Clone, Debug, Default)]
@@ -103,6 +129,25 @@ impl Verdict {
             }
         }
         longest
+    }
+
+    /// The value of [`SATURATED_HEADER`] (`"a", "b"`): the limits, not in
+    /// shadow mode, whose store had no room for the key; `None` when none.
+    pub fn saturated_header(&self) -> Option<String> {
+        let mut value = String::new();
+        for result in &self.results {
+            if result.check.limit.is_shadow() || !result.saturated() {
+                continue;
+            }
+            if !value.is_empty() {
+                value.push_str(", ");
+            }
+            // Limit names have no quotes or backslashes to escape.
+            value.push('"');
+            value.push_str(result.check.limit.name());
+            value.push('"');
+        }
+        (!value.is_empty()).then_some(value)
     }
 
     /// The decisions, for the header functions of

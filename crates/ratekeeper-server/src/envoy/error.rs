@@ -2,6 +2,8 @@
 //! reason becomes.
 
 use ratekeeper::StoreError;
+
+use crate::config::CapError;
 use thiserror::Error;
 
 /// Why a request to Envoy's rate limit service got a gRPC error instead of
@@ -9,8 +11,8 @@ use thiserror::Error;
 ///
 /// Envoy treats any gRPC error as a failure of the service and lets the
 /// filter's `failure_mode_deny` decide; so does [`tonic::Status::from`]:
-/// a failed store is `UNAVAILABLE`, a malformed request
-/// `INVALID_ARGUMENT`, never `UNKNOWN`.
+/// a failed store is `UNAVAILABLE`, a malformed request or one over a cap
+/// of `[requests]` `INVALID_ARGUMENT`, never `UNKNOWN`.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum EnvoyError {
@@ -28,6 +30,9 @@ pub enum EnvoyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The request holds more than `[requests]` allows.
+    #[error("{0}")]
+    OverCap(#[from] CapError),
     /// The store failed, and the failure policy refuses.
     #[error("the rate-limit store failed: {0}")]
     Store(#[from] StoreError),
@@ -48,7 +53,8 @@ impl From<EnvoyError> for tonic::Status {
         match error {
             EnvoyError::EmptyDomain
             | EnvoyError::NoDescriptors
-            | EnvoyError::InvalidOverride { .. } => tonic::Status::invalid_argument(message),
+            | EnvoyError::InvalidOverride { .. }
+            | EnvoyError::OverCap(_) => tonic::Status::invalid_argument(message),
             EnvoyError::Store(_) => tonic::Status::unavailable(message),
             EnvoyError::Mismatch { .. } => tonic::Status::internal(message),
         }

@@ -51,8 +51,25 @@
 //! and `Retry-After` in whole seconds when the request is over a limit
 //! that a wait can satisfy.
 //!
+//! A limit whose in-memory table is full cannot count a new key. With
+//! `on_saturated = "deny"` (the default) its descriptor is `OVER_LIMIT`
+//! with `limit_remaining` 0 and `duration_until_reset` (and `Retry-After`)
+//! the time until room can return; with `"allow"` it is `OK`, uncounted.
+//! Either way `response_headers_to_add` carries `X-RateKeeper-Saturated`
+//! with the names of such limits (`"per-ip"`), which Envoy adds to the
+//! client's response.
+//!
 //! A failed store is a gRPC `UNAVAILABLE` error (never `UNKNOWN`), so the
 //! filter's `failure_mode_deny` decides; see [`EnvoyError`].
+//!
+//! # Size
+//!
+//! A request may hold at most `requests.max_descriptors` descriptors (256
+//! by default) of `requests.max_entries` entries (64), each key and value
+//! and the domain at most `requests.max_value_bytes` bytes (16 KiB); past a
+//! cap it is refused with `INVALID_ARGUMENT` and a message naming the cap
+//! and its field, before anything is decided. Within the caps, the work of
+//! a request is linear in its size.
 //!
 //! # Example
 //!

@@ -1,6 +1,7 @@
 //! `ShouldRateLimit`: Envoy's request turned into the engine's checks, and
 //! the engine's verdict into Envoy's response.
 
+use std::collections::{hash_map, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +20,10 @@ use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use super::proto::{HeaderValue, RateLimitRequest, RateLimitResponse, RateLimitUnit};
 use super::units;
-use crate::config::{KeyPart, LimitConfig, Match};
-use crate::engine::{compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown};
+use crate::config::{KeyPart, LimitConfig, Match, OnSaturated};
+use crate::engine::{
+    compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown, SATURATED_HEADER,
+};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`)
 /// deciding through an [`Engine`].
@@ -93,9 +96,12 @@ impl EnvoyService {
 
     /// Answers one `ShouldRateLimit` request.
     ///
-    /// Errors are a failed store ([`EnvoyError::Store`]) and malformed
+    /// Errors are a failed store ([`EnvoyError::Store`]), malformed
     /// requests (no domain, no descriptors, an override with an unknown
-    /// unit); whatever the request holds, this never panics.
+    /// unit) and requests over the engine's
+    /// [`RequestCaps`](crate::config::RequestCaps) ([`EnvoyError::OverCap`]);
+    /// whatever the request holds, this never panics, and its work is
+    /// linear in the request's size.
     pub async fn decide(
         &self,
         request: &RateLimitRequest,
@@ -106,6 +112,15 @@ impl EnvoyService {
         if request.descriptors.is_empty() {
             return Err(EnvoyError::NoDescriptors);
         }
+        // Before any work: a request over a cap costs no more than one at it.
+        let caps = self.engine.request_caps();
+        caps.check_descriptors(request.descriptors.iter().map(|descriptor| {
+            descriptor
+                .entries
+                .iter()
+                .map(|entry| (entry.key.as_str(), entry.value.as_str()))
+        }))?;
+        caps.value(&request.domain, || "domain".to_owned())?;
         let domain = request.domain.as_str();
         let limits = self.engine.limits();
         let request_hits = match request.hits_addend {
@@ -201,16 +216,16 @@ impl EnvoyService {
             .map(|(result, plan)| (result, plan, result.decision()))
             .collect();
 
+        let mine = by_descriptor(
+            request.descriptors.len(),
+            results.iter().map(|(_, plan, _)| plan.descriptor),
+        );
         let statuses: Vec<DescriptorStatus> = zero
             .into_iter()
             .enumerate()
             .map(|(index, zero)| match zero {
                 Some((shown, window)) => zero_status(shown, window),
-                None => descriptor_status(
-                    results
-                        .iter()
-                        .filter(|(_, plan, _)| plan.descriptor == index),
-                ),
+                None => descriptor_status(mine.of(index).iter().map(|&at| &results[at])),
             })
             .collect();
         let over = statuses
@@ -222,6 +237,11 @@ impl EnvoyService {
             ..RateLimitResponse::default()
         };
         add_headers(&mut response.response_headers_to_add, &results);
+        if let Some(names) = taken.saturated_header() {
+            response
+                .response_headers_to_add
+                .push(header(SATURATED_HEADER, names));
+        }
         if over {
             if let Some(secs) = headers::retry_after_secs(retry_after) {
                 response
@@ -288,6 +308,7 @@ fn override_limit(
         rate,
         key: vec![KeyPart::Global],
         shadow: false,
+        on_saturated: OnSaturated::default(),
         matcher: Match::default(),
     };
     let active = Arc::new(ActiveLimit::new(config));
@@ -335,7 +356,12 @@ fn zero_status(shown: RateLimit, window: Duration) -> DescriptorStatus {
 fn descriptor_status<'a>(
     results: impl Iterator<Item = &'a (&'a LimitResult, &'a Planned, Decision)>,
 ) -> DescriptorStatus {
-    let mine: Vec<&(&LimitResult, &Planned, Decision)> = results.collect();
+    let mine: Vec<&(&LimitResult, &Planned, Decision)> = results
+        .inspect(|_| {
+            #[cfg(test)]
+            work::step();
+        })
+        .collect();
     let enforced: Vec<_> = mine
         .iter()
         .copied()
@@ -374,7 +400,12 @@ fn descriptor_status<'a>(
 /// mode, once per name: its tightest key) and `RateLimit` (the tightest).
 fn add_headers(out: &mut Vec<HeaderValue>, results: &[(&LimitResult, &Planned, Decision)]) {
     let mut reports: Vec<PolicyReport<'_>> = Vec::new();
+    // Where each name's report is: overrides make as many names as
+    // descriptors, so a search of `reports` would be quadratic.
+    let mut seen: HashMap<&str, usize> = HashMap::new();
     for (result, _, decision) in results {
+        #[cfg(test)]
+        work::step();
         if result.check.limit.is_shadow() {
             continue;
         }
@@ -384,10 +415,17 @@ fn add_headers(out: &mut Vec<HeaderValue>, results: &[(&LimitResult, &Planned, D
             decision,
             partition_key: None,
         };
-        match reports.iter_mut().find(|seen| seen.name == report.name) {
-            Some(seen) if report.decision.remaining() < seen.decision.remaining() => *seen = report,
-            Some(_) => {}
-            None => reports.push(report),
+        match seen.entry(report.name) {
+            hash_map::Entry::Occupied(at) => {
+                let kept = &mut reports[*at.get()];
+                if report.decision.remaining() < kept.decision.remaining() {
+                    *kept = report;
+                }
+            }
+            hash_map::Entry::Vacant(slot) => {
+                slot.insert(reports.len());
+                reports.push(report);
+            }
         }
     }
     let Some(tightest) = headers::tightest(&reports) else {
@@ -401,6 +439,48 @@ fn add_headers(out: &mut Vec<HeaderValue>, results: &[(&LimitResult, &Planned, D
         headers::RATELIMIT.as_str(),
         headers::ratelimit_value(tightest),
     ));
+}
+
+/// Positions grouped by the descriptor they belong to, in one pass each
+/// way (a counting sort): [`ByDescriptor::of`] gives one descriptor's.
+struct ByDescriptor {
+    /// Positions, descriptor by descriptor.
+    order: Vec<usize>,
+    /// Where each descriptor's positions start in `order`, and one past
+    /// the last descriptor's end.
+    starts: Vec<usize>,
+}
+
+impl ByDescriptor {
+    /// The positions of descriptor `index`, in their original order.
+    fn of(&self, index: usize) -> &[usize] {
+        let end = index.checked_add(1).and_then(|next| self.starts.get(next));
+        match (self.starts.get(index), end) {
+            (Some(&start), Some(&end)) => self.order.get(start..end).unwrap_or_default(),
+            _ => &[],
+        }
+    }
+}
+
+/// Groups positions by descriptor: `descriptors` gives, for each position,
+/// the descriptor (below `count`) it belongs to; others are left out.
+fn by_descriptor(count: usize, descriptors: impl Iterator<Item = usize> + Clone) -> ByDescriptor {
+    // starts[d + 1] counts descriptor d's positions, then the running sum
+    // makes starts[d] where d's run begins.
+    let mut starts = vec![0usize; count + 1];
+    for descriptor in descriptors.clone().filter(|&d| d < count) {
+        starts[descriptor + 1] += 1;
+    }
+    for index in 1..starts.len() {
+        starts[index] += starts[index - 1];
+    }
+    let mut next = starts.clone();
+    let mut order = vec![0usize; starts[count]];
+    for (position, descriptor) in descriptors.enumerate().filter(|&(_, d)| d < count) {
+        order[next[descriptor]] = position;
+        next[descriptor] += 1;
+    }
+    ByDescriptor { order, starts }
 }
 
 fn header(key: &str, value: String) -> HeaderValue {
@@ -419,9 +499,33 @@ fn duration(d: Duration) -> prost_types::Duration {
     })
 }
 
+/// A count of the results each request's answer looks at, for the test
+/// that the work is linear.
+#[cfg(test)]
+mod work {
+    use std::cell::Cell;
+
+    thread_local! {
+        static STEPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// One result looked at.
+    pub(super) fn step() {
+        STEPS.with(|steps| steps.set(steps.get() + 1));
+    }
+
+    /// The steps so far on this thread, starting the count again.
+    pub(super) fn take() -> u64 {
+        STEPS.with(|steps| steps.replace(0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::envoy::proto::RateLimitDescriptor;
+    use crate::Config;
+    use ratekeeper::{ManualClock, Timestamp};
 
     fn entry(key: &str, value: &str) -> Entry {
         Entry {
@@ -467,5 +571,73 @@ mod tests {
         assert_eq!(limit.window(), Duration::from_secs(30 * 86_400));
         assert_eq!((shown.requests_per_unit, shown.unit), (100, 5));
         assert!(!limit.is_shadow());
+    }
+
+    #[test]
+    fn positions_group_by_descriptor_in_order() {
+        let groups = by_descriptor(4, [2, 0, 2, 3, 0, 9].into_iter());
+        assert_eq!(groups.of(0), [1, 4]);
+        assert!(groups.of(1).is_empty());
+        assert_eq!(groups.of(2), [0, 2]);
+        assert_eq!(groups.of(3), [3]);
+        // Out of range: nothing, never a panic.
+        assert!(groups.of(4).is_empty());
+        assert!(groups.of(usize::MAX).is_empty());
+    }
+
+    /// The results the answer looks at for a request of `count`
+    /// descriptors, each matched by a configured limit and each with an
+    /// override of its own rate (a limit name of its own).
+    fn steps_for(count: usize) -> u64 {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let config = Config::from_toml_str(
+                "[[limits]]\nname = \"per-user\"\nrate = \"1000/minute\"\nkey = [\"global\"]\n\
+                 match = { domain = \"d\", descriptors = [{ key = \"user\" }] }\n",
+                "test.toml",
+            )
+            .unwrap();
+            let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
+            let service = EnvoyService::new(Engine::start(&config, clock).await.unwrap());
+            let configured = (0..count).map(|i| RateLimitDescriptor {
+                entries: vec![entry("user", &format!("u{i}"))],
+                ..RateLimitDescriptor::default()
+            });
+            let overridden = (0..count).map(|i| RateLimitDescriptor {
+                entries: vec![entry("other", &format!("o{i}"))],
+                limit: Some(RateLimitOverride {
+                    requests_per_unit: 1_000 + i as u32,
+                    unit: RateLimitUnit::Minute as i32,
+                }),
+                ..RateLimitDescriptor::default()
+            });
+            let request = RateLimitRequest {
+                domain: "d".into(),
+                descriptors: configured.chain(overridden).collect(),
+                hits_addend: 0,
+            };
+            work::take();
+            let response = service.decide(&request).await.unwrap();
+            assert_eq!(response.statuses.len(), 2 * count);
+            assert!(response
+                .statuses
+                .iter()
+                .all(|status| status.code == Code::Ok as i32));
+            work::take()
+        })
+    }
+
+    #[test]
+    fn the_work_of_an_answer_is_linear_in_the_descriptors() {
+        let (small, large) = (steps_for(32), steps_for(128));
+        // Every result is looked at, a bounded number of times each.
+        assert!(small >= 2 * 32, "{small}");
+        assert!(
+            large <= 4 * small,
+            "32 descriptors: {small} steps, 128: {large}"
+        );
     }
 }

@@ -14,7 +14,7 @@ use super::headers::verdict_headers;
 use super::json::{
     DecisionRequest, DecisionResponse, DescriptorEntry, LimitDescription, RefundResponse, Refunded,
 };
-use crate::config::KeyPart;
+use crate::config::{CapError, KeyPart, RequestCaps};
 use crate::engine::{compose, ActiveLimit, Check, Engine, KeySource, LimitSet, NamedParts};
 use crate::envoy::matching::{self, DescriptorSource};
 use crate::envoy::proto::rate_limit_descriptor::Entry;
@@ -83,6 +83,7 @@ fn answer(verdict: &crate::engine::Verdict) -> Response {
 /// The request's checks: the limits it names, or those matching its method
 /// and path, each with its key.
 fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
+    within_caps(&engine.request_caps(), request)?;
     let limits = engine.limits();
     let method = match &request.method {
         Some(method) => Some(
@@ -158,6 +159,36 @@ fn descriptor_checks(
         }
     }
     Ok(checks)
+}
+
+/// Refuses a request over a cap of `[requests]`, before any work on it.
+fn within_caps(caps: &RequestCaps, request: &DecisionRequest) -> Result<(), CapError> {
+    if let Some(names) = &request.limits {
+        caps.limit_names(names.len())?;
+    }
+    if let Some(descriptors) = &request.descriptors {
+        caps.check_descriptors(descriptors.iter().map(|descriptor| {
+            descriptor
+                .iter()
+                .map(|entry| (entry.key.as_str(), entry.value.as_str()))
+        }))?;
+    }
+    caps.key_parts(request.key.len())?;
+    for (name, value) in &request.key {
+        caps.value(name, || "a name in \"key\"".to_owned())?;
+        caps.value(value, || format!("key[{name:?}]"))?;
+    }
+    let texts = [
+        ("domain", &request.domain),
+        ("method", &request.method),
+        ("path", &request.path),
+    ];
+    for (field, text) in texts {
+        if let Some(text) = text {
+            caps.value(text, || field.to_owned())?;
+        }
+    }
+    Ok(())
 }
 
 fn missing(limit: &ActiveLimit, part: &KeyPart) -> ApiError {

@@ -45,6 +45,11 @@
 //! - **the store failed and fails closed**: `503 Service Unavailable`
 //!   (with `Retry-After: 1`).
 //!
+//! When a limit's in-memory table had no room for the key, either answer
+//! also carries `X-RateKeeper-Saturated` with the limits' names: refused
+//! (`on_saturated = "deny"`, the default) or let through uncounted
+//! (`"allow"`); `auth_request_set` can copy it like the other fields.
+//!
 //! # Making nginx answer 429
 //!
 //! nginx only understands three answers to an auth subrequest: 2xx lets the

@@ -5,6 +5,8 @@ use axum::response::{IntoResponse, Response};
 use ratekeeper::StoreError;
 use thiserror::Error;
 
+use crate::config::CapError;
+
 /// Why an API request failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -23,6 +25,9 @@ pub enum ApiError {
         /// The part, as the configuration writes it.
         part: String,
     },
+    /// The request holds more than `[requests]` allows.
+    #[error("{0}")]
+    OverCap(#[from] CapError),
     /// The store failed and fails closed.
     #[error("the rate-limit store failed: {0}")]
     Store(#[from] StoreError),
@@ -34,6 +39,7 @@ impl ApiError {
         match self {
             ApiError::Body(_) | ApiError::MissingPart { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownLimit(_) => StatusCode::NOT_FOUND,
+            ApiError::OverCap(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }

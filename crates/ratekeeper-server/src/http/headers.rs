@@ -3,11 +3,12 @@
 use axum::http::{HeaderMap, HeaderValue};
 use ratekeeper_tower::headers::{insert_headers, insert_retry_after, HeaderStyle, ResetStyle};
 
-use crate::engine::Verdict;
+use crate::engine::{Verdict, SATURATED_HEADER};
 
 /// The IETF draft's `RateLimit-Policy` and `RateLimit` fields for every
 /// limit of `verdict`, and when it refuses, `Retry-After` (whole seconds,
-/// rounded up, at least 1) and `Cache-Control: no-store`.
+/// rounded up, at least 1) and `Cache-Control: no-store`; with
+/// `X-RateKeeper-Saturated` when a limit's store had no room for the key.
 pub(crate) fn verdict_headers(verdict: &Verdict) -> HeaderMap {
     let mut headers = HeaderMap::new();
     let decisions = verdict.decisions();
@@ -18,6 +19,7 @@ pub(crate) fn verdict_headers(verdict: &Verdict) -> HeaderMap {
         ResetStyle::DeltaSeconds,
         &reports,
     );
+    insert_saturated(&mut headers, verdict);
     if !verdict.is_allowed() {
         insert_retry_after(&mut headers, verdict.retry_after());
         headers.insert(
@@ -26,4 +28,17 @@ pub(crate) fn verdict_headers(verdict: &Verdict) -> HeaderMap {
         );
     }
     headers
+}
+
+/// Adds `X-RateKeeper-Saturated` (see
+/// [`SATURATED_HEADER`](crate::engine::SATURATED_HEADER)) when a limit of
+/// `verdict` found its store full.
+pub(crate) fn insert_saturated(headers: &mut HeaderMap, verdict: &Verdict) {
+    if let Some(value) = verdict.saturated_header() {
+        // Limit names are printable ASCII, so this cannot fail; leaving
+        // the header out beats a panic if it somehow did.
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(SATURATED_HEADER, value);
+        }
+    }
 }

@@ -22,9 +22,18 @@
 //!
 //! The answer is 200 whether the request is allowed or not (`allowed`
 //! says); a refused check also carries `Retry-After` (and the field of the
-//! same name in `headers`). Errors are RFC 9457 problem details: 400 for a
+//! same name in `headers`). A limit whose in-memory table had no room for a
+//! new key says `"saturated": true`, and the answer carries
+//! `X-RateKeeper-Saturated` naming such limits (`"per-user"`), whether they
+//! refused it (`on_saturated = "deny"`, the default, with `Retry-After` the
+//! time until room can return) or let it through uncounted (`"allow"`);
+//! `/v1/auth` and the proxy send the same header. Errors are RFC 9457 problem details: 400 for a
 //! body that is not the API's JSON or lacks a key part a limit needs, 404
-//! for an unknown limit, 503 when the store failed and fails closed.
+//! for an unknown limit, 413 for a body over a cap of `[requests]` (more
+//! than `max_descriptors` descriptors or `"limits"` names, more than
+//! `max_entries` entries in a descriptor or parts in `"key"`, a key, value,
+//! domain, method or path over `max_value_bytes`; the message names the
+//! cap), 503 when the store failed and fails closed.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -51,6 +60,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 pub use error::ApiError;
+pub(crate) use headers::insert_saturated;
 pub use json::{
     DecisionRequest, DecisionResponse, DescriptorEntry, LimitDescription, LimitStatus,
     MatchDescription, RefundResponse, Refunded,

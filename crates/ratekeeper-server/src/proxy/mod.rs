@@ -16,7 +16,10 @@
 //!   and `Cache-Control: no-store`; the upstream never sees the request;
 //! - **the store failed closed**: `503 Service Unavailable`.
 //!
-//! A request no limit applies to is forwarded without any field.
+//! A request no limit applies to is forwarded without any field. When a
+//! limit's in-memory table had no room for the key, the 429 (with
+//! `on_saturated = "deny"`, the default) or the upstream's response (with
+//! `"allow"`) also carries `X-RateKeeper-Saturated` naming such limits.
 //!
 //! # What is passed through
 //!

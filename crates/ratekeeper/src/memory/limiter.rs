@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use super::demand::{DemandGates, ShardSwept};
 use super::key::KeyHasher;
 use super::locked_table::LockedTable;
 use super::one_word::OneWord;
@@ -108,6 +109,10 @@ struct Shared<C> {
     clock: C,
     max_keys: usize,
     sweep_interval: Duration,
+    /// Whether a background thread sweeps the table.
+    background_sweep: bool,
+    /// When each shard may next be swept for a new key.
+    demand: DemandGates,
     on_forget: Option<Hook>,
     /// Dropped with the limiter, which tells the sweeper thread to stop.
     _stop_sweeper: Option<Sender<()>>,
@@ -131,6 +136,15 @@ struct Shared<C> {
 ///   [`Outcome::Saturated`] and nothing is counted; keys already tracked
 ///   keep being limited. A key is only evicted once its state equals a
 ///   fresh one, so flooding the table cannot reset anyone's limit.
+/// - **Not locked out.** A new key that finds the table full sweeps it for
+///   room on demand, shard by shard, so room returns as soon as known keys
+///   are fresh again (600 ms after a flood of one request per key under
+///   100/minute GCRA), not at the next background sweep. Each shard is
+///   swept this way only when its first key may have turned fresh, and at
+///   most once per [`MIN_DEMAND_SWEEP_GAP`](crate::MIN_DEMAND_SWEEP_GAP),
+///   whatever the number of new keys; while nothing can be fresh, a
+///   saturated answer costs one atomic load, and its retry-after is the
+///   time until the first known key is fresh again.
 /// - **Fixed row size.** Keys are kept as 64-bit keyed hashes, seeded at
 ///   random per limiter: any key length costs the same, and nobody can
 ///   choose colliding keys. A chance collision makes two keys share a state,
@@ -140,7 +154,8 @@ struct Shared<C> {
 /// - **Swept.** A background thread evicts fresh states at most a window
 ///   (and at most a minute) apart; it never blocks decisions on known keys,
 ///   and stops when the last clone is dropped. Without it,
-///   [`sweep`](MemoryLimiter::sweep) does the same on demand.
+///   [`sweep`](MemoryLimiter::sweep) does the same when called (and a full
+///   table still sweeps for new keys, as above).
 ///
 /// # Example
 ///
@@ -213,7 +228,22 @@ impl<C: Clock> MemoryLimiter<C> {
     #[inline]
     pub fn check_at(&self, key: impl AsRef<[u8]>, now: Timestamp, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
-        let update = match &self.shared.table {
+        if let Update::Done(decision) = self.update_at(fingerprint, now, cost) {
+            return Outcome::Decided(decision);
+        }
+        // Full: sweep for room, then try once more.
+        if self.shared.make_room(now) {
+            if let Update::Done(decision) = self.update_at(fingerprint, now, cost) {
+                return Outcome::Decided(decision);
+            }
+        }
+        self.shared.saturated(now)
+    }
+
+    /// One decision on the table: the state's update, or saturated.
+    #[inline]
+    fn update_at(&self, fingerprint: u64, now: Timestamp, cost: u64) -> Update<Decision> {
+        match &self.shared.table {
             Table::Slots { policy, slots } => {
                 slots.update(fingerprint, |word| policy.decide(word, now, cost))
             }
@@ -232,12 +262,6 @@ impl<C: Clock> MemoryLimiter<C> {
                 };
                 (decision, next)
             }),
-        };
-        match update {
-            Update::Done(decision) => Outcome::Decided(decision),
-            Update::Saturated => Outcome::Saturated {
-                retry_after: self.shared.sweep_interval,
-            },
         }
     }
 
@@ -281,10 +305,9 @@ impl<C: Clock> MemoryLimiter<C> {
                 (decision, state.is_some() || next == current)
             }
         };
-        if !tracked && self.len() >= self.shared.max_keys {
-            Outcome::Saturated {
-                retry_after: self.shared.sweep_interval,
-            }
+        let full = || self.len() >= self.shared.max_keys;
+        if !tracked && full() && (!self.shared.make_room(now) || full()) {
+            self.shared.saturated(now)
         } else {
             Outcome::Decided(decision)
         }
@@ -365,10 +388,16 @@ impl<C> MemoryLimiter<C> {
         &self.shared.policy
     }
 
-    /// The time between two background sweeps, and the retry-after of a
-    /// saturated outcome.
+    /// The time between two background sweeps: the longest retry-after of
+    /// a saturated outcome while the background sweeper runs.
     pub fn sweep_interval(&self) -> Duration {
         self.shared.sweep_interval
+    }
+
+    /// How many shard sweeps new keys have run on demand, finding the table
+    /// full (see [`MIN_DEMAND_SWEEP_GAP`](crate::MIN_DEMAND_SWEEP_GAP)).
+    pub fn demand_sweeps(&self) -> u64 {
+        self.shared.demand.sweeps()
     }
 
     /// Bytes of memory the table holds: fixed for the lock-free table (its
@@ -383,6 +412,42 @@ impl<C> MemoryLimiter<C> {
 }
 
 impl<C> Shared<C> {
+    /// Sweeps shards for room at `now`, as far as their gates allow:
+    /// whether a key was evicted. The [`ForgetHook`] is not
+    /// told: it follows the background (or manual) sweeps, which cover the
+    /// whole table.
+    fn make_room(&self, now: Timestamp) -> bool {
+        match &self.table {
+            Table::Slots { policy, slots } => self.demand.make_room(now, |shard| {
+                swept_at(now, |fresh| {
+                    slots.sweep_shard(shard, |word| fresh(policy.fresh_at(word, now)))
+                })
+            }),
+            Table::Locked { rows } => self.demand.make_room(now, |shard| {
+                swept_at(now, |fresh| {
+                    rows.sweep_shard(shard, |state| fresh(self.policy.expires_at(state)))
+                })
+            }),
+        }
+    }
+
+    /// The answer for a new key that found no room at `now`: retry when
+    /// the next round of sweeps may find room (the first known key turns
+    /// fresh), and with the background sweeper on, no later than its next
+    /// sweep.
+    fn saturated(&self, now: Timestamp) -> Outcome {
+        let mut wait = self.demand.wait(now);
+        if wait.is_zero() {
+            // Room was just made and others took it: the next round may
+            // take a gap to find more.
+            wait = super::demand::MIN_DEMAND_SWEEP_GAP;
+        }
+        if self.background_sweep {
+            wait = wait.min(self.sweep_interval);
+        }
+        Outcome::Saturated { retry_after: wait }
+    }
+
     fn sweep_at(&self, now: Timestamp) -> usize {
         let evicted = match &self.table {
             Table::Slots { policy, slots } => slots.sweep(|word| policy.is_fresh(word, now)),
@@ -392,6 +457,27 @@ impl<C> Shared<C> {
             hook.0.swept(now);
         }
         evicted
+    }
+}
+
+/// One shard's sweep at `now`: `sweep` hands each state's fresh time to
+/// the predicate it is given, which evicts the states fresh by `now` and
+/// remembers the earliest time among the others.
+fn swept_at(
+    now: Timestamp,
+    sweep: impl FnOnce(&mut dyn FnMut(Timestamp) -> bool) -> usize,
+) -> ShardSwept {
+    let mut next_fresh: Option<Timestamp> = None;
+    let evicted = sweep(&mut |at| {
+        if at <= now {
+            return true;
+        }
+        next_fresh = Some(next_fresh.map_or(at, |earliest| earliest.min(at)));
+        false
+    });
+    ShardSwept {
+        evicted,
+        next_fresh,
     }
 }
 
@@ -500,6 +586,10 @@ impl<C> MemoryLimiterBuilder<C> {
             .window()
             .clamp(MIN_SWEEP_INTERVAL, MAX_SWEEP_INTERVAL);
         let (stop, stopped) = mpsc::channel::<()>();
+        let shards = match &table {
+            Table::Slots { slots, .. } => slots.shard_count(),
+            Table::Locked { rows } => rows.shard_count(),
+        };
         let shared = Arc::new(Shared {
             policy: self.policy,
             table,
@@ -507,6 +597,8 @@ impl<C> MemoryLimiterBuilder<C> {
             clock: self.clock,
             max_keys: self.max_keys,
             sweep_interval,
+            background_sweep: self.background_sweep,
+            demand: DemandGates::new(shards),
             on_forget: self.on_forget,
             _stop_sweeper: self.background_sweep.then_some(stop),
         });

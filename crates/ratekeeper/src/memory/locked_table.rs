@@ -132,18 +132,37 @@ impl LockedTable {
     }
 
     /// Evicts the keys whose state `is_fresh`, one shard at a time.
-    pub(crate) fn sweep(&self, is_fresh: impl Fn(&State) -> bool) -> usize {
-        let mut evicted = 0;
-        for index in 0..SHARDS {
-            let mut shard = self.shard((index as u64) << 40);
-            let before = shard.len();
-            shard.retain(|_, state| !is_fresh(state));
-            // Give back memory a flood left behind, without thrashing.
-            if shard.capacity() > 4 * shard.len().max(16) {
-                shard.shrink_to_fit();
-            }
-            evicted += before - shard.len();
+    pub(crate) fn sweep(&self, mut is_fresh: impl FnMut(&State) -> bool) -> usize {
+        (0..SHARDS)
+            .map(|shard| self.sweep_shard(shard, &mut is_fresh))
+            .sum()
+    }
+
+    /// How many shards the table has.
+    pub(crate) fn shard_count(&self) -> usize {
+        SHARDS
+    }
+
+    /// Evicts the keys of one shard whose state `is_fresh` (none past the
+    /// last shard).
+    pub(crate) fn sweep_shard(
+        &self,
+        shard: usize,
+        mut is_fresh: impl FnMut(&State) -> bool,
+    ) -> usize {
+        let Some(shard) = self.shards.get(shard) else {
+            return 0;
+        };
+        let mut shard = shard
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = shard.len();
+        shard.retain(|_, state| !is_fresh(state));
+        // Give back memory a flood left behind, without thrashing.
+        if shard.capacity() > 4 * shard.len().max(16) {
+            shard.shrink_to_fit();
         }
+        let evicted = before - shard.len();
         self.len.fetch_sub(evicted, Ordering::AcqRel);
         evicted
     }

@@ -8,8 +8,10 @@
 //! - `one_word`: how GCRA and fixed-window states pack into a word;
 //! - `locked_table`: the sharded, locked maps for the sliding policies;
 //! - `key`: keys as keyed 64-bit fingerprints;
+//! - `demand`: the sweeps a full table runs for a new key, and their bound;
 //! - `limiter`: the limiter, its builder and its sweeper thread.
 
+mod demand;
 mod key;
 mod limiter;
 mod locked_table;
@@ -17,6 +19,7 @@ mod one_word;
 mod slot_table;
 mod sync;
 
+pub use demand::MIN_DEMAND_SWEEP_GAP;
 pub use limiter::{
     BuildError, ForgetHook, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,

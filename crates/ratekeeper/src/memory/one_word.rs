@@ -85,15 +85,17 @@ impl OneWord {
 
     /// Whether the packed state is the same as a fresh one at `now`.
     pub(crate) fn is_fresh(&self, word: u64, now: Timestamp) -> bool {
+        self.fresh_at(word, now) <= now
+    }
+
+    /// When the packed state becomes the same as a fresh one, read at `now`
+    /// (a fixed window's number is recovered from it).
+    pub(crate) fn fresh_at(&self, word: u64, now: Timestamp) -> Timestamp {
         match self {
-            OneWord::Gcra(gcra) => {
-                gcra.expires_at(&GcraState {
-                    tat: Timestamp::from_nanos(word),
-                }) <= now
-            }
-            OneWord::FixedWindow(window) => {
-                window.expires_at(&unpack_window(window, word, now)) <= now
-            }
+            OneWord::Gcra(gcra) => gcra.expires_at(&GcraState {
+                tat: Timestamp::from_nanos(word),
+            }),
+            OneWord::FixedWindow(window) => window.expires_at(&unpack_window(window, word, now)),
         }
     }
 }

@@ -270,37 +270,49 @@ impl SlotTable {
     /// Evicts every key whose state `is_fresh` says is the same as a fresh
     /// one, then trims tombstones; the number evicted. Takes one shard's lock
     /// at a time, so updates never wait and claims wait for one shard only.
-    pub(crate) fn sweep(&self, is_fresh: impl Fn(u64) -> bool) -> usize {
+    pub(crate) fn sweep(&self, mut is_fresh: impl FnMut(u64) -> bool) -> usize {
+        (0..self.locks.len())
+            .map(|shard| self.sweep_shard(shard, &mut is_fresh))
+            .sum()
+    }
+
+    /// How many shards the table has.
+    pub(crate) fn shard_count(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// [`sweep`](SlotTable::sweep) of one shard (none past the last):
+    /// under its lock, as every eviction is.
+    pub(crate) fn sweep_shard(&self, shard: usize, mut is_fresh: impl FnMut(u64) -> bool) -> usize {
+        let (Some(shard_lock), Some(occupied)) = (self.locks.get(shard), self.occupied.get(shard))
+        else {
+            return 0;
+        };
+        // Only empty slots: nothing to evict or trim. A claim racing
+        // with this read writes a state that is not fresh anyway.
+        if occupied.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let _guard = lock(shard_lock);
+        let base = shard * self.shard_len;
         let mut evicted = 0;
-        for (shard, shard_lock) in self.locks.iter().enumerate() {
-            // Only empty slots: nothing to evict or trim. A claim racing
-            // with this read writes a state that is not fresh anyway.
-            if self.occupied[shard].load(Ordering::Relaxed) == 0 {
-                continue;
+        // Tombstones come only from `free`, under this shard's lock
+        // (held here), so a shard that had none and lost no key now
+        // has none to trim: skipping it halves an idle sweep.
+        let mut tombstones = 0;
+        for index in base..base + self.shard_len {
+            let slot = self.slots[index].load(Ordering::Acquire);
+            let key = key_of(slot);
+            if key == TOMBSTONE {
+                tombstones += 1;
+            // A failed swap means the key was just updated: not fresh.
+            } else if key >= MIN_FINGERPRINT && is_fresh(state_of(slot)) && self.free(index, slot) {
+                evicted += 1;
+                tombstones += 1;
             }
-            let _guard = lock(shard_lock);
-            let base = shard * self.shard_len;
-            // Tombstones come only from `free`, under this shard's lock
-            // (held here), so a shard that had none and lost no key now
-            // has none to trim: skipping it halves an idle sweep.
-            let mut tombstones = 0;
-            for index in base..base + self.shard_len {
-                let slot = self.slots[index].load(Ordering::Acquire);
-                let key = key_of(slot);
-                if key == TOMBSTONE {
-                    tombstones += 1;
-                // A failed swap means the key was just updated: not fresh.
-                } else if key >= MIN_FINGERPRINT
-                    && is_fresh(state_of(slot))
-                    && self.free(index, slot)
-                {
-                    evicted += 1;
-                    tombstones += 1;
-                }
-            }
-            if tombstones > 0 {
-                self.trim(shard);
-            }
+        }
+        if tombstones > 0 {
+            self.trim(shard);
         }
         evicted
     }
