@@ -470,9 +470,10 @@ fn request_caps_default_and_are_bounded() {
         (
             defaults.max_descriptors,
             defaults.max_entries,
-            defaults.max_value_bytes
+            defaults.max_value_bytes,
+            defaults.max_override_rates
         ),
-        (256, 64, 16_384)
+        (256, 64, 16_384, 32)
     );
     let config =
         Config::from_toml_str(&format!("[requests]\nmax_descriptors = 8\n{one}"), "x").unwrap();
@@ -480,7 +481,7 @@ fn request_caps_default_and_are_bounded() {
     assert_eq!(config.requests.max_entries, 64);
     assert!(config
         .explain()
-        .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes\n"));
+        .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes, 32 override rates\n"));
     assert!(!Config::default().explain().contains("requests:"));
     assert_eq!(
         err(&format!("[requests]\nmax_entries = 0\n{one}")),
@@ -493,6 +494,10 @@ fn request_caps_default_and_are_bounded() {
     assert_eq!(
         err(&format!("[requests]\nmax_descriptors = 65537\n{one}")),
         "ratekeeper.toml:2:19: requests.max_descriptors: max_descriptors is 65537, outside 1 to 65536"
+    );
+    assert_eq!(
+        err(&format!("[requests]\nmax_override_rates = 1025\n{one}")),
+        "ratekeeper.toml:2:22: requests.max_override_rates: max_override_rates is 1025, outside 1 to 1024"
     );
     let config =
         Config::from_toml_str_with_env(one, "x", [("RATEKEEPER_REQUESTS__MAX_VALUE_BYTES", "100")])

@@ -680,3 +680,38 @@ async fn the_default_caps_take_256_descriptors_and_refuse_257() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn override_rates_are_capped_so_clients_cannot_grow_the_service() {
+    let toml = format!("[store]\nmax_keys = 100\n\n[requests]\nmax_override_rates = 4\n\n{PER_IP}");
+    let mut rls = start(&toml).await;
+    let overridden = |requests| {
+        let mut d = descriptor(&[("remote_address", "10.0.0.1")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: requests,
+            unit: RateLimitUnit::Minute as i32,
+        });
+        d
+    };
+    // Four rates, asked in one request and again: one count each.
+    for remaining in [9, 8] {
+        let response = rls
+            .ask(request("edge", (10..14).map(overridden).collect()))
+            .await;
+        assert_eq!(response.overall_code, OK);
+        assert_eq!(response.statuses[0].limit_remaining, remaining);
+    }
+    // A fifth is refused with the cap's name, and counts nothing.
+    let error = rls
+        .client
+        .should_rate_limit(request("edge", vec![overridden(10), overridden(99)]))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::ResourceExhausted, "{error}");
+    assert!(
+        error.message().contains("requests.max_override_rates"),
+        "{error}"
+    );
+    let status = rls.one("edge", overridden(10)).await;
+    assert_eq!(status.limit_remaining, 7);
+}

@@ -53,6 +53,7 @@ pub(crate) struct FileRequests {
     pub(crate) max_descriptors: Option<Spanned<u64>>,
     pub(crate) max_entries: Option<Spanned<u64>>,
     pub(crate) max_value_bytes: Option<Spanned<u64>>,
+    pub(crate) max_override_rates: Option<Spanned<u64>>,
 }
 
 /// One `[[limits]]`.

@@ -18,6 +18,7 @@
 //! max_descriptors = 256      # descriptors (and JSON "limits" names) per request
 //! max_entries = 64           # entries per descriptor (and JSON "key" parts)
 //! max_value_bytes = 16384    # bytes of a key, value, domain, method or path
+//! max_override_rates = 32    # distinct Envoy override rates counted (a table each)
 //!
 //! [[limits]]
 //! name = "per-ip"
@@ -166,6 +167,7 @@ admin = "127.0.0.1:9090"
 max_descriptors = 256
 max_entries = 64
 max_value_bytes = 16384
+max_override_rates = 32
 
 [[limits]]
 name = "per-client"
@@ -599,8 +601,12 @@ impl Config {
         if *caps != RequestCaps::default() {
             let _ = writeln!(
                 out,
-                "requests: at most {} descriptors of {} entries, values up to {} bytes",
-                caps.max_descriptors, caps.max_entries, caps.max_value_bytes
+                "requests: at most {} descriptors of {} entries, values up to {} bytes, \
+                 {} override rates",
+                caps.max_descriptors,
+                caps.max_entries,
+                caps.max_value_bytes,
+                caps.max_override_rates
             );
         }
         for limit in &self.limits {

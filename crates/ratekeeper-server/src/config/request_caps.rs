@@ -22,6 +22,11 @@ pub struct RequestCaps {
     /// Bytes of one entry's key or value, of the domain, and of a JSON
     /// key part, method or path (`requests.max_value_bytes`).
     pub max_value_bytes: usize,
+    /// Distinct Envoy limit overrides (`requests_per_unit` and `unit`)
+    /// the service keeps a count for (`requests.max_override_rates`). Each
+    /// is a table of its own in the in-memory store, so without a cap a
+    /// client could make the service allocate one per request.
+    pub max_override_rates: usize,
 }
 
 impl RequestCaps {
@@ -31,6 +36,11 @@ impl RequestCaps {
     pub const DEFAULT_MAX_ENTRIES: usize = 64;
     /// The default `max_value_bytes`: room for a large JWT in a header.
     pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024;
+    /// The default `max_override_rates`: Envoy's overrides come from route
+    /// configuration, a few distinct rates in a deployment.
+    pub const DEFAULT_MAX_OVERRIDE_RATES: usize = 32;
+    /// The largest `max_override_rates` a configuration may set.
+    pub const LIMIT_MAX_OVERRIDE_RATES: usize = 1024;
     /// The largest `max_descriptors` a configuration may set.
     pub const LIMIT_MAX_DESCRIPTORS: usize = 65_536;
     /// The largest `max_entries` a configuration may set.
@@ -117,12 +127,14 @@ impl RequestCaps {
 }
 
 impl Default for RequestCaps {
-    /// 256 descriptors of up to 64 entries, keys and values up to 16 KiB.
+    /// 256 descriptors of up to 64 entries, keys and values up to 16 KiB;
+    /// 32 distinct override rates.
     fn default() -> Self {
         RequestCaps {
             max_descriptors: Self::DEFAULT_MAX_DESCRIPTORS,
             max_entries: Self::DEFAULT_MAX_ENTRIES,
             max_value_bytes: Self::DEFAULT_MAX_VALUE_BYTES,
+            max_override_rates: Self::DEFAULT_MAX_OVERRIDE_RATES,
         }
     }
 }
@@ -167,6 +179,22 @@ pub enum CapError {
         /// The cap.
         max: usize,
     },
+    /// An Envoy limit override at a rate the service has no count for,
+    /// when it already keeps counts for `max` distinct ones.
+    #[error(
+        "descriptors[{index}].limit asks for {requests} per {unit}, but the service already counts \
+         {max} distinct override rates, the most requests.max_override_rates allows"
+    )]
+    OverrideRates {
+        /// The descriptor's position.
+        index: usize,
+        /// Its `requests_per_unit`.
+        requests: u32,
+        /// Its unit, in lower case.
+        unit: String,
+        /// The cap.
+        max: usize,
+    },
     /// A key, value, domain, method or path too long.
     #[error("{field} is {bytes} bytes, more than requests.max_value_bytes ({max})")]
     ValueBytes {
@@ -188,6 +216,7 @@ mod tests {
             max_descriptors,
             max_entries,
             max_value_bytes,
+            ..RequestCaps::default()
         }
     }
 

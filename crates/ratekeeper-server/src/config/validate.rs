@@ -591,6 +591,12 @@ impl Checker<'_> {
                 defaults.max_value_bytes,
                 RequestCaps::LIMIT_MAX_VALUE_BYTES,
             )?,
+            max_override_rates: cap(
+                &requests.max_override_rates,
+                "max_override_rates",
+                defaults.max_override_rates,
+                RequestCaps::LIMIT_MAX_OVERRIDE_RATES,
+            )?,
         })
     }
 

@@ -12,7 +12,8 @@ use thiserror::Error;
 /// Envoy treats any gRPC error as a failure of the service and lets the
 /// filter's `failure_mode_deny` decide; so does [`tonic::Status::from`]:
 /// a failed store is `UNAVAILABLE`, a malformed request or one over a cap
-/// of `[requests]` `INVALID_ARGUMENT`, never `UNKNOWN`.
+/// of `[requests]` `INVALID_ARGUMENT` (an override past
+/// `requests.max_override_rates` `RESOURCE_EXHAUSTED`), never `UNKNOWN`.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum EnvoyError {
@@ -51,6 +52,11 @@ impl From<EnvoyError> for tonic::Status {
     fn from(error: EnvoyError) -> tonic::Status {
         let message = error.to_string();
         match error {
+            // Not the request's fault alone: the service counts enough
+            // rates already.
+            EnvoyError::OverCap(CapError::OverrideRates { .. }) => {
+                tonic::Status::resource_exhausted(message)
+            }
             EnvoyError::EmptyDomain
             | EnvoyError::NoDescriptors
             | EnvoyError::InvalidOverride { .. }

@@ -35,7 +35,11 @@
 //!   of `requests_per_unit` per unit (months are 30 days and years 365, as
 //!   there), counted per domain and full list of entries, never in shadow
 //!   mode. Zero requests per unit refuses every hit. An override with an
-//!   unknown unit is refused with `INVALID_ARGUMENT`.
+//!   unknown unit is refused with `INVALID_ARGUMENT`. Each distinct rate is
+//!   a limit (a table of the in-memory store) of its own, kept for the life
+//!   of the service: at most `requests.max_override_rates` (32) of them, and
+//!   a request asking for one more is refused with `RESOURCE_EXHAUSTED`, so
+//!   clients that choose override rates cannot grow the service.
 //! - Limits in shadow mode are decided and shown but never make a status
 //!   or the request `OVER_LIMIT`, as Envoy's service's `shadow_mode`.
 //!
@@ -121,6 +125,7 @@
 
 mod error;
 pub mod matching;
+mod overrides;
 pub mod proto;
 mod service;
 pub mod units;

@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use super::error::EnvoyError;
 use super::matching::{self, DescriptorSource};
+use super::overrides::OverrideLimits;
 use super::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
@@ -34,6 +35,8 @@ use crate::engine::{
 #[derive(Clone, Debug)]
 pub struct EnvoyService {
     engine: Engine,
+    /// Shared by every clone: the cap on override rates is the service's.
+    overrides: Arc<OverrideLimits>,
 }
 
 /// One check of the request, and what it belongs to.
@@ -57,7 +60,10 @@ enum Override {
 impl EnvoyService {
     /// The service deciding through `engine`.
     pub fn new(engine: Engine) -> EnvoyService {
-        EnvoyService { engine }
+        EnvoyService {
+            engine,
+            overrides: Arc::default(),
+        }
     }
 
     /// The tonic server of this service, to add to a
@@ -159,7 +165,12 @@ impl EnvoyService {
                 // Envoy's service: an override replaces the configured
                 // limits, in a domain it knows.
                 Some(limit_override) if knows_domain => {
-                    match override_limit(index, limit_override)? {
+                    match override_limit(
+                        index,
+                        limit_override,
+                        &self.overrides,
+                        caps.max_override_rates,
+                    )? {
                         Override::Limit(limit, shown) => {
                             push(limit, override_key(domain, &descriptor.entries), shown);
                         }
@@ -280,10 +291,12 @@ fn configured_rate(limit: &ActiveLimit) -> RateLimit {
 /// The limit a descriptor's override asks for: a fixed window of
 /// `requests_per_unit` per unit, as Envoy's own service counts, named
 /// `envoy-override-N-per-UNIT` so that different overrides never share a
-/// count.
+/// count. Made once per rate and kept in `made`, at most `max` rates.
 fn override_limit(
     index: usize,
     limit_override: &RateLimitOverride,
+    made: &OverrideLimits,
+    max: usize,
 ) -> Result<Override, EnvoyError> {
     let invalid = |reason: String| EnvoyError::InvalidOverride { index, reason };
     let unit = RateLimitUnit::try_from(limit_override.unit)
@@ -300,18 +313,19 @@ fn override_limit(
     if requests == 0 {
         return Ok(Override::Zero(shown, window));
     }
-    let rate = Rate::new(u64::from(requests), window).map_err(|e| invalid(e.to_string()))?;
-    let policy = FixedWindow::from_rate(&rate).map_err(|e| invalid(e.to_string()))?;
-    let limit = Limit::new(shown.name.clone(), policy).map_err(|e| invalid(e.to_string()))?;
-    let config = LimitConfig {
-        limit,
-        rate,
-        key: vec![KeyPart::Global],
-        shadow: false,
-        on_saturated: OnSaturated::default(),
-        matcher: Match::default(),
-    };
-    let active = Arc::new(ActiveLimit::new(config));
+    let active = made.get_or_make(index, (requests, unit), max, || {
+        let rate = Rate::new(u64::from(requests), window).map_err(|e| invalid(e.to_string()))?;
+        let policy = FixedWindow::from_rate(&rate).map_err(|e| invalid(e.to_string()))?;
+        let limit = Limit::new(shown.name.clone(), policy).map_err(|e| invalid(e.to_string()))?;
+        Ok::<_, EnvoyError>(Arc::new(ActiveLimit::new(LimitConfig {
+            limit,
+            rate,
+            key: vec![KeyPart::Global],
+            shadow: false,
+            on_saturated: OnSaturated::default(),
+            matcher: Match::default(),
+        })))
+    })?;
     Ok(Override::Limit(active, shown))
 }
 
@@ -523,6 +537,7 @@ mod work {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::CapError;
     use crate::envoy::proto::RateLimitDescriptor;
     use crate::Config;
     use ratekeeper::{ManualClock, Timestamp};
@@ -547,30 +562,78 @@ mod tests {
 
     #[test]
     fn overrides_are_checked() {
+        let made = OverrideLimits::default();
+        let check = |at, o: &RateLimitOverride| override_limit(at, o, &made, 8);
         let unknown = RateLimitOverride {
             requests_per_unit: 1,
             unit: 0,
         };
         assert!(matches!(
-            override_limit(2, &unknown),
+            check(2, &unknown),
             Err(EnvoyError::InvalidOverride { index: 2, .. })
         ));
         let bogus = RateLimitOverride {
             requests_per_unit: 1,
             unit: 99,
         };
-        assert!(override_limit(0, &bogus).is_err());
+        assert!(check(0, &bogus).is_err());
         let month = RateLimitOverride {
             requests_per_unit: 100,
             unit: RateLimitUnit::Month as i32,
         };
-        let Ok(Override::Limit(limit, shown)) = override_limit(0, &month) else {
+        let Ok(Override::Limit(limit, shown)) = check(0, &month) else {
             panic!("a valid override");
         };
         assert_eq!(limit.name(), "envoy-override-100-per-month");
         assert_eq!(limit.window(), Duration::from_secs(30 * 86_400));
         assert_eq!((shown.requests_per_unit, shown.unit), (100, 5));
         assert!(!limit.is_shadow());
+        // Nothing invalid was kept.
+        assert_eq!(made.len(), 1);
+    }
+
+    #[test]
+    fn override_rates_are_made_once_and_capped() {
+        let made = OverrideLimits::default();
+        let per_minute = |requests_per_unit| RateLimitOverride {
+            requests_per_unit,
+            unit: RateLimitUnit::Minute as i32,
+        };
+        let limit_of = |o: Result<Override, EnvoyError>| match o {
+            Ok(Override::Limit(limit, _)) => limit,
+            _ => panic!("a limit"),
+        };
+        let first = limit_of(override_limit(0, &per_minute(5), &made, 3));
+        let again = limit_of(override_limit(1, &per_minute(5), &made, 3));
+        assert!(Arc::ptr_eq(&first, &again), "one limit per rate");
+        for requests in [6, 7] {
+            limit_of(override_limit(0, &per_minute(requests), &made, 3));
+        }
+        // A fourth rate is refused, naming the cap; the three known still work.
+        let refused = override_limit(4, &per_minute(8), &made, 3);
+        let Err(
+            error @ EnvoyError::OverCap(CapError::OverrideRates {
+                index: 4, max: 3, ..
+            }),
+        ) = refused
+        else {
+            panic!("the cap refuses a fourth rate");
+        };
+        assert!(
+            error.to_string().contains("requests.max_override_rates"),
+            "{error}"
+        );
+        assert_eq!(
+            tonic::Status::from(error).code(),
+            tonic::Code::ResourceExhausted
+        );
+        limit_of(override_limit(0, &per_minute(6), &made, 3));
+        // Zero overrides are not limits and take no room.
+        assert!(matches!(
+            override_limit(0, &per_minute(0), &made, 3),
+            Ok(Override::Zero(..))
+        ));
+        assert_eq!(made.len(), 3);
     }
 
     #[test]
@@ -595,7 +658,9 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let config = Config::from_toml_str(
-                "[[limits]]\nname = \"per-user\"\nrate = \"1000/minute\"\nkey = [\"global\"]\n\
+                // Room for every override rate.
+                "[requests]\nmax_override_rates = 256\n\
+                 [[limits]]\nname = \"per-user\"\nrate = \"1000/minute\"\nkey = [\"global\"]\n\
                  match = { domain = \"d\", descriptors = [{ key = \"user\" }] }\n",
                 "test.toml",
             )
