@@ -994,3 +994,32 @@ fn the_readme_proxy_setups_load_and_say_what_they_trust() {
         trust[2]
     );
 }
+
+#[test]
+fn trusting_every_address_is_a_warning_naming_the_header_read() {
+    let limit = |from: &str| {
+        format!(
+            "[[limits]]\nname = \"open\"\nrate = \"1/s\"\nkey = [\"client_ip\"]\n\
+             trusted_proxies = [\"0.0.0.0/0\"]\n{from}"
+        )
+    };
+    for (from, header) in [
+        ("", "X-Forwarded-For"),
+        ("client_ip_from = \"forwarded\"\n", "Forwarded"),
+        (
+            "client_ip_from = \"header:cf-connecting-ip\"\n",
+            "cf-connecting-ip",
+        ),
+    ] {
+        let config = Config::from_toml_str(&limit(from), "x").unwrap();
+        let warnings: Vec<String> = config.warnings().iter().map(|w| w.to_string()).collect();
+        assert_eq!(
+            warnings,
+            [format!(
+                "limit open trusts every address as a proxy (a /0 network in trusted_proxies): \
+                 any client can choose its own key with {header}"
+            )],
+            "{from}"
+        );
+    }
+}

@@ -30,10 +30,13 @@ pub enum ConfigWarning {
         part: String,
     },
     /// `client_ip` trusts a network that covers every address, so any
-    /// client can name its own key in `X-Forwarded-For`.
+    /// client can name its own key in the header it reads.
     TrustsEveryProxy {
         /// The limit.
         limit: String,
+        /// The header `client_ip` reads (`X-Forwarded-For`, `Forwarded`,
+        /// or the `client_ip_from` header).
+        header: String,
     },
 }
 
@@ -50,10 +53,10 @@ impl fmt::Display for ConfigWarning {
                 "limit {limit} matches HTTP methods or paths, but its key part {part} comes only \
                  from Envoy descriptors: every request shares the key \"unknown\""
             ),
-            ConfigWarning::TrustsEveryProxy { limit } => write!(
+            ConfigWarning::TrustsEveryProxy { limit, header } => write!(
                 f,
                 "limit {limit} trusts every address as a proxy (a /0 network in trusted_proxies): \
-                 any client can choose its own key with X-Forwarded-For"
+                 any client can choose its own key with {header}"
             ),
         }
     }
@@ -103,16 +106,25 @@ fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
                     part: part.to_string(),
                 });
             }
-            KeyPart::ClientIp(
-                ClientIp::XForwardedFor { trusted } | ClientIp::Forwarded { trusted },
-                _,
-            ) if trusted.iter().any(|net| net.prefix_len() == 0) => {
+            KeyPart::ClientIp(strategy, _)
+                if strategy.trusted().iter().any(|net| net.prefix_len() == 0) =>
+            {
                 warnings.push(ConfigWarning::TrustsEveryProxy {
                     limit: name.clone(),
+                    header: header_label(strategy),
                 });
             }
             _ => {}
         }
     }
     warnings
+}
+
+/// The header `strategy` reads, as people write it.
+fn header_label(strategy: &ClientIp) -> String {
+    match strategy {
+        ClientIp::Forwarded { .. } => "Forwarded".to_owned(),
+        ClientIp::Header { name, .. } => name.to_string(),
+        _ => "X-Forwarded-For".to_owned(),
+    }
 }
