@@ -197,3 +197,24 @@ key = ["client_ip", "route"]
         ]
     );
 }
+
+#[test]
+fn check_hides_the_redis_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redis.toml");
+    std::fs::write(
+        &path,
+        "[store]\nkind = \"redis\"\nurl = \"redis://default:S3cretRedisPass@127.0.0.1:6390\"\n\n[[limits]]\nname = \"x\"\nrate = \"1/second\"\nkey = [\"global\"]\n",
+    )
+    .unwrap();
+    let output = ratekeeper(&["check", "--config", path.to_str().unwrap()], &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(
+        stdout.contains("store: redis redis://default:***@127.0.0.1:6390 "),
+        "{stdout}"
+    );
+    for printed in [&stdout, &stderr] {
+        assert!(!printed.contains("S3cretRedisPass"), "{printed}");
+    }
+}

@@ -1023,3 +1023,47 @@ fn trusting_every_address_is_a_warning_naming_the_header_read() {
         );
     }
 }
+
+#[test]
+fn store_passwords_never_reach_debug_explain_or_errors() {
+    let one = "[[limits]]\nname = \"x\"\nrate = \"1/second\"\nkey = [\"global\"]\n";
+    let redis = Config::from_toml_str(
+        &format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://default:S3cretRedisPass@127.0.0.1:6390/0\"\n{one}"
+        ),
+        "r.toml",
+    )
+    .unwrap();
+    let cluster = Config::from_toml_str(
+        &format!(
+            "[store]\nkind = \"redis-cluster\"\nurls = [\"redis://:S3cretA@10.0.0.1:7000\", \"redis://u:S3cretB@10.0.0.2:7001\"]\n{one}"
+        ),
+        "c.toml",
+    )
+    .unwrap();
+    for text in [format!("{redis:?}"), redis.explain()] {
+        assert!(!text.contains("S3cret"), "{text}");
+        assert!(
+            text.contains("redis://default:***@127.0.0.1:6390/0"),
+            "{text}"
+        );
+    }
+    for text in [format!("{cluster:?}"), cluster.explain()] {
+        assert!(!text.contains("S3cret"), "{text}");
+        assert!(text.contains("redis://:***@10.0.0.1:7000"), "{text}");
+        assert!(text.contains("redis://u:***@10.0.0.2:7001"), "{text}");
+    }
+    // The configuration keeps the URL itself: only what is shown is hidden.
+    let Backend::Redis { url, .. } = &redis.store.backend else {
+        panic!("a redis store");
+    };
+    assert_eq!(url, "redis://default:S3cretRedisPass@127.0.0.1:6390/0");
+    let refused = Config::from_toml_str(
+        &format!("[store]\nkind = \"redis\"\nurl = \"http://u:S3cret@x\"\n{one}"),
+        "r.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(!refused.contains("S3cret"), "{refused}");
+    assert!(refused.contains("\"http://u:***@x\""), "{refused}");
+}

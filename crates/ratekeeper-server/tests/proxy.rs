@@ -832,3 +832,22 @@ fn the_proxy_command_refuses_an_upstream_it_cannot_proxy_to() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_proxy_command_never_prints_the_upstreams_password() {
+    // One the proxy refuses (user information), one that is not a URL.
+    for upstream in [
+        "http://u:S3cretProxyPass@example.com",
+        "http://u:S3cretProxyPass@exa mple",
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
+            .args(["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0"])
+            .output()
+            .expect("ratekeeper runs");
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("http://u:***@exa"), "{stderr}");
+        assert!(!stderr.contains("S3cretProxyPass"), "{stderr}");
+        assert!(!String::from_utf8_lossy(&output.stdout).contains("S3cretProxyPass"));
+    }
+}

@@ -140,6 +140,51 @@ fn an_invalid_file_stops_it_at_start_with_the_error() {
     );
 }
 
+#[test]
+fn a_redis_store_nobody_answers_stops_it_naming_the_host_not_the_password() {
+    // A port that was free a moment ago: nothing listens on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("redis.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://default:S3cretRedisPass@127.0.0.1:{port}\"\n\n\
+             [[limits]]\nname = \"x\"\nrate = \"1/second\"\nkey = [\"global\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
+        command.env_remove(key);
+    }
+    let output = command
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env("RATEKEEPER_LISTEN__HTTP", "127.0.0.1:0")
+        .env("RATEKEEPER_LISTEN__GRPC", "127.0.0.1:0")
+        .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        stderr.contains(&format!(
+            "cannot connect to Redis at redis://default:***@127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
+    for printed in [&stdout, &stderr] {
+        assert!(!printed.contains("S3cretRedisPass"), "{printed}");
+    }
+}
+
 #[tokio::test]
 async fn the_grpc_port_answers_envoys_should_rate_limit() {
     use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;

@@ -260,6 +260,7 @@ fn proxy(
     let upstream: axum::http::Uri = match upstream.parse() {
         Ok(uri) => uri,
         Err(error) => {
+            let upstream = ratekeeper_server::config::redact_url(upstream);
             eprintln!("error: --upstream {upstream:?} is not a URL: {error}");
             return ExitCode::from(2);
         }

@@ -133,11 +133,12 @@ mod address;
 mod env;
 mod error;
 mod file;
+mod redact;
 mod request_caps;
 mod validate;
 mod warnings;
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -148,6 +149,8 @@ use ratekeeper_tower::client::ClientIp;
 
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use error::{ConfigError, Location};
+pub use redact::redact_url;
+pub(crate) use redact::redact_urls;
 pub use request_caps::{CapError, RequestCaps};
 pub use warnings::ConfigWarning;
 
@@ -230,7 +233,10 @@ pub struct StoreConfig {
 }
 
 /// Which store keeps the counts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` hides the passwords in Redis URLs (see [`redact_url`]), so a
+/// configuration can be logged.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Backend {
     /// This process's memory.
@@ -260,6 +266,39 @@ pub enum Backend {
         /// The timeout of each call.
         timeout: Duration,
     },
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Memory => f.write_str("Memory"),
+            Backend::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
+            Backend::Redis {
+                url,
+                prefix,
+                timeout,
+                batching,
+            } => f
+                .debug_struct("Redis")
+                .field("url", &redact_url(url))
+                .field("prefix", prefix)
+                .field("timeout", timeout)
+                .field("batching", batching)
+                .finish(),
+            Backend::RedisCluster {
+                urls,
+                prefix,
+                timeout,
+            } => {
+                let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+                f.debug_struct("RedisCluster")
+                    .field("urls", &urls)
+                    .field("prefix", prefix)
+                    .field("timeout", timeout)
+                    .finish()
+            }
+        }
+    }
 }
 
 impl Backend {
@@ -565,7 +604,8 @@ impl Config {
                     "no batching".to_owned()
                 };
                 format!(
-                    "redis {url} (prefix {prefix:?}, timeout {}ms, {batching})",
+                    "redis {} (prefix {prefix:?}, timeout {}ms, {batching})",
+                    redact_url(url),
                     timeout.as_millis()
                 )
             }
@@ -575,7 +615,7 @@ impl Config {
                 timeout,
             } => format!(
                 "redis-cluster {} (prefix {prefix:?}, timeout {}ms)",
-                urls.join(" "),
+                redact_urls(urls),
                 timeout.as_millis()
             ),
         };

@@ -23,8 +23,9 @@ use super::file::{
     FileTrust,
 };
 use super::{
-    Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match, OnSaturated,
-    Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
+    redact_url, Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match,
+    OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX,
+    DEFAULT_IPV6_PREFIX,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.
@@ -488,7 +489,10 @@ impl Checker<'_> {
             _ => self.fail(
                 url.span(),
                 field,
-                format!("invalid Redis url {text:?}; expected redis://HOST:PORT, rediss://HOST:PORT or redis+unix:///PATH"),
+                format!(
+                    "invalid Redis url {:?}; expected redis://HOST:PORT, rediss://HOST:PORT or redis+unix:///PATH",
+                    redact_url(text)
+                ),
             ),
         }
     }

@@ -11,8 +11,15 @@ pub enum StartError {
     #[error("cannot open the SQLite store")]
     Sqlite(#[source] ratekeeper_sqlite::SqliteError),
     /// Redis could not be reached.
-    #[error("cannot connect to Redis")]
-    Redis(#[source] ratekeeper_redis::ConnectError),
+    #[error("cannot connect to Redis at {url}")]
+    Redis {
+        /// The URL, or the cluster's URLs separated by spaces, with the
+        /// passwords hidden ([`redact_url`](crate::config::redact_url)).
+        url: String,
+        /// Why.
+        #[source]
+        source: ratekeeper_redis::ConnectError,
+    },
 }
 
 /// Why a request could not be decided.

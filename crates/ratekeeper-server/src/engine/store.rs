@@ -14,7 +14,7 @@ use ratekeeper_redis::{BatchStats, RedisStore};
 use ratekeeper_sqlite::SqliteStore;
 
 use super::StartError;
-use crate::config::{Backend, StoreConfig};
+use crate::config::{redact_url, redact_urls, Backend, StoreConfig};
 
 /// The clock of the in-memory store: the monotonic clock in the service,
 /// a [`ManualClock`](ratekeeper::ManualClock) in tests.
@@ -65,7 +65,10 @@ impl AnyStore {
                     .batching(*batching)
                     .connect(url)
                     .await
-                    .map_err(StartError::Redis)?;
+                    .map_err(|source| StartError::Redis {
+                        url: redact_url(url),
+                        source,
+                    })?;
                 AnyStore::Redis(Arc::new(Resilient::with_fallback_store(
                     store, policy, fallback,
                 )))
@@ -80,7 +83,10 @@ impl AnyStore {
                     .timeout(*timeout)
                     .cluster(urls.iter().map(String::as_str))
                     .await
-                    .map_err(StartError::Redis)?;
+                    .map_err(|source| StartError::Redis {
+                        url: redact_urls(urls),
+                        source,
+                    })?;
                 AnyStore::Redis(Arc::new(Resilient::with_fallback_store(
                     store, policy, fallback,
                 )))

@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use super::ProxyError;
+use crate::config::redact_url;
 
 /// How long connecting to the upstream may take before the request fails
 /// with a 502.
@@ -35,7 +36,7 @@ impl Upstream {
     /// The upstream at `uri`: `http://host[:port][/prefix]`, without query.
     pub(crate) fn new(uri: &Uri, response_timeout: Duration) -> Result<Upstream, ProxyError> {
         let invalid = |reason: &str| ProxyError::InvalidUpstream {
-            uri: uri.to_string(),
+            uri: redact_url(&uri.to_string()),
             reason: reason.to_owned(),
         };
         if uri.scheme() != Some(&Scheme::HTTP) {
@@ -263,6 +264,11 @@ mod tests {
                 "{bad}"
             );
         }
+        let with_password = upstream("http://user:S3cret@example.com").unwrap_err();
+        assert!(
+            !with_password.to_string().contains("S3cret"),
+            "{with_password}"
+        );
         let plain = upstream("http://127.0.0.1:3000").unwrap();
         let uri: Uri = "/a/b?c=d&e".parse().unwrap();
         assert_eq!(

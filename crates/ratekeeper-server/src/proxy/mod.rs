@@ -120,7 +120,8 @@ pub enum ProxyError {
     /// The upstream URL cannot be proxied to.
     #[error("invalid upstream {uri:?}: {reason}")]
     InvalidUpstream {
-        /// The URL as given.
+        /// The URL as given, with any password hidden
+        /// ([`redact_url`](crate::config::redact_url)).
         uri: String,
         /// What is wrong with it.
         reason: String,
