@@ -452,6 +452,10 @@ async fn a_stalled_server_does_not_fail_a_test_about_something_else() {
     assert!(store.check(&limit, b"k", 1).await.unwrap().is_allowed());
     server.pause();
     let (outcome, ()) = tokio::join!(store.check(&limit, b"k", 1), async {
+        // The stall's length, not a wait for something to happen: the
+        // check must succeed however long the server stays stopped (below
+        // the 10 s timeout), and failed with `Timeout(100ms)` under the
+        // tests' old 100 ms timeout.
         tokio::time::sleep(Duration::from_millis(500)).await;
         server.resume();
     });

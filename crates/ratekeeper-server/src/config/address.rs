@@ -7,12 +7,12 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ratekeeper_tower::client::{canonical, network};
+/// The default IPv6 prefix length: one key per /64, what one subscriber
+/// usually holds; the tower layer's, so both key a client alike.
+pub use ratekeeper_tower::DEFAULT_IPV6_PREFIX;
 
 /// The default IPv4 prefix length: one key per address.
 pub const DEFAULT_IPV4_PREFIX: u8 = 32;
-/// The default IPv6 prefix length: one key per /64, what one subscriber
-/// usually holds.
-pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 /// The prefix lengths an address is keyed by (`ipv4_prefix`,
 /// `ipv6_prefix`).

@@ -164,6 +164,27 @@ impl Checker<'_> {
         Err(self.at.invalid(span, field, message))
     }
 
+    /// `value` if it is a whole number from 1 to `max`; otherwise an error
+    /// at its place, "`name` is N, outside 1 to `max`" followed by `why`.
+    fn one_to(
+        &self,
+        value: &Spanned<u64>,
+        field: impl Into<String>,
+        name: &str,
+        max: u64,
+        why: &str,
+    ) -> Result<u64, ConfigError> {
+        let n = *value.get_ref();
+        if (1..=max).contains(&n) {
+            return Ok(n);
+        }
+        self.fail(
+            value.span(),
+            field,
+            format!("{name} is {n}, outside 1 to {max}{why}"),
+        )
+    }
+
     fn config(&self, file: FileConfig) -> Result<Config, ConfigError> {
         let store = self.store(file.store)?;
         let listen = self.listen(file.listen)?;
@@ -563,18 +584,12 @@ impl Checker<'_> {
             return Ok(defaults);
         };
         let requests = requests.into_inner();
+        // Every maximum is far below `usize::MAX`, so the casts are exact.
         let cap = |value: &Option<Spanned<u64>>, field: &str, default: usize, max: usize| {
-            let Some(value) = value else {
-                return Ok(default);
-            };
-            match usize::try_from(*value.get_ref()) {
-                Ok(n) if (1..=max).contains(&n) => Ok(n),
-                _ => self.fail(
-                    value.span(),
-                    format!("requests.{field}"),
-                    format!("{field} is {}, outside 1 to {max}", value.get_ref()),
-                ),
-            }
+            value.as_ref().map_or(Ok(default), |value| {
+                self.one_to(value, format!("requests.{field}"), field, max as u64, "")
+                    .map(|n| n as usize)
+            })
         };
         Ok(RequestCaps {
             max_descriptors: cap(
@@ -772,21 +787,18 @@ impl Checker<'_> {
     /// The network lengths addresses are keyed by: `ipv4_prefix` (1 to 32,
     /// default 32) and `ipv6_prefix` (1 to 128, default 64).
     fn prefixes(&self, index: usize, limit: &FileLimit) -> Result<Prefixes, ConfigError> {
+        // At most 128, so the cast is exact.
         let one = |value: &Option<Spanned<u64>>, name: &str, default: u8, max: u8| {
-            let Some(value) = value else {
-                return Ok(default);
-            };
-            match u8::try_from(*value.get_ref()) {
-                Ok(bits) if (1..=max).contains(&bits) => Ok(bits),
-                _ => self.fail(
-                    value.span(),
+            value.as_ref().map_or(Ok(default), |value| {
+                self.one_to(
+                    value,
                     format!("limits[{index}].{name}"),
-                    format!(
-                        "{name} is {}, outside 1 to {max} (the bits of an address that make one key)",
-                        value.get_ref()
-                    ),
-                ),
-            }
+                    name,
+                    u64::from(max),
+                    " (the bits of an address that make one key)",
+                )
+                .map(|bits| bits as u8)
+            })
         };
         Ok(Prefixes {
             ipv4: one(&limit.ipv4_prefix, "ipv4_prefix", DEFAULT_IPV4_PREFIX, 32)?,
@@ -805,19 +817,17 @@ impl Checker<'_> {
         };
         let hops = match &limit.trusted_hops {
             None => None,
-            Some(hops) => match usize::try_from(*hops.get_ref()) {
-                Ok(n) if (1..=MAX_TRUSTED_HOPS).contains(&n) => Some((n, hops.span())),
-                _ => {
-                    return self.fail(
-                        hops.span(),
-                        field("trusted_hops"),
-                        format!(
-                            "trusted_hops is {}, outside 1 to {MAX_TRUSTED_HOPS}",
-                            hops.get_ref()
-                        ),
-                    )
-                }
-            },
+            Some(hops) => {
+                let n = self.one_to(
+                    hops,
+                    field("trusted_hops"),
+                    "trusted_hops",
+                    MAX_TRUSTED_HOPS as u64,
+                    "",
+                )?;
+                // At most MAX_TRUSTED_HOPS, so the cast is exact.
+                Some((n as usize, hops.span()))
+            }
         };
         let from = limit
             .client_ip_from

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 use http::{HeaderMap, HeaderName};
-use ratekeeper_tower::client::{canonical, ClientIp};
+use ratekeeper_tower::client::ClientIp;
 
 use crate::config::KeyPart;
 
@@ -39,10 +39,7 @@ pub fn untrusted_forwarding(
 
 /// Whether `rule` trusts `peer` (an unknown peer is never trusted).
 pub fn is_trusted(rule: &ClientIp, peer: Option<IpAddr>) -> bool {
-    peer.is_some_and(|peer| {
-        let peer = canonical(peer);
-        rule.trusted().iter().any(|net| net.contains(&peer))
-    })
+    peer.is_some_and(|peer| rule.trusts(peer))
 }
 
 #[cfg(test)]

@@ -135,6 +135,13 @@ impl ClientIp {
         }
     }
 
+    /// Whether `peer` is one of the proxies this strategy trusts
+    /// (IPv4-mapped addresses match IPv4 networks); never for `Peer` and
+    /// `Hops`, which name no proxies.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        ip::is_in(self.trusted(), peer)
+    }
+
     /// The proxy networks this strategy trusts (none for `Peer` and `Hops`).
     pub fn trusted(&self) -> &[IpNet] {
         match self {
