@@ -119,7 +119,13 @@ pub(crate) fn apply<'a>(
         }
         path.push_str(&key);
         if tail.is_empty() {
-            let new = make_value(&key, value, span.clone());
+            // TLS tables hold only paths, and `key` there is a file, not
+            // a limit's list of parts.
+            let new = if path.starts_with("listen.tls.") {
+                Spanned::new(span.clone(), DeValue::String(Cow::Borrowed(value)))
+            } else {
+                make_value(&key, value, span.clone())
+            };
             table.insert(Spanned::new(span.clone(), Cow::Owned(key)), new);
             return Ok(path);
         }

@@ -44,6 +44,7 @@ pub(crate) struct FileListen {
     pub(crate) http: Option<Spanned<String>>,
     pub(crate) grpc: Option<Spanned<String>>,
     pub(crate) admin: Option<Spanned<String>>,
+    pub(crate) tls: Option<Spanned<super::tls::FileTls>>,
 }
 
 /// `[requests]`.

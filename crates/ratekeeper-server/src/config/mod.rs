@@ -14,6 +14,11 @@
 //! grpc = "127.0.0.1:8081"
 //! admin = "127.0.0.1:9090"
 //!
+//! [listen.tls.grpc]          # optional, per door (http, grpc, admin): serve TLS
+//! cert = "server.pem"        # PEM certificate chain, the door's own first
+//! key = "server.key"         # its private key: PKCS#8, PKCS#1 or SEC1 PEM
+//! client_ca = "clients.pem"  # optional: require client certificates it signed (mTLS)
+//!
 //! [requests]                 # caps on one request, gRPC and JSON alike
 //! max_descriptors = 256      # descriptors (and JSON "limits" names) per request
 //! max_entries = 64           # entries per descriptor (and JSON "key" parts)
@@ -51,6 +56,23 @@
 //! they do go together, up to `batch_max_calls` in one script
 //! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
 //! are refused.
+//!
+//! # TLS
+//!
+//! A door with a `[listen.tls.http]`, `[listen.tls.grpc]` or
+//! `[listen.tls.admin]` table serves TLS only, with rustls (TLS 1.2 and
+//! 1.3, the ring provider), offering `h2` in ALPN on gRPC and `h2` then
+//! `http/1.1` on HTTP and admin. `cert` and `key` are PEM files; with
+//! `client_ca`, a client must present a certificate signed by that CA or
+//! the handshake fails (mTLS). Relative paths are from the working
+//! directory, as `store.path`. Checking the configuration loads the files,
+//! so a file that is missing, holds no certificate or key, or a key that
+//! does not match the certificate, is an error at the field that names it
+//! ([`TlsError`]). A table for a door that is `"off"` is not read and
+//! only warned about ([`ConfigWarning::TlsForClosedDoor`]), so that an
+//! environment can turn a door off without editing the file. The service
+//! reads the files again on SIGHUP and when they change, keeping the
+//! running certificate when the new files do not load.
 //!
 //! # Requests
 //!
@@ -119,7 +141,8 @@
 //! # Environment
 //!
 //! `RATEKEEPER_STORE__KIND=redis`, `RATEKEEPER_STORE__URL=redis://...`,
-//! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080` and, per limit,
+//! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080`,
+//! `RATEKEEPER_LISTEN__TLS__GRPC__CERT=/etc/tls/server.pem` and, per limit,
 //! `RATEKEEPER_LIMITS__PER_IP__RATE=50/minute` override the file; see
 //! [`Config::from_toml_str_with_env`] for the scheme. Errors in an
 //! overridden value name the variable.
@@ -135,6 +158,7 @@ mod error;
 mod file;
 mod redact;
 mod request_caps;
+mod tls;
 mod validate;
 mod warnings;
 
@@ -152,6 +176,7 @@ pub use error::{ConfigError, Location};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
 pub use request_caps::{CapError, RequestCaps};
+pub use tls::{DoorTls, TlsError, TlsFileKind, TlsFiles};
 pub use warnings::ConfigWarning;
 
 /// The configuration `ratekeeper serve` runs with when given none: an
@@ -324,6 +349,8 @@ pub struct ListenConfig {
     pub grpc: Option<SocketAddr>,
     /// Health, metrics, stats and the dashboard.
     pub admin: Option<SocketAddr>,
+    /// Which doors serve TLS (`[listen.tls.*]`); none by default.
+    pub tls: DoorTls,
 }
 
 impl Default for ListenConfig {
@@ -334,6 +361,7 @@ impl Default for ListenConfig {
             http: local(8080),
             grpc: local(8081),
             admin: local(9090),
+            tls: DoorTls::default(),
         }
     }
 }
@@ -637,6 +665,9 @@ impl Config {
             addr(&self.listen.grpc),
             addr(&self.listen.admin)
         );
+        if let Some(line) = tls::explain(&self.listen) {
+            let _ = writeln!(out, "{line}");
+        }
         let caps = &self.requests;
         if *caps != RequestCaps::default() {
             let _ = writeln!(

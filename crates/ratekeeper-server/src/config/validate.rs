@@ -22,9 +22,10 @@ use super::file::{
     FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore,
     FileTrust,
 };
+use super::tls;
 use super::{
-    redact_url, Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match,
-    OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX,
+    redact_url, Backend, Config, DescriptorMatch, DoorTls, KeyPart, LimitConfig, ListenConfig,
+    Match, OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX,
     DEFAULT_IPV6_PREFIX,
 };
 
@@ -572,7 +573,14 @@ impl Checker<'_> {
             }
         }
         let [(_, (http, _)), (_, (grpc, _)), (_, (admin, _))] = all;
-        Ok(ListenConfig { http, grpc, admin })
+        let mut checked = ListenConfig {
+            http,
+            grpc,
+            admin,
+            tls: DoorTls::default(),
+        };
+        checked.tls = tls::check(self.at, listen.tls, &checked)?;
+        Ok(checked)
     }
 
     fn requests(

@@ -38,6 +38,12 @@ pub enum ConfigWarning {
         /// or the `client_ip_from` header).
         header: String,
     },
+    /// A `[listen.tls.*]` table names a door that is off: its files are
+    /// not read and nothing serves them.
+    TlsForClosedDoor {
+        /// The door: `http`, `grpc` or `admin`.
+        door: String,
+    },
 }
 
 impl fmt::Display for ConfigWarning {
@@ -58,13 +64,18 @@ impl fmt::Display for ConfigWarning {
                 "limit {limit} trusts every address as a proxy (a /0 network in trusted_proxies): \
                  any client can choose its own key with {header}"
             ),
+            ConfigWarning::TlsForClosedDoor { door } => write!(
+                f,
+                "listen.tls.{door} is set but listen.{door} is off: the table is ignored"
+            ),
         }
     }
 }
 
 impl Config {
     /// What in this configuration loads but probably is not what was
-    /// meant, limit by limit, in the file's order.
+    /// meant: TLS tables of doors that are off, then limit by limit, in
+    /// the file's order.
     ///
     /// ```
     /// use ratekeeper_server::Config;
@@ -82,7 +93,13 @@ impl Config {
     /// # Ok::<(), ratekeeper_server::ConfigError>(())
     /// ```
     pub fn warnings(&self) -> Vec<ConfigWarning> {
-        self.limits.iter().flat_map(warnings_for).collect()
+        let doors = super::tls::closed_doors(&self.listen).into_iter();
+        let doors = doors.map(|door| ConfigWarning::TlsForClosedDoor {
+            door: door.to_owned(),
+        });
+        doors
+            .chain(self.limits.iter().flat_map(warnings_for))
+            .collect()
     }
 }
 

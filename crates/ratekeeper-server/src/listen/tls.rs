@@ -1,0 +1,713 @@
+//! TLS on a listener: the certificate, key and optional client CA of one
+//! front door, turned into a rustls server configuration that can be
+//! swapped while connections are served.
+//!
+//! The files are read whole and fingerprinted; [`TlsListener::reload`]
+//! swaps the configuration only when the files changed and still make a
+//! valid one, so a half-written rotation (a new certificate beside the old
+//! key) is refused and the running certificate stays. Connections already
+//! up keep the configuration they were accepted with.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::sign::CertifiedKey;
+use rustls::{InconsistentKeys, RootCertStore, ServerConfig};
+use thiserror::Error;
+
+use crate::config::TlsFiles;
+
+/// Which of a door's files a [`TlsError`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFileKind {
+    /// `cert`: the certificate chain, the server's own certificate first.
+    Cert,
+    /// `key`: the private key of the server's certificate.
+    Key,
+    /// `client_ca`: the CA that client certificates must be signed by.
+    ClientCa,
+}
+
+impl TlsFileKind {
+    /// The field's name in a `[listen.tls.*]` table.
+    pub fn field(self) -> &'static str {
+        match self {
+            TlsFileKind::Cert => "cert",
+            TlsFileKind::Key => "key",
+            TlsFileKind::ClientCa => "client_ca",
+        }
+    }
+}
+
+impl fmt::Display for TlsFileKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsFileKind::Cert => "certificate",
+            TlsFileKind::Key => "private key",
+            TlsFileKind::ClientCa => "client CA",
+        })
+    }
+}
+
+/// Why a door's TLS files do not make a server configuration. Each message
+/// names the file.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read the {file} file {}: {source}", path.display())]
+    Read {
+        /// Which file.
+        file: TlsFileKind,
+        /// Its path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not valid PEM.
+    #[error("the {file} file {} is not valid PEM: {message}", path.display())]
+    Pem {
+        /// Which file.
+        file: TlsFileKind,
+        /// Its path.
+        path: PathBuf,
+        /// What the PEM parser said.
+        message: String,
+    },
+    /// The certificate file (or the client CA file) holds no
+    /// `CERTIFICATE` block.
+    #[error("the {file} file {} holds no PEM CERTIFICATE", path.display())]
+    NoCertificate {
+        /// Which file.
+        file: TlsFileKind,
+        /// Its path.
+        path: PathBuf,
+    },
+    /// The certificate cannot be parsed as X.509.
+    #[error("the certificate in {} is not a valid X.509 certificate: {message}", path.display())]
+    InvalidCertificate {
+        /// The certificate file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The key file holds no private key block.
+    #[error(
+        "the key file {} holds no PEM private key (PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)",
+        path.display()
+    )]
+    NoKey {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The private key is not one rustls can sign with.
+    #[error("the private key in {} is not usable: {message}", path.display())]
+    InvalidKey {
+        /// The key file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The private key is not the key of the certificate.
+    #[error(
+        "the private key in {} does not match the certificate in {}",
+        key.display(),
+        cert.display()
+    )]
+    KeyMismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
+    /// The client CA file's certificates cannot be trust anchors.
+    #[error("the client CA file {} is not usable: {message}", path.display())]
+    BadCa {
+        /// The client CA file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// rustls refused the configuration for another reason.
+    #[error("cannot build a TLS configuration from {}: {message}", cert.display())]
+    Build {
+        /// The certificate file.
+        cert: PathBuf,
+        /// What rustls said.
+        message: String,
+    },
+}
+
+impl TlsError {
+    /// Which file the error is about, so a configuration check can point at
+    /// its field.
+    pub fn file(&self) -> TlsFileKind {
+        match self {
+            TlsError::Read { file, .. }
+            | TlsError::Pem { file, .. }
+            | TlsError::NoCertificate { file, .. } => *file,
+            TlsError::InvalidCertificate { .. } | TlsError::Build { .. } => TlsFileKind::Cert,
+            TlsError::NoKey { .. } | TlsError::InvalidKey { .. } | TlsError::KeyMismatch { .. } => {
+                TlsFileKind::Key
+            }
+            TlsError::BadCa { .. } => TlsFileKind::ClientCa,
+        }
+    }
+}
+
+/// The protocols a door offers in ALPN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Alpn {
+    /// gRPC: HTTP/2 only (`h2`), as gRPC clients require.
+    Grpc,
+    /// HTTP and admin: `h2`, then `http/1.1`.
+    Http,
+}
+
+impl Alpn {
+    fn protocols(self) -> Vec<Vec<u8>> {
+        match self {
+            Alpn::Grpc => vec![b"h2".to_vec()],
+            Alpn::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        }
+    }
+}
+
+/// The TLS side of one listener: the configuration new connections get,
+/// and the files it came from.
+pub(crate) struct TlsListener {
+    files: TlsFiles,
+    alpn: Alpn,
+    current: ArcSwap<ServerConfig>,
+    seen: Mutex<Seen>,
+}
+
+impl fmt::Debug for TlsListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsListener")
+            .field("files", &self.files)
+            .field("alpn", &self.alpn)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`TlsListener::reload`] compares against.
+#[derive(Debug)]
+struct Seen {
+    /// The files the configuration in force was built from.
+    loaded: Fingerprint,
+    /// The files last tried, valid or not: a broken rotation is reported
+    /// once, not at every poll.
+    tried: Fingerprint,
+}
+
+/// The contents of a door's files, hashed: enough to tell a change, and
+/// the private key is not kept in memory beyond the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fingerprint(u64);
+
+/// The bytes of a door's files.
+struct Contents {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+impl Contents {
+    fn read(files: &TlsFiles) -> Result<Contents, TlsError> {
+        let read = |file: TlsFileKind, path: &Path| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                file,
+                path: path.to_owned(),
+                source,
+            })
+        };
+        Ok(Contents {
+            cert: read(TlsFileKind::Cert, &files.cert)?,
+            key: read(TlsFileKind::Key, &files.key)?,
+            client_ca: match &files.client_ca {
+                Some(path) => Some(read(TlsFileKind::ClientCa, path)?),
+                None => None,
+            },
+        })
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        let mut hasher = DefaultHasher::new();
+        self.cert.hash(&mut hasher);
+        self.key.hash(&mut hasher);
+        self.client_ca.hash(&mut hasher);
+        Fingerprint(hasher.finish())
+    }
+}
+
+impl TlsListener {
+    /// Reads `files` and builds the configuration, offering `alpn`.
+    pub(crate) fn load(files: &TlsFiles, alpn: Alpn) -> Result<TlsListener, TlsError> {
+        let contents = Contents::read(files)?;
+        let config = build(files, &contents, alpn)?;
+        let fingerprint = contents.fingerprint();
+        Ok(TlsListener {
+            files: files.clone(),
+            alpn,
+            current: ArcSwap::from_pointee(config),
+            seen: Mutex::new(Seen {
+                loaded: fingerprint,
+                tried: fingerprint,
+            }),
+        })
+    }
+
+    /// An acceptor with the configuration in force now.
+    pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.current.load_full())
+    }
+
+    /// The files this listener serves.
+    pub(crate) fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// Reads the files again and, if they changed and make a valid
+    /// configuration, puts it in force for new connections: `Ok(true)`.
+    /// `Ok(false)` when nothing changed, or when the change is one already
+    /// refused. On an error the configuration in force stays.
+    pub(crate) fn reload(&self) -> Result<bool, TlsError> {
+        let contents = Contents::read(&self.files)?;
+        let fingerprint = contents.fingerprint();
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if fingerprint == seen.tried {
+            return Ok(false);
+        }
+        seen.tried = fingerprint;
+        if fingerprint == seen.loaded {
+            return Ok(false);
+        }
+        let config = build(&self.files, &contents, self.alpn)?;
+        self.current.store(Arc::new(config));
+        seen.loaded = fingerprint;
+        Ok(true)
+    }
+}
+
+/// The provider every TLS configuration of the service uses: ring, so no C
+/// crypto library is built and the process-wide default is never needed.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn build(files: &TlsFiles, contents: &Contents, alpn: Alpn) -> Result<ServerConfig, TlsError> {
+    let provider = provider();
+    let certs = certificates(TlsFileKind::Cert, &files.cert, &contents.cert)?;
+    let key = private_key(&files.key, &contents.key)?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|error| TlsError::InvalidKey {
+            path: files.key.clone(),
+            message: error.to_string(),
+        })?;
+    match CertifiedKey::new(certs.clone(), signing_key).keys_match() {
+        // A key that cannot tell its public half is checked by the first
+        // handshake instead, as rustls itself does.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        Err(rustls::Error::InconsistentKeys(_)) => {
+            return Err(TlsError::KeyMismatch {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+            })
+        }
+        Err(error) => {
+            return Err(TlsError::InvalidCertificate {
+                path: files.cert.clone(),
+                message: error.to_string(),
+            })
+        }
+    }
+    let build_error = |error: rustls::Error| TlsError::Build {
+        cert: files.cert.clone(),
+        message: error.to_string(),
+    };
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(build_error)?;
+    let builder = match (&files.client_ca, &contents.client_ca) {
+        (Some(path), Some(pem)) => {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(path, pem)?), provider)
+                    .build()
+                    .map_err(|error| TlsError::BadCa {
+                        path: path.clone(),
+                        message: error.to_string(),
+                    })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(build_error)?;
+    config.alpn_protocols = alpn.protocols();
+    Ok(config)
+}
+
+fn certificates(
+    file: TlsFileKind,
+    path: &Path,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, pem::Error>>()
+        .map_err(|error| TlsError::Pem {
+            file,
+            path: path.to_owned(),
+            message: error.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            file,
+            path: path.to_owned(),
+        });
+    }
+    Ok(certs)
+}
+
+fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|error| match error {
+        pem::Error::NoItemsFound => TlsError::NoKey {
+            path: path.to_owned(),
+        },
+        other => TlsError::Pem {
+            file: TlsFileKind::Key,
+            path: path.to_owned(),
+            message: other.to_string(),
+        },
+    })
+}
+
+fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(TlsFileKind::ClientCa, path, pem)? {
+        roots.add(cert).map_err(|error| TlsError::BadCa {
+            path: path.to_owned(),
+            message: error.to_string(),
+        })?;
+    }
+    Ok(roots)
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rustls::pki_types::CertificateDer;
+    use rustls::ClientConfig;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::testing::{client, localhost, write, write_leaf, Ca};
+    use super::{Alpn, TlsError, TlsFileKind, TlsListener};
+
+    /// What the client saw of one connection: the server's certificate and
+    /// the protocol agreed, once the server has said hello over it.
+    #[derive(Debug)]
+    struct Seen {
+        cert: CertificateDer<'static>,
+        alpn: Option<Vec<u8>>,
+    }
+
+    /// Accepts one connection on a loopback socket with `listener`'s
+    /// acceptor while `config` connects, then has the server write a line
+    /// the client must read: a handshake that either side refused fails.
+    async fn handshake(listener: &TlsListener, config: Arc<ClientConfig>) -> Result<Seen, String> {
+        let socket = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = socket.local_addr().expect("address");
+        let acceptor = listener.acceptor();
+        let server = async move {
+            let (tcp, _) = socket.accept().await.map_err(|e| e.to_string())?;
+            let mut tls = acceptor.accept(tcp).await.map_err(|e| e.to_string())?;
+            tls.write_all(b"hello\n").await.map_err(|e| e.to_string())?;
+            tls.shutdown().await.map_err(|e| e.to_string())?;
+            Ok::<(), String>(())
+        };
+        let client = async move {
+            let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+            let connector = tokio_rustls::TlsConnector::from(config);
+            let mut tls = connector
+                .connect(localhost(), tcp)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (_, session) = tls.get_ref();
+            let cert = session
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .cloned()
+                .ok_or("no server certificate")?;
+            let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+            let mut line = Vec::new();
+            tls.read_to_end(&mut line)
+                .await
+                .map_err(|e| e.to_string())?;
+            if line != b"hello\n" {
+                return Err(format!("the server said {line:?}"));
+            }
+            Ok(Seen { cert, alpn })
+        };
+        let (server, client) = tokio::join!(server, client);
+        match (server, client) {
+            (Ok(()), Ok(seen)) => Ok(seen),
+            (Err(server), _) => Err(format!("server: {server}")),
+            (_, Err(client)) => Err(format!("client: {client}")),
+        }
+    }
+
+    #[tokio::test]
+    async fn serves_its_certificate_with_the_doors_alpn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let leaf = ca.server();
+        let files = write_leaf(dir.path(), &leaf);
+        let grpc = TlsListener::load(&files, Alpn::Grpc).expect("load");
+        let seen = handshake(&grpc, client(&ca, &[b"h2"], None))
+            .await
+            .expect("handshake");
+        assert_eq!(seen.cert, leaf.der);
+        assert_eq!(seen.alpn.as_deref(), Some(&b"h2"[..]));
+
+        let http = TlsListener::load(&files, Alpn::Http).expect("load");
+        let seen = handshake(&http, client(&ca, &[b"http/1.1"], None))
+            .await
+            .expect("handshake");
+        assert_eq!(seen.alpn.as_deref(), Some(&b"http/1.1"[..]));
+        // gRPC offers only h2: an HTTP/1.1-only client is refused.
+        let refused = handshake(&grpc, client(&ca, &[b"http/1.1"], None)).await;
+        assert!(
+            matches!(&refused, Err(e) if e.starts_with("server:")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn refuses_a_key_that_is_not_the_certificates() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let (one, other) = (ca.server(), ca.server());
+        let cert = write(dir.path(), "cert.pem", &one.cert_pem);
+        let key = write(dir.path(), "key.pem", &other.key_pem);
+        let files = crate::config::TlsFiles::new(&cert, &key);
+        let error = TlsListener::load(&files, Alpn::Http).expect_err("a mismatched key");
+        assert!(matches!(error, TlsError::KeyMismatch { .. }), "{error:?}");
+        assert_eq!(error.file(), TlsFileKind::Key);
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "the private key in {} does not match the certificate in {}",
+                key.display(),
+                cert.display()
+            )
+        );
+    }
+
+    #[test]
+    fn each_broken_file_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let leaf = ca.server();
+        let good = write_leaf(dir.path(), &leaf);
+        let load = |files: &crate::config::TlsFiles| {
+            TlsListener::load(files, Alpn::Http).expect_err("broken files")
+        };
+
+        let missing = crate::config::TlsFiles::new(dir.path().join("nope.pem"), &good.key);
+        let error = load(&missing);
+        assert!(
+            matches!(
+                error,
+                TlsError::Read {
+                    file: TlsFileKind::Cert,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("nope.pem"), "{error}");
+
+        // A certificate file holding only a key, a key file only a certificate.
+        let error = load(&crate::config::TlsFiles::new(&good.key, &good.key));
+        assert!(
+            matches!(
+                error,
+                TlsError::NoCertificate {
+                    file: TlsFileKind::Cert,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let error = load(&crate::config::TlsFiles::new(&good.cert, &good.cert));
+        assert!(matches!(error, TlsError::NoKey { .. }), "{error:?}");
+        assert_eq!(error.file(), TlsFileKind::Key);
+
+        let torn = write(
+            dir.path(),
+            "torn.pem",
+            &leaf.cert_pem[..leaf.cert_pem.len() / 2],
+        );
+        let error = load(&crate::config::TlsFiles::new(&torn, &good.key));
+        assert!(
+            matches!(
+                error,
+                TlsError::Pem {
+                    file: TlsFileKind::Cert,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+
+        let junk = write(
+            dir.path(),
+            "junk.pem",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        );
+        let error = load(&crate::config::TlsFiles::new(&junk, &good.key));
+        assert!(
+            matches!(error, TlsError::InvalidCertificate { .. }),
+            "{error:?}"
+        );
+
+        let no_ca = good.clone().with_client_ca(&good.key);
+        let error = load(&no_ca);
+        assert!(
+            matches!(
+                error,
+                TlsError::NoCertificate {
+                    file: TlsFileKind::ClientCa,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let error = load(&good.clone().with_client_ca(&junk));
+        assert!(matches!(error, TlsError::BadCa { .. }), "{error:?}");
+        assert_eq!(error.file(), TlsFileKind::ClientCa);
+    }
+
+    #[tokio::test]
+    async fn reload_swaps_only_on_a_valid_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let first = ca.server();
+        let files = write_leaf(dir.path(), &first);
+        let tls = TlsListener::load(&files, Alpn::Http).expect("load");
+        let trusting = || client(&ca, &[b"h2"], None);
+        assert!(!tls.reload().expect("unchanged files reload"));
+
+        // Half a rotation: the new certificate beside the old key.
+        let second = ca.server();
+        write(dir.path(), "cert.pem", &second.cert_pem);
+        let error = tls.reload().expect_err("a certificate without its key");
+        assert!(matches!(error, TlsError::KeyMismatch { .. }), "{error:?}");
+        assert_eq!(
+            handshake(&tls, trusting())
+                .await
+                .expect("old certificate")
+                .cert,
+            first.der
+        );
+        // The same broken files are reported once, not at every poll.
+        assert!(!tls.reload().expect("already refused"));
+
+        write(dir.path(), "key.pem", &second.key_pem);
+        assert!(tls.reload().expect("the whole rotation"));
+        assert_eq!(
+            handshake(&tls, trusting())
+                .await
+                .expect("new certificate")
+                .cert,
+            second.der
+        );
+        assert!(!tls.reload().expect("unchanged again"));
+
+        // A file that vanished keeps the running certificate too.
+        std::fs::remove_file(&files.key).expect("remove the key");
+        let error = tls.reload().expect_err("a missing key");
+        assert!(
+            matches!(
+                error,
+                TlsError::Read {
+                    file: TlsFileKind::Key,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            handshake(&tls, trusting())
+                .await
+                .expect("still served")
+                .cert,
+            second.der
+        );
+    }
+
+    #[tokio::test]
+    async fn an_acceptor_taken_before_a_reload_keeps_its_certificate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let first = ca.server();
+        let files = write_leaf(dir.path(), &first);
+        let tls = TlsListener::load(&files, Alpn::Http).expect("load");
+        let before = tls.acceptor();
+        let second = ca.server();
+        write_leaf(dir.path(), &second);
+        assert!(tls.reload().expect("rotation"));
+        assert!(!Arc::ptr_eq(before.config(), tls.acceptor().config()));
+        assert_eq!(
+            before.config().alpn_protocols,
+            tls.acceptor().config().alpn_protocols
+        );
+    }
+
+    #[tokio::test]
+    async fn mtls_serves_only_clients_the_ca_signed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("server CA");
+        let clients = Ca::new("client CA");
+        let files = write_leaf(dir.path(), &ca.server()).with_client_ca(write(
+            dir.path(),
+            "clients.pem",
+            &clients.pem(),
+        ));
+        let tls = TlsListener::load(&files, Alpn::Grpc).expect("load");
+
+        let anonymous = handshake(&tls, client(&ca, &[b"h2"], None)).await;
+        assert!(
+            matches!(&anonymous, Err(e) if e.starts_with("server:")),
+            "a client without a certificate: {anonymous:?}"
+        );
+        let stranger = ca.client("stranger");
+        let foreign = handshake(&tls, client(&ca, &[b"h2"], Some(&stranger))).await;
+        assert!(
+            matches!(&foreign, Err(e) if e.starts_with("server:")),
+            "a certificate from another CA: {foreign:?}"
+        );
+
+        let member = clients.client("member");
+        let seen = handshake(&tls, client(&ca, &[b"h2"], Some(&member)))
+            .await
+            .expect("a client the CA signed");
+        assert_eq!(seen.alpn.as_deref(), Some(&b"h2"[..]));
+    }
+}
