@@ -184,6 +184,7 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
     let mut options = Options::default();
     options.config_path = path;
     options.watch_interval = Some(watch);
+    let tls = config.listen.tls.clone();
     let result = runtime.block_on(async move {
         let service = Service::start(config, options).await?;
         let addrs = service.addrs();
@@ -198,18 +199,26 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
             env!("CARGO_PKG_VERSION")
         );
         if let Some(addr) = addrs.http {
-            let _ = writeln!(out, "http  http://{addr}  (POST /v1/check, GET /v1/auth)");
+            let scheme = if tls.http.is_some() { "https" } else { "http" };
+            let _ = writeln!(
+                out,
+                "http  {scheme}://{addr}{}  (POST /v1/check, GET /v1/auth)",
+                tls_note(tls.http.as_ref())
+            );
         }
         if let Some(addr) = addrs.grpc {
             let _ = writeln!(
                 out,
-                "grpc  {addr}  (envoy.service.ratelimit.v3.RateLimitService)"
+                "grpc  {addr}{}  (envoy.service.ratelimit.v3.RateLimitService)",
+                tls_note(tls.grpc.as_ref())
             );
         }
         if let Some(addr) = addrs.admin {
             let _ = writeln!(
                 out,
-                "admin http://{addr}  (dashboard /, /metrics, /v1/stats, /healthz, /readyz)"
+                "admin {}://{addr}{}  (dashboard /, /metrics, /v1/stats, /healthz, /readyz)",
+                if tls.admin.is_some() { "https" } else { "http" },
+                tls_note(tls.admin.as_ref())
             );
         }
         let _ = out.flush();
@@ -222,6 +231,15 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
             eprintln!("error: {}", error_chain(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// ` TLS` or ` mTLS` after a door's address in the banner.
+fn tls_note(files: Option<&ratekeeper_server::config::TlsFiles>) -> &'static str {
+    match files {
+        Some(files) if files.client_ca.is_some() => " mTLS",
+        Some(_) => " TLS",
+        None => "",
     }
 }
 

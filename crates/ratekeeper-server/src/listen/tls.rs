@@ -12,7 +12,9 @@ use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
@@ -22,8 +24,10 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{InconsistentKeys, RootCertStore, ServerConfig};
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::server::TlsStream;
 
-use crate::config::TlsFiles;
+use crate::config::{ListenConfig, TlsFiles};
 
 /// Which of a door's files a [`TlsError`] is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +169,19 @@ impl TlsError {
     }
 }
 
+/// Why one connection's TLS handshake failed: that connection is closed,
+/// and the listener goes on.
+#[derive(Debug, Error)]
+pub(crate) enum HandshakeError {
+    /// The client did not finish the handshake in time.
+    #[error("the TLS handshake did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The handshake failed: not TLS, no protocol in common, a client
+    /// certificate missing or not signed by the CA.
+    #[error("the TLS handshake failed: {0}")]
+    Failed(#[source] std::io::Error),
+}
+
 /// The protocols a door offers in ALPN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Alpn {
@@ -190,6 +207,7 @@ pub(crate) struct TlsListener {
     alpn: Alpn,
     current: ArcSwap<ServerConfig>,
     seen: Mutex<Seen>,
+    failed: AtomicU64,
 }
 
 impl fmt::Debug for TlsListener {
@@ -197,6 +215,7 @@ impl fmt::Debug for TlsListener {
         f.debug_struct("TlsListener")
             .field("files", &self.files)
             .field("alpn", &self.alpn)
+            .field("failed", &self.failed)
             .finish_non_exhaustive()
     }
 }
@@ -265,12 +284,60 @@ impl TlsListener {
                 loaded: fingerprint,
                 tried: fingerprint,
             }),
+            failed: AtomicU64::new(0),
         })
     }
 
     /// An acceptor with the configuration in force now.
     pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         tokio_rustls::TlsAcceptor::from(self.current.load_full())
+    }
+
+    /// The server side of a TLS handshake over `io`, with the
+    /// configuration in force now, given `timeout` to finish (a client that
+    /// connects and says nothing must not hold a connection slot). A
+    /// failure is counted ([`TlsListener::failed_handshakes`]) and logged
+    /// at debug: a scanner or a client without a certificate is no fault of
+    /// the service.
+    pub(crate) async fn accept<IO>(
+        &self,
+        io: IO,
+        timeout: Duration,
+    ) -> Result<TlsStream<IO>, HandshakeError>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let error = match tokio::time::timeout(timeout, self.acceptor().accept(io)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(error)) => HandshakeError::Failed(error),
+            Err(_) => HandshakeError::Timeout(timeout),
+        };
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%error, cert = %self.files.cert.display(), "TLS handshake refused");
+        Err(error)
+    }
+
+    /// How many handshakes [`TlsListener::accept`] saw fail.
+    pub(crate) fn failed_handshakes(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// [`TlsListener::reload`], logged: a swap at info, a refusal at error
+    /// (the running certificate stays). `door` names the listener.
+    pub(crate) fn reload_logged(&self, door: &str) {
+        match self.reload() {
+            Ok(true) => tracing::info!(
+                door,
+                cert = %self.files.cert.display(),
+                "TLS certificate reloaded; new connections get it"
+            ),
+            Ok(false) => {}
+            Err(error) => tracing::error!(
+                door,
+                %error,
+                "TLS files refused; the running certificate stays"
+            ),
+        }
     }
 
     /// The files this listener serves.
@@ -297,6 +364,80 @@ impl TlsListener {
         self.current.store(Arc::new(config));
         seen.loaded = fingerprint;
         Ok(true)
+    }
+}
+
+/// The TLS listeners of the doors that serve TLS, for the accept loops and
+/// the reloads.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TlsDoors {
+    /// The HTTP door's.
+    pub(crate) http: Option<Arc<TlsListener>>,
+    /// The gRPC door's.
+    pub(crate) grpc: Option<Arc<TlsListener>>,
+    /// The admin door's.
+    pub(crate) admin: Option<Arc<TlsListener>>,
+}
+
+impl TlsDoors {
+    /// Loads the files of each door that listens and has a
+    /// `[listen.tls.*]` table; the error names the door.
+    pub(crate) fn load(listen: &ListenConfig) -> Result<TlsDoors, (&'static str, TlsError)> {
+        let one = |door, on: bool, files: &Option<TlsFiles>, alpn| match files {
+            Some(files) if on => TlsListener::load(files, alpn)
+                .map(|listener| Some(Arc::new(listener)))
+                .map_err(|error| (door, error)),
+            _ => Ok(None),
+        };
+        Ok(TlsDoors {
+            http: one("http", listen.http.is_some(), &listen.tls.http, Alpn::Http)?,
+            grpc: one("grpc", listen.grpc.is_some(), &listen.tls.grpc, Alpn::Grpc)?,
+            admin: one(
+                "admin",
+                listen.admin.is_some(),
+                &listen.tls.admin,
+                Alpn::Http,
+            )?,
+        })
+    }
+
+    /// Each door's listener, named.
+    fn each(&self) -> impl Iterator<Item = (&'static str, &Arc<TlsListener>)> {
+        [
+            ("http", &self.http),
+            ("grpc", &self.grpc),
+            ("admin", &self.admin),
+        ]
+        .into_iter()
+        .filter_map(|(door, listener)| listener.as_ref().map(|l| (door, l)))
+    }
+
+    /// Whether no door serves TLS.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.each().next().is_none()
+    }
+
+    /// [`TlsListener::reload`] on every door: whether any swapped, or the
+    /// first error (every door is tried, whatever another's files hold).
+    pub(crate) fn reload(&self) -> Result<bool, TlsError> {
+        let mut swapped = false;
+        let mut first_error = None;
+        for (_, listener) in self.each() {
+            match listener.reload() {
+                Ok(changed) => swapped |= changed,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        first_error.map_or(Ok(swapped), Err)
+    }
+
+    /// [`TlsListener::reload_logged`] on every door.
+    pub(crate) fn reload_logged(&self) {
+        for (door, listener) in self.each() {
+            listener.reload_logged(door);
+        }
     }
 }
 
@@ -410,6 +551,7 @@ pub(crate) mod testing;
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use rustls::pki_types::CertificateDer;
     use rustls::ClientConfig;
@@ -417,7 +559,7 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::testing::{client, localhost, write, write_leaf, Ca};
-    use super::{Alpn, TlsError, TlsFileKind, TlsListener};
+    use super::{Alpn, HandshakeError, TlsError, TlsFileKind, TlsListener};
 
     /// What the client saw of one connection: the server's certificate and
     /// the protocol agreed, once the server has said hello over it.
@@ -678,6 +820,43 @@ mod tests {
             before.config().alpn_protocols,
             tls.acceptor().config().alpn_protocols
         );
+    }
+
+    #[tokio::test]
+    async fn a_silent_or_plaintext_client_fails_only_its_handshake() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let files = write_leaf(dir.path(), &ca.server());
+        let tls = TlsListener::load(&files, Alpn::Http).expect("load");
+        let socket = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = socket.local_addr().expect("address");
+
+        // Connected, and never a byte: the timeout ends it.
+        let _silent = TcpStream::connect(addr).await.expect("connect");
+        let (tcp, _) = socket.accept().await.expect("accept");
+        let error = tls
+            .accept(tcp, Duration::from_millis(200))
+            .await
+            .expect_err("a client that never speaks");
+        assert!(matches!(error, HandshakeError::Timeout(_)), "{error:?}");
+
+        // Plain HTTP to a TLS door.
+        let mut plain = TcpStream::connect(addr).await.expect("connect");
+        plain
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let (tcp, _) = socket.accept().await.expect("accept");
+        let error = tls
+            .accept(tcp, Duration::from_secs(10))
+            .await
+            .expect_err("not TLS");
+        assert!(matches!(error, HandshakeError::Failed(_)), "{error:?}");
+        assert_eq!(tls.failed_handshakes(), 2);
+
+        // The next client is served as ever.
+        let seen = handshake(&tls, client(&ca, &[b"h2"], None)).await;
+        assert!(seen.is_ok(), "{seen:?}");
     }
 
     #[tokio::test]

@@ -21,8 +21,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinSet;
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, TlsError};
 use crate::engine::{Engine, SharedClock, StartError};
+use crate::listen::tls::TlsDoors;
 use reload::{Reloaded, Reloader};
 
 /// Why the service could not start or stopped with an error.
@@ -42,6 +43,15 @@ pub enum ServeError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// A door's TLS files could not be loaded.
+    #[error("cannot serve TLS on the {door} door")]
+    Tls {
+        /// The front door: `http`, `grpc` or `admin`.
+        door: &'static str,
+        /// Why.
+        #[source]
+        source: TlsError,
     },
     /// The gRPC server failed while serving.
     #[error("the grpc server failed")]
@@ -115,6 +125,7 @@ pub struct Service {
     stop: watch::Sender<bool>,
     tasks: JoinSet<Result<(), ServeError>>,
     reloader: Option<Arc<Mutex<Reloader>>>,
+    tls: TlsDoors,
 }
 
 impl Service {
@@ -129,6 +140,8 @@ impl Service {
             Arc::clone(&options.wall_clock),
         )
         .await?;
+        let tls = TlsDoors::load(&config.listen)
+            .map_err(|(door, source)| ServeError::Tls { door, source })?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut addrs = Addrs::default();
@@ -162,8 +175,9 @@ impl Service {
             let (reloader, interval) = (reloader.clone(), options.watch_interval);
             let hangup = reload::hangup_signal();
             let stopped = stopped.clone();
+            let tls = tls.clone();
             tasks.spawn(async move {
-                reload::watch(reloader, interval, hangup, stopped).await;
+                reload::watch(reloader, tls, interval, hangup, stopped).await;
                 Ok(())
             });
         }
@@ -173,6 +187,7 @@ impl Service {
             stop,
             tasks,
             reloader,
+            tls,
         })
     }
 
@@ -186,10 +201,21 @@ impl Service {
         self.addrs
     }
 
-    /// Re-reads the configuration file now. An invalid file is refused
-    /// with its error and the running limits stay; without a file there is
-    /// nothing to do.
+    /// Re-reads the TLS doors' certificate, key and client CA files now:
+    /// `Ok(true)` if a door's changed and new connections get the new
+    /// ones. Files that do not load are refused with the first error and
+    /// the running certificates stay (the doors whose files do load still
+    /// change).
+    pub fn reload_tls(&self) -> Result<bool, TlsError> {
+        self.tls.reload()
+    }
+
+    /// Re-reads the TLS files (logged, see [`Service::reload_tls`]) and
+    /// the configuration file now. An invalid file is refused with its
+    /// error and the running limits stay; without a file there is nothing
+    /// more to do. The `[listen]` section only changes on a restart.
     pub async fn reload(&self) -> Result<(), ConfigError> {
+        self.tls.reload_logged();
         if let Some(reloader) = &self.reloader {
             let outcome = reloader.lock().await.reload(true)?;
             if let Reloaded::Applied { limits } = outcome {
@@ -305,7 +331,13 @@ impl ConfigWatcher {
         let (stop, stopped) = watch::channel(false);
         let reloader = path.map(|path| Arc::new(Mutex::new(Reloader::new(path, engine))));
         let hangup = reload::hangup_signal();
-        tokio::spawn(reload::watch(reloader, interval, hangup, stopped));
+        tokio::spawn(reload::watch(
+            reloader,
+            TlsDoors::default(),
+            interval,
+            hangup,
+            stopped,
+        ));
         ConfigWatcher { stop }
     }
 }

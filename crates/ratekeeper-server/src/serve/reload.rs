@@ -1,5 +1,5 @@
-//! Reloading the limits from the configuration file, on SIGHUP or when the
-//! file changes.
+//! Reloading the limits from the configuration file, and the TLS doors'
+//! certificates from theirs, on SIGHUP or when the files change.
 //!
 //! The file is polled (its modification time, length and contents) rather
 //! than watched through inotify: polling sees a file replaced by an editor
@@ -15,6 +15,7 @@ use tokio::sync::{watch, Mutex};
 
 use crate::config::{process_vars, Config, ConfigError};
 use crate::engine::Engine;
+use crate::listen::tls::TlsDoors;
 
 /// What is known of the file the running limits came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,16 +87,19 @@ impl Reloader {
 
 /// Reloads on SIGHUP and whenever the file changes (checked every
 /// `interval`; never without one), logging what happened, until `stopped`
-/// turns true. Without a file, SIGHUP is still caught (its default would
-/// end the process) and only logged.
+/// turns true; the TLS doors' files are read again at the same times, a
+/// refused change logged as an error with the running certificate kept.
+/// Without a file, SIGHUP is still caught (its default would end the
+/// process) and only logged, or reloads the certificates.
 pub(crate) async fn watch(
     reloader: Option<Arc<Mutex<Reloader>>>,
+    tls: TlsDoors,
     interval: Option<Duration>,
     mut hangup: Hangup,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut ticker = interval
-        .filter(|i| !i.is_zero() && reloader.is_some())
+        .filter(|i| !i.is_zero() && (reloader.is_some() || !tls.is_empty()))
         .map(|interval| {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -107,8 +111,13 @@ pub(crate) async fn watch(
             Some(()) = recv(&mut hangup) => true,
             _ = stopped.wait_for(|stop| *stop) => return,
         };
+        // The certificates first: a configuration reload reads them too,
+        // and should find the new ones in force.
+        tls.reload_logged();
         let Some(reloader) = &reloader else {
-            tracing::warn!("SIGHUP: there is no configuration file to reload");
+            if force && tls.is_empty() {
+                tracing::warn!("SIGHUP: there is no configuration file to reload");
+            }
             continue;
         };
         let mut reloader = reloader.lock().await;

@@ -155,13 +155,15 @@ impl ServeProcess {
         let (mut http, mut admin, mut grpc, mut banner) = (None, None, None, Vec::new());
         while let Some(Ok(line)) = lines.next() {
             let addr = |rest: &str| rest.split_whitespace().next().and_then(|a| a.parse().ok());
-            if let Some(rest) = line.strip_prefix("http  http://") {
+            // A TLS door says https:// (and TLS after its address).
+            let read = line.replacen("https://", "http://", 1);
+            if let Some(rest) = read.strip_prefix("http  http://") {
                 http = addr(rest);
             }
-            if let Some(rest) = line.strip_prefix("grpc  ") {
+            if let Some(rest) = read.strip_prefix("grpc  ") {
                 grpc = addr(rest);
             }
-            if let Some(rest) = line.strip_prefix("admin http://") {
+            if let Some(rest) = read.strip_prefix("admin http://") {
                 admin = addr(rest);
             }
             let done = line.starts_with("admin ");
