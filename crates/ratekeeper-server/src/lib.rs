@@ -23,6 +23,7 @@ pub mod config;
 pub mod engine;
 pub mod envoy;
 pub mod http;
+pub mod listen;
 pub mod proxy;
 pub mod serve;
 pub mod simulate;

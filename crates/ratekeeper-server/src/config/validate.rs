@@ -150,12 +150,12 @@ fn find_path(table: &DeTable<'_>, span: &Range<usize>, prefix: &str) -> Option<(
 }
 
 /// Validation, with the locator for errors.
-struct Checker<'a> {
+pub(super) struct Checker<'a> {
     at: &'a Locator<'a>,
 }
 
 impl Checker<'_> {
-    fn fail<T>(
+    pub(super) fn fail<T>(
         &self,
         span: Range<usize>,
         field: impl Into<String>,
@@ -572,7 +572,13 @@ impl Checker<'_> {
             }
         }
         let [(_, (http, _)), (_, (grpc, _)), (_, (admin, _))] = all;
-        Ok(ListenConfig { http, grpc, admin })
+        let connections = self.connections(listen.connections, listen.http2)?;
+        Ok(ListenConfig {
+            http,
+            grpc,
+            admin,
+            connections,
+        })
     }
 
     fn requests(
@@ -591,7 +597,7 @@ impl Checker<'_> {
                     .map(|n| n as usize)
             })
         };
-        Ok(RequestCaps {
+        let caps = RequestCaps {
             max_descriptors: cap(
                 &requests.max_descriptors,
                 "max_descriptors",
@@ -616,7 +622,30 @@ impl Checker<'_> {
                 defaults.max_override_rates,
                 RequestCaps::LIMIT_MAX_OVERRIDE_RATES,
             )?,
-        })
+            max_body_bytes: cap(
+                &requests.max_body_bytes,
+                "max_body_bytes",
+                defaults.max_body_bytes,
+                RequestCaps::LIMIT_MAX_BODY_BYTES,
+            )?,
+        };
+        if caps.max_body_bytes < caps.max_value_bytes {
+            let span = requests
+                .max_body_bytes
+                .as_ref()
+                .or(requests.max_value_bytes.as_ref())
+                .map(Spanned::span)
+                .unwrap_or_default();
+            return self.fail(
+                span,
+                "requests.max_body_bytes",
+                format!(
+                    "max_body_bytes ({}) is below max_value_bytes ({}): a request could not hold one value at its cap",
+                    caps.max_body_bytes, caps.max_value_bytes
+                ),
+            );
+        }
+        Ok(caps)
     }
 
     fn limit(&self, index: usize, limit: FileLimit) -> Result<LimitConfig, ConfigError> {
