@@ -46,7 +46,7 @@ pub struct ConnectionConfig {
 
 impl ConnectionConfig {
     /// The default [`ConnectionConfig::max_connections`].
-    pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
     /// The default [`ConnectionConfig::max_admin_connections`].
     pub const DEFAULT_MAX_ADMIN_CONNECTIONS: usize = 256;
     /// The largest connection cap accepted.
@@ -59,7 +59,7 @@ impl ConnectionConfig {
 }
 
 impl Default for ConnectionConfig {
-    /// 10,000 connections per door and 256 on the admin port; a request's
+    /// 4,096 connections per door and 256 on the admin port; a request's
     /// head within 10 s, connections idle for at most 60 s, decisions
     /// within 30 s, heads up to 32 KiB, and 5 s for requests in flight at
     /// shutdown.

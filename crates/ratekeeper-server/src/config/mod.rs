@@ -15,7 +15,7 @@
 //! admin = "127.0.0.1:9090"
 //!
 //! [listen.connections]       # every door; durations as "10s", "250ms", "5m"
-//! max_connections = 10000    # open connections per door (http, grpc, proxy)
+//! max_connections = 4096    # open connections per door (http, grpc, proxy)
 //! max_admin_connections = 256 # the admin port's own share
 //! header_timeout = "10s"     # a request's head, from its first byte (or from the connection)
 //! idle_timeout = "60s"       # a connection with no request in flight is closed after this
@@ -185,7 +185,7 @@ grpc = "127.0.0.1:8081"
 admin = "127.0.0.1:9090"
 
 [listen.connections]
-max_connections = 10000
+max_connections = 4096
 max_admin_connections = 256
 header_timeout = "10s"
 idle_timeout = "60s"
