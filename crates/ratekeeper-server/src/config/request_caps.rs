@@ -29,7 +29,9 @@ pub struct RequestCaps {
     pub max_override_rates: usize,
     /// Bytes of one request's body (JSON API) or message (gRPC)
     /// (`requests.max_body_bytes`); a larger one is refused before it is
-    /// read whole: 413 on the JSON API, `RESOURCE_EXHAUSTED` on gRPC.
+    /// read whole: 413 on the JSON API, `OUT_OF_RANGE` on gRPC (tonic's
+    /// code for a message over its size limit). Unwritten in a file that
+    /// raises `max_value_bytes`, it grows to hold one value at that cap.
     pub max_body_bytes: usize,
 }
 

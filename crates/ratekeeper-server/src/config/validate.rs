@@ -46,6 +46,10 @@ const MAX_TRUSTED_HOPS: usize = 16;
 /// The word of `trusted_proxies` for [`private_networks`].
 const PRIVATE: &str = "private";
 
+/// What an unwritten `requests.max_body_bytes` leaves around one value at
+/// `max_value_bytes`: the rest of the request's JSON.
+const BODY_ROOM: usize = 4 * 1024;
+
 /// The default key prefix of the Redis stores.
 const DEFAULT_PREFIX: &str = "ratekeeper:";
 
@@ -597,7 +601,7 @@ impl Checker<'_> {
                     .map(|n| n as usize)
             })
         };
-        let caps = RequestCaps {
+        let mut caps = RequestCaps {
             max_descriptors: cap(
                 &requests.max_descriptors,
                 "max_descriptors",
@@ -629,11 +633,14 @@ impl Checker<'_> {
                 RequestCaps::LIMIT_MAX_BODY_BYTES,
             )?,
         };
-        if caps.max_body_bytes < caps.max_value_bytes {
+        if requests.max_body_bytes.is_none() {
+            // Unwritten, the body cap follows a raised value cap: one value
+            // at its cap, and the JSON around it, always fit.
+            caps.max_body_bytes = caps.max_body_bytes.max(caps.max_value_bytes + BODY_ROOM);
+        } else if caps.max_body_bytes < caps.max_value_bytes {
             let span = requests
                 .max_body_bytes
                 .as_ref()
-                .or(requests.max_value_bytes.as_ref())
                 .map(Spanned::span)
                 .unwrap_or_default();
             return self.fail(
