@@ -23,12 +23,7 @@ pub mod config;
 pub mod engine;
 pub mod envoy;
 pub mod http;
-// The listeners' connection handling; TLS until the accept loop joins it.
-// Until the accept loop serves TLS, only checks and tests use it.
-#[allow(dead_code)]
-mod listen {
-    pub(crate) mod tls;
-}
+pub mod listen;
 pub mod proxy;
 pub mod serve;
 pub mod simulate;

@@ -481,7 +481,7 @@ fn request_caps_default_and_are_bounded() {
     assert_eq!(config.requests.max_entries, 64);
     assert!(config
         .explain()
-        .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes, 32 override rates\n"));
+        .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes, 32 override rates, bodies up to 65536 bytes\n"));
     assert!(!Config::default().explain().contains("requests:"));
     assert_eq!(
         err(&format!("[requests]\nmax_entries = 0\n{one}")),

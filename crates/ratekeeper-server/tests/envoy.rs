@@ -38,8 +38,7 @@ async fn serve(engine: Engine) -> (RateLimitServiceClient<Channel>, oneshot::Sen
             .serve(listener, async {
                 let _ = stopped.await;
             })
-            .await
-            .unwrap();
+            .await;
     });
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()

@@ -542,3 +542,61 @@ fn check_names_the_tls_doors_and_a_bad_file() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_or_failed_handshake_closes_only_that_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let files = Files::new();
+    let tables = format!(
+        "{}[listen.connections]\nheader_timeout = \"1s\"\n",
+        files.table("grpc", None)
+    );
+    let service = TestService::start(&config(&tables)).await;
+    let addr = service.service.addrs().grpc.unwrap();
+
+    // Connected, and not a byte sent: closed at the header timeout (a
+    // timer never fires early; 20 s is far past it, room for a loaded
+    // machine), and not sooner.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0; 64];
+    let read = tokio::time::timeout(Duration::from_secs(20), silent.read(&mut buf)).await;
+    let elapsed = started.elapsed();
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert!(
+        elapsed >= Duration::from_millis(990),
+        "closed after {elapsed:?}"
+    );
+
+    // Plaintext HTTP/2 to the TLS door: the handshake fails at once.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), plain.read_to_end(&mut rest))
+        .await
+        .expect("a failed handshake closes the connection");
+
+    // The door goes on serving.
+    let mut client = grpc_tls(addr, &files.ca.pem(), None).await.unwrap();
+    let answer = client
+        .should_rate_limit(request())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+    let metrics = reqwest::get(service.admin("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .contains(r#"ratekeeper_connections_closed_total{door="grpc",reason="handshake"} 2"#),
+        "{metrics}"
+    );
+}

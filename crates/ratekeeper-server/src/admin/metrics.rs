@@ -15,6 +15,12 @@
 //! | `ratekeeper_store_failed_open_total` | counter | `store` | requests allowed because the store failed open |
 //! | `ratekeeper_store_failed_closed_total` | counter | `store` | requests refused because the store failed closed |
 //! | `ratekeeper_store_fallback_total` | counter | `store` | requests decided by the in-memory fallback |
+//! | `ratekeeper_connections_open` | gauge | `door` | connections a front door has open now |
+//! | `ratekeeper_connections_accepted_total` | counter | `door` | connections a front door accepted |
+//! | `ratekeeper_connections_closed_total` | counter | `door`, `reason` (`idle`, `header_timeout`, `pressure`, `max_age`, `shutdown`, `handshake`) | connections the service closed, and why |
+//! | `ratekeeper_connection_cap_reached_total` | counter | `door` | times a new connection found its door at `max_connections` (idle connections are then closed to make room) |
+//! | `ratekeeper_requests_timed_out_total` | counter | `door` | requests reset for taking longer than `request_timeout` |
+//! | `ratekeeper_accept_errors_total` | counter | `door` | failed accepts (mostly: out of file descriptors) |
 //! | `ratekeeper_redis_calls_total` | counter | `path` (`at_once`, `queued`) | Redis store calls sent as soon as made, or after waiting for a running script (Redis with batching on only) |
 //! | `ratekeeper_redis_batches_total` | counter | | scripts that decided calls that had waited |
 //! | `ratekeeper_redis_batched_calls_total` | counter | | calls those scripts decided (divided by the batches: calls per script) |
@@ -43,6 +49,7 @@ use prometheus_client::registry::Registry;
 use super::recorder::LatencyHistogram;
 use super::stats::StoreHealth;
 use crate::engine::Engine;
+use crate::listen::DoorSnapshot;
 
 /// The `Content-Type` of `/metrics`.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -65,6 +72,7 @@ struct Scrape {
     limits: Vec<LimitCounts>,
     latency: LatencyHistogram,
     store: StoreHealth,
+    doors: Vec<DoorSnapshot>,
 }
 
 /// The metrics of `engine` now, in the Prometheus text format.
@@ -90,6 +98,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         limits,
         latency: metrics.latency(),
         store,
+        doors: engine.connection_stats().snapshot(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -247,6 +256,62 @@ impl Collector for Scrape {
             ),
         ] {
             counter(&mut encoder, name, help, [(store, value)])?;
+        }
+        let doors = &self.doors;
+        gauge(
+            &mut encoder,
+            "ratekeeper_connections_open",
+            "Connections a front door has open now.",
+            doors.iter().map(|door| {
+                (
+                    [("door", door.door)],
+                    i64::try_from(door.open).unwrap_or(i64::MAX),
+                )
+            }),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_connections_accepted",
+            "Connections a front door accepted.",
+            doors
+                .iter()
+                .map(|door| ([("door", door.door)], door.accepted)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_connections_closed",
+            "Connections the service closed, by reason.",
+            doors.iter().flat_map(|door| {
+                door.closed
+                    .iter()
+                    .map(|(reason, n)| ([("door", door.door), ("reason", reason.as_str())], *n))
+            }),
+        )?;
+        for (name, help, value) in [
+            (
+                "ratekeeper_connection_cap_reached",
+                "Times a new connection found its door at max_connections.",
+                (|door: &DoorSnapshot| door.cap_reached) as fn(&DoorSnapshot) -> u64,
+            ),
+            (
+                "ratekeeper_requests_timed_out",
+                "Requests reset for taking longer than request_timeout.",
+                |door| door.request_timeouts,
+            ),
+            (
+                "ratekeeper_accept_errors",
+                "Connections a front door failed to accept (mostly: out of file descriptors).",
+                |door| door.accept_errors,
+            ),
+        ] {
+            counter(
+                &mut encoder,
+                name,
+                help,
+                doors
+                    .iter()
+                    .map(|door| ([("door", door.door)], value(door))),
+            )?;
         }
         if let Some(batching) = self.store.batching {
             counter(

@@ -275,6 +275,7 @@ fn proxy(
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    options.connections = config.listen.connections.clone();
     let upstream: axum::http::Uri = match upstream.parse() {
         Ok(uri) => uri,
         Err(error) => {
@@ -309,6 +310,9 @@ fn proxy(
             &upstream,
             &options,
         )?);
+        let mut caps = [("proxy", options.connections.max_connections)];
+        ratekeeper_server::listen::fit_open_files(&mut caps);
+        options.connections.max_connections = caps[0].1;
         let signals = ProxySignals::catch()?;
         let _watcher = ConfigWatcher::spawn(engine.clone(), path, Some(watch));
         let mut out = std::io::stdout().lock();

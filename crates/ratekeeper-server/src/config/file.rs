@@ -44,6 +44,8 @@ pub(crate) struct FileListen {
     pub(crate) http: Option<Spanned<String>>,
     pub(crate) grpc: Option<Spanned<String>>,
     pub(crate) admin: Option<Spanned<String>>,
+    pub(crate) connections: Option<Spanned<super::connections::FileConnections>>,
+    pub(crate) http2: Option<Spanned<super::connections::FileHttp2>>,
     pub(crate) tls: Option<Spanned<super::tls::FileTls>>,
 }
 
@@ -55,6 +57,7 @@ pub(crate) struct FileRequests {
     pub(crate) max_entries: Option<Spanned<u64>>,
     pub(crate) max_value_bytes: Option<Spanned<u64>>,
     pub(crate) max_override_rates: Option<Spanned<u64>>,
+    pub(crate) max_body_bytes: Option<Spanned<u64>>,
 }
 
 /// One `[[limits]]`.

@@ -19,11 +19,27 @@
 //! key = "server.key"         # its private key: PKCS#8, PKCS#1 or SEC1 PEM
 //! client_ca = "clients.pem"  # optional: require client certificates it signed (mTLS)
 //!
+//! [listen.connections]       # every door; durations as "10s", "250ms", "5m"
+//! max_connections = 4096    # open connections per door (http, grpc, proxy)
+//! max_admin_connections = 256 # the admin port's own share
+//! header_timeout = "10s"     # a request's head, from its first byte (or from the connection)
+//! idle_timeout = "60s"       # a connection with no request in flight is closed after this
+//! request_timeout = "30s"    # one decision, body included (not the proxy's requests)
+//! max_header_bytes = 32768   # a request's line and headers
+//! shutdown_grace = "5s"      # after SIGTERM, for requests in flight
+//!
+//! [listen.http2]             # the gRPC door
+//! max_concurrent_streams = 1024
+//! keepalive_interval = "30s" # ping the client ("off": never)
+//! keepalive_timeout = "10s"  # close if the ping goes unanswered
+//! max_connection_age = "off" # e.g. "30m": close gently so clients re-resolve DNS
+//!
 //! [requests]                 # caps on one request, gRPC and JSON alike
 //! max_descriptors = 256      # descriptors (and JSON "limits" names) per request
 //! max_entries = 64           # entries per descriptor (and JSON "key" parts)
 //! max_value_bytes = 16384    # bytes of a key, value, domain, method or path
 //! max_override_rates = 32    # distinct Envoy override rates counted (a table each)
+//! max_body_bytes = 65536     # one JSON body or gRPC message
 //!
 //! [[limits]]
 //! name = "per-ip"
@@ -61,8 +77,8 @@
 //!
 //! A door with a `[listen.tls.http]`, `[listen.tls.grpc]` or
 //! `[listen.tls.admin]` table serves TLS only, with rustls (TLS 1.2 and
-//! 1.3, the ring provider), offering `h2` in ALPN on gRPC and `h2` then
-//! `http/1.1` on HTTP and admin. `cert` and `key` are PEM files; with
+//! 1.3, the ring provider), offering `h2` in ALPN on gRPC and `http/1.1`
+//! on HTTP and admin. `cert` and `key` are PEM files; with
 //! `client_ca`, a client must present a certificate signed by that CA or
 //! the handshake fails (mTLS). Relative paths are from the working
 //! directory, as `store.path`. Checking the configuration loads the files,
@@ -153,6 +169,7 @@
 //! as `ratekeeper.toml:12:8: limits[1].rate: unknown time unit "fortnight" ...`.
 
 mod address;
+mod connections;
 mod env;
 mod error;
 mod file;
@@ -172,6 +189,7 @@ use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
+pub use connections::{ConnectionConfig, Http2Config};
 pub use error::{ConfigError, Location};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
@@ -191,11 +209,27 @@ http = "127.0.0.1:8080"
 grpc = "127.0.0.1:8081"
 admin = "127.0.0.1:9090"
 
+[listen.connections]
+max_connections = 4096
+max_admin_connections = 256
+header_timeout = "10s"
+idle_timeout = "60s"
+request_timeout = "30s"
+max_header_bytes = 32768
+shutdown_grace = "5s"
+
+[listen.http2]
+max_concurrent_streams = 1024
+keepalive_interval = "30s"
+keepalive_timeout = "10s"
+max_connection_age = "off"
+
 [requests]
 max_descriptors = 256
 max_entries = 64
 max_value_bytes = 16384
 max_override_rates = 32
+max_body_bytes = 65536
 
 [[limits]]
 name = "per-client"
@@ -349,6 +383,8 @@ pub struct ListenConfig {
     pub grpc: Option<SocketAddr>,
     /// Health, metrics, stats and the dashboard.
     pub admin: Option<SocketAddr>,
+    /// Timeouts and caps of every door's connections.
+    pub connections: ConnectionConfig,
     /// Which doors serve TLS (`[listen.tls.*]`); none by default.
     pub tls: DoorTls,
 }
@@ -361,6 +397,7 @@ impl Default for ListenConfig {
             http: local(8080),
             grpc: local(8081),
             admin: local(9090),
+            connections: ConnectionConfig::default(),
             tls: DoorTls::default(),
         }
     }
@@ -668,16 +705,40 @@ impl Config {
         if let Some(line) = tls::explain(&self.listen) {
             let _ = writeln!(out, "{line}");
         }
+        let conns = &self.listen.connections;
+        if *conns != ConnectionConfig::default() {
+            let h2 = &conns.http2;
+            let every =
+                |d: Option<Duration>| d.map_or_else(|| "off".to_owned(), |d| format!("{d:?}"));
+            let _ = writeln!(
+                out,
+                "connections: at most {} per door and {} on admin; head within {:?}, idle {:?}, \
+                 requests {:?}, heads up to {} bytes, {:?} to finish at shutdown; http2: {} streams, \
+                 ping every {} within {:?}, max age {}",
+                conns.max_connections,
+                conns.max_admin_connections,
+                conns.header_timeout,
+                conns.idle_timeout,
+                conns.request_timeout,
+                conns.max_header_bytes,
+                conns.shutdown_grace,
+                h2.max_concurrent_streams,
+                every(h2.keepalive_interval),
+                h2.keepalive_timeout,
+                every(h2.max_connection_age),
+            );
+        }
         let caps = &self.requests;
         if *caps != RequestCaps::default() {
             let _ = writeln!(
                 out,
                 "requests: at most {} descriptors of {} entries, values up to {} bytes, \
-                 {} override rates",
+                 {} override rates, bodies up to {} bytes",
                 caps.max_descriptors,
                 caps.max_entries,
                 caps.max_value_bytes,
-                caps.max_override_rates
+                caps.max_override_rates,
+                caps.max_body_bytes
             );
         }
         for limit in &self.limits {

@@ -27,6 +27,12 @@ pub struct RequestCaps {
     /// is a table of its own in the in-memory store, so without a cap a
     /// client could make the service allocate one per request.
     pub max_override_rates: usize,
+    /// Bytes of one request's body (JSON API) or message (gRPC)
+    /// (`requests.max_body_bytes`); a larger one is refused before it is
+    /// read whole: 413 on the JSON API, `OUT_OF_RANGE` on gRPC (tonic's
+    /// code for a message over its size limit). Unwritten in a file that
+    /// raises `max_value_bytes`, it grows to hold one value at that cap.
+    pub max_body_bytes: usize,
 }
 
 impl RequestCaps {
@@ -47,6 +53,11 @@ impl RequestCaps {
     pub const LIMIT_MAX_ENTRIES: usize = 4_096;
     /// The largest `max_value_bytes` a configuration may set.
     pub const LIMIT_MAX_VALUE_BYTES: usize = 1024 * 1024;
+    /// The default `max_body_bytes`: a few hundred descriptors of Envoy's
+    /// usual size, or four values at `max_value_bytes`.
+    pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+    /// The largest `max_body_bytes` a configuration may set.
+    pub const LIMIT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
     /// Refuses more than `max_descriptors` descriptors.
     pub fn descriptors(&self, count: usize) -> Result<(), CapError> {
@@ -128,13 +139,14 @@ impl RequestCaps {
 
 impl Default for RequestCaps {
     /// 256 descriptors of up to 64 entries, keys and values up to 16 KiB;
-    /// 32 distinct override rates.
+    /// 32 distinct override rates; bodies up to 64 KiB.
     fn default() -> Self {
         RequestCaps {
             max_descriptors: Self::DEFAULT_MAX_DESCRIPTORS,
             max_entries: Self::DEFAULT_MAX_ENTRIES,
             max_value_bytes: Self::DEFAULT_MAX_VALUE_BYTES,
             max_override_rates: Self::DEFAULT_MAX_OVERRIDE_RATES,
+            max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
         }
     }
 }

@@ -47,6 +47,10 @@ const MAX_TRUSTED_HOPS: usize = 16;
 /// The word of `trusted_proxies` for [`private_networks`].
 const PRIVATE: &str = "private";
 
+/// What an unwritten `requests.max_body_bytes` leaves around one value at
+/// `max_value_bytes`: the rest of the request's JSON.
+const BODY_ROOM: usize = 4 * 1024;
+
 /// The default key prefix of the Redis stores.
 const DEFAULT_PREFIX: &str = "ratekeeper:";
 
@@ -151,12 +155,12 @@ fn find_path(table: &DeTable<'_>, span: &Range<usize>, prefix: &str) -> Option<(
 }
 
 /// Validation, with the locator for errors.
-struct Checker<'a> {
+pub(super) struct Checker<'a> {
     at: &'a Locator<'a>,
 }
 
 impl Checker<'_> {
-    fn fail<T>(
+    pub(super) fn fail<T>(
         &self,
         span: Range<usize>,
         field: impl Into<String>,
@@ -573,10 +577,12 @@ impl Checker<'_> {
             }
         }
         let [(_, (http, _)), (_, (grpc, _)), (_, (admin, _))] = all;
+        let connections = self.connections(listen.connections, listen.http2)?;
         let mut checked = ListenConfig {
             http,
             grpc,
             admin,
+            connections,
             tls: DoorTls::default(),
         };
         checked.tls = tls::check(self.at, listen.tls, &checked)?;
@@ -599,7 +605,7 @@ impl Checker<'_> {
                     .map(|n| n as usize)
             })
         };
-        Ok(RequestCaps {
+        let mut caps = RequestCaps {
             max_descriptors: cap(
                 &requests.max_descriptors,
                 "max_descriptors",
@@ -624,7 +630,33 @@ impl Checker<'_> {
                 defaults.max_override_rates,
                 RequestCaps::LIMIT_MAX_OVERRIDE_RATES,
             )?,
-        })
+            max_body_bytes: cap(
+                &requests.max_body_bytes,
+                "max_body_bytes",
+                defaults.max_body_bytes,
+                RequestCaps::LIMIT_MAX_BODY_BYTES,
+            )?,
+        };
+        if requests.max_body_bytes.is_none() {
+            // Unwritten, the body cap follows a raised value cap: one value
+            // at its cap, and the JSON around it, always fit.
+            caps.max_body_bytes = caps.max_body_bytes.max(caps.max_value_bytes + BODY_ROOM);
+        } else if caps.max_body_bytes < caps.max_value_bytes {
+            let span = requests
+                .max_body_bytes
+                .as_ref()
+                .map(Spanned::span)
+                .unwrap_or_default();
+            return self.fail(
+                span,
+                "requests.max_body_bytes",
+                format!(
+                    "max_body_bytes ({}) is below max_value_bytes ({}): a request could not hold one value at its cap",
+                    caps.max_body_bytes, caps.max_value_bytes
+                ),
+            );
+        }
+        Ok(caps)
     }
 
     fn limit(&self, index: usize, limit: FileLimit) -> Result<LimitConfig, ConfigError> {

@@ -92,6 +92,8 @@ struct Inner {
     wall_clock: SharedClock,
     /// Decision latencies and near-limit counts, for `/metrics`.
     metrics: DecisionMetrics,
+    /// The front doors' connection counters, for `/metrics`.
+    connections: crate::listen::ConnectionStats,
 }
 
 impl Engine {
@@ -140,6 +142,7 @@ impl Engine {
                 stats,
                 wall_clock,
                 metrics: DecisionMetrics::new(),
+                connections: crate::listen::ConnectionStats::default(),
             }),
         }
     }
@@ -175,6 +178,11 @@ impl Engine {
     /// How long decisions took, and how many came near their limit.
     pub fn decision_metrics(&self) -> &DecisionMetrics {
         &self.inner.metrics
+    }
+
+    /// The connection counters of the front doors serving this engine.
+    pub fn connection_stats(&self) -> &crate::listen::ConnectionStats {
+        &self.inner.connections
     }
 
     /// Looks for a forwarding header that `limit`'s `client_ip` ignored

@@ -9,8 +9,6 @@ use std::time::Duration;
 use ratekeeper::{Decision, FixedWindow, Limit, Rate};
 use ratekeeper_tower::headers::{self, PolicyReport};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
 use super::error::EnvoyError;
@@ -21,10 +19,11 @@ use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use super::proto::{HeaderValue, RateLimitRequest, RateLimitResponse, RateLimitUnit};
 use super::units;
-use crate::config::{KeyPart, LimitConfig, Match, OnSaturated};
+use crate::config::{ConnectionConfig, KeyPart, LimitConfig, Match, OnSaturated};
 use crate::engine::{
     compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown, SATURATED_HEADER,
 };
+use crate::listen::{Door, Protocol};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`)
 /// deciding through an [`Engine`].
@@ -67,13 +66,17 @@ impl EnvoyService {
     }
 
     /// The tonic server of this service, to add to a
-    /// `tonic::transport::Server`.
+    /// `tonic::transport::Server`; it takes messages up to the engine's
+    /// `requests.max_body_bytes` (read now: a reload does not change it).
     pub fn into_server(self) -> RateLimitServiceServer<EnvoyService> {
-        RateLimitServiceServer::new(self)
+        let max = self.engine.request_caps().max_body_bytes;
+        RateLimitServiceServer::new(self).max_decoding_message_size(max)
     }
 
     /// Serves this service over gRPC (HTTP/2) on `listener` until
-    /// `shutdown` completes, then lets the calls in flight finish.
+    /// `shutdown` completes, then lets the calls in flight finish, with the
+    /// default [`ConnectionConfig`](crate::config::ConnectionConfig)'s
+    /// timeouts and caps (what `ratekeeper serve` does with its own).
     ///
     /// ```no_run
     /// # async fn run(engine: ratekeeper_server::engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
@@ -82,22 +85,18 @@ impl EnvoyService {
     /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8081").await?;
     /// EnvoyService::new(engine)
     ///     .serve(listener, async { let _ = tokio::signal::ctrl_c().await; })
-    ///     .await?;
+    ///     .await;
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn serve(
-        self,
-        listener: TcpListener,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error> {
-        Server::builder()
-            .add_service(self.into_server())
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                shutdown,
-            )
-            .await
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send) {
+        let door = Door::new(
+            "grpc",
+            Protocol::Http2,
+            &ConnectionConfig::default(),
+            self.engine.connection_stats(),
+        );
+        crate::listen::serve(listener, door, self.into_server(), shutdown).await;
     }
 
     /// Answers one `ShouldRateLimit` request.

@@ -21,9 +21,21 @@ use crate::envoy::proto::rate_limit_descriptor::Entry;
 
 type Body = Result<Json<DecisionRequest>, axum::extract::rejection::JsonRejection>;
 
+/// The request in `body`, or the error axum's extractor found, as the API
+/// answers it.
+fn read(engine: &Engine, body: Body) -> Result<DecisionRequest, ApiError> {
+    match body {
+        Ok(Json(request)) => Ok(request),
+        Err(rejection) => Err(ApiError::from_json(
+            rejection,
+            engine.request_caps().max_body_bytes,
+        )),
+    }
+}
+
 /// Decides a request and records it where allowed.
 pub(super) async fn check(State(engine): State<Engine>, body: Body) -> Result<Response, ApiError> {
-    let request = body?.0;
+    let request = read(&engine, body)?;
     let checks = checks(&engine, &request)?;
     let verdict = engine.check(checks).await?;
     Ok(answer(&verdict))
@@ -31,7 +43,7 @@ pub(super) async fn check(State(engine): State<Engine>, body: Body) -> Result<Re
 
 /// The status the request would get, taking nothing.
 pub(super) async fn peek(State(engine): State<Engine>, body: Body) -> Result<Response, ApiError> {
-    let request = body?.0;
+    let request = read(&engine, body)?;
     let checks = checks(&engine, &request)?;
     let verdict = engine.peek(checks).await?;
     Ok(answer(&verdict))
@@ -42,7 +54,7 @@ pub(super) async fn refund(
     State(engine): State<Engine>,
     body: Body,
 ) -> Result<Json<RefundResponse>, ApiError> {
-    let request = body?.0;
+    let request = read(&engine, body)?;
     let checks = checks(&engine, &request)?;
     engine.refund(&checks).await?;
     let refunded = checks

@@ -28,6 +28,12 @@ pub enum ApiError {
     /// The request holds more than `[requests]` allows.
     #[error("{0}")]
     OverCap(#[from] CapError),
+    /// The body is longer than `requests.max_body_bytes`.
+    #[error("the request body is longer than requests.max_body_bytes ({max} bytes)")]
+    BodyTooLarge {
+        /// The cap.
+        max: usize,
+    },
     /// The store failed and fails closed.
     #[error("the rate-limit store failed: {0}")]
     Store(#[from] StoreError),
@@ -39,7 +45,7 @@ impl ApiError {
         match self {
             ApiError::Body(_) | ApiError::MissingPart { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownLimit(_) => StatusCode::NOT_FOUND,
-            ApiError::OverCap(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::OverCap(_) | ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -63,8 +69,18 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<axum::extract::rejection::JsonRejection> for ApiError {
-    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+impl ApiError {
+    /// The error for a body axum's JSON extractor refused: too long for
+    /// `max_body_bytes` (413), or not the API's JSON (400).
+    pub(crate) fn from_json(
+        rejection: axum::extract::rejection::JsonRejection,
+        max_body_bytes: usize,
+    ) -> ApiError {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::BodyTooLarge {
+                max: max_body_bytes,
+            };
+        }
         ApiError::Body(rejection.body_text())
     }
 }

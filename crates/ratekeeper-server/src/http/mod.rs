@@ -68,9 +68,13 @@ pub use json::{
 
 use crate::engine::Engine;
 
-/// The decision API's routes on `engine`.
+/// The decision API's routes on `engine`, taking bodies up to its
+/// `requests.max_body_bytes` (read now: a reload does not change it).
 pub fn router(engine: Engine) -> Router {
-    routes().with_state(engine)
+    let max_body_bytes = engine.request_caps().max_body_bytes;
+    routes()
+        .layer(axum::extract::DefaultBodyLimit::max(max_body_bytes))
+        .with_state(engine)
 }
 
 /// The routes, before the engine is given.

@@ -12,7 +12,6 @@ use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -187,7 +186,9 @@ pub(crate) enum HandshakeError {
 pub(crate) enum Alpn {
     /// gRPC: HTTP/2 only (`h2`), as gRPC clients require.
     Grpc,
-    /// HTTP and admin: `h2`, then `http/1.1`.
+    /// HTTP and admin: `http/1.1`, the protocol their accept loops speak.
+    /// A client that offers only `h2` is refused rather than answered in a
+    /// protocol it did not ask for.
     Http,
 }
 
@@ -195,7 +196,7 @@ impl Alpn {
     fn protocols(self) -> Vec<Vec<u8>> {
         match self {
             Alpn::Grpc => vec![b"h2".to_vec()],
-            Alpn::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Alpn::Http => vec![b"http/1.1".to_vec()],
         }
     }
 }
@@ -207,7 +208,6 @@ pub(crate) struct TlsListener {
     alpn: Alpn,
     current: ArcSwap<ServerConfig>,
     seen: Mutex<Seen>,
-    failed: AtomicU64,
 }
 
 impl fmt::Debug for TlsListener {
@@ -215,7 +215,6 @@ impl fmt::Debug for TlsListener {
         f.debug_struct("TlsListener")
             .field("files", &self.files)
             .field("alpn", &self.alpn)
-            .field("failed", &self.failed)
             .finish_non_exhaustive()
     }
 }
@@ -284,7 +283,6 @@ impl TlsListener {
                 loaded: fingerprint,
                 tried: fingerprint,
             }),
-            failed: AtomicU64::new(0),
         })
     }
 
@@ -295,31 +293,31 @@ impl TlsListener {
 
     /// The server side of a TLS handshake over `io`, with the
     /// configuration in force now, given `timeout` to finish (a client that
-    /// connects and says nothing must not hold a connection slot). A
-    /// failure is counted ([`TlsListener::failed_handshakes`]) and logged
-    /// at debug: a scanner or a client without a certificate is no fault of
-    /// the service.
+    /// connects and says nothing must not hold a connection slot);
+    /// `timed_out` runs first if it does not, while `io` is still open. A
+    /// failure is logged at debug (the accept loop counts it): a scanner
+    /// or a client without a certificate is no fault of the service.
     pub(crate) async fn accept<IO>(
         &self,
         io: IO,
         timeout: Duration,
+        timed_out: impl FnOnce(),
     ) -> Result<TlsStream<IO>, HandshakeError>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
-        let error = match tokio::time::timeout(timeout, self.acceptor().accept(io)).await {
+        let accept = self.acceptor().accept(io);
+        tokio::pin!(accept);
+        let error = match tokio::time::timeout(timeout, accept.as_mut()).await {
             Ok(Ok(stream)) => return Ok(stream),
             Ok(Err(error)) => HandshakeError::Failed(error),
-            Err(_) => HandshakeError::Timeout(timeout),
+            Err(_) => {
+                timed_out();
+                HandshakeError::Timeout(timeout)
+            }
         };
-        self.failed.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%error, cert = %self.files.cert.display(), "TLS handshake refused");
         Err(error)
-    }
-
-    /// How many handshakes [`TlsListener::accept`] saw fail.
-    pub(crate) fn failed_handshakes(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
     }
 
     /// [`TlsListener::reload`], logged: a swap at info, a refusal at error
@@ -338,11 +336,6 @@ impl TlsListener {
                 "TLS files refused; the running certificate stays"
             ),
         }
-    }
-
-    /// The files this listener serves.
-    pub(crate) fn files(&self) -> &TlsFiles {
-        &self.files
     }
 
     /// Reads the files again and, if they changed and make a valid
@@ -632,7 +625,13 @@ mod tests {
             .await
             .expect("handshake");
         assert_eq!(seen.alpn.as_deref(), Some(&b"http/1.1"[..]));
-        // gRPC offers only h2: an HTTP/1.1-only client is refused.
+        // A door speaks one protocol: a client that offers only another is
+        // refused.
+        let refused = handshake(&http, client(&ca, &[b"h2"], None)).await;
+        assert!(
+            matches!(&refused, Err(e) if e.starts_with("server:")),
+            "{refused:?}"
+        );
         let refused = handshake(&grpc, client(&ca, &[b"http/1.1"], None)).await;
         assert!(
             matches!(&refused, Err(e) if e.starts_with("server:")),
@@ -753,7 +752,7 @@ mod tests {
         let first = ca.server();
         let files = write_leaf(dir.path(), &first);
         let tls = TlsListener::load(&files, Alpn::Http).expect("load");
-        let trusting = || client(&ca, &[b"h2"], None);
+        let trusting = || client(&ca, &[b"http/1.1"], None);
         assert!(!tls.reload().expect("unchanged files reload"));
 
         // Half a rotation: the new certificate beside the old key.
@@ -834,10 +833,12 @@ mod tests {
         // Connected, and never a byte: the timeout ends it.
         let _silent = TcpStream::connect(addr).await.expect("connect");
         let (tcp, _) = socket.accept().await.expect("accept");
+        let mut told = false;
         let error = tls
-            .accept(tcp, Duration::from_millis(200))
+            .accept(tcp, Duration::from_millis(200), || told = true)
             .await
             .expect_err("a client that never speaks");
+        assert!(told, "timed_out runs on a timeout");
         assert!(matches!(error, HandshakeError::Timeout(_)), "{error:?}");
 
         // Plain HTTP to a TLS door.
@@ -848,14 +849,13 @@ mod tests {
             .expect("write");
         let (tcp, _) = socket.accept().await.expect("accept");
         let error = tls
-            .accept(tcp, Duration::from_secs(10))
+            .accept(tcp, Duration::from_secs(10), || panic!("not a timeout"))
             .await
             .expect_err("not TLS");
         assert!(matches!(error, HandshakeError::Failed(_)), "{error:?}");
-        assert_eq!(tls.failed_handshakes(), 2);
 
         // The next client is served as ever.
-        let seen = handshake(&tls, client(&ca, &[b"h2"], None)).await;
+        let seen = handshake(&tls, client(&ca, &[b"h2", b"http/1.1"], None)).await;
         assert!(seen.is_ok(), "{seen:?}");
     }
 

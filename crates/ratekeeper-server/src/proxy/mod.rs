@@ -100,7 +100,6 @@ mod forward;
 mod limit;
 
 use std::future::Future;
-use std::net::SocketAddr;
 
 use axum::http::Uri;
 use axum::Router;
@@ -109,7 +108,9 @@ use thiserror::Error;
 
 use tokio::net::TcpListener;
 
+use crate::config::ConnectionConfig;
 use crate::engine::Engine;
+use crate::listen::{Door, Protocol};
 use forward::{forward, Upstream};
 use limit::LimitLayer;
 
@@ -126,9 +127,6 @@ pub enum ProxyError {
         /// What is wrong with it.
         reason: String,
     },
-    /// Serving failed.
-    #[error("the proxy server failed")]
-    Serve(#[source] std::io::Error),
 }
 
 /// The proxy as an axum [`Router`]: every request, any method and path,
@@ -136,7 +134,7 @@ pub enum ProxyError {
 /// (`http://host[:port][/path]`).
 ///
 /// Serve it with
-/// `into_make_service_with_connect_info::<SocketAddr>()`, so that
+/// `into_make_service_with_connect_info::<std::net::SocketAddr>()`, so that
 /// `X-Forwarded-For` and the `peer` and `client_ip` keys know the client
 /// (without it they are `unknown`, one count for all); [`serve_proxy`]
 /// does.
@@ -153,12 +151,17 @@ pub struct ProxyOptions {
     /// started, streams for as long as it takes. 60 s by default, as
     /// nginx's `proxy_read_timeout`.
     pub response_timeout: Duration,
+    /// How the proxy's listener treats connections (caps, timeouts,
+    /// shutdown grace); its requests have no `request_timeout`, since they
+    /// stream to the upstream.
+    pub connections: ConnectionConfig,
 }
 
 impl Default for ProxyOptions {
     fn default() -> Self {
         ProxyOptions {
             response_timeout: Duration::from_secs(60),
+            connections: ConnectionConfig::default(),
         }
     }
 }
@@ -202,12 +205,13 @@ pub async fn serve_proxy_with(
     options: &ProxyOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ProxyError> {
-    let app = router_with(engine, &upstream, options)?;
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
-    .map_err(ProxyError::Serve)
+    let app = router_with(engine.clone(), &upstream, options)?;
+    let door = Door::new(
+        "proxy",
+        Protocol::Http1,
+        &options.connections,
+        engine.connection_stats(),
+    );
+    crate::listen::serve(listener, door, app, shutdown).await;
+    Ok(())
 }

@@ -4,8 +4,9 @@
 //! [`Service::start`] binds every address of `[listen]` (port 0 picks a
 //! free port; the bound addresses are reported by [`Service::addrs`]),
 //! serves until [`Service::shutdown`] or, in [`Service::run`], SIGTERM or
-//! Ctrl-C, then stops accepting, lets requests in flight finish, and
-//! returns. With a configuration file, SIGHUP or a change of the file
+//! Ctrl-C, then stops accepting, lets requests in flight finish within
+//! `listen.connections.shutdown_grace`, closes what is left, and returns.
+//! Every door's connections are served as [`crate::listen`] describes. With a configuration file, SIGHUP or a change of the file
 //! reloads the limits (see [`Service::reload`]).
 
 mod reload;
@@ -23,7 +24,8 @@ use tokio::task::JoinSet;
 
 use crate::config::{Config, ConfigError, TlsError};
 use crate::engine::{Engine, SharedClock, StartError};
-use crate::listen::tls::TlsDoors;
+use crate::listen::tls::{TlsDoors, TlsListener};
+use crate::listen::{Door, Protocol};
 use reload::{Reloaded, Reloader};
 
 /// Why the service could not start or stopped with an error.
@@ -53,9 +55,6 @@ pub enum ServeError {
         #[source]
         source: TlsError,
     },
-    /// The gRPC server failed while serving.
-    #[error("the grpc server failed")]
-    Grpc(#[source] tonic::transport::Error),
     /// A front door failed while serving.
     #[error("the {door} server failed")]
     Serve {
@@ -134,17 +133,43 @@ impl Service {
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
+        // Before the store: files that do not load should not wait for a
+        // connection to Redis to be reported.
+        let tls = TlsDoors::load(&config.listen)
+            .map_err(|(door, source)| ServeError::Tls { door, source })?;
         let engine = Engine::start_with_wall_clock(
             &config,
             Arc::clone(&options.clock),
             Arc::clone(&options.wall_clock),
         )
         .await?;
-        let tls = TlsDoors::load(&config.listen)
-            .map_err(|(door, source)| ServeError::Tls { door, source })?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut addrs = Addrs::default();
+
+        let connections = &config.listen.connections;
+        let stats = engine.connection_stats();
+        let mut caps: Vec<(&'static str, usize)> = [
+            ("http", config.listen.http, connections.max_connections),
+            ("grpc", config.listen.grpc, connections.max_connections),
+            (
+                "admin",
+                config.listen.admin,
+                connections.max_admin_connections,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(door, addr, cap)| addr.map(|_| (door, cap)))
+        .collect();
+        crate::listen::fit_open_files(&mut caps);
+        let door = |name: &'static str, protocol, tls: &Option<Arc<TlsListener>>| {
+            let mut door = Door::new(name, protocol, connections, stats);
+            if let Some((_, cap)) = caps.iter().find(|(door, _)| *door == name) {
+                door.max_connections = *cap;
+            }
+            door.tls = tls.clone();
+            door
+        };
 
         if let Some(addr) = config.listen.http {
             let listener = bind("http", addr).await?;
@@ -152,18 +177,22 @@ impl Service {
             // Statistics stay on the admin port: their top denied keys may
             // be clients' addresses or API keys.
             let app = crate::http::router(engine.clone());
-            tasks.spawn(serve_axum("http", listener, app, stopped.clone()));
+            let door = door("http", Protocol::Http1, &tls.http);
+            tasks.spawn(serve_door(listener, door, app, stopped.clone()));
         }
         if let Some(addr) = config.listen.grpc {
             let listener = bind("grpc", addr).await?;
             addrs.grpc = Some(local_addr("grpc", &listener)?);
-            tasks.spawn(serve_grpc(listener, engine.clone(), stopped.clone()));
+            let service = crate::envoy::EnvoyService::new(engine.clone()).into_server();
+            let door = door("grpc", Protocol::Http2, &tls.grpc);
+            tasks.spawn(serve_door(listener, door, service, stopped.clone()));
         }
         if let Some(addr) = config.listen.admin {
             let listener = bind("admin", addr).await?;
             addrs.admin = Some(local_addr("admin", &listener)?);
             let app = crate::admin::router(engine.clone());
-            tasks.spawn(serve_axum("admin", listener, app, stopped.clone()));
+            let door = door("admin", Protocol::Http1, &tls.admin);
+            tasks.spawn(serve_door(listener, door, app, stopped.clone()));
         }
 
         tasks.spawn(reap_stats(engine.clone(), stopped.clone()));
@@ -282,30 +311,25 @@ async fn stop_signal(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
-async fn serve_axum(
-    door: &'static str,
+/// Serves one door until `stopped`.
+async fn serve_door<S, B>(
     listener: TcpListener,
-    app: axum::Router,
+    door: Door,
+    service: S,
     stopped: watch::Receiver<bool>,
-) -> Result<(), ServeError> {
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop_signal(stopped))
-    .await
-    .map_err(|source| ServeError::Serve { door, source })
-}
-
-async fn serve_grpc(
-    listener: TcpListener,
-    engine: Engine,
-    stopped: watch::Receiver<bool>,
-) -> Result<(), ServeError> {
-    crate::envoy::EnvoyService::new(engine)
-        .serve(listener, stop_signal(stopped))
-        .await
-        .map_err(ServeError::Grpc)
+) -> Result<(), ServeError>
+where
+    S: tower::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    crate::listen::serve(listener, door, service, stop_signal(stopped)).await;
+    Ok(())
 }
 
 /// Reloads an engine's limits from a configuration file on SIGHUP and when

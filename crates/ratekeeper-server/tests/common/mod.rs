@@ -131,13 +131,13 @@ pub struct ServeProcess {
     pub grpc: Option<std::net::SocketAddr>,
     /// The lines it printed before the addresses were known.
     pub banner: Vec<String>,
+    stderr: Arc<std::sync::Mutex<String>>,
 }
 
 impl ServeProcess {
     /// `ratekeeper serve ARGS` with `env`; the listen addresses default to
     /// port 0 unless `env` sets them.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
-        use std::io::{BufRead, BufReader};
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
         command.arg("serve").args(args);
         for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
@@ -149,7 +149,31 @@ impl ServeProcess {
             .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped());
+        Self::from_command(command)
+    }
+
+    /// Runs `command`, which must start `ratekeeper serve` with its stdout
+    /// piped (and may pipe its stderr, kept for [`ServeProcess::stderr`]),
+    /// and reads the addresses it prints.
+    pub fn from_command(mut command: std::process::Command) -> ServeProcess {
+        use std::io::{BufRead, BufReader, Read};
         let mut child = command.spawn().expect("the binary runs");
+        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        if let Some(mut pipe) = child.stderr.take() {
+            let stderr = Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                let mut buf = [0; 4096];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    stderr
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
         let stdout = child.stdout.take().expect("piped");
         let mut lines = BufReader::new(stdout).lines();
         let (mut http, mut admin, mut grpc, mut banner) = (None, None, None, Vec::new());
@@ -181,7 +205,13 @@ impl ServeProcess {
             admin,
             grpc,
             banner,
+            stderr,
         }
+    }
+
+    /// What the process wrote to its stderr so far, if it was piped.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
     }
 
     /// Sends `signal` (`TERM`, `HUP`...) with kill(1).

@@ -1,0 +1,284 @@
+//! `[listen.connections]` and `[listen.http2]`: how every front door treats
+//! its connections, so that slow, idle or too many clients cannot take the
+//! service down for everyone else.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::ConfigError;
+use super::validate::Checker;
+use crate::simulate::parse_duration;
+
+/// How the front doors treat their connections.
+///
+/// Every timeout and cap has a default a platform team can run with; see
+/// the field docs and [`ConnectionConfig::default`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionConfig {
+    /// Open connections each of the HTTP, gRPC and proxy doors keeps at
+    /// most. At the cap, connections with no request in flight are closed
+    /// to make room, and new ones wait in the kernel's queue.
+    pub max_connections: usize,
+    /// Open connections the admin port keeps at most: a share of its own,
+    /// so health checks answer while the other doors are full.
+    pub max_admin_connections: usize,
+    /// How long a request's head may take to arrive, from its first byte
+    /// (and a new connection's first request, from the connection).
+    pub header_timeout: Duration,
+    /// How long a connection may stay open with no request in flight.
+    pub idle_timeout: Duration,
+    /// How long one request of the decision doors (HTTP, gRPC, admin) may
+    /// take, its body included; past it the request is reset. The proxy's
+    /// requests, which stream to the upstream, have none.
+    pub request_timeout: Duration,
+    /// The most bytes a request's head may hold (HTTP/1.1 request line and
+    /// headers; HTTP/2 header list).
+    pub max_header_bytes: usize,
+    /// After SIGTERM: how long requests in flight may take to finish before
+    /// the connections left are closed.
+    pub shutdown_grace: Duration,
+    /// The gRPC door's HTTP/2 settings.
+    pub http2: Http2Config,
+}
+
+impl ConnectionConfig {
+    /// The default [`ConnectionConfig::max_connections`].
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+    /// The default [`ConnectionConfig::max_admin_connections`].
+    pub const DEFAULT_MAX_ADMIN_CONNECTIONS: usize = 256;
+    /// The largest connection cap accepted.
+    pub const LIMIT_MAX_CONNECTIONS: usize = 1 << 20;
+    /// The largest `max_header_bytes` accepted.
+    pub const LIMIT_MAX_HEADER_BYTES: usize = 1 << 20;
+    /// The smallest `max_header_bytes` accepted: HTTP/1.1's read buffer
+    /// cannot be smaller.
+    pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+}
+
+impl Default for ConnectionConfig {
+    /// 4,096 connections per door and 256 on the admin port; a request's
+    /// head within 10 s, connections idle for at most 60 s, decisions
+    /// within 30 s, heads up to 32 KiB, and 5 s for requests in flight at
+    /// shutdown.
+    fn default() -> Self {
+        ConnectionConfig {
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            max_admin_connections: Self::DEFAULT_MAX_ADMIN_CONNECTIONS,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(30),
+            max_header_bytes: 32 * 1024,
+            shutdown_grace: Duration::from_secs(5),
+            http2: Http2Config::default(),
+        }
+    }
+}
+
+/// The gRPC door's HTTP/2 settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Http2Config {
+    /// Streams (calls) one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// How often a connection is pinged to check its peer is there; `None`:
+    /// never.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// How long a connection may live before it is asked to close (gently:
+    /// calls in flight finish), so that clients re-resolve the service's
+    /// name and spread over new replicas; `None`: for ever.
+    pub max_connection_age: Option<Duration>,
+}
+
+impl Http2Config {
+    /// The largest `max_concurrent_streams` accepted.
+    pub const LIMIT_MAX_CONCURRENT_STREAMS: u32 = 1 << 16;
+}
+
+impl Default for Http2Config {
+    /// 1,024 streams per connection, a ping every 30 s answered within
+    /// 10 s, and no age limit.
+    fn default() -> Self {
+        Http2Config {
+            max_concurrent_streams: 1024,
+            keepalive_interval: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(10),
+            max_connection_age: None,
+        }
+    }
+}
+
+/// `[listen.connections]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileConnections {
+    max_connections: Option<Spanned<u64>>,
+    max_admin_connections: Option<Spanned<u64>>,
+    header_timeout: Option<Spanned<String>>,
+    idle_timeout: Option<Spanned<String>>,
+    request_timeout: Option<Spanned<String>>,
+    max_header_bytes: Option<Spanned<u64>>,
+    shutdown_grace: Option<Spanned<String>>,
+}
+
+/// `[listen.http2]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileHttp2 {
+    max_concurrent_streams: Option<Spanned<u64>>,
+    keepalive_interval: Option<Spanned<String>>,
+    keepalive_timeout: Option<Spanned<String>>,
+    max_connection_age: Option<Spanned<String>>,
+}
+
+/// The longest timeout accepted: a day.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+impl Checker<'_> {
+    /// `[listen.connections]` and `[listen.http2]`, checked.
+    pub(super) fn connections(
+        &self,
+        connections: Option<Spanned<FileConnections>>,
+        http2: Option<Spanned<FileHttp2>>,
+    ) -> Result<ConnectionConfig, ConfigError> {
+        let mut config = ConnectionConfig::default();
+        if let Some(file) = connections.map(Spanned::into_inner) {
+            let field = |name: &str| format!("listen.connections.{name}");
+            let count = |value: &Option<Spanned<u64>>, name: &str, min: usize, max: usize| {
+                self.count(value, field(name), name, min, max)
+            };
+            let max = ConnectionConfig::LIMIT_MAX_CONNECTIONS;
+            config.max_connections = count(&file.max_connections, "max_connections", 1, max)?
+                .unwrap_or(config.max_connections);
+            config.max_admin_connections =
+                count(&file.max_admin_connections, "max_admin_connections", 1, max)?
+                    .unwrap_or(config.max_admin_connections);
+            config.max_header_bytes = count(
+                &file.max_header_bytes,
+                "max_header_bytes",
+                ConnectionConfig::MIN_HEADER_BYTES,
+                ConnectionConfig::LIMIT_MAX_HEADER_BYTES,
+            )?
+            .unwrap_or(config.max_header_bytes);
+            // "off" is refused for these, so a written value is always a duration.
+            let timeout = |value: &Option<Spanned<String>>, name: &str, default: Duration| {
+                Ok::<_, ConfigError>(
+                    self.duration(value, field(name), false)?
+                        .flatten()
+                        .unwrap_or(default),
+                )
+            };
+            config.header_timeout = timeout(
+                &file.header_timeout,
+                "header_timeout",
+                config.header_timeout,
+            )?;
+            config.idle_timeout = timeout(&file.idle_timeout, "idle_timeout", config.idle_timeout)?;
+            config.request_timeout = timeout(
+                &file.request_timeout,
+                "request_timeout",
+                config.request_timeout,
+            )?;
+            config.shutdown_grace = timeout(
+                &file.shutdown_grace,
+                "shutdown_grace",
+                config.shutdown_grace,
+            )?;
+        }
+        if let Some(file) = http2.map(Spanned::into_inner) {
+            let field = |name: &str| format!("listen.http2.{name}");
+            let h2 = &mut config.http2;
+            let streams = Http2Config::LIMIT_MAX_CONCURRENT_STREAMS as usize;
+            if let Some(n) = self.count(
+                &file.max_concurrent_streams,
+                field("max_concurrent_streams"),
+                "max_concurrent_streams",
+                1,
+                streams,
+            )? {
+                // At most 2^16, so the cast is exact.
+                h2.max_concurrent_streams = n as u32;
+            }
+            if let Some(every) =
+                self.duration(&file.keepalive_interval, field("keepalive_interval"), true)?
+            {
+                h2.keepalive_interval = every;
+            }
+            if let Some(Some(within)) =
+                self.duration(&file.keepalive_timeout, field("keepalive_timeout"), false)?
+            {
+                h2.keepalive_timeout = within;
+            }
+            if let Some(age) =
+                self.duration(&file.max_connection_age, field("max_connection_age"), true)?
+            {
+                h2.max_connection_age = age;
+            }
+        }
+        Ok(config)
+    }
+
+    /// A whole number from `min` to `max`, if written.
+    fn count(
+        &self,
+        value: &Option<Spanned<u64>>,
+        field: String,
+        name: &str,
+        min: usize,
+        max: usize,
+    ) -> Result<Option<usize>, ConfigError> {
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        match usize::try_from(*value.get_ref()) {
+            Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => self.fail(
+                value.span(),
+                field,
+                format!("{name} is {}, outside {min} to {max}", value.get_ref()),
+            ),
+        }
+    }
+
+    /// A duration such as `"10s"` or `"250ms"` from 1 ms to a day, if
+    /// written; `"off"` is `Some(None)` where `off_allowed`.
+    fn duration(
+        &self,
+        value: &Option<Spanned<String>>,
+        field: String,
+        off_allowed: bool,
+    ) -> Result<Option<Option<Duration>>, ConfigError> {
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        let text = value.get_ref().trim();
+        if text == "off" {
+            if off_allowed {
+                return Ok(Some(None));
+            }
+            return self.fail(
+                value.span(),
+                field,
+                "this cannot be \"off\"; give a duration such as \"10s\"",
+            );
+        }
+        let off = if off_allowed { ", or \"off\"" } else { "" };
+        match parse_duration(text) {
+            Ok(d) if d >= Duration::from_millis(1) && d <= MAX_TIMEOUT => Ok(Some(Some(d))),
+            Ok(d) => self.fail(
+                value.span(),
+                field,
+                format!("{d:?} is outside 1ms to 24h{off}"),
+            ),
+            Err(error) => self.fail(
+                value.span(),
+                field,
+                format!("invalid duration {text:?} ({error}); expected a number and a unit such as \"10s\", \"250ms\", \"5m\"{off}"),
+            ),
+        }
+    }
+}

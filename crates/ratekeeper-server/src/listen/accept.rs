@@ -1,0 +1,256 @@
+//! A door's accept loop: one task per connection, at most the door's cap
+//! of them, and a shutdown that lets requests in flight finish within the
+//! grace period before it closes what is left.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::activity::Activity;
+use super::connection::{drive, Pressure, PRESSURE_MIN_IDLE};
+use super::service::{BoxError, Tracked};
+use super::socket::Socket;
+use super::stats::CloseReason;
+use super::tls::TlsListener;
+use super::{Door, Protocol};
+
+/// How long the loop pauses after a failed accept (out of file
+/// descriptors, mostly), so that it does not spin while the connections
+/// already open go on.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How often a failed accept is logged at most.
+const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Serves `service` on `listener` as `door` says, until `stop` resolves;
+/// then stops accepting (new connections are refused), lets every
+/// connection finish what it has in flight within the door's grace period,
+/// closes what is left and returns.
+///
+/// Accept errors never end the loop: a process out of file descriptors
+/// refuses new connections for a moment and keeps serving the ones it has.
+pub(crate) async fn serve<S, B>(
+    listener: TcpListener,
+    door: Door,
+    service: S,
+    stop: impl Future<Output = ()>,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let door = Arc::new(door);
+    let permits = Arc::new(Semaphore::new(door.max_connections));
+    let pressure = Arc::new(Pressure::default());
+    let (stopping, stopped) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut last_error_log: Option<Instant> = None;
+    tokio::pin!(stop);
+    loop {
+        while connections.try_join_next().is_some() {}
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                door.stats.cap_reached();
+                tracing::debug!(
+                    door = door.name,
+                    cap = door.max_connections,
+                    "at the connection cap: closing idle connections to make room"
+                );
+                let waited = loop {
+                    pressure.apply();
+                    tokio::select! {
+                        permit = Arc::clone(&permits).acquire_owned() => break permit.ok(),
+                        () = tokio::time::sleep(PRESSURE_MIN_IDLE) => {}
+                        () = &mut stop => break None,
+                    }
+                };
+                pressure.release();
+                match waited {
+                    Some(permit) => permit,
+                    None => break,
+                }
+            }
+        };
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    door.stats.accept_failed();
+                    log_accept_error(&door, &error, &mut last_error_log);
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let activity = Activity::new();
+        let track_heads = door.protocol == Protocol::Http1;
+        let socket = Socket::new(tcp, Arc::clone(&activity), track_heads, permit);
+        let tracked = Tracked {
+            service: service.clone(),
+            activity: Arc::clone(&activity),
+            stats: Arc::clone(&door.stats),
+            peer: (door.protocol == Protocol::Http1).then_some(peer),
+            timeout: door.request_timeout,
+        };
+        let (door, stopped, pressure) = (Arc::clone(&door), stopped.clone(), Arc::clone(&pressure));
+        connections.spawn(async move {
+            door.stats.opened();
+            match &door.tls {
+                None => {
+                    serve_connection(socket, &door, tracked, &activity, stopped, &pressure).await
+                }
+                Some(tls) => {
+                    if let Some(tls) = handshake(tls, socket, &door, &activity).await {
+                        serve_connection(tls, &door, tracked, &activity, stopped, &pressure).await;
+                    }
+                }
+            }
+            door.stats.gone();
+        });
+    }
+    // Refuse new connections from now on, then drain.
+    drop(listener);
+    let _ = stopping.send(true);
+    let grace = door.shutdown_grace;
+    let drained = tokio::time::timeout(grace + Duration::from_millis(100), async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        let left = connections.len();
+        tracing::info!(
+            door = door.name,
+            left,
+            "closing the connections still open after the grace period"
+        );
+        connections.shutdown().await;
+    }
+}
+
+/// The server side of a TLS handshake on `socket`, within the door's
+/// `header_timeout` (a client that connects and says nothing must not hold
+/// a connection slot). A failure closes only this connection, counted as
+/// [`CloseReason::Handshake`] and logged at debug: a scanner or a client
+/// without a certificate is no fault of the service.
+async fn handshake(
+    tls: &TlsListener,
+    socket: Socket,
+    door: &Door,
+    activity: &Activity,
+) -> Option<tokio_rustls::server::TlsStream<Socket>> {
+    // A client that timed out is owed nothing: its socket closes without
+    // lingering. One that failed the handshake is sent its alert.
+    match tls
+        .accept(socket, door.header_timeout, || activity.set_abortive())
+        .await
+    {
+        Ok(stream) => Some(stream),
+        Err(_) => {
+            door.stats.closed(CloseReason::Handshake);
+            None
+        }
+    }
+}
+
+/// Serves one accepted connection with the door's protocol.
+async fn serve_connection<IO, S, B>(
+    socket: IO,
+    door: &Door,
+    service: Tracked<S>,
+    activity: &Activity,
+    stopped: watch::Receiver<bool>,
+    pressure: &Pressure,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(socket);
+    match door.protocol {
+        Protocol::Http1 => {
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                // The driver times heads from their first byte; hyper's
+                // own timer would also cut idle keep-alive connections.
+                .header_read_timeout(None)
+                .max_buf_size(door.max_header_bytes)
+                .keep_alive(true);
+            let conn = builder.serve_connection(io, service);
+            drive(
+                conn,
+                http1::Connection::graceful_shutdown,
+                door,
+                activity,
+                stopped,
+                pressure,
+            )
+            .await;
+        }
+        Protocol::Http2 => {
+            let mut builder = http2::Builder::new(TokioExecutor::new());
+            let h2 = &door.http2;
+            builder
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(h2.max_concurrent_streams)
+                .keep_alive_interval(h2.keepalive_interval)
+                .keep_alive_timeout(h2.keepalive_timeout)
+                .max_header_list_size(u32::try_from(door.max_header_bytes).unwrap_or(u32::MAX));
+            let conn = builder.serve_connection(io, service);
+            drive(
+                conn,
+                http2::Connection::graceful_shutdown,
+                door,
+                activity,
+                stopped,
+                pressure,
+            )
+            .await;
+        }
+    }
+}
+
+/// Logs a failed accept, at most once per [`ACCEPT_ERROR_LOG_EVERY`].
+fn log_accept_error(door: &Door, error: &io::Error, last: &mut Option<Instant>) {
+    let now = Instant::now();
+    if last.is_some_and(|at| now.duration_since(at) < ACCEPT_ERROR_LOG_EVERY) {
+        return;
+    }
+    *last = Some(now);
+    if is_out_of_files(error) {
+        tracing::error!(
+            door = door.name,
+            %error,
+            "cannot accept connections: out of file descriptors; new connections wait, open ones are served (raise the open-file limit or lower listen.connections.max_connections)"
+        );
+    } else {
+        tracing::warn!(door = door.name, %error, "a connection could not be accepted");
+    }
+}
+
+/// EMFILE or ENFILE: the process or the system has no file descriptor to
+/// give the connection.
+fn is_out_of_files(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(23 | 24))
+}

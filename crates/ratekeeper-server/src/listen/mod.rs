@@ -1,0 +1,109 @@
+//! Serving connections, for every front door: the accept loop, the caps,
+//! the timeouts and the shutdown that `[listen.connections]` and
+//! `[listen.http2]` configure ([`ConnectionConfig`]).
+//!
+//! Each door (HTTP, gRPC, admin, proxy) runs one accept loop that keeps at
+//! most its cap of connections open. At the cap it stops accepting (new
+//! connections wait in the kernel's queue) and closes its connections that
+//! have had no request in flight for a second, so that clients holding
+//! connections they do not use cannot lock out the ones that do; the admin
+//! port has a cap of its own, so health checks answer while the other
+//! doors are full. Every connection is closed:
+//!
+//! - abruptly, when a request's head takes longer than `header_timeout`
+//!   from its first byte (and, on HTTP/1.1, when a new connection sends
+//!   no request within it): a client that slow is owed no answer;
+//! - gently, when it has had no request in flight for `idle_timeout`, is
+//!   older than `max_connection_age` (gRPC), or is idle while its door is
+//!   full: requests in flight finish, HTTP/2 clients get a GOAWAY;
+//! - at shutdown: the listener closes at once, requests in flight get
+//!   `shutdown_grace` to finish, and what is left is then closed.
+//!
+//! A request of the decision doors that takes longer than
+//! `request_timeout` (a body sent slowly, say) is reset. A socket the
+//! service closes first sends its FIN and drops what the client still
+//! sends for a moment, so that a response already written is not lost to a
+//! reset.
+//!
+//! The caps must fit the process's open-file limit: [`fit_open_files`]
+//! raises the soft limit to the hard one and lowers the caps that would not
+//! fit, so that running out of descriptors makes new connections wait
+//! instead of failing the ones already served.
+
+mod accept;
+mod activity;
+mod connection;
+mod files;
+mod service;
+mod socket;
+mod stats;
+pub(crate) mod tls;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use accept::serve;
+pub use files::{fit_open_files, OpenFiles};
+pub use stats::{CloseReason, ConnectionStats, DoorSnapshot};
+
+use crate::config::{ConnectionConfig, Http2Config};
+use stats::DoorStats;
+use tls::TlsListener;
+
+/// The HTTP version a door speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// HTTP/1.1: the JSON API, nginx's `auth_request`, admin, the proxy.
+    Http1,
+    /// HTTP/2 with prior knowledge: gRPC.
+    Http2,
+}
+
+/// One door's settings, from [`ConnectionConfig`].
+#[derive(Debug)]
+pub(crate) struct Door {
+    pub(crate) name: &'static str,
+    pub(crate) protocol: Protocol,
+    pub(crate) max_connections: usize,
+    pub(crate) header_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) http2: Http2Config,
+    pub(crate) stats: Arc<DoorStats>,
+    /// The door's TLS, if it serves TLS: each connection's handshake must
+    /// finish within `header_timeout`.
+    pub(crate) tls: Option<Arc<TlsListener>>,
+}
+
+impl Door {
+    /// The door `name` with the settings of `config`: the admin port's cap
+    /// for `admin`, no request timeout for `proxy` (its requests stream to
+    /// the upstream, which has timeouts of its own).
+    pub(crate) fn new(
+        name: &'static str,
+        protocol: Protocol,
+        config: &ConnectionConfig,
+        stats: &ConnectionStats,
+    ) -> Door {
+        let max_connections = if name == "admin" {
+            config.max_admin_connections
+        } else {
+            config.max_connections
+        };
+        Door {
+            name,
+            protocol,
+            max_connections,
+            header_timeout: config.header_timeout,
+            idle_timeout: config.idle_timeout,
+            request_timeout: (name != "proxy").then_some(config.request_timeout),
+            max_header_bytes: config.max_header_bytes,
+            shutdown_grace: config.shutdown_grace,
+            http2: config.http2.clone(),
+            stats: stats.door(name),
+            tls: None,
+        }
+    }
+}

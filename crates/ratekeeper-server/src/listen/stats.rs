@@ -1,0 +1,151 @@
+//! What the listeners count: open connections, and why they were closed.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Why the service closed a connection (a client closing its own is not
+/// counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// No request in flight for `idle_timeout`.
+    Idle,
+    /// A request's head (or a new connection's first request) took longer
+    /// than `header_timeout`.
+    HeaderTimeout,
+    /// Idle while the door was at its connection cap: closed to make room.
+    Pressure,
+    /// Older than `max_connection_age`.
+    MaxAge,
+    /// Still open when the shutdown's grace period ended.
+    Shutdown,
+    /// The TLS handshake failed or took longer than `header_timeout`.
+    Handshake,
+}
+
+impl CloseReason {
+    /// Every reason, in the order of [`DoorSnapshot::closed`].
+    pub const ALL: [CloseReason; 6] = [
+        CloseReason::Idle,
+        CloseReason::HeaderTimeout,
+        CloseReason::Pressure,
+        CloseReason::MaxAge,
+        CloseReason::Shutdown,
+        CloseReason::Handshake,
+    ];
+
+    /// The label value in `/metrics`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Idle => "idle",
+            CloseReason::HeaderTimeout => "header_timeout",
+            CloseReason::Pressure => "pressure",
+            CloseReason::MaxAge => "max_age",
+            CloseReason::Shutdown => "shutdown",
+            CloseReason::Handshake => "handshake",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One door's counters, shared by its accept loop and its connections.
+#[derive(Debug, Default)]
+pub(crate) struct DoorStats {
+    open: AtomicU64,
+    accepted: AtomicU64,
+    closed: [AtomicU64; CloseReason::ALL.len()],
+    request_timeouts: AtomicU64,
+    cap_reached: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+impl DoorStats {
+    pub(crate) fn opened(&self) {
+        self.accepted.fetch_add(1, Relaxed);
+        self.open.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn gone(&self) {
+        self.open.fetch_sub(1, Relaxed);
+    }
+
+    pub(crate) fn closed(&self, reason: CloseReason) {
+        self.closed[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn request_timed_out(&self) {
+        self.request_timeouts.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn cap_reached(&self) {
+        self.cap_reached.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn accept_failed(&self) {
+        self.accept_errors.fetch_add(1, Relaxed);
+    }
+
+    fn snapshot(&self, door: &'static str) -> DoorSnapshot {
+        DoorSnapshot {
+            door,
+            open: self.open.load(Relaxed),
+            accepted: self.accepted.load(Relaxed),
+            closed: CloseReason::ALL
+                .map(|reason| (reason, self.closed[reason.index()].load(Relaxed))),
+            request_timeouts: self.request_timeouts.load(Relaxed),
+            cap_reached: self.cap_reached.load(Relaxed),
+            accept_errors: self.accept_errors.load(Relaxed),
+        }
+    }
+}
+
+/// The connection counters of every door of a process, for `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionStats {
+    doors: Arc<Mutex<Vec<(&'static str, Arc<DoorStats>)>>>,
+}
+
+impl ConnectionStats {
+    /// The counters of `door`, made on first use.
+    pub(crate) fn door(&self, door: &'static str) -> Arc<DoorStats> {
+        let mut doors = self.doors.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, stats)) = doors.iter().find(|(name, _)| *name == door) {
+            return Arc::clone(stats);
+        }
+        let stats = Arc::new(DoorStats::default());
+        doors.push((door, Arc::clone(&stats)));
+        stats
+    }
+
+    /// Every door's counters now, in the order the doors started.
+    pub fn snapshot(&self) -> Vec<DoorSnapshot> {
+        let doors = self.doors.lock().unwrap_or_else(PoisonError::into_inner);
+        doors
+            .iter()
+            .map(|(door, stats)| stats.snapshot(door))
+            .collect()
+    }
+}
+
+/// One door's connection counters at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DoorSnapshot {
+    /// The door: `http`, `grpc`, `admin` or `proxy`.
+    pub door: &'static str,
+    /// Connections open now.
+    pub open: u64,
+    /// Connections accepted since the start.
+    pub accepted: u64,
+    /// Connections the service closed, by reason.
+    pub closed: [(CloseReason, u64); CloseReason::ALL.len()],
+    /// Requests reset for taking longer than `request_timeout`.
+    pub request_timeouts: u64,
+    /// Times a new connection found the door at its cap.
+    pub cap_reached: u64,
+    /// Failed accepts (out of file descriptors, mostly).
+    pub accept_errors: u64,
+}

@@ -1,0 +1,510 @@
+//! The front doors against clients that are slow, idle or many, over real
+//! sockets: `[listen.connections]`'s timeouts and caps, the body limit and
+//! the shutdown's grace period.
+//!
+//! Timeouts here are real time (a socket's deadline cannot run on a manual
+//! clock); each test asserts that a close comes no sooner than its timeout
+//! (a timer never fires early) and well before the next thing that would
+//! close it, with room for a loaded machine.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{ServeProcess, TestService};
+
+/// A limit for every test: generous, so no request is refused by it.
+const LIMIT: &str = r#"
+[[limits]]
+name = "per-user"
+rate = "1000000/minute"
+key = ["header:x-user"]
+"#;
+
+fn config(connections: &str) -> String {
+    format!(
+        "[listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"off\"\nadmin = \"127.0.0.1:0\"\n\
+         [listen.connections]\n{connections}\n{LIMIT}"
+    )
+}
+
+/// How long a socket read blocks before the test calls it a hang.
+const HANG: Duration = Duration::from_secs(30);
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("the door accepts");
+    stream.set_read_timeout(Some(HANG)).unwrap();
+    stream
+}
+
+/// Reads until the service closes the connection; what it sent, and
+/// whether it closed with FIN (`true`) rather than a reset.
+fn read_to_close(stream: &mut TcpStream) -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (got, true),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => {
+                return (got, false)
+            }
+            Err(error) => panic!("the connection was neither answered nor closed: {error}"),
+        }
+    }
+}
+
+const CHECK_BODY: &str = r#"{"limits":["per-user"],"key":{"header:x-user":"ann"}}"#;
+
+fn check_request(close: bool) -> String {
+    let connection = if close { "close" } else { "keep-alive" };
+    format!(
+        "POST /v1/check HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+         Connection: {connection}\r\nContent-Length: {}\r\n\r\n{CHECK_BODY}",
+        CHECK_BODY.len()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_sent_too_slowly_is_cut_at_the_header_timeout() {
+    let test = TestService::start(&config("header_timeout = \"1s\"\nidle_timeout = \"60s\"")).await;
+    let addr = test.service.addrs().http.unwrap();
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        let started = Instant::now();
+        // Half a head, then nothing: a slowloris.
+        stream
+            .write_all(b"POST /v1/check HTTP/1.1\r\nHost: test\r\n")
+            .unwrap();
+        let (answer, _) = read_to_close(&mut stream);
+        (started.elapsed(), answer)
+    })
+    .await
+    .unwrap();
+    let (elapsed, answer) = closed;
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "closed after {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "closed after {elapsed:?}"
+    );
+    assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+    let metrics = test
+        .client
+        .get(test.admin("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"ratekeeper_connections_closed_total{door="http",reason="header_timeout"} 1"#
+        ),
+        "{metrics}"
+    );
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_sends_a_request_is_closed_at_the_header_timeout() {
+    let test = TestService::start(&config("header_timeout = \"1s\"")).await;
+    let addr = test.service.addrs().http.unwrap();
+    let elapsed = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        let started = Instant::now();
+        read_to_close(&mut stream);
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "closed after {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "closed after {elapsed:?}"
+    );
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed_cleanly_after_the_idle_timeout() {
+    // The idle timeout is longer than the header timeout: an idle
+    // keep-alive connection is not cut at the header timeout.
+    let test = TestService::start(&config("header_timeout = \"1s\"\nidle_timeout = \"3s\"")).await;
+    let addr = test.service.addrs().http.unwrap();
+    let (answer, clean, idle) = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        stream.write_all(check_request(false).as_bytes()).unwrap();
+        // The answer, then the wait for the close.
+        let mut buf = [0; 4096];
+        let n = stream.read(&mut buf).unwrap();
+        let started = Instant::now();
+        let (rest, clean) = read_to_close(&mut stream);
+        let mut answer = buf[..n].to_vec();
+        answer.extend(rest);
+        (answer, clean, started.elapsed())
+    })
+    .await
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(clean, "closed with a reset");
+    assert!(idle >= Duration::from_millis(2900), "closed after {idle:?}");
+    assert!(idle < Duration::from_secs(25), "closed after {idle:?}");
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_sent_too_slowly_is_cut_at_the_request_timeout() {
+    let test = TestService::start(&config("request_timeout = \"1s\"")).await;
+    let addr = test.service.addrs().http.unwrap();
+    let elapsed = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        let started = Instant::now();
+        stream
+            .write_all(
+                b"POST /v1/check HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+                  Content-Length: 1000\r\n\r\n{\"limits\":",
+            )
+            .unwrap();
+        read_to_close(&mut stream);
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "closed after {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "closed after {elapsed:?}"
+    );
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_max_body_bytes_is_refused_with_413_problem_details() {
+    let toml = format!(
+        "[listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"off\"\nadmin = \"off\"\n\
+         [requests]\nmax_body_bytes = 20000\n{LIMIT}"
+    );
+    let test = TestService::start(&toml).await;
+    let padding = "x".repeat(30_000);
+    let body =
+        format!(r#"{{"limits":["per-user"],"key":{{"header:x-user":"ann"}},"pad":"{padding}"}}"#);
+    let response = test
+        .client
+        .post(test.http("/v1/check"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(problem["status"], 413);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("requests.max_body_bytes (20000 bytes)"),
+        "{problem}"
+    );
+    // A body under the cap is read.
+    let (status, _, _) = test
+        .post(
+            "/v1/check",
+            serde_json::json!({"limits": ["per-user"], "key": {"header:x-user": "ann"}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    test.stop().await;
+}
+
+/// Opens `n` connections to `addr` that each send half a request body, so
+/// that each holds a request in flight (which no cap may close).
+fn hold_requests(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut stream = connect(addr);
+            stream
+                .write_all(
+                    b"POST /v1/check HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+                      Content-Length: 1000\r\n\r\n{",
+                )
+                .unwrap();
+            stream
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_answers_while_the_http_door_is_at_its_cap() {
+    let test = TestService::start(&config("max_connections = 8\nrequest_timeout = \"60s\"")).await;
+    let addr = test.service.addrs().http.unwrap();
+    let held = tokio::task::spawn_blocking(move || hold_requests(addr, 8))
+        .await
+        .unwrap();
+    // Every slot holds a request in flight: a new HTTP connection waits.
+    let waiting = test
+        .client
+        .get(test.http("/v1/limits"))
+        .timeout(Duration::from_millis(1500))
+        .send()
+        .await;
+    assert!(
+        waiting.is_err(),
+        "a ninth connection was served: {waiting:?}"
+    );
+    // The admin port has its own share.
+    let health = test
+        .client
+        .get(test.admin("/healthz"))
+        .send()
+        .await
+        .expect("the admin port answers");
+    assert_eq!(health.status(), 200);
+    let metrics = test
+        .client
+        .get(test.admin("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"ratekeeper_connections_open{door="http"} 8"#),
+        "{metrics}"
+    );
+    // When the held requests go, the door serves again.
+    drop(held);
+    let served = test
+        .client
+        .get(test.http("/v1/limits"))
+        .send()
+        .await
+        .expect("served once there is room");
+    assert_eq!(served.status(), 200);
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_idle_connections_make_room_for_new_ones() {
+    let test = TestService::start(&config(
+        "max_connections = 8\nheader_timeout = \"60s\"\nidle_timeout = \"60s\"",
+    ))
+    .await;
+    let addr = test.service.addrs().http.unwrap();
+    // Eight connections that sent nothing: idle, and kept by every timeout.
+    let idle: Vec<TcpStream> = (0..8).map(|_| connect(addr)).collect();
+    let started = Instant::now();
+    let response = test
+        .client
+        .get(test.http("/v1/limits"))
+        .send()
+        .await
+        .expect("served after idle connections made room");
+    assert_eq!(response.status(), 200);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    drop(idle);
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_keep_going_while_another_opens_two_thousand_idle_connections() {
+    raise_open_files(4_096);
+    // A cap below what the idle client opens, so the door runs full and
+    // closes idle connections while the busy clients go on.
+    let test = TestService::start(&config("max_connections = 1000")).await;
+    let url = test.http("/v1/check");
+    let addr = test.service.addrs().http.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for client in 0..16 {
+        let (url, stop) = (url.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut answered = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || answered < 20 {
+                let response = http
+                    .post(&url)
+                    .json(&serde_json::json!({"limits": ["per-user"], "key": {"header:x-user": format!("c{client}")}}))
+                    .send()
+                    .await
+                    .unwrap_or_else(|error| panic!("client {client}, request {answered}: {error}"));
+                assert_eq!(response.status(), 200);
+                answered += 1;
+            }
+            answered
+        }));
+    }
+    let opened = tokio::task::spawn_blocking(move || {
+        let mut idle = Vec::new();
+        for _ in 0..2_000 {
+            match TcpStream::connect(addr) {
+                Ok(stream) => idle.push(stream),
+                Err(error) => panic!("connect {}: {error}", idle.len()),
+            }
+        }
+        // Hold them while the clients go on.
+        std::thread::sleep(Duration::from_secs(3));
+        idle.len()
+    })
+    .await
+    .unwrap();
+    assert_eq!(opened, 2_000);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        let answered = client.await.expect("no client request failed");
+        assert!(answered >= 20);
+    }
+    let health = test
+        .client
+        .get(test.admin("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    test.stop().await;
+}
+
+/// Raises this test process's soft open-file limit to at least `want`.
+fn raise_open_files(want: u64) {
+    let (soft, hard) = rlimit::Resource::NOFILE
+        .get()
+        .expect("the limit is readable");
+    if soft < want {
+        assert!(
+            hard >= want,
+            "the hard open-file limit ({hard}) is below {want}"
+        );
+        rlimit::Resource::NOFILE.set(want, hard).expect("raised");
+    }
+}
+
+#[test]
+fn sigterm_with_a_half_sent_request_exits_within_the_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(
+        &path,
+        format!("[listen.connections]\nshutdown_grace = \"1s\"\nheader_timeout = \"60s\"\nrequest_timeout = \"60s\"\n{LIMIT}"),
+    )
+    .unwrap();
+    let mut serve = ServeProcess::start(&["--config", path.to_str().unwrap()], &[]);
+    // A head sent halfway, and a request whose body never ends.
+    let mut half_head = connect(serve.http);
+    half_head
+        .write_all(b"POST /v1/check HTTP/1.1\r\nHost: test\r\n")
+        .unwrap();
+    let mut half_body = connect(serve.http);
+    half_body
+        .write_all(
+            b"POST /v1/check HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+              Content-Length: 1000\r\n\r\n{",
+        )
+        .unwrap();
+    // A keep-alive connection that was answered and is idle.
+    let mut idle = connect(serve.http);
+    idle.write_all(check_request(false).as_bytes()).unwrap();
+    let mut buf = [0; 4096];
+    let n = idle.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    // The stalled connections were accepted before the third one, which
+    // was answered: all three are the service's when SIGTERM comes.
+    let started = Instant::now();
+    serve.signal("TERM");
+    let status = serve.wait_exit(Duration::from_secs(20));
+    let elapsed = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    // The grace period, not the 60 s timeouts, ended the stalled requests.
+    assert!(
+        elapsed < Duration::from_secs(15),
+        "exited after {elapsed:?}"
+    );
+    // The idle connection was closed with a FIN, not a reset.
+    let (_, clean) = read_to_close(&mut idle);
+    assert!(clean, "the idle keep-alive connection was reset");
+    drop((half_head, half_body));
+}
+
+#[test]
+fn a_process_with_few_file_descriptors_fits_its_caps_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(&path, format!("[listen]\ngrpc = \"off\"\n{LIMIT}")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_ratekeeper");
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 200 && exec {bin} serve --config {}",
+            path.display()
+        ))
+        .env("RATEKEEPER_LISTEN__HTTP", "127.0.0.1:0")
+        .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut serve = ServeProcess::from_command(command);
+    // An established keep-alive client.
+    let mut client = connect(serve.http);
+    client.write_all(check_request(false).as_bytes()).unwrap();
+    let mut buf = [0; 4096];
+    let n = client.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    // More connections than descriptors, while the client goes on (a
+    // client idle for a second may be closed to make room, so it keeps busy).
+    let addr = serve.http;
+    let flooding = std::thread::spawn(move || {
+        (0..400)
+            .filter_map(|_| TcpStream::connect(addr).ok())
+            .collect::<Vec<_>>()
+    });
+    let mut asked = 0;
+    while !flooding.is_finished() || asked < 20 {
+        client.write_all(check_request(false).as_bytes()).unwrap();
+        let n = client.read(&mut buf).unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "request {asked}: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        asked += 1;
+    }
+    let flood = flooding.join().unwrap();
+    assert!(flood.len() > 200, "{}", flood.len());
+    let admin = serve.admin.expect("admin is on");
+    let mut health = connect(admin);
+    health
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (answer, _) = read_to_close(&mut health);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(flood);
+    serve.signal("TERM");
+    let status = serve.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+    let log = serve.stderr();
+    assert!(
+        log.contains("connection caps lowered to fit the open-file limit"),
+        "{log}"
+    );
+}
