@@ -84,8 +84,14 @@ async fn a_request_head_sent_too_slowly_is_cut_at_the_header_timeout() {
     .await
     .unwrap();
     let (elapsed, answer) = closed;
-    assert!(elapsed >= Duration::from_secs(1), "closed after {elapsed:?}");
-    assert!(elapsed < Duration::from_secs(20), "closed after {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "closed after {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "closed after {elapsed:?}"
+    );
     assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
     let metrics = test
         .client
@@ -97,7 +103,9 @@ async fn a_request_head_sent_too_slowly_is_cut_at_the_header_timeout() {
         .await
         .unwrap();
     assert!(
-        metrics.contains(r#"ratekeeper_connections_closed_total{door="http",reason="header_timeout"} 1"#),
+        metrics.contains(
+            r#"ratekeeper_connections_closed_total{door="http",reason="header_timeout"} 1"#
+        ),
         "{metrics}"
     );
     test.stop().await;
@@ -115,8 +123,14 @@ async fn a_connection_that_never_sends_a_request_is_closed_at_the_header_timeout
     })
     .await
     .unwrap();
-    assert!(elapsed >= Duration::from_secs(1), "closed after {elapsed:?}");
-    assert!(elapsed < Duration::from_secs(20), "closed after {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "closed after {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "closed after {elapsed:?}"
+    );
     test.stop().await;
 }
 
@@ -124,8 +138,7 @@ async fn a_connection_that_never_sends_a_request_is_closed_at_the_header_timeout
 async fn an_idle_keep_alive_connection_is_closed_cleanly_after_the_idle_timeout() {
     // The idle timeout is longer than the header timeout: an idle
     // keep-alive connection is not cut at the header timeout.
-    let test =
-        TestService::start(&config("header_timeout = \"1s\"\nidle_timeout = \"3s\"")).await;
+    let test = TestService::start(&config("header_timeout = \"1s\"\nidle_timeout = \"3s\"")).await;
     let addr = test.service.addrs().http.unwrap();
     let (answer, clean, idle) = tokio::task::spawn_blocking(move || {
         let mut stream = connect(addr);
@@ -167,8 +180,14 @@ async fn a_body_sent_too_slowly_is_cut_at_the_request_timeout() {
     })
     .await
     .unwrap();
-    assert!(elapsed >= Duration::from_secs(1), "closed after {elapsed:?}");
-    assert!(elapsed < Duration::from_secs(20), "closed after {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_secs(1),
+        "closed after {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "closed after {elapsed:?}"
+    );
     test.stop().await;
 }
 
@@ -180,7 +199,8 @@ async fn a_body_over_max_body_bytes_is_refused_with_413_problem_details() {
     );
     let test = TestService::start(&toml).await;
     let padding = "x".repeat(30_000);
-    let body = format!(r#"{{"limits":["per-user"],"key":{{"header:x-user":"ann"}},"pad":"{padding}"}}"#);
+    let body =
+        format!(r#"{{"limits":["per-user"],"key":{{"header:x-user":"ann"}},"pad":"{padding}"}}"#);
     let response = test
         .client
         .post(test.http("/v1/check"))
@@ -245,7 +265,10 @@ async fn the_admin_port_answers_while_the_http_door_is_at_its_cap() {
         .timeout(Duration::from_millis(1500))
         .send()
         .await;
-    assert!(waiting.is_err(), "a ninth connection was served: {waiting:?}");
+    assert!(
+        waiting.is_err(),
+        "a ninth connection was served: {waiting:?}"
+    );
     // The admin port has its own share.
     let health = test
         .client
@@ -349,16 +372,26 @@ async fn clients_keep_going_while_another_opens_two_thousand_idle_connections() 
         let answered = client.await.expect("no client request failed");
         assert!(answered >= 20);
     }
-    let health = test.client.get(test.admin("/healthz")).send().await.unwrap();
+    let health = test
+        .client
+        .get(test.admin("/healthz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
     test.stop().await;
 }
 
 /// Raises this test process's soft open-file limit to at least `want`.
 fn raise_open_files(want: u64) {
-    let (soft, hard) = rlimit::Resource::NOFILE.get().expect("the limit is readable");
+    let (soft, hard) = rlimit::Resource::NOFILE
+        .get()
+        .expect("the limit is readable");
     if soft < want {
-        assert!(hard >= want, "the hard open-file limit ({hard}) is below {want}");
+        assert!(
+            hard >= want,
+            "the hard open-file limit ({hard}) is below {want}"
+        );
         rlimit::Resource::NOFILE.set(want, hard).expect("raised");
     }
 }
@@ -399,7 +432,10 @@ fn sigterm_with_a_half_sent_request_exits_within_the_grace_period() {
     let elapsed = started.elapsed();
     assert!(status.success(), "{status:?}");
     // The grace period, not the 60 s timeouts, ended the stalled requests.
-    assert!(elapsed < Duration::from_secs(15), "exited after {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(15),
+        "exited after {elapsed:?}"
+    );
     // The idle connection was closed with a FIN, not a reset.
     let (_, clean) = read_to_close(&mut idle);
     assert!(clean, "the idle keep-alive connection was reset");
@@ -457,11 +493,18 @@ fn a_process_with_few_file_descriptors_fits_its_caps_and_keeps_serving() {
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
         .unwrap();
     let (answer, _) = read_to_close(&mut health);
-    assert!(answer.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
     drop(flood);
     serve.signal("TERM");
     let status = serve.wait_exit(Duration::from_secs(20));
     assert!(status.success(), "{status:?}");
     let log = serve.stderr();
-    assert!(log.contains("connection caps lowered to fit the open-file limit"), "{log}");
+    assert!(
+        log.contains("connection caps lowered to fit the open-file limit"),
+        "{log}"
+    );
 }

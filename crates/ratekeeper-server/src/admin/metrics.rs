@@ -263,14 +263,19 @@ impl Collector for Scrape {
             "ratekeeper_connections_open",
             "Connections a front door has open now.",
             doors.iter().map(|door| {
-                ([("door", door.door)], i64::try_from(door.open).unwrap_or(i64::MAX))
+                (
+                    [("door", door.door)],
+                    i64::try_from(door.open).unwrap_or(i64::MAX),
+                )
             }),
         )?;
         counter(
             &mut encoder,
             "ratekeeper_connections_accepted",
             "Connections a front door accepted.",
-            doors.iter().map(|door| ([("door", door.door)], door.accepted)),
+            doors
+                .iter()
+                .map(|door| ([("door", door.door)], door.accepted)),
         )?;
         counter(
             &mut encoder,
@@ -303,7 +308,9 @@ impl Collector for Scrape {
                 &mut encoder,
                 name,
                 help,
-                doors.iter().map(|door| ([("door", door.door)], value(door))),
+                doors
+                    .iter()
+                    .map(|door| ([("door", door.door)], value(door))),
             )?;
         }
         if let Some(batching) = self.store.batching {

@@ -172,13 +172,22 @@ impl Checker<'_> {
                         .unwrap_or(default),
                 )
             };
-            config.header_timeout =
-                timeout(&file.header_timeout, "header_timeout", config.header_timeout)?;
+            config.header_timeout = timeout(
+                &file.header_timeout,
+                "header_timeout",
+                config.header_timeout,
+            )?;
             config.idle_timeout = timeout(&file.idle_timeout, "idle_timeout", config.idle_timeout)?;
-            config.request_timeout =
-                timeout(&file.request_timeout, "request_timeout", config.request_timeout)?;
-            config.shutdown_grace =
-                timeout(&file.shutdown_grace, "shutdown_grace", config.shutdown_grace)?;
+            config.request_timeout = timeout(
+                &file.request_timeout,
+                "request_timeout",
+                config.request_timeout,
+            )?;
+            config.shutdown_grace = timeout(
+                &file.shutdown_grace,
+                "shutdown_grace",
+                config.shutdown_grace,
+            )?;
         }
         if let Some(file) = http2.map(Spanned::into_inner) {
             let field = |name: &str| format!("listen.http2.{name}");
@@ -194,11 +203,9 @@ impl Checker<'_> {
                 // At most 2^16, so the cast is exact.
                 h2.max_concurrent_streams = n as u32;
             }
-            if let Some(every) = self.duration(
-                &file.keepalive_interval,
-                field("keepalive_interval"),
-                true,
-            )? {
+            if let Some(every) =
+                self.duration(&file.keepalive_interval, field("keepalive_interval"), true)?
+            {
                 h2.keepalive_interval = every;
             }
             if let Some(Some(within)) =
@@ -206,11 +213,9 @@ impl Checker<'_> {
             {
                 h2.keepalive_timeout = within;
             }
-            if let Some(age) = self.duration(
-                &file.max_connection_age,
-                field("max_connection_age"),
-                true,
-            )? {
+            if let Some(age) =
+                self.duration(&file.max_connection_age, field("max_connection_age"), true)?
+            {
                 h2.max_connection_age = age;
             }
         }
@@ -255,7 +260,11 @@ impl Checker<'_> {
             if off_allowed {
                 return Ok(Some(None));
             }
-            return self.fail(value.span(), field, "this cannot be \"off\"; give a duration such as \"10s\"");
+            return self.fail(
+                value.span(),
+                field,
+                "this cannot be \"off\"; give a duration such as \"10s\"",
+            );
         }
         let off = if off_allowed { ", or \"off\"" } else { "" };
         match parse_duration(text) {

@@ -164,8 +164,8 @@ use http::{HeaderName, Method};
 use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
-pub use connections::{ConnectionConfig, Http2Config};
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
+pub use connections::{ConnectionConfig, Http2Config};
 pub use error::{ConfigError, Location};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
@@ -677,7 +677,8 @@ impl Config {
         let conns = &self.listen.connections;
         if *conns != ConnectionConfig::default() {
             let h2 = &conns.http2;
-            let every = |d: Option<Duration>| d.map_or_else(|| "off".to_owned(), |d| format!("{d:?}"));
+            let every =
+                |d: Option<Duration>| d.map_or_else(|| "off".to_owned(), |d| format!("{d:?}"));
             let _ = writeln!(
                 out,
                 "connections: at most {} per door and {} on admin; head within {:?}, idle {:?}, \

@@ -20,10 +20,10 @@ use super::proto::rate_limit_service_server::{RateLimitService, RateLimitService
 use super::proto::{HeaderValue, RateLimitRequest, RateLimitResponse, RateLimitUnit};
 use super::units;
 use crate::config::{ConnectionConfig, KeyPart, LimitConfig, Match, OnSaturated};
-use crate::listen::{Door, Protocol};
 use crate::engine::{
     compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown, SATURATED_HEADER,
 };
+use crate::listen::{Door, Protocol};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`)
 /// deciding through an [`Engine`].

@@ -64,7 +64,11 @@ pub(crate) async fn serve<S, B>(
             Ok(permit) => permit,
             Err(_) => {
                 door.stats.cap_reached();
-                tracing::debug!(door = door.name, cap = door.max_connections, "at the connection cap: closing idle connections to make room");
+                tracing::debug!(
+                    door = door.name,
+                    cap = door.max_connections,
+                    "at the connection cap: closing idle connections to make room"
+                );
                 let waited = loop {
                     pressure.apply();
                     tokio::select! {
@@ -120,7 +124,11 @@ pub(crate) async fn serve<S, B>(
     .await;
     if drained.is_err() {
         let left = connections.len();
-        tracing::info!(door = door.name, left, "closing the connections still open after the grace period");
+        tracing::info!(
+            door = door.name,
+            left,
+            "closing the connections still open after the grace period"
+        );
         connections.shutdown().await;
     }
 }
@@ -152,7 +160,15 @@ async fn serve_connection<S, B>(
                 .max_buf_size(door.max_header_bytes)
                 .keep_alive(true);
             let conn = builder.serve_connection(io, service);
-            drive(conn, http1::Connection::graceful_shutdown, door, activity, stopped, pressure).await;
+            drive(
+                conn,
+                http1::Connection::graceful_shutdown,
+                door,
+                activity,
+                stopped,
+                pressure,
+            )
+            .await;
         }
         Protocol::Http2 => {
             let mut builder = http2::Builder::new(TokioExecutor::new());
@@ -164,7 +180,15 @@ async fn serve_connection<S, B>(
                 .keep_alive_timeout(h2.keepalive_timeout)
                 .max_header_list_size(u32::try_from(door.max_header_bytes).unwrap_or(u32::MAX));
             let conn = builder.serve_connection(io, service);
-            drive(conn, http2::Connection::graceful_shutdown, door, activity, stopped, pressure).await;
+            drive(
+                conn,
+                http2::Connection::graceful_shutdown,
+                door,
+                activity,
+                stopped,
+                pressure,
+            )
+            .await;
         }
     }
 }

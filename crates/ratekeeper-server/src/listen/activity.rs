@@ -7,7 +7,10 @@
 //! woken early only when a request's head starts on a connection it
 //! believes idle for longer than a header timeout.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::{Acquire, Relaxed, Release}};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -152,13 +152,7 @@ pub(crate) async fn drive<C>(
 }
 
 /// What is due for a connection in `state` at `now`.
-fn look(
-    door: &Door,
-    state: State,
-    now: Instant,
-    max_age: Option<Instant>,
-    pressure: bool,
-) -> Next {
+fn look(door: &Door, state: State, now: Instant, max_age: Option<Instant>, pressure: bool) -> Next {
     if max_age.is_some_and(|age| now >= age) {
         return Next::CloseGently(CloseReason::MaxAge);
     }
@@ -229,7 +223,12 @@ mod tests {
     use crate::config::ConnectionConfig;
 
     fn door(protocol: Protocol) -> Door {
-        Door::new("test", protocol, &ConnectionConfig::default(), &Default::default())
+        Door::new(
+            "test",
+            protocol,
+            &ConnectionConfig::default(),
+            &Default::default(),
+        )
     }
 
     #[test]
@@ -298,7 +297,10 @@ mod tests {
     fn under_pressure_only_connections_idle_for_a_while_close() {
         let door = door(Protocol::Http1);
         let since = Instant::now();
-        let state = State::Idle { since, fresh: false };
+        let state = State::Idle {
+            since,
+            fresh: false,
+        };
         let soon = since + PRESSURE_MIN_IDLE / 2;
         assert_eq!(
             look(&door, state, soon, None, true),
@@ -340,7 +342,10 @@ mod tests {
         let age = Duration::from_secs(1000);
         for _ in 0..100 {
             let got = jittered(age);
-            assert!(got >= Duration::from_secs(900) && got < Duration::from_secs(1100), "{got:?}");
+            assert!(
+                got >= Duration::from_secs(900) && got < Duration::from_secs(1100),
+                "{got:?}"
+            );
         }
     }
 }

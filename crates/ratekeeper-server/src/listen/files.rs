@@ -33,7 +33,11 @@ pub fn fit_open_files(caps: &mut [(&'static str, usize)]) -> OpenFiles {
     }
     let asked: Vec<usize> = caps.iter().map(|(_, cap)| *cap).collect();
     fit(files.now, caps);
-    if caps.iter().zip(&asked).any(|((_, cap), asked)| cap != asked) {
+    if caps
+        .iter()
+        .zip(&asked)
+        .any(|((_, cap), asked)| cap != asked)
+    {
         let fitted: Vec<String> = caps
             .iter()
             .map(|(door, cap)| format!("{door} {cap}"))

@@ -93,7 +93,8 @@ impl DoorStats {
             door,
             open: self.open.load(Relaxed),
             accepted: self.accepted.load(Relaxed),
-            closed: CloseReason::ALL.map(|reason| (reason, self.closed[reason.index()].load(Relaxed))),
+            closed: CloseReason::ALL
+                .map(|reason| (reason, self.closed[reason.index()].load(Relaxed))),
             request_timeouts: self.request_timeouts.load(Relaxed),
             cap_reached: self.cap_reached.load(Relaxed),
             accept_errors: self.accept_errors.load(Relaxed),
@@ -101,10 +102,13 @@ impl DoorStats {
     }
 }
 
+/// A door's name and counters.
+type NamedDoor = (&'static str, Arc<DoorStats>);
+
 /// The connection counters of every door of a process, for `/metrics`.
 #[derive(Clone, Debug, Default)]
 pub struct ConnectionStats {
-    doors: Arc<Mutex<Vec<(&'static str, Arc<DoorStats>)>>>,
+    doors: Arc<Mutex<Vec<NamedDoor>>>,
 }
 
 impl ConnectionStats {

@@ -137,7 +137,11 @@ impl Service {
         let mut caps: Vec<(&'static str, usize)> = [
             ("http", config.listen.http, connections.max_connections),
             ("grpc", config.listen.grpc, connections.max_connections),
-            ("admin", config.listen.admin, connections.max_admin_connections),
+            (
+                "admin",
+                config.listen.admin,
+                connections.max_admin_connections,
+            ),
         ]
         .into_iter()
         .filter_map(|(door, addr, cap)| addr.map(|_| (door, cap)))
