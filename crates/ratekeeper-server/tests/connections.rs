@@ -508,3 +508,131 @@ fn a_process_with_few_file_descriptors_fits_its_caps_and_keeps_serving() {
         "{log}"
     );
 }
+
+mod grpc {
+    //! The gRPC door's HTTP/2 settings.
+
+    use super::*;
+    use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;
+    use ratekeeper_server::envoy::proto::rate_limit_response::Code;
+    use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient;
+    use ratekeeper_server::envoy::proto::{RateLimitDescriptor, RateLimitRequest};
+    use tonic::transport::Channel;
+
+    const ENVOY_LIMIT: &str = r#"
+[[limits]]
+name = "per-user"
+rate = "1000000/minute"
+key = ["descriptor:user"]
+match = { domain = "edge", descriptors = [{ key = "user" }] }
+"#;
+
+    async fn start(sections: &str) -> (TestService, RateLimitServiceClient<Channel>) {
+        let toml = format!(
+            "[listen]\nhttp = \"off\"\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n{sections}\n{ENVOY_LIMIT}"
+        );
+        let test = TestService::start(&toml).await;
+        let addr = test.service.addrs().grpc.unwrap();
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .expect("the gRPC door accepts");
+        (test, RateLimitServiceClient::new(channel))
+    }
+
+    fn request(user: &str) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".into(),
+                    value: user.into(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        }
+    }
+
+    async fn metrics(test: &TestService) -> String {
+        test.client
+            .get(test.admin("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_message_over_max_body_bytes_is_refused_and_one_under_is_answered() {
+        let (test, mut client) = start("[requests]\nmax_body_bytes = 20000").await;
+        let answer = client.should_rate_limit(request("ann")).await.unwrap();
+        assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+        let mut big = request("ann");
+        big.descriptors[0].entries[0].value = "x".repeat(16_000);
+        big.descriptors.push(big.descriptors[0].clone());
+        let refused = client.should_rate_limit(big).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+        // The connection goes on.
+        let answer = client.should_rate_limit(request("bob")).await.unwrap();
+        assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+        test.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_past_their_age_close_gently_and_no_call_fails() {
+        let (test, mut client) = start("[listen.http2]\nmax_connection_age = \"1s\"").await;
+        let started = Instant::now();
+        let mut calls = 0;
+        while started.elapsed() < Duration::from_millis(3500) || calls < 50 {
+            let answer = client
+                .should_rate_limit(request("ann"))
+                .await
+                .unwrap_or_else(|status| panic!("call {calls}: {status:?}"));
+            assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+            calls += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let metrics = metrics(&test).await;
+        let closed: u64 = metrics
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(
+                    r#"ratekeeper_connections_closed_total{door="grpc",reason="max_age"} "#,
+                )
+            })
+            .expect("the counter is there")
+            .parse()
+            .unwrap();
+        assert!(closed >= 1, "{metrics}");
+        test.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_grpc_connection_is_closed_after_the_idle_timeout() {
+        let (test, mut client) = start("[listen.connections]\nidle_timeout = \"1s\"").await;
+        let answer = client.should_rate_limit(request("ann")).await.unwrap();
+        assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+        // Idle, until the door closes it.
+        let started = Instant::now();
+        loop {
+            let metrics = metrics(&test).await;
+            if metrics
+                .contains(r#"ratekeeper_connections_closed_total{door="grpc",reason="idle"} 1"#)
+            {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{metrics}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(started.elapsed() >= Duration::from_millis(900));
+        // The client reconnects for its next call.
+        let answer = client.should_rate_limit(request("ann")).await.unwrap();
+        assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
+        test.stop().await;
+    }
+}

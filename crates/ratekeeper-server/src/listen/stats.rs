@@ -102,10 +102,13 @@ impl DoorStats {
     }
 }
 
+/// A door's name and counters.
+type NamedDoor = (&'static str, Arc<DoorStats>);
+
 /// The connection counters of every door of a process, for `/metrics`.
 #[derive(Clone, Debug, Default)]
 pub struct ConnectionStats {
-    doors: Arc<Mutex<Vec<(&'static str, Arc<DoorStats>)>>>,
+    doors: Arc<Mutex<Vec<NamedDoor>>>,
 }
 
 impl ConnectionStats {
