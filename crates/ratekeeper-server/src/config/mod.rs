@@ -88,7 +88,9 @@
 //! only warned about ([`ConfigWarning::TlsForClosedDoor`]), so that an
 //! environment can turn a door off without editing the file. The service
 //! reads the files again on SIGHUP and when they change, keeping the
-//! running certificate when the new files do not load.
+//! running certificate when the new files do not load. A handshake must
+//! finish within `header_timeout`; one that fails closes only its
+//! connection (counted in `/metrics` with `reason="handshake"`).
 //!
 //! # Requests
 //!
