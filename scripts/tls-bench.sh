@@ -33,7 +33,7 @@ servers=()
 cleanup() {
   for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${servers[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$dir"
+  [ -n "${KEEP:-}" ] && echo "kept $dir" || rm -rf "$dir"
 }
 trap cleanup EXIT
 
@@ -73,7 +73,8 @@ descriptors = [{ key = "user" }]
 EOF
 }
 
-ports=(38281 38282)
+# Below the ephemeral range, so no client socket holds them.
+ports=(18281 18282)
 modes=(plain tls)
 config "${ports[0]}" >"$dir/plain.toml"
 config "${ports[1]}" tls >"$dir/tls.toml"
