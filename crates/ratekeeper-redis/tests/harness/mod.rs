@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub const UNHURRIED: Duration = Duration::from_secs(10);
 
 /// Whether `program --version` runs; panics under CI when it does not.
-fn available(program: &str) -> bool {
+pub fn available(program: &str) -> bool {
     let ok = Command::new(program)
         .arg("--version")
         .stdout(Stdio::null())

@@ -135,6 +135,7 @@ mod error;
 mod file;
 mod redact;
 mod request_caps;
+mod store_tls;
 mod validate;
 mod warnings;
 
@@ -152,6 +153,7 @@ pub use error::{ConfigError, Location};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
 pub use request_caps::{CapError, RequestCaps};
+pub use store_tls::StoreTls;
 pub use warnings::ConfigWarning;
 
 /// The configuration `ratekeeper serve` runs with when given none: an
@@ -230,6 +232,10 @@ pub struct StoreConfig {
     pub on_failure: FailureMode,
     /// Whether to decide in memory while a remote store fails.
     pub fallback: bool,
+    /// The Redis stores' TLS files (`[store.tls]`), only with `rediss://`
+    /// URLs; `None` otherwise, and for a `rediss://` URL verified by the
+    /// system's roots without a client certificate.
+    pub tls: Option<StoreTls>,
 }
 
 /// Which store keeps the counts.
@@ -483,6 +489,7 @@ impl Default for Config {
                 max_keys: ratekeeper::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
+                tls: None,
             },
             listen: ListenConfig::default(),
             requests: RequestCaps::default(),
@@ -627,6 +634,9 @@ impl Config {
             };
             let fallback = if store.fallback { "on" } else { "off" };
             let _ = write!(out, ", on failure {mode}, fallback {fallback}");
+        }
+        if let Some(tls) = &store.tls {
+            let _ = write!(out, ", {tls}");
         }
         out.push('\n');
         let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
