@@ -8,6 +8,10 @@
 //! max_keys = 100000          # keys kept in memory (the memory store, or the fallback)
 //! on_failure = "closed"      # redis and sqlite: "closed" refuses, "open" allows on failure
 //! fallback = false           # redis: decide in memory while Redis is down
+//! [store.tls]                # redis stores with rediss:// urls only
+//! ca = "/etc/ratekeeper/redis-ca.pem"   # verifies the server; default: the system's roots
+//! cert = "/etc/ratekeeper/client.pem"   # client certificate and key, when the server asks
+//! key = "/etc/ratekeeper/client.key"
 //!
 //! [listen]                   # each defaults to the address shown; "off" disables one
 //! http = "127.0.0.1:8080"
@@ -51,6 +55,19 @@
 //! they do go together, up to `batch_max_calls` in one script
 //! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
 //! are refused.
+//!
+//! `rediss://` URLs connect over TLS (rustls), verifying the server with
+//! the system's roots. A `[store.tls]` table ([`StoreTls`]) changes that:
+//! `ca` names a PEM bundle of the certificates that verify the server, and
+//! `cert` and `key` (together) a PEM client certificate chain and its
+//! private key, presented when the server asks for one (`redis-server`
+//! does unless `tls-auth-clients no`). It is refused for the other stores
+//! and unless every URL is `rediss://`. The files (relative paths from the
+//! working directory) are read and parsed when the configuration is
+//! checked, so `ratekeeper check` names a missing or unusable one with its
+//! place; a server whose certificate the CA does not vouch for fails the
+//! start with the handshake's reason. The environment names them too
+//! (`RATEKEEPER_STORE__TLS__CA=/path`).
 //!
 //! # Requests
 //!
