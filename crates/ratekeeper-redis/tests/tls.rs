@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ratekeeper::{FixedWindow, Limit, Store};
 use ratekeeper_redis::{ConnectError, PemInput, RedisStore, Tls, TlsError};
-use tls::{TestCerts, TlsRedisServer};
+use tls::{TestCerts, TlsRedisCluster, TlsRedisServer};
 
 /// Every test's timeouts: a loaded 2-core machine must not turn a slow
 /// handshake into a failure, and no test here is about time.
@@ -75,6 +75,46 @@ async fn a_limit_of_5_allows_exactly_5_of_8_over_tls() {
         .unwrap();
     assert!(!other.check(&limit, b"k", 1).await.unwrap().is_allowed());
     assert!(other.check(&limit, b"other", 1).await.unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn a_tls_cluster_counts_exactly_on_every_node() {
+    let Some(cluster) = TlsRedisCluster::start() else {
+        return;
+    };
+    let store = builder()
+        .tls(client_tls(cluster.certs()))
+        .cluster(cluster.urls())
+        .await
+        .expect("a TLS cluster connection");
+    let limit = Limit::new(
+        "tls",
+        FixedWindow::new(5, Duration::from_secs(3_600)).unwrap(),
+    )
+    .unwrap();
+    // Keys in slots on each of the three masters (`--cluster create`
+    // gives them slots 0-5460, 5461-10922 and 10923-16383).
+    let keys: Vec<Vec<u8>> = (0..12).map(|i| format!("key-{i}").into_bytes()).collect();
+    let masters: std::collections::HashSet<u8> = keys
+        .iter()
+        .map(
+            |key| match ratekeeper_redis::hash_slot(&store.key(&limit, key)) {
+                0..=5_460 => 0,
+                5_461..=10_922 => 1,
+                _ => 2,
+            },
+        )
+        .collect();
+    assert_eq!(masters.len(), 3, "the keys reach every master");
+    for key in &keys {
+        let mut allowed = 0;
+        for _ in 0..8 {
+            if store.check(&limit, key, 1).await.unwrap().is_allowed() {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, 5, "{}", String::from_utf8_lossy(key));
+    }
 }
 
 #[tokio::test]

@@ -14,10 +14,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::ServeProcess;
+use common::{ServeProcess, TestService, LISTEN_ANY};
 use ratekeeper_server::{Config, ConfigError};
 use serde_json::json;
-use tls::{TestCerts, TlsRedisServer};
+use tls::{TestCerts, TlsRedisCluster, TlsRedisServer};
 
 /// A configuration of a redis store at `url` with `tls` as the
 /// `[store.tls]` table's body (none when empty) and one limit of 5 an hour.
@@ -117,6 +117,43 @@ async fn serve_decides_exactly_over_tls_with_a_client_certificate() {
         }
     }
     assert_eq!(allowed, 5);
+}
+
+#[tokio::test]
+async fn the_service_decides_on_a_tls_cluster() {
+    let Some(cluster) = TlsRedisCluster::start() else {
+        return;
+    };
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| format!("{url:?}"))
+        .collect();
+    let text = format!(
+        "{LISTEN_ANY}\n[store]\nkind = \"redis-cluster\"\nurls = [{}]\ntimeout_ms = {}\n\n[store.tls]\n{}\n\
+         [[limits]]\nname = \"five\"\nrate = \"5/hour\"\npolicy = \"fixed_window\"\nkey = [\"header:x-user\"]\n",
+        urls.join(", "),
+        harness::UNHURRIED.as_millis(),
+        tls_table(cluster.certs(), "ca.pem"),
+    );
+    let service = TestService::start(&text).await;
+    for user in ["ann", "bob", "cy"] {
+        let mut allowed = 0;
+        for _ in 0..8 {
+            let (status, _, answer) = service
+                .post(
+                    "/v1/check",
+                    json!({"limits": ["five"], "key": {"header:x-user": user}}),
+                )
+                .await;
+            assert_eq!(status, 200, "{answer}");
+            if answer["allowed"] == json!(true) {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, 5, "{user}");
+    }
+    service.stop().await;
 }
 
 #[test]

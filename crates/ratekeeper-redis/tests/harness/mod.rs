@@ -68,7 +68,7 @@ impl Drop for Scratch {
 
 /// A port that was free a moment ago, with `port + 10000` free too (for the
 /// cluster bus).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     for _ in 0..200 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
         let port = listener.local_addr().unwrap().port();

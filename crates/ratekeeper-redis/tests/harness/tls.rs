@@ -16,7 +16,7 @@ use rcgen::{
     KeyPair, KeyUsagePurpose,
 };
 
-use super::harness::available;
+use super::harness::{available, free_port};
 
 /// PEM files made for one test: a CA, the server's certificate for
 /// `127.0.0.1` and `localhost` signed by it, a client certificate signed by
@@ -36,23 +36,28 @@ impl TestCerts {
         let ca = authority("ratekeeper test CA");
         write("ca.pem", ca.pem());
         write("other-ca.pem", authority("ratekeeper unrelated CA").pem());
-        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose, stem: &str| {
+        let leaf = |names: Vec<String>, usages: Vec<ExtendedKeyUsagePurpose>, stem: &str| {
             let key = KeyPair::generate().expect("a key pair");
             let mut params = CertificateParams::new(names).expect("certificate parameters");
             params
                 .distinguished_name
                 .push(DnType::CommonName, format!("ratekeeper test {stem}"));
-            params.extended_key_usages = vec![usage];
+            params.extended_key_usages = usages;
             let cert = params.signed_by(&key, &ca).expect("sign the certificate");
             write(&format!("{stem}.pem"), cert.pem());
             write(&format!("{stem}.key"), key.serialize_pem());
         };
+        // The server's certificate is also its client certificate on a
+        // TLS cluster's bus.
         leaf(
             vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
-            ExtendedKeyUsagePurpose::ServerAuth,
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
             "server",
         );
-        leaf(vec![], ExtendedKeyUsagePurpose::ClientAuth, "client");
+        leaf(vec![], vec![ExtendedKeyUsagePurpose::ClientAuth], "client");
         TestCerts { dir }
     }
 
@@ -110,7 +115,7 @@ impl TlsRedisServer {
                 let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
                 listener.local_addr().expect("its address").port()
             };
-            match spawn(&certs, port) {
+            match spawn(&certs, port, false) {
                 Ok(child) => {
                     return Some(TlsRedisServer {
                         child: Some(child),
@@ -150,11 +155,139 @@ impl Drop for TlsRedisServer {
     }
 }
 
-/// Starts `redis-server` on `port` (TLS only) and waits until its log says
-/// it accepts connections, or it exits.
-fn spawn(certs: &TestCerts, port: u16) -> Result<Child, String> {
+/// Three TLS-only masters (`tls-cluster yes`: the bus is TLS too) joined
+/// by `redis-cli --tls --cluster create`, sharing one [`TestCerts`].
+pub struct TlsRedisCluster {
+    nodes: Vec<Child>,
+    ports: Vec<u16>,
+    certs: TestCerts,
+}
+
+impl TlsRedisCluster {
+    /// Starts the cluster, or `None` (after a loud message) when
+    /// `redis-server` or `redis-cli` is missing outside CI.
+    pub fn start() -> Option<TlsRedisCluster> {
+        if !available("redis-server") || !available("redis-cli") {
+            return None;
+        }
+        let certs = TestCerts::new();
+        let mut cluster = TlsRedisCluster {
+            nodes: Vec::new(),
+            ports: Vec::new(),
+            certs,
+        };
+        for _ in 0..3 {
+            let mut last = String::new();
+            let started = (0..5).find_map(|_| {
+                let port = free_port();
+                match spawn(&cluster.certs, port, true) {
+                    Ok(child) => Some((child, port)),
+                    Err(error) => {
+                        last = error;
+                        None
+                    }
+                }
+            });
+            let (child, port) =
+                started.unwrap_or_else(|| panic!("a TLS cluster node did not start: {last}"));
+            cluster.nodes.push(child);
+            cluster.ports.push(port);
+        }
+        let mut create = cluster.cli();
+        create.args(["--cluster", "create"]);
+        for port in &cluster.ports {
+            create.arg(format!("127.0.0.1:{port}"));
+        }
+        let output = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "redis-cli --tls --cluster create failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "the TLS cluster did not reach state ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(cluster)
+    }
+
+    /// `redis-cli` over TLS with the client certificate.
+    fn cli(&self) -> Command {
+        let mut command = Command::new("redis-cli");
+        command
+            .arg("--tls")
+            .arg("--cacert")
+            .arg(self.certs.path("ca.pem"))
+            .arg("--cert")
+            .arg(self.certs.path("client.pem"))
+            .arg("--key")
+            .arg(self.certs.path("client.key"));
+        command
+    }
+
+    fn is_ok(&self) -> bool {
+        self.ports.iter().all(|port| {
+            self.cli()
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "CLUSTER",
+                    "INFO",
+                ])
+                .stdin(Stdio::null())
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+        })
+    }
+
+    /// Every node's `rediss://` URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|port| format!("rediss://127.0.0.1:{port}"))
+            .collect()
+    }
+
+    /// The certificates the nodes were started with, and the client's.
+    pub fn certs(&self) -> &TestCerts {
+        &self.certs
+    }
+}
+
+impl Drop for TlsRedisCluster {
+    fn drop(&mut self) {
+        for child in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `redis-server` on `port` (TLS only; a cluster node whose bus,
+/// on `port + 10000`, is TLS too, when `cluster`) and waits until its log
+/// says it accepts connections, or it exits.
+fn spawn(certs: &TestCerts, port: u16, cluster: bool) -> Result<Child, String> {
     let log = certs.path(&format!("redis-{port}.log"));
-    let mut child = Command::new("redis-server")
+    let mut command = Command::new("redis-server");
+    if cluster {
+        command
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+            .args(["--cluster-node-timeout", "5000"])
+            .args(["--tls-cluster", "yes"]);
+    }
+    let mut child = command
         .args(["--port", "0"])
         .args(["--tls-port", &port.to_string()])
         .args(["--bind", "127.0.0.1"])
