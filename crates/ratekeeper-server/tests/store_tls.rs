@@ -293,6 +293,39 @@ fn tls_files_are_read_and_parsed_when_the_file_is_checked() {
     assert_eq!(error.field(), Some("store.tls.cert"));
     assert!(error.to_string().contains("add store.tls.key"), "{error}");
 
+    let error = invalid(&config(url, "ca = \"/dev/zero\"\n"));
+    assert!(
+        error
+            .to_string()
+            .ends_with("store.tls.ca: /dev/zero is not a regular file"),
+        "{error}"
+    );
+    let error = invalid(&config(url, &format!("ca = {}\n", toml_path(certs.dir()))));
+    assert!(
+        error.to_string().contains("is not a regular file"),
+        "{error}"
+    );
+
+    let fifo = certs.path("fifo.pem");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let error = invalid(&config(url, &format!("ca = {}\n", toml_path(&fifo))));
+    assert!(
+        error.to_string().contains("is not a regular file"),
+        "{error}"
+    );
+
+    let huge = certs.path("huge.pem");
+    std::fs::write(&huge, vec![b'a'; (4 << 20) + 1]).unwrap();
+    let error = invalid(&config(url, &format!("ca = {}\n", toml_path(&huge))));
+    assert!(
+        error.to_string().contains("is larger than 4 MiB"),
+        "{error}"
+    );
+
     let error = invalid(&config(url, "ca = \"\"\n"));
     assert!(
         error.to_string().contains("the path must not be empty"),

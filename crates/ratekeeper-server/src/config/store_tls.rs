@@ -3,6 +3,7 @@
 //! unusable file and the service never starts on one.
 
 use std::fmt;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use ratekeeper_redis::{PemInput, Tls, TlsError};
@@ -12,6 +13,10 @@ use toml::Spanned;
 use super::error::{ConfigError, Locator};
 use super::file::FileStore;
 use super::redact_url;
+
+/// The largest TLS file read: a system's whole CA bundle is a few hundred
+/// KiB.
+const MAX_PEM_BYTES: u64 = 4 << 20;
 
 /// `[store.tls]` as written.
 #[derive(Debug, Deserialize)]
@@ -176,14 +181,31 @@ fn read(
         return Err(at.invalid(value.span(), field, "the path must not be empty"));
     }
     let path = Path::new(text);
-    match std::fs::read(path) {
-        Ok(pem) => Ok((path.to_owned(), pem)),
-        Err(error) => Err(at.invalid(
-            value.span(),
-            field,
-            format!("cannot read {}: {error}", path.display()),
-        )),
+    let fail = |why: String| Err(at.invalid(value.span(), field, why));
+    // Only a regular file (asked before opening: opening a pipe blocks),
+    // read to a bound: a device or a pipe named here would block or never
+    // end, in `ratekeeper check` as in the service.
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return fail(format!("{} is not a regular file", path.display())),
+        Err(error) => return fail(format!("cannot read {}: {error}", path.display())),
     }
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(error) => return fail(format!("cannot read {}: {error}", path.display())),
+    };
+    let mut pem = Vec::new();
+    if let Err(error) = file.take(MAX_PEM_BYTES + 1).read_to_end(&mut pem) {
+        return fail(format!("cannot read {}: {error}", path.display()));
+    }
+    if pem.len() as u64 > MAX_PEM_BYTES {
+        return fail(format!(
+            "{} is larger than {} MiB, more than any PEM bundle needs",
+            path.display(),
+            MAX_PEM_BYTES >> 20
+        ));
+    }
+    Ok((path.to_owned(), pem))
 }
 
 /// The error for a file whose PEM `error` refused.
