@@ -182,4 +182,4 @@ pub use store::{
     function_name, library, ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, SCRIPT,
 };
-pub use tls::{PemInput, Tls, TlsError};
+pub use tls::{is_tls_url, PemInput, Tls, TlsError};

@@ -17,7 +17,7 @@ use crate::key::{redis_key, KeyTags};
 use crate::params::{Params, MAX_EXACT};
 use crate::reply::{numbers, parse, ReplyError};
 use crate::slot::hash_slot;
-use crate::tls::{install_ring, Tls};
+use crate::tls::{install_ring, is_tls_url, Tls};
 
 /// The Lua source of the decision script, as `EVAL` runs it.
 ///
@@ -273,7 +273,7 @@ impl RedisStoreBuilder {
     ) -> Result<(), ConnectError> {
         let mut any = false;
         for url in urls {
-            let tls = is_rediss(url.as_ref());
+            let tls = is_tls_url(url.as_ref());
             if self.tls.is_some() && !tls {
                 return Err(ConnectError::TlsWithoutRediss);
             }
@@ -313,13 +313,6 @@ impl RedisStoreBuilder {
             }),
         }
     }
-}
-
-/// Whether `url` is a TLS URL (`rediss://`, in any case, as the redis
-/// crate reads schemes).
-fn is_rediss(url: &str) -> bool {
-    url.get(..9)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
 }
 
 #[derive(Clone)]

@@ -211,6 +211,18 @@ fn pem_error(input: PemInput, error: pem::Error) -> TlsError {
     }
 }
 
+/// Whether `url` connects over TLS: `rediss://`, in any case (as the
+/// redis crate reads schemes).
+///
+/// ```
+/// assert!(ratekeeper_redis::is_tls_url("rediss://cache:6380"));
+/// assert!(!ratekeeper_redis::is_tls_url("redis://cache:6379"));
+/// ```
+pub fn is_tls_url(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
 /// Makes ring rustls's process-wide provider unless one is installed
 /// already: the redis crate builds its TLS settings on that default, and
 /// rustls picks none by itself when more than one provider is compiled in.

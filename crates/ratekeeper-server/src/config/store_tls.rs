@@ -6,7 +6,7 @@ use std::fmt;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use ratekeeper_redis::{PemInput, Tls, TlsError};
+use ratekeeper_redis::{is_tls_url, PemInput, Tls, TlsError};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -93,7 +93,7 @@ pub(crate) fn check(
         }
     };
     for (field, url) in urls {
-        if !is_rediss(url.get_ref()) {
+        if !is_tls_url(url.get_ref()) {
             let tls = at.locate(Some(table.span()));
             return Err(at.invalid(
                 url.span(),
@@ -160,13 +160,6 @@ pub(crate) fn check(
         client,
         settings,
     }))
-}
-
-/// Whether `url` is `rediss://`, in any case (as the redis crate reads
-/// schemes).
-fn is_rediss(url: &str) -> bool {
-    url.get(..9)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
 }
 
 /// The file `value` names, and its contents. A relative path is read from
