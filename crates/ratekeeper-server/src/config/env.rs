@@ -119,7 +119,7 @@ pub(crate) fn apply<'a>(
         }
         path.push_str(&key);
         if tail.is_empty() {
-            let new = make_value(&key, value, span.clone());
+            let new = make_value(&key, &path, value, span.clone());
             table.insert(Spanned::new(span.clone(), Cow::Owned(key)), new);
             return Ok(path);
         }
@@ -191,10 +191,16 @@ pub(crate) fn apply<'a>(
     Ok(path)
 }
 
-/// The value for field `key` from the variable's text.
-fn make_value<'a>(key: &str, text: &'a str, span: Range<usize>) -> Spanned<DeValue<'a>> {
+/// The value for field `key` (at `path`) from the variable's text.
+fn make_value<'a>(
+    key: &str,
+    path: &str,
+    text: &'a str,
+    span: Range<usize>,
+) -> Spanned<DeValue<'a>> {
     let string = |s: &'a str| Spanned::new(span.clone(), DeValue::String(Cow::Borrowed(s)));
-    if TEXT_FIELDS.contains(&key) {
+    // store.tls's fields are paths; its `key` is not a limit's key list.
+    if TEXT_FIELDS.contains(&key) || path.starts_with("store.tls.") {
         return string(text);
     }
     let trimmed = text.trim();

@@ -7,6 +7,8 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::store_tls::FileStoreTls;
+
 /// A list of strings, each with its place.
 pub(crate) type Strings = Spanned<Vec<Spanned<String>>>;
 
@@ -35,6 +37,7 @@ pub(crate) struct FileStore {
     pub(crate) timeout_ms: Option<Spanned<u64>>,
     pub(crate) batch_in_flight: Option<Spanned<u64>>,
     pub(crate) batch_max_calls: Option<Spanned<u64>>,
+    pub(crate) tls: Option<Spanned<FileStoreTls>>,
 }
 
 /// `[listen]`.

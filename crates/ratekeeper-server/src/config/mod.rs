@@ -8,6 +8,10 @@
 //! max_keys = 100000          # keys kept in memory (the memory store, or the fallback)
 //! on_failure = "closed"      # redis and sqlite: "closed" refuses, "open" allows on failure
 //! fallback = false           # redis: decide in memory while Redis is down
+//! [store.tls]                # redis stores with rediss:// urls only
+//! ca = "/etc/ratekeeper/redis-ca.pem"   # verifies the server; default: the system's roots
+//! cert = "/etc/ratekeeper/client.pem"   # client certificate and key, when the server asks
+//! key = "/etc/ratekeeper/client.key"
 //!
 //! [listen]                   # each defaults to the address shown; "off" disables one
 //! http = "127.0.0.1:8080"
@@ -67,6 +71,19 @@
 //! they do go together, up to `batch_max_calls` in one script
 //! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
 //! are refused.
+//!
+//! `rediss://` URLs connect over TLS (rustls), verifying the server with
+//! the system's roots. A `[store.tls]` table ([`StoreTls`]) changes that:
+//! `ca` names a PEM bundle of the certificates that verify the server, and
+//! `cert` and `key` (together) a PEM client certificate chain and its
+//! private key, presented when the server asks for one (`redis-server`
+//! does unless `tls-auth-clients no`). It is refused for the other stores
+//! and unless every URL is `rediss://`. The files (relative paths from the
+//! working directory) are read and parsed when the configuration is
+//! checked, so `ratekeeper check` names a missing or unusable one with its
+//! place; a server whose certificate the CA does not vouch for fails the
+//! start with the handshake's reason. The environment names them too
+//! (`RATEKEEPER_STORE__TLS__CA=/path`).
 //!
 //! # Requests
 //!
@@ -152,6 +169,7 @@ mod error;
 mod file;
 mod redact;
 mod request_caps;
+mod store_tls;
 mod validate;
 mod warnings;
 
@@ -170,6 +188,7 @@ pub use error::{ConfigError, Location};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
 pub use request_caps::{CapError, RequestCaps};
+pub use store_tls::StoreTls;
 pub use warnings::ConfigWarning;
 
 /// The configuration `ratekeeper serve` runs with when given none: an
@@ -264,6 +283,10 @@ pub struct StoreConfig {
     pub on_failure: FailureMode,
     /// Whether to decide in memory while a remote store fails.
     pub fallback: bool,
+    /// The Redis stores' TLS files (`[store.tls]`), only with `rediss://`
+    /// URLs; `None` otherwise, and for a `rediss://` URL verified by the
+    /// system's roots without a client certificate.
+    pub tls: Option<StoreTls>,
 }
 
 /// Which store keeps the counts.
@@ -520,6 +543,7 @@ impl Default for Config {
                 max_keys: ratekeeper::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
+                tls: None,
             },
             listen: ListenConfig::default(),
             requests: RequestCaps::default(),
@@ -664,6 +688,9 @@ impl Config {
             };
             let fallback = if store.fallback { "on" } else { "off" };
             let _ = write!(out, ", on failure {mode}, fallback {fallback}");
+        }
+        if let Some(tls) = &store.tls {
+            let _ = write!(out, ", {tls}");
         }
         out.push('\n');
         let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());

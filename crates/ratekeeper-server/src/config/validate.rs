@@ -16,12 +16,12 @@ use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::env;
 use super::error::{ConfigError, Locator};
 use super::file::{
     FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore,
     FileTrust,
 };
+use super::{env, store_tls};
 use super::{
     redact_url, Backend, Config, DescriptorMatch, KeyPart, LimitConfig, ListenConfig, Match,
     OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX,
@@ -260,6 +260,7 @@ impl Checker<'_> {
                 max_keys: ratekeeper::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
+                tls: None,
             });
         };
         let table_span = store.span();
@@ -497,11 +498,13 @@ impl Checker<'_> {
             },
             _ => Backend::Memory,
         };
+        let tls = store_tls::check(self.at, &store, kind)?;
         Ok(StoreConfig {
             backend,
             max_keys,
             on_failure,
             fallback,
+            tls,
         })
     }
 
