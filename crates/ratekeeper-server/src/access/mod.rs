@@ -256,10 +256,7 @@ mod tests {
         let ok = headers(&[("authorization", &format!("bearer  {TOKEN} "))]);
         assert_eq!(access.check(Door::Http, "/v1/check", &ok), Ok(()));
         let none = headers(&[]);
-        assert_eq!(
-            access.check(Door::Grpc, "/x", &none),
-            Err(Refused::Missing)
-        );
+        assert_eq!(access.check(Door::Grpc, "/x", &none), Err(Refused::Missing));
         let wrong = headers(&[("authorization", "Bearer 0123456789abcdeg")]);
         assert_eq!(
             access.check(Door::Http, "/v1/check", &wrong),
@@ -280,7 +277,10 @@ mod tests {
     #[test]
     fn the_token_header_counts_only_at_v1_auth() {
         let access = access();
-        let shown = headers(&[(TOKEN_HEADER, TOKEN), ("authorization", "Bearer client-own")]);
+        let shown = headers(&[
+            (TOKEN_HEADER, TOKEN),
+            ("authorization", "Bearer client-own"),
+        ]);
         assert_eq!(access.check(Door::Http, "/v1/auth", &shown), Ok(()));
         assert_eq!(
             access.check(Door::Http, "/v1/check", &shown),
@@ -311,6 +311,8 @@ mod tests {
         });
         assert_eq!(access.files(), [std::path::PathBuf::from("/t")]);
         assert_eq!(access.check(Door::Http, "/v1/check", &headers(&[])), Ok(()));
-        assert!(access.check(Door::Admin, "/v1/stats", &headers(&[])).is_err());
+        assert!(access
+            .check(Door::Admin, "/v1/stats", &headers(&[]))
+            .is_err());
     }
 }

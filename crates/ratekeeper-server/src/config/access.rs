@@ -77,53 +77,52 @@ fn door(
              one in an environment variable and set token_env",
         ));
     }
-    let (source, span, name) = match (door.token_file, door.token_env) {
-        (Some(_), Some(env)) => {
-            return Err(at.invalid(
-                env.span(),
-                format!("{field}.token_env"),
-                "give token_file or token_env, not both",
-            ))
-        }
-        (None, None) => {
-            return Err(at.invalid(
+    let (source, span, name) =
+        match (door.token_file, door.token_env) {
+            (Some(_), Some(env)) => {
+                return Err(at.invalid(
+                    env.span(),
+                    format!("{field}.token_env"),
+                    "give token_file or token_env, not both",
+                ))
+            }
+            (None, None) => return Err(at.invalid(
                 span,
                 field,
                 "give token_file (a file of tokens, one per line) or token_env (an environment \
                  variable holding one token)",
-            ))
-        }
-        (Some(file), None) => {
-            let path = file.get_ref().trim();
-            if path.is_empty() {
-                return Err(at.invalid(
+            )),
+            (Some(file), None) => {
+                let path = file.get_ref().trim();
+                if path.is_empty() {
+                    return Err(at.invalid(
+                        file.span(),
+                        format!("{field}.token_file"),
+                        "the token file's path must not be empty",
+                    ));
+                }
+                (
+                    TokenSource::File(path.into()),
                     file.span(),
                     format!("{field}.token_file"),
-                    "the token file's path must not be empty",
-                ));
+                )
             }
-            (
-                TokenSource::File(path.into()),
-                file.span(),
-                format!("{field}.token_file"),
-            )
-        }
-        (None, Some(env)) => {
-            let name = env.get_ref().trim();
-            if name.is_empty() || name.contains(['=', '\0']) {
-                return Err(at.invalid(
+            (None, Some(env)) => {
+                let name = env.get_ref().trim();
+                if name.is_empty() || name.contains(['=', '\0']) {
+                    return Err(at.invalid(
+                        env.span(),
+                        format!("{field}.token_env"),
+                        format!("{name:?} is not the name of an environment variable"),
+                    ));
+                }
+                (
+                    TokenSource::Env(name.to_owned()),
                     env.span(),
                     format!("{field}.token_env"),
-                    format!("{name:?} is not the name of an environment variable"),
-                ));
+                )
             }
-            (
-                TokenSource::Env(name.to_owned()),
-                env.span(),
-                format!("{field}.token_env"),
-            )
-        }
-    };
+        };
     TokenSet::load(source.clone(), vars)
         .map(Some)
         .map_err(|error| at.invalid(span, name, format!("{source} {error}")))

@@ -259,7 +259,8 @@ on_saturated = "deny"
 /// Unlike [`std::env::vars`] it never panics: variables that are not valid
 /// Unicode are skipped.
 pub fn process_vars() -> impl Iterator<Item = (String, String)> {
-    std::env::vars_os().filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
 }
 
 /// The source name of [`DEFAULT_TOML`] in messages.
