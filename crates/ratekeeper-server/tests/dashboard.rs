@@ -399,7 +399,10 @@ async fn the_dashboard_asks_for_the_admin_token_and_shows_the_limits_with_it() {
     // Without the token: the page asks for it and shows no data.
     let dom = dump_dom(chromium.clone(), service.admin("/")).await;
     assert!(dom.contains(r#"data-needs-token="true""#), "{dom}");
-    assert!(dom.contains(r#"<form class="token" id="token-form">"#), "{dom}");
+    assert!(
+        dom.contains(r#"<form class="token" id="token-form">"#),
+        "{dom}"
+    );
     assert!(!dom.contains(r#"<section class="card""#));
     assert!(!dom.contains(r#"data-loaded="true""#));
 

@@ -252,6 +252,18 @@ trusted_proxies = []
 ipv4_prefix = 32
 ipv6_prefix = 64
 on_saturated = "deny"
+# Envoy's descriptor overrides and refunds (/v1/refund, is_negative_hits)
+# are honoured, as Envoy's own service does: anyone who can ask can raise
+# or restore a quota. false ignores overrides, refuses refunds.
+allow_overrides = true
+allow_refunds = true
+
+# Who may ask: anyone who reaches a port, by default. Tokens come from a file
+# (one per line) or an environment variable, never from this file:
+# [access.decisions]        # /v1/* on the HTTP port, and gRPC
+# token_file = "/run/secrets/ratekeeper/decisions"
+# [access.admin]            # the admin port but /healthz and /readyz
+# token_env = "RATEKEEPER_ADMIN_TOKEN"
 "#;
 
 /// This process's environment variables, for [`Config::load_with_env`]:
