@@ -166,7 +166,8 @@
 //! # Environment
 //!
 //! `RATEKEEPER_STORE__KIND=redis`, `RATEKEEPER_STORE__URL=redis://...`,
-//! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080` and, per limit,
+//! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080`,
+//! `RATEKEEPER_ACCESS__DECISIONS__TOKEN_FILE=/run/secrets/rk` and, per limit,
 //! `RATEKEEPER_LIMITS__PER_IP__RATE=50/minute` override the file; see
 //! [`Config::from_toml_str_with_env`] for the scheme. Errors in an
 //! overridden value name the variable.
@@ -661,8 +662,10 @@ impl Config {
     }
 
     /// A description for `ratekeeper check`: the store, the addresses, the
-    /// request caps when not the defaults, then
-    /// one line per limit with its name, policy, rate, key and match.
+    /// request caps when not the defaults, which doors need a token (when
+    /// any does; how many tokens from where, never a token), then one line
+    /// per limit with its name, policy, rate, key and match, and the
+    /// permissions it refuses.
     ///
     /// ```
     /// use ratekeeper_server::Config;
