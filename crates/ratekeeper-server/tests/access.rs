@@ -276,8 +276,7 @@ async fn grpc(
             .serve(listener, async {
                 let _ = stopped.await;
             })
-            .await
-            .unwrap();
+            .await;
     });
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
