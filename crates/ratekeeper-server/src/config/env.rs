@@ -30,7 +30,7 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 15] = [
+const TEXT_FIELDS: [&str; 18] = [
     "kind",
     "path",
     "url",
@@ -46,6 +46,11 @@ const TEXT_FIELDS: [&str; 15] = [
     "domain",
     "path_prefix",
     "client_ip_from",
+    "token_file",
+    "token_env",
+    // Refused whatever it holds; as text, no number or boolean in it is
+    // ever parsed or shown.
+    "token",
 ];
 
 /// Fields that hold lists of text.

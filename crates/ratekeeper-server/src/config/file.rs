@@ -20,6 +20,7 @@ pub(crate) struct FileConfig {
     pub(crate) listen: Option<Spanned<FileListen>>,
     pub(crate) requests: Option<Spanned<FileRequests>>,
     pub(crate) limits: Option<Spanned<Vec<Spanned<FileLimit>>>>,
+    pub(crate) access: Option<Spanned<super::access::FileAccess>>,
 }
 
 /// `[store]`.
@@ -77,6 +78,8 @@ pub(crate) struct FileLimit {
     pub(crate) ipv6_prefix: Option<Spanned<u64>>,
     pub(crate) shadow: Option<Spanned<bool>>,
     pub(crate) on_saturated: Option<Spanned<String>>,
+    pub(crate) allow_overrides: Option<Spanned<bool>>,
+    pub(crate) allow_refunds: Option<Spanned<bool>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

@@ -52,11 +52,18 @@
 //! ipv6_prefix = 64           # IPv6 by /64 (56, 128...)
 //! shadow = false             # decide and report, but never refuse
 //! on_saturated = "deny"      # a new key while the store is full: "deny" (default) or "allow"
+//! allow_overrides = true     # Envoy descriptor `limit` overrides may replace it (default true)
+//! allow_refunds = true       # callers may give units back: /v1/refund, is_negative_hits (default true)
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
 //! descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
 //! methods = ["POST"]
 //! path_prefix = "/api"
+//!
+//! [access.decisions]         # callers of /v1/* and gRPC must show a token (default: anyone)
+//! token_file = "/run/secrets/ratekeeper/decisions"   # one or more tokens, one per line
+//! [access.admin]             # the admin port but /healthz, /readyz (default: anyone)
+//! token_env = "RATEKEEPER_ADMIN_TOKEN"                # or one token in an environment variable
 //! ```
 //!
 //! # Store
@@ -149,10 +156,35 @@
 //! becomes part of the key), a value ending in `*` matches by prefix, and any
 //! other value exactly, as in Envoy's own rate limit service.
 //!
+//! # Who may ask
+//!
+//! By default anyone who reaches a port may ask. Each limit may refuse
+//! what a caller could otherwise do to it: `allow_overrides = false`
+//! ignores an Envoy descriptor's `limit` override on a descriptor the limit
+//! matches (the limit decides, the first is logged, and each is counted in
+//! `ratekeeper_overrides_refused_total{limit}`); `allow_refunds = false`
+//! refuses to give its units back (`/v1/refund` answers 403 naming it,
+//! gRPC's `is_negative_hits` `PERMISSION_DENIED`). Both default to `true`,
+//! as Envoy's own service honours both.
+//!
+//! `[access.decisions]` (the HTTP decision API, `/v1/auth` and the gRPC
+//! door) and `[access.admin]` (the admin port but `/healthz`, `/readyz`
+//! and the dashboard's page) each take `token_file` (a file of tokens, one
+//! per line, blank lines and `#` comments skipped: two lines during a
+//! rotation) or `token_env` (an environment variable holding one token).
+//! Each token is at least 16 visible ASCII characters (see
+//! [`crate::access`]). A token written in the configuration (`token = `)
+//! is refused, and so are a missing, empty or unreadable file and an unset
+//! or empty variable, naming the file or variable but never a token.
+//! Tokens are read again on every reload, and a change of a token file
+//! reloads the configuration, so rotating needs no restart. A relative
+//! `token_file` is relative to the working directory.
+//!
 //! # Environment
 //!
 //! `RATEKEEPER_STORE__KIND=redis`, `RATEKEEPER_STORE__URL=redis://...`,
-//! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080` and, per limit,
+//! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080`,
+//! `RATEKEEPER_ACCESS__DECISIONS__TOKEN_FILE=/run/secrets/rk` and, per limit,
 //! `RATEKEEPER_LIMITS__PER_IP__RATE=50/minute` override the file; see
 //! [`Config::from_toml_str_with_env`] for the scheme. Errors in an
 //! overridden value name the variable.
@@ -162,6 +194,7 @@
 //! [`ConfigError`]'s messages read `FILE:LINE:COLUMN: FIELD: MESSAGE`, such
 //! as `ratekeeper.toml:12:8: limits[1].rate: unknown time unit "fortnight" ...`.
 
+mod access;
 mod address;
 mod connections;
 mod env;
@@ -182,6 +215,7 @@ use http::{HeaderName, Method};
 use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
+pub use access::AccessConfig;
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use connections::{ConnectionConfig, Http2Config};
 pub use error::{ConfigError, Location};
@@ -238,19 +272,27 @@ trusted_proxies = []
 ipv4_prefix = 32
 ipv6_prefix = 64
 on_saturated = "deny"
+# Envoy's descriptor overrides and refunds (/v1/refund, is_negative_hits)
+# are honoured, as Envoy's own service does: anyone who can ask can raise
+# or restore a quota. false ignores overrides, refuses refunds.
+allow_overrides = true
+allow_refunds = true
+
+# Who may ask: anyone who reaches a port, by default. Tokens come from a file
+# (one per line) or an environment variable, never from this file:
+# [access.decisions]        # /v1/* on the HTTP port, and gRPC
+# token_file = "/run/secrets/ratekeeper/decisions"
+# [access.admin]            # the admin port but /healthz and /readyz
+# token_env = "RATEKEEPER_ADMIN_TOKEN"
 "#;
 
-/// This process's environment variables whose names start with
-/// `RATEKEEPER_`, for [`Config::load_with_env`]. Unlike [`std::env::vars`]
-/// it never panics: variables that are not valid Unicode are skipped.
+/// This process's environment variables, for [`Config::load_with_env`]:
+/// the `RATEKEEPER_` overrides, and the variables `token_env` may name.
+/// Unlike [`std::env::vars`] it never panics: variables that are not valid
+/// Unicode are skipped.
 pub fn process_vars() -> impl Iterator<Item = (String, String)> {
-    std::env::vars_os().filter_map(|(name, value)| {
-        let name = name.into_string().ok()?;
-        if !name.starts_with(env::PREFIX) {
-            return None;
-        }
-        Some((name, value.into_string().ok()?))
-    })
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
 }
 
 /// The source name of [`DEFAULT_TOML`] in messages.
@@ -268,6 +310,9 @@ pub struct Config {
     pub requests: RequestCaps,
     /// The limits, in the file's order, with unique names.
     pub limits: Vec<LimitConfig>,
+    /// The tokens callers must show (`[access]`), read from their files or
+    /// variables.
+    pub access: AccessConfig,
 }
 
 /// The store and what to do when it fails.
@@ -412,6 +457,12 @@ pub struct LimitConfig {
     pub shadow: bool,
     /// What a new key gets while the store's table is full.
     pub on_saturated: OnSaturated,
+    /// Whether an Envoy descriptor's `limit` override may replace this
+    /// limit (`allow_overrides`, default `true`, as Envoy's service does).
+    pub allow_overrides: bool,
+    /// Whether callers may give units back (`/v1/refund`, Envoy's
+    /// `is_negative_hits`; `allow_refunds`, default `true`).
+    pub allow_refunds: bool,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }
@@ -548,6 +599,7 @@ impl Default for Config {
             listen: ListenConfig::default(),
             requests: RequestCaps::default(),
             limits: Vec::new(),
+            access: AccessConfig::default(),
         })
     }
 }
@@ -634,8 +686,10 @@ impl Config {
     }
 
     /// A description for `ratekeeper check`: the store, the addresses, the
-    /// request caps when not the defaults, then
-    /// one line per limit with its name, policy, rate, key and match.
+    /// request caps when not the defaults, which doors need a token (when
+    /// any does; how many tokens from where, never a token), then one line
+    /// per limit with its name, policy, rate, key and match, and the
+    /// permissions it refuses.
     ///
     /// ```
     /// use ratekeeper_server::Config;
@@ -737,6 +791,9 @@ impl Config {
                 caps.max_body_bytes
             );
         }
+        if let Some(line) = explain_access(&self.access) {
+            let _ = writeln!(out, "{line}");
+        }
         for limit in &self.limits {
             let key: Vec<String> = limit.key.iter().map(ToString::to_string).collect();
             let _ = write!(
@@ -754,6 +811,12 @@ impl Config {
             if limit.on_saturated == OnSaturated::Allow {
                 out.push_str(" (allows new keys while the store is full)");
             }
+            if !limit.allow_overrides {
+                out.push_str(" (Envoy overrides ignored)");
+            }
+            if !limit.allow_refunds {
+                out.push_str(" (refunds refused)");
+            }
             out.push('\n');
             for line in limit.key.iter().filter_map(explain_address) {
                 let _ = writeln!(out, "  {line}");
@@ -761,6 +824,30 @@ impl Config {
         }
         out
     }
+}
+
+/// Who may ask, when any door needs a token: which doors, and how many
+/// tokens from where (never the tokens).
+fn explain_access(access: &AccessConfig) -> Option<String> {
+    if access.decisions.is_none() && access.admin.is_none() {
+        return None;
+    }
+    let door = |doors: &str, need: &str, set: &Option<crate::access::TokenSet>| match set {
+        None => format!("{doors} open to anyone who reaches them"),
+        Some(set) => {
+            let tokens = if set.len() == 1 { "token" } else { "tokens" };
+            format!(
+                "{doors} {need} a bearer token ({} {tokens} from {})",
+                set.len(),
+                set.source()
+            )
+        }
+    };
+    Some(format!(
+        "access: {}; {}",
+        door("http and grpc", "need", &access.decisions),
+        door("admin (but /healthz, /readyz)", "needs", &access.admin)
+    ))
 }
 
 /// Where an address part of a key comes from and what it is keyed by, in

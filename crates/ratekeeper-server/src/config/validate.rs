@@ -61,7 +61,13 @@ where
     K: Into<String>,
     V: Into<String>,
 {
-    let overrides = env::overrides(vars);
+    // All of them: `token_env` may name any variable, the overrides are
+    // those with the prefix.
+    let vars: Vec<(String, String)> = vars
+        .into_iter()
+        .map(|(name, value)| (name.into(), value.into()))
+        .collect();
+    let overrides = env::overrides(vars.iter().cloned());
     let mut locator = Locator {
         source,
         text,
@@ -101,7 +107,11 @@ where
             }
         }
     })?;
-    Checker { at: &locator }.config(file)
+    Checker {
+        at: &locator,
+        vars: &vars,
+    }
+    .config(file)
 }
 
 /// Whether `outer` holds `inner`.
@@ -156,6 +166,8 @@ fn find_path(table: &DeTable<'_>, span: &Range<usize>, prefix: &str) -> Option<(
 /// Validation, with the locator for errors.
 pub(super) struct Checker<'a> {
     at: &'a Locator<'a>,
+    /// The environment, for `token_env`.
+    vars: &'a [(String, String)],
 }
 
 impl Checker<'_> {
@@ -224,11 +236,15 @@ impl Checker<'_> {
             names.insert(name, name_span);
             checked.push(self.limit(index, limit)?);
         }
+        // Last: it reads files, and a file's error is best told about a
+        // configuration otherwise right.
+        let access = super::access::check(self.at, file.access, self.vars)?;
         Ok(Config {
             store,
             listen,
             requests,
             limits: checked,
+            access,
         })
     }
 
@@ -704,6 +720,8 @@ impl Checker<'_> {
             key,
             shadow: limit.shadow.is_some_and(|s| *s.get_ref()),
             on_saturated,
+            allow_overrides: limit.allow_overrides.as_ref().is_none_or(|a| *a.get_ref()),
+            allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
             matcher,
         })
     }
