@@ -131,6 +131,34 @@
 //! script was sent is dropped undecided. Redis Cluster connections do not
 //! coalesce.
 //!
+//! # TLS
+//!
+//! `rediss://` URLs connect over TLS (rustls, ring provider), verifying the
+//! server with the system's roots, or with a CA bundle and presenting a
+//! client certificate as [`Tls`] says
+//! ([`RedisStoreBuilder::tls`]; Redis Cluster too):
+//!
+//! ```no_run
+//! use ratekeeper_redis::{RedisStore, Tls};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let tls = Tls::new()
+//!     .with_ca_pem(std::fs::read("/etc/redis/ca.pem")?)?
+//!     .with_client_pem(
+//!         std::fs::read("/etc/ratekeeper/client.pem")?,
+//!         std::fs::read("/etc/ratekeeper/client.key")?,
+//!     )?;
+//! let store = RedisStore::builder()
+//!     .tls(tls)
+//!     .connect("rediss://redis.internal:6380")
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A server whose certificate the CA does not vouch for, or that refuses
+//! the client's, fails [`RedisStoreBuilder::connect`] with the handshake's
+//! reason in the error's sources.
+//!
 //! # Runtime
 //!
 //! The store runs on Tokio (the redis crate's `tokio-comp`), with the time
@@ -144,6 +172,7 @@ mod params;
 mod reply;
 mod slot;
 mod store;
+mod tls;
 
 pub use batch::{BatchStats, Batching};
 pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
@@ -153,3 +182,4 @@ pub use store::{
     function_name, library, ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, SCRIPT,
 };
+pub use tls::{is_tls_url, PemInput, Tls, TlsError};

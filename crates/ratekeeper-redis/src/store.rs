@@ -17,6 +17,7 @@ use crate::key::{redis_key, KeyTags};
 use crate::params::{Params, MAX_EXACT};
 use crate::reply::{numbers, parse, ReplyError};
 use crate::slot::hash_slot;
+use crate::tls::{install_ring, is_tls_url, Tls};
 
 /// The Lua source of the decision script, as `EVAL` runs it.
 ///
@@ -85,6 +86,10 @@ pub enum ConnectError {
     /// tags in the keys.
     #[error("the key prefix {0:?} contains a brace; hash tags belong in the keys")]
     BadPrefix(String),
+    /// TLS settings were given ([`RedisStoreBuilder::tls`]) for a URL that
+    /// is not `rediss://`, which would have connected without TLS.
+    #[error("TLS settings were given, but the URL is not rediss://")]
+    TlsWithoutRediss,
 }
 
 /// What [`RedisStore::check_all`](Store::check_all) does on Redis Cluster
@@ -119,6 +124,7 @@ pub struct RedisStoreBuilder {
     cross_slot: CrossSlot,
     batching: Batching,
     tags: KeyTags,
+    tls: Option<Tls>,
 }
 
 impl Default for RedisStoreBuilder {
@@ -130,6 +136,7 @@ impl Default for RedisStoreBuilder {
             cross_slot: CrossSlot::default(),
             batching: Batching::default(),
             tags: KeyTags::default(),
+            tls: None,
         }
     }
 }
@@ -192,13 +199,32 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects to one Redis server, `redis://host:port/db`.
+    /// The TLS settings of `rediss://` connections: the CA bundle that
+    /// verifies the server and the client certificate (default: the
+    /// system's roots, no client certificate). Every URL must then be
+    /// `rediss://`, or connecting fails with
+    /// [`ConnectError::TlsWithoutRediss`].
+    ///
+    /// TLS is rustls on the ring provider: connecting to a `rediss://` URL
+    /// installs ring as rustls's process-wide default provider unless the
+    /// application installed one before.
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Connects to one Redis server, `redis://host:port/db`, or
+    /// `rediss://host:port/db` over TLS (see [`tls`](Self::tls)).
     ///
     /// The connection is multiplexed (many calls in flight at once) and
     /// reconnects on its own after a failure.
     pub async fn connect(self, url: &str) -> Result<RedisStore, ConnectError> {
         self.check_prefix()?;
-        let client = redis::Client::open(url)?;
+        self.check_tls([url])?;
+        let client = match &self.tls {
+            Some(tls) => redis::Client::build_with_tls(url, tls.certificates())?,
+            None => redis::Client::open(url)?,
+        };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(50))))
             .set_response_timeout(Some(self.timeout))
@@ -222,17 +248,41 @@ impl RedisStoreBuilder {
     {
         self.check_prefix()?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let client = ClusterClient::builder(urls)
+        self.check_tls(&urls)?;
+        let mut client = ClusterClient::builder(urls)
             .connection_timeout(self.timeout.max(Duration::from_millis(50)))
             .response_timeout(self.timeout)
             .retries(2)
             .min_retry_wait(10)
-            .max_retry_wait(100)
-            .build()?;
+            .max_retry_wait(100);
+        if let Some(tls) = &self.tls {
+            client = client.certs(tls.certificates());
+        }
+        let client = client.build()?;
         let connection = tokio::time::timeout(self.connect_timeout, client.get_async_connection())
             .await
             .map_err(|_| ConnectError::Timeout(self.connect_timeout))??;
         Ok(self.build(Connection::Cluster(connection)))
+    }
+
+    /// Refuses TLS settings for URLs that are not `rediss://`, and readies
+    /// rustls's provider for those that are.
+    fn check_tls<I: IntoIterator<Item = S>, S: AsRef<str>>(
+        &self,
+        urls: I,
+    ) -> Result<(), ConnectError> {
+        let mut any = false;
+        for url in urls {
+            let tls = is_tls_url(url.as_ref());
+            if self.tls.is_some() && !tls {
+                return Err(ConnectError::TlsWithoutRediss);
+            }
+            any |= tls;
+        }
+        if any {
+            install_ring();
+        }
+        Ok(())
     }
 
     fn check_prefix(&self) -> Result<(), ConnectError> {

@@ -13,11 +13,13 @@
 //!   `auth_request`), Envoy's rate limit service over gRPC, the reverse
 //!   proxy, and [`admin`] (health, readiness, Prometheus metrics, stats as
 //!   JSON and the live dashboard);
+//! - [`access`]: who may ask, the bearer tokens of the doors;
 //! - [`serve`]: listeners, reloads on SIGHUP or a changed file, and a
 //!   graceful shutdown;
 //! - [`simulate`]: policies run offline over a trace or a pattern, with
 //!   the decisions as CSV and an SVG chart (`ratekeeper simulate`).
 
+pub mod access;
 pub mod admin;
 pub mod config;
 pub mod engine;

@@ -636,3 +636,132 @@ match = { domain = "edge", descriptors = [{ key = "user" }] }
         test.stop().await;
     }
 }
+
+/// How one keep-alive client's run ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ending {
+    /// The service closed the connection cleanly before answering the
+    /// request just sent (never read: the client may send it again).
+    Closed,
+    /// A reset, or an answer cut short: what a client must never see.
+    Broken(String),
+}
+
+/// Sends requests on one keep-alive connection, a few milliseconds apart
+/// (so that the shutdown finds it idle, as keep-alive connections mostly
+/// are), until it ends; the answers read whole, and how it ended.
+fn keep_asking(addr: SocketAddr) -> (u32, Ending) {
+    let mut stream = connect(addr);
+    let mut answered = 0;
+    loop {
+        if answered > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The head, then the body, in two writes as many clients send
+        // them: a reset that came between would fail the second.
+        let request = check_request(false);
+        let (head, body) = request.split_at(request.len() - CHECK_BODY.len());
+        if let Err(error) = stream.write_all(head.as_bytes()) {
+            return (answered, Ending::Broken(format!("write: {error}")));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        if let Err(error) = stream.write_all(body.as_bytes()) {
+            return (answered, Ending::Broken(format!("write: {error}")));
+        }
+        match read_response(&mut stream) {
+            Ok(Some(head)) => {
+                assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                answered += 1;
+                if head.to_ascii_lowercase().contains("connection: close") {
+                    let (rest, clean) = read_to_close(&mut stream);
+                    return match (rest.is_empty(), clean) {
+                        (true, true) => (answered, Ending::Closed),
+                        _ => (
+                            answered,
+                            Ending::Broken("bytes or a reset after connection: close".into()),
+                        ),
+                    };
+                }
+            }
+            Ok(None) => return (answered, Ending::Closed),
+            Err(error) => return (answered, Ending::Broken(error)),
+        }
+    }
+}
+
+/// One response: its head, once its body is read whole; `None` if the
+/// connection closed cleanly before any byte of it.
+fn read_response(stream: &mut TcpStream) -> Result<Option<String>, String> {
+    let mut got = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).into_owned();
+            let length: usize = head
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .ok_or_else(|| format!("no content-length in {head}"))?;
+            while got.len() < end + 4 + length {
+                match stream.read(&mut buf) {
+                    Ok(0) => return Err(format!("the body was cut short after {head}")),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(error) => return Err(format!("body: {error}")),
+                }
+            }
+            if got.len() > end + 4 + length {
+                return Err("bytes after the body".into());
+            }
+            return Ok(Some(head));
+        }
+        match stream.read(&mut buf) {
+            Ok(0) if got.is_empty() => return Ok(None),
+            Ok(0) => return Err("the head was cut short".into()),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(error) => return Err(format!("head: {error}")),
+        }
+    }
+}
+
+#[test]
+fn keep_alive_clients_see_no_reset_and_no_cut_answer_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(
+        &path,
+        format!("[listen.connections]\nshutdown_grace = \"5s\"\n{LIMIT}"),
+    )
+    .unwrap();
+    let mut serve = ServeProcess::start(&["--config", path.to_str().unwrap()], &[]);
+    let addr = serve.http;
+    let clients: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || keep_asking(addr)))
+        .collect();
+    // Every client is at work before the signal: the metrics count their
+    // connections.
+    let admin = serve.admin.expect("admin is on");
+    let started = Instant::now();
+    loop {
+        let mut stream = connect(admin);
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let (metrics, _) = read_to_close(&mut stream);
+        let metrics = String::from_utf8_lossy(&metrics);
+        if metrics.contains(r#"ratekeeper_connections_open{door="http"} 8"#) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{metrics}");
+    }
+    serve.signal("TERM");
+    let status = serve.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+    for client in clients {
+        let (answered, ending) = client.join().unwrap();
+        assert!(answered > 0);
+        assert_eq!(ending, Ending::Closed, "after {answered} answers");
+    }
+}

@@ -380,3 +380,39 @@ async fn the_dashboard_says_when_no_limit_is_configured() {
     service.shutdown();
     service.wait().await.expect("a clean shutdown");
 }
+
+#[tokio::test]
+async fn the_dashboard_asks_for_the_admin_token_and_shows_the_limits_with_it() {
+    let Some(chromium) = chromium() else { return };
+    const TOKEN: &str = "admin-token-0123456789abcdef";
+    let dir = tempfile::tempdir().expect("a directory");
+    let tokens = dir.path().join("admin");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).expect("the token file");
+    let service = TestService::start(&format!(
+        "{LISTEN_ANY}[access.admin]\ntoken_file = {:?}\n{LIMITS}",
+        tokens.display()
+    ))
+    .await;
+    let body = json!({"limits": ["per-user"], "key": {"header:x-user": "erin"}});
+    service.post("/v1/check", body).await;
+
+    // Without the token: the page asks for it and shows no data.
+    let dom = dump_dom(chromium.clone(), service.admin("/")).await;
+    assert!(dom.contains(r#"data-needs-token="true""#), "{dom}");
+    assert!(
+        dom.contains(r#"<form class="token" id="token-form">"#),
+        "{dom}"
+    );
+    assert!(!dom.contains(r#"<section class="card""#));
+    assert!(!dom.contains(r#"data-loaded="true""#));
+
+    // Given once in the fragment (never sent to the server), the token
+    // goes with the page's requests, and leaves the address.
+    let dom = dump_dom(chromium, service.admin(&format!("/#token={TOKEN}"))).await;
+    assert!(dom.contains(r#"data-loaded="true""#), "{dom}");
+    assert!(dom.contains(r#"<form class="token" id="token-form" hidden="">"#));
+    let per_user = card(&dom, "per-user");
+    assert!(per_user.contains(r#"data-field="allowed-total" data-value="1">1</div>"#));
+    assert!(!dom.contains(TOKEN), "the token is not in the page");
+    service.stop().await;
+}

@@ -283,6 +283,8 @@ descriptors = [{ key = "remote_address" }, { key = "path", value = "/api*" }]
             "window_ms": 2000,
             "key": ["descriptor:remote_address"],
             "shadow": false,
+            "allow_overrides": true,
+            "allow_refunds": true,
             "match": {
                 "domain": "edge",
                 "descriptors": [{"key": "remote_address"}, {"key": "path", "value": "/api*"}],

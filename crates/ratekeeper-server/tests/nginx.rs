@@ -97,6 +97,16 @@ impl Nginx {
     /// Starts nginx before `ratekeeper` and `app`, and waits until it
     /// accepts connections (at most 10 s).
     fn start(binary: &Path, ratekeeper: SocketAddr, app: SocketAddr) -> Nginx {
+        Nginx::start_edited(binary, ratekeeper, app, |conf| conf)
+    }
+
+    /// [`Nginx::start`] with the example's configuration changed by `edit`.
+    fn start_edited(
+        binary: &Path,
+        ratekeeper: SocketAddr,
+        app: SocketAddr,
+        edit: impl Fn(String) -> String,
+    ) -> Nginx {
         // A port taken between `free_port` and nginx's bind is retried.
         let mut last_log = String::new();
         for _ in 0..3 {
@@ -105,8 +115,11 @@ impl Nginx {
             set_mode_755(dir.path());
             let port = free_port();
             let conf_path = dir.path().join("nginx.conf");
-            std::fs::write(&conf_path, nginx_conf(dir.path(), ratekeeper, app, port))
-                .expect("nginx.conf written");
+            std::fs::write(
+                &conf_path,
+                edit(nginx_conf(dir.path(), ratekeeper, app, port)),
+            )
+            .expect("nginx.conf written");
             let error_log = dir.path().join("error.log");
             let child = Command::new(binary)
                 .arg("-c")
@@ -505,5 +518,54 @@ async fn a_store_failing_closed_is_a_503_for_the_client() {
         .expect("nginx answers");
     assert_eq!(refused.status(), 503, "log:\n{}", nginx.log());
     assert_eq!(field(refused.headers(), "retry-after"), "1");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_shows_the_decisions_token_and_without_it_clients_get_401() {
+    let Some(binary) =
+        nginx_binary("nginx_shows_the_decisions_token_and_without_it_clients_get_401")
+    else {
+        return;
+    };
+    const TOKEN: &str = "nginx-token-0123456789abcdef";
+    let dir = tempfile::tempdir().expect("a directory");
+    let tokens = dir.path().join("decisions");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).expect("the token file");
+    let toml = format!(
+        "{PER_CLIENT}\n[access.decisions]\ntoken_file = {:?}\n",
+        tokens.display()
+    );
+    let ratekeeper = start_ratekeeper(&toml).await;
+    let (app, hits) = start_app().await;
+    let client = client();
+
+    // The example's line, uncommented, with the token.
+    let with_token = Nginx::start_edited(&binary, ratekeeper, app, |conf| {
+        substitute(
+            &conf,
+            "# proxy_set_header X-RateKeeper-Token \"YOUR-DECISIONS-TOKEN\";",
+            &format!("proxy_set_header X-RateKeeper-Token \"{TOKEN}\";"),
+        )
+    });
+    let response = client
+        .get(with_token.url("/hello"))
+        // The client's own credentials travel in the subrequest too.
+        .header("authorization", "Bearer the-clients-own")
+        .send()
+        .await
+        .expect("nginx answers");
+    assert_eq!(response.status(), 200, "log:\n{}", with_token.log());
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    // The example as shipped shows no token: ratekeeper refuses it, and
+    // nginx refuses the client with the 401, never reaching the app.
+    let without = Nginx::start(&binary, ratekeeper, app);
+    let refused = client
+        .get(without.url("/hello"))
+        .send()
+        .await
+        .expect("nginx answers");
+    assert_eq!(refused.status(), 401, "log:\n{}", without.log());
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 }

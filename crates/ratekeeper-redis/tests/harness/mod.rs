@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub const UNHURRIED: Duration = Duration::from_secs(10);
 
 /// Whether `program --version` runs; panics under CI when it does not.
-fn available(program: &str) -> bool {
+pub fn available(program: &str) -> bool {
     let ok = Command::new(program)
         .arg("--version")
         .stdout(Stdio::null())
@@ -68,7 +68,7 @@ impl Drop for Scratch {
 
 /// A port that was free a moment ago, with `port + 10000` free too (for the
 /// cluster bus).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     for _ in 0..200 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
         let port = listener.local_addr().unwrap().port();

@@ -7,6 +7,8 @@
 //! | `ratekeeper_near_limit_total` | counter | `limit` | allowed decisions that left at most [`NEAR_LIMIT_PERCENT`]% of the quota |
 //! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
 //! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
+//! | `ratekeeper_overrides_refused_total` | counter | `limit` | Envoy descriptor `limit` overrides ignored because a limit the descriptor matches has `allow_overrides = false` (the limit decided instead) |
+//! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
 //! | `ratekeeper_limits_configured` | gauge | | limits in force |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
@@ -48,6 +50,7 @@ use prometheus_client::registry::Registry;
 
 use super::recorder::LatencyHistogram;
 use super::stats::StoreHealth;
+use crate::access::Door;
 use crate::engine::Engine;
 use crate::listen::DoorSnapshot;
 
@@ -63,6 +66,7 @@ struct LimitCounts {
     near_limit: u64,
     untrusted_forwarding: u64,
     saturated: u64,
+    overrides_refused: u64,
 }
 
 /// Everything one scrape reports, read before encoding (the store's
@@ -73,6 +77,8 @@ struct Scrape {
     latency: LatencyHistogram,
     store: StoreHealth,
     doors: Vec<DoorSnapshot>,
+    /// Refused requests per door, in [`Door::ALL`]'s order.
+    unauthenticated: [(&'static str, u64); 3],
 }
 
 /// The metrics of `engine` now, in the Prometheus text format.
@@ -92,13 +98,16 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
             near_limit: metrics.near_limit(limit.name()),
             untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
             saturated: metrics.saturated(limit.name()),
+            overrides_refused: metrics.overrides_refused(limit.name()),
         })
         .collect();
+    let access = engine.access();
     let scrape = Scrape {
         limits,
         latency: metrics.latency(),
         store,
         doors: engine.connection_stats().snapshot(),
+        unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -192,6 +201,22 @@ impl Collector for Scrape {
             self.limits
                 .iter()
                 .map(|limit| ([("limit", limit.name.as_str())], limit.saturated)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_overrides_refused",
+            "Envoy limit overrides ignored because a limit the descriptor matches has allow_overrides = false.",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.overrides_refused)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_unauthenticated_requests",
+            "Requests refused for want of a valid bearer token.",
+            self.unauthenticated
+                .iter()
+                .map(|&(door, refused)| ([("door", door)], refused)),
         )?;
 
         let latency = &self.latency;

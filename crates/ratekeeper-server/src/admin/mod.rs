@@ -28,10 +28,14 @@ pub use stats::{
     READY_TIMEOUT,
 };
 
+use crate::access::Door;
 use crate::engine::Engine;
 
-/// The admin routes on `engine`.
+/// The admin routes on `engine`, behind the engine's `[access.admin]`
+/// tokens when it has some, but for `/healthz`, `/readyz` and the
+/// dashboard's page (see [`crate::access`]).
 pub fn router(engine: Engine) -> Router {
+    let guard = engine.access().layer(Door::Admin);
     Router::new()
         .route("/", get(dashboard::dashboard))
         .route("/healthz", get(healthz))
@@ -39,12 +43,15 @@ pub fn router(engine: Engine) -> Router {
         .route("/metrics", get(metrics::metrics))
         .merge(stats_routes())
         .with_state(engine)
+        .layer(guard)
 }
 
 /// `GET /v1/stats` alone, to serve on another port too (the HTTP decision
-/// API's).
+/// API's), behind the admin port's tokens: its top denied keys may be
+/// clients' addresses or API keys.
 pub fn stats_router(engine: Engine) -> Router {
-    stats_routes().with_state(engine)
+    let guard = engine.access().layer(Door::Admin);
+    stats_routes().with_state(engine).layer(guard)
 }
 
 fn stats_routes() -> Router<Engine> {

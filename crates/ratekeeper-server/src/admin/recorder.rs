@@ -73,6 +73,9 @@ pub struct DecisionMetrics {
     untrusted_forwarding: NamedCounters,
     /// Decisions on a new key whose store was full, by limit name.
     saturated: NamedCounters,
+    /// Envoy overrides ignored because the limit forbids them
+    /// (`allow_overrides = false`), by limit name.
+    overrides_refused: NamedCounters,
 }
 
 /// Counters by limit name, kept for the life of the process. The names
@@ -160,6 +163,18 @@ impl DecisionMetrics {
     /// peer it does not trust, since the process started.
     pub fn untrusted_forwarding(&self, name: &str) -> u64 {
         self.untrusted_forwarding.get(name)
+    }
+
+    /// Counts an Envoy override ignored because the limit `name` forbids
+    /// overrides; whether it is the first (to log it once).
+    pub fn record_override_refused(&self, name: &str) -> bool {
+        self.overrides_refused.add(name) == 0
+    }
+
+    /// Envoy overrides ignored because the limit `name` forbids them, since
+    /// the process started.
+    pub fn overrides_refused(&self, name: &str) -> u64 {
+        self.overrides_refused.get(name)
     }
 
     /// Allowed decisions of the limit `name` that came near it, since the

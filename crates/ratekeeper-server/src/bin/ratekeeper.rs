@@ -502,9 +502,16 @@ fn simulate(args: &SimulateArgs) -> ExitCode {
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
+    let mut last = text.clone();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let cause_text = cause.to_string();
+        // Some errors (the redis crate's I/O errors) show their source's
+        // text as their own: say it once.
+        if cause_text != last {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        last = cause_text;
         source = cause.source();
     }
     text

@@ -30,7 +30,7 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 15] = [
+const TEXT_FIELDS: [&str; 18] = [
     "kind",
     "path",
     "url",
@@ -46,6 +46,11 @@ const TEXT_FIELDS: [&str; 15] = [
     "domain",
     "path_prefix",
     "client_ip_from",
+    "token_file",
+    "token_env",
+    // Refused whatever it holds; as text, no number or boolean in it is
+    // ever parsed or shown.
+    "token",
 ];
 
 /// Fields that hold lists of text.
@@ -119,13 +124,7 @@ pub(crate) fn apply<'a>(
         }
         path.push_str(&key);
         if tail.is_empty() {
-            // TLS tables hold only paths, and `key` there is a file, not
-            // a limit's list of parts.
-            let new = if path.starts_with("listen.tls.") {
-                Spanned::new(span.clone(), DeValue::String(Cow::Borrowed(value)))
-            } else {
-                make_value(&key, value, span.clone())
-            };
+            let new = make_value(&key, &path, value, span.clone());
             table.insert(Spanned::new(span.clone(), Cow::Owned(key)), new);
             return Ok(path);
         }
@@ -197,10 +196,20 @@ pub(crate) fn apply<'a>(
     Ok(path)
 }
 
-/// The value for field `key` from the variable's text.
-fn make_value<'a>(key: &str, text: &'a str, span: Range<usize>) -> Spanned<DeValue<'a>> {
+/// The value for field `key` (at `path`) from the variable's text.
+fn make_value<'a>(
+    key: &str,
+    path: &str,
+    text: &'a str,
+    span: Range<usize>,
+) -> Spanned<DeValue<'a>> {
     let string = |s: &'a str| Spanned::new(span.clone(), DeValue::String(Cow::Borrowed(s)));
-    if TEXT_FIELDS.contains(&key) {
+    // store.tls's and listen.tls's fields are paths; their `key` is not a
+    // limit's key list.
+    if TEXT_FIELDS.contains(&key)
+        || path.starts_with("store.tls.")
+        || path.starts_with("listen.tls.")
+    {
         return string(text);
     }
     let trimmed = text.trim();

@@ -7,6 +7,8 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::store_tls::FileStoreTls;
+
 /// A list of strings, each with its place.
 pub(crate) type Strings = Spanned<Vec<Spanned<String>>>;
 
@@ -18,6 +20,7 @@ pub(crate) struct FileConfig {
     pub(crate) listen: Option<Spanned<FileListen>>,
     pub(crate) requests: Option<Spanned<FileRequests>>,
     pub(crate) limits: Option<Spanned<Vec<Spanned<FileLimit>>>>,
+    pub(crate) access: Option<Spanned<super::access::FileAccess>>,
 }
 
 /// `[store]`.
@@ -35,6 +38,7 @@ pub(crate) struct FileStore {
     pub(crate) timeout_ms: Option<Spanned<u64>>,
     pub(crate) batch_in_flight: Option<Spanned<u64>>,
     pub(crate) batch_max_calls: Option<Spanned<u64>>,
+    pub(crate) tls: Option<Spanned<FileStoreTls>>,
 }
 
 /// `[listen]`.
@@ -75,6 +79,8 @@ pub(crate) struct FileLimit {
     pub(crate) ipv6_prefix: Option<Spanned<u64>>,
     pub(crate) shadow: Option<Spanned<bool>>,
     pub(crate) on_saturated: Option<Spanned<String>>,
+    pub(crate) allow_overrides: Option<Spanned<bool>>,
+    pub(crate) allow_refunds: Option<Spanned<bool>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

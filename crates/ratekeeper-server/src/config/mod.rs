@@ -8,6 +8,10 @@
 //! max_keys = 100000          # keys kept in memory (the memory store, or the fallback)
 //! on_failure = "closed"      # redis and sqlite: "closed" refuses, "open" allows on failure
 //! fallback = false           # redis: decide in memory while Redis is down
+//! [store.tls]                # redis stores with rediss:// urls only
+//! ca = "/etc/ratekeeper/redis-ca.pem"   # verifies the server; default: the system's roots
+//! cert = "/etc/ratekeeper/client.pem"   # client certificate and key, when the server asks
+//! key = "/etc/ratekeeper/client.key"
 //!
 //! [listen]                   # each defaults to the address shown; "off" disables one
 //! http = "127.0.0.1:8080"
@@ -53,11 +57,18 @@
 //! ipv6_prefix = 64           # IPv6 by /64 (56, 128...)
 //! shadow = false             # decide and report, but never refuse
 //! on_saturated = "deny"      # a new key while the store is full: "deny" (default) or "allow"
+//! allow_overrides = true     # Envoy descriptor `limit` overrides may replace it (default true)
+//! allow_refunds = true       # callers may give units back: /v1/refund, is_negative_hits (default true)
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
 //! descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
 //! methods = ["POST"]
 //! path_prefix = "/api"
+//!
+//! [access.decisions]         # callers of /v1/* and gRPC must show a token (default: anyone)
+//! token_file = "/run/secrets/ratekeeper/decisions"   # one or more tokens, one per line
+//! [access.admin]             # the admin port but /healthz, /readyz (default: anyone)
+//! token_env = "RATEKEEPER_ADMIN_TOKEN"                # or one token in an environment variable
 //! ```
 //!
 //! # Store
@@ -73,7 +84,20 @@
 //! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
 //! are refused.
 //!
-//! # TLS
+//! `rediss://` URLs connect over TLS (rustls), verifying the server with
+//! the system's roots. A `[store.tls]` table ([`StoreTls`]) changes that:
+//! `ca` names a PEM bundle of the certificates that verify the server, and
+//! `cert` and `key` (together) a PEM client certificate chain and its
+//! private key, presented when the server asks for one (`redis-server`
+//! does unless `tls-auth-clients no`). It is refused for the other stores
+//! and unless every URL is `rediss://`. The files (relative paths from the
+//! working directory) are read and parsed when the configuration is
+//! checked, so `ratekeeper check` names a missing or unusable one with its
+//! place; a server whose certificate the CA does not vouch for fails the
+//! start with the handshake's reason. The environment names them too
+//! (`RATEKEEPER_STORE__TLS__CA=/path`).
+//!
+//! # TLS on the doors
 //!
 //! A door with a `[listen.tls.http]`, `[listen.tls.grpc]` or
 //! `[listen.tls.admin]` table serves TLS only, with rustls (TLS 1.2 and
@@ -156,11 +180,36 @@
 //! becomes part of the key), a value ending in `*` matches by prefix, and any
 //! other value exactly, as in Envoy's own rate limit service.
 //!
+//! # Who may ask
+//!
+//! By default anyone who reaches a port may ask. Each limit may refuse
+//! what a caller could otherwise do to it: `allow_overrides = false`
+//! ignores an Envoy descriptor's `limit` override on a descriptor the limit
+//! matches (the limit decides, the first is logged, and each is counted in
+//! `ratekeeper_overrides_refused_total{limit}`); `allow_refunds = false`
+//! refuses to give its units back (`/v1/refund` answers 403 naming it,
+//! gRPC's `is_negative_hits` `PERMISSION_DENIED`). Both default to `true`,
+//! as Envoy's own service honours both.
+//!
+//! `[access.decisions]` (the HTTP decision API, `/v1/auth` and the gRPC
+//! door) and `[access.admin]` (the admin port but `/healthz`, `/readyz`
+//! and the dashboard's page) each take `token_file` (a file of tokens, one
+//! per line, blank lines and `#` comments skipped: two lines during a
+//! rotation) or `token_env` (an environment variable holding one token).
+//! Each token is at least 16 visible ASCII characters (see
+//! [`crate::access`]). A token written in the configuration (`token = `)
+//! is refused, and so are a missing, empty or unreadable file and an unset
+//! or empty variable, naming the file or variable but never a token.
+//! Tokens are read again on every reload, and a change of a token file
+//! reloads the configuration, so rotating needs no restart. A relative
+//! `token_file` is relative to the working directory.
+//!
 //! # Environment
 //!
 //! `RATEKEEPER_STORE__KIND=redis`, `RATEKEEPER_STORE__URL=redis://...`,
 //! `RATEKEEPER_LISTEN__HTTP=0.0.0.0:8080`,
-//! `RATEKEEPER_LISTEN__TLS__GRPC__CERT=/etc/tls/server.pem` and, per limit,
+//! `RATEKEEPER_LISTEN__TLS__GRPC__CERT=/etc/tls/server.pem`,
+//! `RATEKEEPER_ACCESS__DECISIONS__TOKEN_FILE=/run/secrets/rk` and, per limit,
 //! `RATEKEEPER_LIMITS__PER_IP__RATE=50/minute` override the file; see
 //! [`Config::from_toml_str_with_env`] for the scheme. Errors in an
 //! overridden value name the variable.
@@ -170,6 +219,7 @@
 //! [`ConfigError`]'s messages read `FILE:LINE:COLUMN: FIELD: MESSAGE`, such
 //! as `ratekeeper.toml:12:8: limits[1].rate: unknown time unit "fortnight" ...`.
 
+mod access;
 mod address;
 mod connections;
 mod env;
@@ -177,6 +227,7 @@ mod error;
 mod file;
 mod redact;
 mod request_caps;
+mod store_tls;
 mod tls;
 mod validate;
 mod warnings;
@@ -190,12 +241,14 @@ use http::{HeaderName, Method};
 use ratekeeper::{FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
+pub use access::AccessConfig;
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use connections::{ConnectionConfig, Http2Config};
 pub use error::{ConfigError, Location};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
 pub use request_caps::{CapError, RequestCaps};
+pub use store_tls::StoreTls;
 pub use tls::{DoorTls, TlsError, TlsFileKind, TlsFiles};
 pub use warnings::ConfigWarning;
 
@@ -246,19 +299,27 @@ trusted_proxies = []
 ipv4_prefix = 32
 ipv6_prefix = 64
 on_saturated = "deny"
+# Envoy's descriptor overrides and refunds (/v1/refund, is_negative_hits)
+# are honoured, as Envoy's own service does: anyone who can ask can raise
+# or restore a quota. false ignores overrides, refuses refunds.
+allow_overrides = true
+allow_refunds = true
+
+# Who may ask: anyone who reaches a port, by default. Tokens come from a file
+# (one per line) or an environment variable, never from this file:
+# [access.decisions]        # /v1/* on the HTTP port, and gRPC
+# token_file = "/run/secrets/ratekeeper/decisions"
+# [access.admin]            # the admin port but /healthz and /readyz
+# token_env = "RATEKEEPER_ADMIN_TOKEN"
 "#;
 
-/// This process's environment variables whose names start with
-/// `RATEKEEPER_`, for [`Config::load_with_env`]. Unlike [`std::env::vars`]
-/// it never panics: variables that are not valid Unicode are skipped.
+/// This process's environment variables, for [`Config::load_with_env`]:
+/// the `RATEKEEPER_` overrides, and the variables `token_env` may name.
+/// Unlike [`std::env::vars`] it never panics: variables that are not valid
+/// Unicode are skipped.
 pub fn process_vars() -> impl Iterator<Item = (String, String)> {
-    std::env::vars_os().filter_map(|(name, value)| {
-        let name = name.into_string().ok()?;
-        if !name.starts_with(env::PREFIX) {
-            return None;
-        }
-        Some((name, value.into_string().ok()?))
-    })
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
 }
 
 /// The source name of [`DEFAULT_TOML`] in messages.
@@ -276,6 +337,9 @@ pub struct Config {
     pub requests: RequestCaps,
     /// The limits, in the file's order, with unique names.
     pub limits: Vec<LimitConfig>,
+    /// The tokens callers must show (`[access]`), read from their files or
+    /// variables.
+    pub access: AccessConfig,
 }
 
 /// The store and what to do when it fails.
@@ -291,6 +355,10 @@ pub struct StoreConfig {
     pub on_failure: FailureMode,
     /// Whether to decide in memory while a remote store fails.
     pub fallback: bool,
+    /// The Redis stores' TLS files (`[store.tls]`), only with `rediss://`
+    /// URLs; `None` otherwise, and for a `rediss://` URL verified by the
+    /// system's roots without a client certificate.
+    pub tls: Option<StoreTls>,
 }
 
 /// Which store keeps the counts.
@@ -419,6 +487,12 @@ pub struct LimitConfig {
     pub shadow: bool,
     /// What a new key gets while the store's table is full.
     pub on_saturated: OnSaturated,
+    /// Whether an Envoy descriptor's `limit` override may replace this
+    /// limit (`allow_overrides`, default `true`, as Envoy's service does).
+    pub allow_overrides: bool,
+    /// Whether callers may give units back (`/v1/refund`, Envoy's
+    /// `is_negative_hits`; `allow_refunds`, default `true`).
+    pub allow_refunds: bool,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }
@@ -550,10 +624,12 @@ impl Default for Config {
                 max_keys: ratekeeper::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
+                tls: None,
             },
             listen: ListenConfig::default(),
             requests: RequestCaps::default(),
             limits: Vec::new(),
+            access: AccessConfig::default(),
         })
     }
 }
@@ -640,8 +716,10 @@ impl Config {
     }
 
     /// A description for `ratekeeper check`: the store, the addresses, the
-    /// request caps when not the defaults, then
-    /// one line per limit with its name, policy, rate, key and match.
+    /// request caps when not the defaults, which doors need a token (when
+    /// any does; how many tokens from where, never a token), then one line
+    /// per limit with its name, policy, rate, key and match, and the
+    /// permissions it refuses.
     ///
     /// ```
     /// use ratekeeper_server::Config;
@@ -695,6 +773,9 @@ impl Config {
             let fallback = if store.fallback { "on" } else { "off" };
             let _ = write!(out, ", on failure {mode}, fallback {fallback}");
         }
+        if let Some(tls) = &store.tls {
+            let _ = write!(out, ", {tls}");
+        }
         out.push('\n');
         let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
         let _ = writeln!(
@@ -743,6 +824,9 @@ impl Config {
                 caps.max_body_bytes
             );
         }
+        if let Some(line) = explain_access(&self.access) {
+            let _ = writeln!(out, "{line}");
+        }
         for limit in &self.limits {
             let key: Vec<String> = limit.key.iter().map(ToString::to_string).collect();
             let _ = write!(
@@ -760,6 +844,12 @@ impl Config {
             if limit.on_saturated == OnSaturated::Allow {
                 out.push_str(" (allows new keys while the store is full)");
             }
+            if !limit.allow_overrides {
+                out.push_str(" (Envoy overrides ignored)");
+            }
+            if !limit.allow_refunds {
+                out.push_str(" (refunds refused)");
+            }
             out.push('\n');
             for line in limit.key.iter().filter_map(explain_address) {
                 let _ = writeln!(out, "  {line}");
@@ -767,6 +857,30 @@ impl Config {
         }
         out
     }
+}
+
+/// Who may ask, when any door needs a token: which doors, and how many
+/// tokens from where (never the tokens).
+fn explain_access(access: &AccessConfig) -> Option<String> {
+    if access.decisions.is_none() && access.admin.is_none() {
+        return None;
+    }
+    let door = |doors: &str, need: &str, set: &Option<crate::access::TokenSet>| match set {
+        None => format!("{doors} open to anyone who reaches them"),
+        Some(set) => {
+            let tokens = if set.len() == 1 { "token" } else { "tokens" };
+            format!(
+                "{doors} {need} a bearer token ({} {tokens} from {})",
+                set.len(),
+                set.source()
+            )
+        }
+    };
+    Some(format!(
+        "access: {}; {}",
+        door("http and grpc", "need", &access.decisions),
+        door("admin (but /healthz, /readyz)", "needs", &access.admin)
+    ))
 }
 
 /// Where an address part of a key comes from and what it is keyed by, in

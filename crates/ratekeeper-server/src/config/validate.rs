@@ -16,13 +16,13 @@ use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::env;
 use super::error::{ConfigError, Locator};
 use super::file::{
     FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore,
     FileTrust,
 };
 use super::tls;
+use super::{env, store_tls};
 use super::{
     redact_url, Backend, Config, DescriptorMatch, DoorTls, KeyPart, LimitConfig, ListenConfig,
     Match, OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX,
@@ -62,7 +62,13 @@ where
     K: Into<String>,
     V: Into<String>,
 {
-    let overrides = env::overrides(vars);
+    // All of them: `token_env` may name any variable, the overrides are
+    // those with the prefix.
+    let vars: Vec<(String, String)> = vars
+        .into_iter()
+        .map(|(name, value)| (name.into(), value.into()))
+        .collect();
+    let overrides = env::overrides(vars.iter().cloned());
     let mut locator = Locator {
         source,
         text,
@@ -102,7 +108,11 @@ where
             }
         }
     })?;
-    Checker { at: &locator }.config(file)
+    Checker {
+        at: &locator,
+        vars: &vars,
+    }
+    .config(file)
 }
 
 /// Whether `outer` holds `inner`.
@@ -157,6 +167,8 @@ fn find_path(table: &DeTable<'_>, span: &Range<usize>, prefix: &str) -> Option<(
 /// Validation, with the locator for errors.
 pub(super) struct Checker<'a> {
     at: &'a Locator<'a>,
+    /// The environment, for `token_env`.
+    vars: &'a [(String, String)],
 }
 
 impl Checker<'_> {
@@ -225,11 +237,15 @@ impl Checker<'_> {
             names.insert(name, name_span);
             checked.push(self.limit(index, limit)?);
         }
+        // Last: it reads files, and a file's error is best told about a
+        // configuration otherwise right.
+        let access = super::access::check(self.at, file.access, self.vars)?;
         Ok(Config {
             store,
             listen,
             requests,
             limits: checked,
+            access,
         })
     }
 
@@ -261,6 +277,7 @@ impl Checker<'_> {
                 max_keys: ratekeeper::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
+                tls: None,
             });
         };
         let table_span = store.span();
@@ -498,11 +515,13 @@ impl Checker<'_> {
             },
             _ => Backend::Memory,
         };
+        let tls = store_tls::check(self.at, &store, kind)?;
         Ok(StoreConfig {
             backend,
             max_keys,
             on_failure,
             fallback,
+            tls,
         })
     }
 
@@ -705,6 +724,8 @@ impl Checker<'_> {
             key,
             shadow: limit.shadow.is_some_and(|s| *s.get_ref()),
             on_saturated,
+            allow_overrides: limit.allow_overrides.as_ref().is_none_or(|a| *a.get_ref()),
+            allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
             matcher,
         })
     }

@@ -59,6 +59,7 @@ pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
 
 use verdict::refuses;
 
+use crate::access::Access;
 use crate::admin::DecisionMetrics;
 use crate::config::{Config, RequestCaps, StoreConfig};
 
@@ -94,6 +95,8 @@ struct Inner {
     metrics: DecisionMetrics,
     /// The front doors' connection counters, for `/metrics`.
     connections: crate::listen::ConnectionStats,
+    /// The tokens the doors ask for; replaced with the limits.
+    access: Arc<Access>,
 }
 
 impl Engine {
@@ -143,6 +146,7 @@ impl Engine {
                 wall_clock,
                 metrics: DecisionMetrics::new(),
                 connections: crate::listen::ConnectionStats::default(),
+                access: Arc::new(Access::new(&config.access)),
             }),
         }
     }
@@ -158,16 +162,25 @@ impl Engine {
         **self.inner.requests.load()
     }
 
-    /// Puts `config`'s limits and request caps in force. The store cannot
-    /// change without a restart: `false` says `config` names another
-    /// store, whose section was ignored.
+    /// Puts `config`'s limits, request caps and access tokens in force.
+    /// The store cannot change without a restart: `false` says `config`
+    /// names another store, whose section was ignored.
     pub fn replace_limits(&self, config: &Config) -> bool {
+        self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
             &self.inner.stats,
         )));
         config.store == self.inner.store_config
+    }
+
+    /// The tokens the doors ask for (`[access]`), and their refusals: the
+    /// routers of [`http`](crate::http::router),
+    /// [`admin`](crate::admin::router) and the gRPC service put its
+    /// [layer](Access::layer) on themselves.
+    pub fn access(&self) -> &Arc<Access> {
+        &self.inner.access
     }
 
     /// What the configured limits decided so far, by name.

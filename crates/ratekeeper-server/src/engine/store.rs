@@ -45,6 +45,13 @@ impl AnyStore {
         let memory = || MemoryStore::with_clock(Arc::clone(&clock), config.max_keys, true);
         let policy = FailurePolicy::new(config.on_failure).with_fallback(config.fallback);
         let fallback = config.fallback.then(memory);
+        let redis = || {
+            let builder = RedisStore::builder();
+            match &config.tls {
+                Some(tls) => builder.tls(tls.settings.clone()),
+                None => builder,
+            }
+        };
         Ok(match &config.backend {
             Backend::Memory => AnyStore::Memory(memory()),
             Backend::Sqlite { path } => {
@@ -59,7 +66,7 @@ impl AnyStore {
                 timeout,
                 batching,
             } => {
-                let store = RedisStore::builder()
+                let store = redis()
                     .prefix(prefix.clone())
                     .timeout(*timeout)
                     .batching(*batching)
@@ -78,7 +85,7 @@ impl AnyStore {
                 prefix,
                 timeout,
             } => {
-                let store = RedisStore::builder()
+                let store = redis()
                     .prefix(prefix.clone())
                     .timeout(*timeout)
                     .cluster(urls.iter().map(String::as_str))

@@ -13,7 +13,8 @@ use thiserror::Error;
 /// filter's `failure_mode_deny` decide; so does [`tonic::Status::from`]:
 /// a failed store is `UNAVAILABLE`, a malformed request or one over a cap
 /// of `[requests]` `INVALID_ARGUMENT` (an override past
-/// `requests.max_override_rates` `RESOURCE_EXHAUSTED`), never `UNKNOWN`.
+/// `requests.max_override_rates` `RESOURCE_EXHAUSTED`), a refund a limit
+/// forbids `PERMISSION_DENIED`, never `UNKNOWN`.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum EnvoyError {
@@ -30,6 +31,18 @@ pub enum EnvoyError {
         index: usize,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A descriptor gives hits back (`is_negative_hits`) to a limit that
+    /// accepts no refunds (`allow_refunds = false`).
+    #[error(
+        "descriptors[{index}]: limit {limit} accepts no refunds (allow_refunds = false), so \
+         is_negative_hits is refused"
+    )]
+    RefundForbidden {
+        /// The descriptor's position in the request.
+        index: usize,
+        /// The limit.
+        limit: String,
     },
     /// The request holds more than `[requests]` allows.
     #[error("{0}")]
@@ -61,6 +74,7 @@ impl From<EnvoyError> for tonic::Status {
             | EnvoyError::NoDescriptors
             | EnvoyError::InvalidOverride { .. }
             | EnvoyError::OverCap(_) => tonic::Status::invalid_argument(message),
+            EnvoyError::RefundForbidden { .. } => tonic::Status::permission_denied(message),
             EnvoyError::Store(_) => tonic::Status::unavailable(message),
             EnvoyError::Mismatch { .. } => tonic::Status::internal(message),
         }

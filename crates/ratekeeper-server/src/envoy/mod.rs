@@ -28,13 +28,20 @@
 //! - A descriptor costs its `hits_addend` if set, else the request's
 //!   (`0` there means 1). A descriptor `hits_addend` of 0 only reports.
 //! - `is_negative_hits` gives the hits back (refunds first, then the rest
-//!   of the request), and never refuses.
+//!   of the request), and never refuses; unless a limit the descriptor
+//!   matches says `allow_refunds = false`: then the whole request is
+//!   refused with `PERMISSION_DENIED` naming the limit, before anything is
+//!   taken or given back (an error rather than a silent skip, so that a
+//!   refund configured on purpose shows up in Envoy's error stats).
 //! - A descriptor's `limit` override is handled as Envoy's own service does
 //!   (`GetLimit` in envoyproxy/ratelimit): in a domain some limit names, it
 //!   replaces the configured limits for that descriptor by a fixed window
 //!   of `requests_per_unit` per unit (months are 30 days and years 365, as
 //!   there), counted per domain and full list of entries, never in shadow
-//!   mode. Zero requests per unit refuses every hit. An override with an
+//!   mode. A limit with `allow_overrides = false` keeps its descriptors:
+//!   an override on a descriptor it matches is ignored and the configured
+//!   limits decide (logged once per limit, counted in
+//!   `ratekeeper_overrides_refused_total{limit}`). Zero requests per unit refuses every hit. An override with an
 //!   unknown unit is refused with `INVALID_ARGUMENT`. Each distinct rate is
 //!   a limit (a table of the in-memory store) of its own, kept for the life
 //!   of the service: at most `requests.max_override_rates` (32) of them, and
@@ -65,6 +72,13 @@
 //!
 //! A failed store is a gRPC `UNAVAILABLE` error (never `UNKNOWN`), so the
 //! filter's `failure_mode_deny` decides; see [`EnvoyError`].
+//!
+//! # Who may ask
+//!
+//! With `[access.decisions]` tokens, [`EnvoyService::into_server`] answers
+//! a call without `authorization: Bearer TOKEN` metadata (Envoy's
+//! `grpc_service.initial_metadata`) with `UNAUTHENTICATED`, before
+//! anything is decided; see [`crate::access`].
 //!
 //! # Size
 //!

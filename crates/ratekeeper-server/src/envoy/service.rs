@@ -10,6 +10,7 @@ use ratekeeper::{Decision, FixedWindow, Limit, Rate};
 use ratekeeper_tower::headers::{self, PolicyReport};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
+use tower::Layer;
 
 use super::error::EnvoyError;
 use super::matching::{self, DescriptorSource};
@@ -17,11 +18,14 @@ use super::overrides::OverrideLimits;
 use super::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
-use super::proto::{HeaderValue, RateLimitRequest, RateLimitResponse, RateLimitUnit};
+use super::proto::{
+    HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
+};
 use super::units;
+use crate::access::{self, RequireTokenService};
 use crate::config::{ConnectionConfig, KeyPart, LimitConfig, Match, OnSaturated};
 use crate::engine::{
-    compose, ActiveLimit, Check, Engine, LimitResult, OrUnknown, SATURATED_HEADER,
+    compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER,
 };
 use crate::listen::{Door, Protocol};
 
@@ -67,10 +71,17 @@ impl EnvoyService {
 
     /// The tonic server of this service, to add to a
     /// `tonic::transport::Server`; it takes messages up to the engine's
-    /// `requests.max_body_bytes` (read now: a reload does not change it).
-    pub fn into_server(self) -> RateLimitServiceServer<EnvoyService> {
+    /// `requests.max_body_bytes` (read now: a reload does not change it),
+    /// and is behind the engine's `[access.decisions]` tokens when it has
+    /// some: a call without one is answered `UNAUTHENTICATED` (see
+    /// [`crate::access`]). Other services on the same server (gRPC health)
+    /// are not behind it.
+    pub fn into_server(self) -> RequireTokenService<RateLimitServiceServer<EnvoyService>> {
         let max = self.engine.request_caps().max_body_bytes;
-        RateLimitServiceServer::new(self).max_decoding_message_size(max)
+        self.engine
+            .access()
+            .layer(access::Door::Grpc)
+            .layer(RateLimitServiceServer::new(self).max_decoding_message_size(max))
     }
 
     /// Serves this service over gRPC (HTTP/2) on `listener` until
@@ -160,38 +171,46 @@ impl EnvoyService {
                     take_plans.push(plan);
                 }
             };
-            match &descriptor.limit {
-                // Envoy's service: an override replaces the configured
-                // limits, in a domain it knows.
-                Some(limit_override) if knows_domain => {
-                    match override_limit(
+            // Envoy's service: an override replaces the configured limits,
+            // in a domain it knows, unless one of them forbids it.
+            let honoured = match &descriptor.limit {
+                Some(limit_override) if knows_domain => self
+                    .overrides_allowed(&limits, domain, descriptor)
+                    .then_some(limit_override),
+                _ => None,
+            };
+            if let Some(limit_override) = honoured {
+                match override_limit(
+                    index,
+                    limit_override,
+                    &self.overrides,
+                    caps.max_override_rates,
+                )? {
+                    Override::Limit(limit, shown) => {
+                        push(limit, override_key(domain, &descriptor.entries), shown);
+                    }
+                    Override::Zero(shown, window) => {
+                        blocked |= hits > 0 && !refund;
+                        zero[index] = Some((shown, window));
+                    }
+                }
+                continue;
+            }
+            let source = OrUnknown(DescriptorSource(&descriptor.entries));
+            for limit in matching::applicable(&limits, domain, &descriptor.entries) {
+                if refund && !limit.config().allow_refunds {
+                    return Err(EnvoyError::RefundForbidden {
                         index,
-                        limit_override,
-                        &self.overrides,
-                        caps.max_override_rates,
-                    )? {
-                        Override::Limit(limit, shown) => {
-                            push(limit, override_key(domain, &descriptor.entries), shown);
-                        }
-                        Override::Zero(shown, window) => {
-                            blocked |= hits > 0 && !refund;
-                            zero[index] = Some((shown, window));
-                        }
-                    }
+                        limit: limit.name().to_owned(),
+                    });
                 }
-                Some(_) => {}
-                None => {
-                    let source = OrUnknown(DescriptorSource(&descriptor.entries));
-                    for limit in matching::applicable(&limits, domain, &descriptor.entries) {
-                        let parts = matching::key_parts(limit.config());
-                        // OrUnknown gives every part, so this cannot fail;
-                        // a limit without a key would simply not apply.
-                        let Ok(key) = compose(&parts, &source) else {
-                            continue;
-                        };
-                        push(Arc::clone(limit), key, configured_rate(limit));
-                    }
-                }
+                let parts = matching::key_parts(limit.config());
+                // OrUnknown gives every part, so this cannot fail;
+                // a limit without a key would simply not apply.
+                let Ok(key) = compose(&parts, &source) else {
+                    continue;
+                };
+                push(Arc::clone(limit), key, configured_rate(limit));
             }
         }
 
@@ -263,6 +282,42 @@ impl EnvoyService {
     }
 }
 
+impl EnvoyService {
+    /// Whether `descriptor`'s override may replace the limits it matches:
+    /// not when one of them says `allow_overrides = false`. Each such limit
+    /// counts the refusal, and logs its first with the fix.
+    fn overrides_allowed(
+        &self,
+        limits: &LimitSet,
+        domain: &str,
+        descriptor: &RateLimitDescriptor,
+    ) -> bool {
+        let mut allowed = true;
+        for limit in matching::applicable(limits, domain, &descriptor.entries) {
+            if limit.config().allow_overrides {
+                continue;
+            }
+            allowed = false;
+            if self
+                .engine
+                .decision_metrics()
+                .record_override_refused(limit.name())
+            {
+                tracing::warn!(
+                    limit = limit.name(),
+                    "limit {name} has allow_overrides = false: a descriptor's limit override \
+                     was ignored and {name} decided. If your Envoy sets overrides on purpose \
+                     (a rate limit action's `limit` from metadata), set allow_overrides = true \
+                     on {name}; otherwise a caller is trying to raise its own limit. Said once \
+                     per limit; ratekeeper_overrides_refused_total counts every one",
+                    name = limit.name(),
+                );
+            }
+        }
+        allowed
+    }
+}
+
 #[tonic::async_trait]
 impl RateLimitService for EnvoyService {
     async fn should_rate_limit(
@@ -322,6 +377,8 @@ fn override_limit(
             key: vec![KeyPart::Global],
             shadow: false,
             on_saturated: OnSaturated::default(),
+            allow_overrides: true,
+            allow_refunds: true,
             matcher: Match::default(),
         })))
     })?;

@@ -56,6 +56,10 @@ pub(super) async fn refund(
 ) -> Result<Json<RefundResponse>, ApiError> {
     let request = read(&engine, body)?;
     let checks = checks(&engine, &request)?;
+    // All or nothing: a refund one limit forbids gives nothing back.
+    if let Some(check) = checks.iter().find(|c| !c.limit.config().allow_refunds) {
+        return Err(ApiError::RefundForbidden(check.limit.name().to_owned()));
+    }
     engine.refund(&checks).await?;
     let refunded = checks
         .iter()

@@ -25,6 +25,9 @@ pub enum ApiError {
         /// The part, as the configuration writes it.
         part: String,
     },
+    /// A refund of a limit that accepts none (`allow_refunds = false`).
+    #[error("limit {0:?} accepts no refunds (allow_refunds = false); nothing was given back")]
+    RefundForbidden(String),
     /// The request holds more than `[requests]` allows.
     #[error("{0}")]
     OverCap(#[from] CapError),
@@ -45,6 +48,7 @@ impl ApiError {
         match self {
             ApiError::Body(_) | ApiError::MissingPart { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownLimit(_) => StatusCode::NOT_FOUND,
+            ApiError::RefundForbidden(_) => StatusCode::FORBIDDEN,
             ApiError::OverCap(_) | ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }

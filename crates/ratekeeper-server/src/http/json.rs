@@ -200,6 +200,10 @@ pub struct LimitDescription {
     pub key: Vec<String>,
     /// Whether it only reports.
     pub shadow: bool,
+    /// Whether an Envoy descriptor override may replace it.
+    pub allow_overrides: bool,
+    /// Whether refunds are accepted.
+    pub allow_refunds: bool,
     /// Which requests it applies to.
     #[serde(rename = "match")]
     pub matcher: MatchDescription,
@@ -250,6 +254,8 @@ impl LimitDescription {
             window_ms: millis(policy.window()),
             key: config.key.iter().map(part_name).collect(),
             shadow: config.shadow,
+            allow_overrides: config.allow_overrides,
+            allow_refunds: config.allow_refunds,
             matcher: MatchDescription {
                 domain: config.matcher.domain.clone(),
                 descriptors,

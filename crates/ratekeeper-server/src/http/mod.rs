@@ -29,11 +29,15 @@
 //! time until room can return) or let it through uncounted (`"allow"`);
 //! `/v1/auth` and the proxy send the same header. Errors are RFC 9457 problem details: 400 for a
 //! body that is not the API's JSON or lacks a key part a limit needs, 404
-//! for an unknown limit, 413 for a body over a cap of `[requests]` (more
+//! for an unknown limit, 403 for a refund of a limit with
+//! `allow_refunds = false` (naming it; nothing is given back), 413 for a body over a cap of `[requests]` (more
 //! than `max_descriptors` descriptors or `"limits"` names, more than
 //! `max_entries` entries in a descriptor or parts in `"key"`, a key, value,
 //! domain, method or path over `max_value_bytes`; the message names the
-//! cap), 503 when the store failed and fails closed.
+//! cap), 503 when the store failed and fails closed. With
+//! `[access.decisions]` tokens, a request without one (`Authorization:
+//! Bearer TOKEN`; at `/v1/auth` also `X-RateKeeper-Token: TOKEN`) is
+//! answered 401 before anything else (see [`crate::access`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -66,15 +70,20 @@ pub use json::{
     MatchDescription, RefundResponse, Refunded,
 };
 
+use crate::access::Door;
 use crate::engine::Engine;
 
 /// The decision API's routes on `engine`, taking bodies up to its
-/// `requests.max_body_bytes` (read now: a reload does not change it).
+/// `requests.max_body_bytes` (read now: a reload does not change it),
+/// behind the engine's `[access.decisions]` tokens when it has some (see
+/// [`crate::access`]).
 pub fn router(engine: Engine) -> Router {
     let max_body_bytes = engine.request_caps().max_body_bytes;
+    let guard = engine.access().layer(Door::Http);
     routes()
         .layer(axum::extract::DefaultBodyLimit::max(max_body_bytes))
         .with_state(engine)
+        .layer(guard)
 }
 
 /// The routes, before the engine is given.

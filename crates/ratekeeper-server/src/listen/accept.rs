@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::activity::Activity;
 use super::connection::{drive, Pressure, PRESSURE_MIN_IDLE};
 use super::service::{BoxError, Tracked};
-use super::socket::Socket;
+use super::socket::{Lingering, Socket};
 use super::stats::CloseReason;
 use super::tls::TlsListener;
 use super::{Door, Protocol};
@@ -57,6 +57,7 @@ pub(crate) async fn serve<S, B>(
     let door = Arc::new(door);
     let permits = Arc::new(Semaphore::new(door.max_connections));
     let pressure = Arc::new(Pressure::default());
+    let lingering = Arc::new(Lingering::default());
     let (stopping, stopped) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut last_error_log: Option<Instant> = None;
@@ -102,7 +103,13 @@ pub(crate) async fn serve<S, B>(
         let _ = tcp.set_nodelay(true);
         let activity = Activity::new();
         let track_heads = door.protocol == Protocol::Http1;
-        let socket = Socket::new(tcp, Arc::clone(&activity), track_heads, permit);
+        let socket = Socket::new(
+            tcp,
+            Arc::clone(&activity),
+            track_heads,
+            permit,
+            Arc::clone(&lingering),
+        );
         let tracked = Tracked {
             service: service.clone(),
             activity: Arc::clone(&activity),
@@ -129,8 +136,8 @@ pub(crate) async fn serve<S, B>(
     // Refuse new connections from now on, then drain.
     drop(listener);
     let _ = stopping.send(true);
-    let grace = door.shutdown_grace;
-    let drained = tokio::time::timeout(grace + Duration::from_millis(100), async {
+    let deadline = Instant::now() + door.shutdown_grace + Duration::from_millis(100);
+    let drained = tokio::time::timeout_at(deadline, async {
         while connections.join_next().await.is_some() {}
     })
     .await;
@@ -143,6 +150,9 @@ pub(crate) async fn serve<S, B>(
         );
         connections.shutdown().await;
     }
+    // Closed sockets read the clients' last bytes before they go; an exit
+    // now would reset them. They take a moment, and never past the grace.
+    let _ = tokio::time::timeout_at(deadline, lingering.finished()).await;
 }
 
 /// The server side of a TLS handshake on `socket`, within the door's

@@ -11,13 +11,14 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 
 use super::activity::Activity;
 
@@ -25,6 +26,28 @@ use super::activity::Activity;
 const LINGER: Duration = Duration::from_secs(2);
 /// How much it reads at most while lingering.
 const LINGER_BYTES: usize = 64 * 1024;
+
+/// A door's lingering sockets, which its shutdown waits for (within the
+/// grace period): a process that exited while they linger would reset
+/// them.
+#[derive(Debug, Default)]
+pub(crate) struct Lingering {
+    count: AtomicUsize,
+    none_left: Notify,
+}
+
+impl Lingering {
+    /// Resolves when no socket lingers.
+    pub(crate) async fn finished(&self) {
+        loop {
+            let notified = self.none_left.notified();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
 
 /// An accepted connection's socket.
 #[derive(Debug)]
@@ -36,6 +59,7 @@ pub(crate) struct Socket {
     /// The client closed its side: nothing more will come.
     eof: bool,
     permit: Option<OwnedSemaphorePermit>,
+    lingering: Arc<Lingering>,
 }
 
 impl Socket {
@@ -44,6 +68,7 @@ impl Socket {
         activity: Arc<Activity>,
         track_heads: bool,
         permit: OwnedSemaphorePermit,
+        lingering: Arc<Lingering>,
     ) -> Socket {
         Socket {
             tcp: Some(tcp),
@@ -51,6 +76,7 @@ impl Socket {
             track_heads,
             eof: false,
             permit: Some(permit),
+            lingering,
         }
     }
 
@@ -122,7 +148,14 @@ impl Drop for Socket {
         // The permit goes with the lingering socket: it still holds a file
         // descriptor, and the cap counts descriptors.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(linger(tcp, permit));
+            let lingering = Arc::clone(&self.lingering);
+            lingering.count.fetch_add(1, Ordering::AcqRel);
+            runtime.spawn(async move {
+                linger(tcp, permit).await;
+                if lingering.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    lingering.none_left.notify_waiters();
+                }
+            });
         }
     }
 }

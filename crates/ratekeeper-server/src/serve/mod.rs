@@ -125,6 +125,7 @@ pub struct Service {
     tasks: JoinSet<Result<(), ServeError>>,
     reloader: Option<Arc<Mutex<Reloader>>>,
     tls: TlsDoors,
+    termination: Option<Termination>,
 }
 
 impl Service {
@@ -217,6 +218,7 @@ impl Service {
             tasks,
             reloader,
             tls,
+            termination: Some(Termination::catch()),
         })
     }
 
@@ -280,11 +282,13 @@ impl Service {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
-    pub async fn run(self) -> Result<(), ServeError> {
+    /// Serves until SIGTERM or Ctrl-C (caught since [`Service::start`]),
+    /// then shuts down gracefully.
+    pub async fn run(mut self) -> Result<(), ServeError> {
         let mut stopped = self.stop.subscribe();
+        let mut termination = self.termination.take().unwrap_or_else(Termination::catch);
         tokio::select! {
-            () = termination() => {
+            () = termination.wait() => {
                 tracing::info!("stopping: finishing the requests in flight");
                 self.shutdown();
             }
@@ -387,18 +391,38 @@ async fn reap_stats(engine: Engine, mut stopped: watch::Receiver<bool>) -> Resul
     }
 }
 
-/// SIGTERM or Ctrl-C.
-async fn termination() {
+/// SIGTERM and Ctrl-C, caught from the moment [`Service::start`] returns:
+/// a signal sent as soon as the service says where it listens is never
+/// missed (nor takes the process down with the default action).
+#[derive(Debug)]
+struct Termination {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Termination {
+    fn catch() -> Termination {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let signals = signal(SignalKind::terminate())
+                .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
+                .ok();
+            Termination { signals }
+        }
+        #[cfg(not(unix))]
+        Termination {}
+    }
+
+    async fn wait(&mut self) {
+        #[cfg(unix)]
+        if let Some((term, interrupt)) = &mut self.signals {
             tokio::select! {
                 _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = interrupt.recv() => {}
             }
             return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }

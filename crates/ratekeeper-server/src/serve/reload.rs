@@ -4,7 +4,8 @@
 //! The file is polled (its modification time, length and contents) rather
 //! than watched through inotify: polling sees a file replaced by an editor
 //! or a Kubernetes ConfigMap symlink swap the same way, costs one `stat` per
-//! interval, and needs no extra dependency.
+//! interval, and needs no extra dependency. The token files in force
+//! (`[access]`) are polled with it, so rotating a token reloads too.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -23,6 +24,8 @@ struct Seen {
     modified: Option<SystemTime>,
     len: u64,
     text: String,
+    /// What the token files in force hold, as a digest.
+    secrets: [u8; 32],
 }
 
 /// Reloads one engine's limits from one file.
@@ -49,7 +52,7 @@ impl Reloader {
     /// A reloader of `path` into `engine`, which already runs the file's
     /// current contents.
     pub(crate) fn new(path: PathBuf, engine: Engine) -> Reloader {
-        let seen = read(&path).ok();
+        let seen = read(&path, &engine).ok();
         Reloader { path, engine, seen }
     }
 
@@ -57,7 +60,7 @@ impl Reloader {
     /// its limits in force. An invalid file is refused and the running
     /// limits kept.
     pub(crate) fn reload(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
-        let seen = read(&self.path).map_err(|source| ConfigError::Read {
+        let seen = read(&self.path, &self.engine).map_err(|source| ConfigError::Read {
             path: self.path.clone(),
             source,
         })?;
@@ -78,6 +81,10 @@ impl Reloader {
         }
         if !self.engine.replace_limits(&config) {
             tracing::warn!("the [store] section changed; the store only changes on a restart");
+        }
+        // The token files may be others now: watch those.
+        if let Some(seen) = &mut self.seen {
+            seen.secrets = secrets(&self.engine);
         }
         Ok(Reloaded::Applied {
             limits: config.limits.len(),
@@ -133,14 +140,21 @@ pub(crate) async fn watch(
     }
 }
 
-fn read(path: &Path) -> std::io::Result<Seen> {
+fn read(path: &Path, engine: &Engine) -> std::io::Result<Seen> {
     let text = std::fs::read_to_string(path)?;
     let meta = std::fs::metadata(path)?;
     Ok(Seen {
         modified: meta.modified().ok(),
         len: meta.len(),
         text,
+        secrets: secrets(engine),
     })
+}
+
+/// A digest of the token files `engine` has in force.
+fn secrets(engine: &Engine) -> [u8; 32] {
+    let files = engine.access().files();
+    crate::access::fingerprint(files.iter().map(PathBuf::as_path))
 }
 
 /// SIGHUP, caught from the moment it is made (so a signal sent right after
