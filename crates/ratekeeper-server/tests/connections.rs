@@ -583,32 +583,52 @@ match = { domain = "edge", descriptors = [{ key = "user" }] }
         test.stop().await;
     }
 
+    /// Connections past their age get a GOAWAY: calls in flight finish, and
+    /// a call the client started as the GOAWAY crossed it is refused
+    /// unprocessed, for the client to send again on a new connection
+    /// (Envoy and grpc-go do so by themselves; tonic's channel does not, so
+    /// this client does it once). No call is lost or counted twice.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn connections_past_their_age_close_gently_and_no_call_fails() {
+    async fn connections_past_their_age_close_gently_and_no_call_is_lost() {
         let (test, mut client) = start("[listen.http2]\nmax_connection_age = \"1s\"").await;
         let started = Instant::now();
-        let mut calls = 0;
+        let (mut calls, mut refused) = (0u64, 0u64);
         while started.elapsed() < Duration::from_millis(3500) || calls < 50 {
-            let answer = client
-                .should_rate_limit(request("ann"))
-                .await
-                .unwrap_or_else(|status| panic!("call {calls}: {status:?}"));
+            let answer = match client.should_rate_limit(request("ann")).await {
+                Ok(answer) => answer,
+                Err(status) if format!("{status:?}").contains("GoAway") => {
+                    refused += 1;
+                    client
+                        .should_rate_limit(request("ann"))
+                        .await
+                        .unwrap_or_else(|status| panic!("call {calls}, sent again: {status:?}"))
+                }
+                Err(status) => panic!("call {calls}: {status:?}"),
+            };
             assert_eq!(answer.into_inner().overall_code, Code::Ok as i32);
             calls += 1;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        assert!(refused <= calls / 10, "{refused} of {calls} calls refused");
         let metrics = metrics(&test).await;
-        let closed: u64 = metrics
-            .lines()
-            .find_map(|line| {
-                line.strip_prefix(
-                    r#"ratekeeper_connections_closed_total{door="grpc",reason="max_age"} "#,
-                )
-            })
-            .expect("the counter is there")
-            .parse()
-            .unwrap();
-        assert!(closed >= 1, "{metrics}");
+        let sample = |prefix: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+                .parse()
+                .unwrap()
+        };
+        assert!(
+            sample(r#"ratekeeper_connections_closed_total{door="grpc",reason="max_age"} "#) >= 1,
+            "{metrics}"
+        );
+        // Every call answered was decided once; the refused ones never were.
+        assert_eq!(
+            sample(r#"ratekeeper_decisions_total{limit="per-user",decision="allowed"} "#),
+            calls,
+            "{metrics}"
+        );
         test.stop().await;
     }
 
