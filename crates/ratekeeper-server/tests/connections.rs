@@ -333,9 +333,12 @@ async fn clients_keep_going_while_another_opens_two_thousand_idle_connections() 
     let url = test.http("/v1/check");
     let addr = test.service.addrs().http.unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Answers of all clients together, so the idle connections are held
+    // until the clients have worked beside them, not for a set time.
+    let total = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut clients = Vec::new();
     for client in 0..16 {
-        let (url, stop) = (url.clone(), stop.clone());
+        let (url, stop, total) = (url.clone(), stop.clone(), total.clone());
         clients.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
             let mut answered = 0u32;
@@ -348,11 +351,14 @@ async fn clients_keep_going_while_another_opens_two_thousand_idle_connections() 
                     .unwrap_or_else(|error| panic!("client {client}, request {answered}: {error}"));
                 assert_eq!(response.status(), 200);
                 answered += 1;
+                total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             answered
         }));
     }
+    let held = total.clone();
     let opened = tokio::task::spawn_blocking(move || {
+        let total = held;
         let mut idle = Vec::new();
         for _ in 0..2_000 {
             match TcpStream::connect(addr) {
@@ -360,8 +366,16 @@ async fn clients_keep_going_while_another_opens_two_thousand_idle_connections() 
                 Err(error) => panic!("connect {}: {error}", idle.len()),
             }
         }
-        // Hold them while the clients go on.
-        std::thread::sleep(Duration::from_secs(3));
+        // Hold them while the clients answer 16 x 50 more requests.
+        let before = total.load(std::sync::atomic::Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while total.load(std::sync::atomic::Ordering::Relaxed) < before + 16 * 50 {
+            assert!(
+                Instant::now() < deadline,
+                "the clients stalled beside the idle connections"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         idle.len()
     })
     .await
