@@ -252,7 +252,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err("[stores]\n"),
-        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`"
+        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`, `runtime`"
     );
 }
 
@@ -1065,4 +1065,52 @@ fn store_passwords_never_reach_debug_explain_or_errors() {
     .to_string();
     assert!(!refused.contains("S3cret"), "{refused}");
     assert!(refused.contains("\"http://u:***@x\""), "{refused}");
+}
+
+#[test]
+fn runtime_worker_threads_are_auto_by_default_or_a_number_within_bounds() {
+    use ratekeeper_server::config::WorkerThreads;
+    let base = "[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"peer\"]\n";
+    let parse =
+        |runtime: &str| Config::from_toml_str(&format!("{runtime}{base}"), "ratekeeper.toml");
+    assert_eq!(
+        parse("").unwrap().runtime.worker_threads,
+        WorkerThreads::Auto
+    );
+    assert_eq!(
+        parse("[runtime]\nworker_threads = \"auto\"\n")
+            .unwrap()
+            .runtime
+            .worker_threads,
+        WorkerThreads::Auto
+    );
+    let four = parse("[runtime]\nworker_threads = 4\n").unwrap();
+    assert_eq!(four.runtime.worker_threads, WorkerThreads::Fixed(4));
+    assert_eq!(four.runtime.worker_threads(), 4);
+    assert!(
+        four.explain().contains("runtime: 4 worker threads"),
+        "{}",
+        four.explain()
+    );
+    assert_eq!(
+        parse("[runtime]\nworker_threads = 0\n")
+            .unwrap_err()
+            .to_string(),
+        "ratekeeper.toml:2:18: runtime.worker_threads: worker_threads is 0, outside 1 to 1024"
+    );
+    assert_eq!(
+        parse("[runtime]\nworker_threads = \"many\"\n").unwrap_err().to_string(),
+        "ratekeeper.toml:2:18: runtime.worker_threads: worker_threads is \"many\"; expected \"auto\" (one per CPU the process may use) or a number from 1 to 1024"
+    );
+    assert_eq!(
+        parse("[runtime]\nthreads = 2\n").unwrap_err().to_string(),
+        "ratekeeper.toml:2:1: runtime.threads: unknown field `threads`, expected `worker_threads`"
+    );
+    // From the environment, as every field.
+    let vars = [("RATEKEEPER_RUNTIME__WORKER_THREADS", "2")];
+    let set = Config::from_toml_str_with_env(base, "ratekeeper.toml", vars).unwrap();
+    assert_eq!(set.runtime.worker_threads, WorkerThreads::Fixed(2));
+    let vars = [("RATEKEEPER_RUNTIME__WORKER_THREADS", "auto")];
+    let auto = Config::from_toml_str_with_env(base, "ratekeeper.toml", vars).unwrap();
+    assert_eq!(auto.runtime.worker_threads, WorkerThreads::Auto);
 }

@@ -167,10 +167,7 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match ratekeeper_server::serve::runtime::build(&config.runtime) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
@@ -185,6 +182,7 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
     options.config_path = path;
     options.watch_interval = Some(watch);
     let tls = config.listen.tls.clone();
+    let threads = runtime_line(&config.runtime, &runtime);
     let result = runtime.block_on(async move {
         let service = Service::start(config, options).await?;
         let addrs = service.addrs();
@@ -198,6 +196,7 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
             "ratekeeper {} ({store} store, {limits} limits)",
             env!("CARGO_PKG_VERSION")
         );
+        let _ = writeln!(out, "{threads}");
         if let Some(addr) = addrs.http {
             let scheme = if tls.http.is_some() { "https" } else { "http" };
             let _ = writeln!(
@@ -232,6 +231,24 @@ fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The banner's line about the runtime: its workers as the runtime
+/// reports them, and where the number came from.
+fn runtime_line(
+    config: &ratekeeper_server::config::RuntimeConfig,
+    runtime: &tokio::runtime::Runtime,
+) -> String {
+    use ratekeeper_server::config::{available_cpus, WorkerThreads};
+    let workers = runtime.metrics().num_workers();
+    let cpus = available_cpus();
+    let cpus = format!("{cpus} CPU{} available", if cpus == 1 { "" } else { "s" });
+    let why = match config.worker_threads {
+        WorkerThreads::Auto => format!("auto: {cpus}"),
+        WorkerThreads::Fixed(_) => format!("runtime.worker_threads; {cpus}"),
+    };
+    let plural = if workers == 1 { "" } else { "s" };
+    format!("runtime {workers} worker thread{plural} ({why})")
 }
 
 /// ` TLS` or ` mTLS` after a door's address in the banner.
@@ -284,10 +301,7 @@ fn proxy(
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match ratekeeper_server::serve::runtime::build(&config.runtime) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

@@ -21,6 +21,7 @@ pub(crate) struct FileConfig {
     pub(crate) requests: Option<Spanned<FileRequests>>,
     pub(crate) limits: Option<Spanned<Vec<Spanned<FileLimit>>>>,
     pub(crate) access: Option<Spanned<super::access::FileAccess>>,
+    pub(crate) runtime: Option<Spanned<super::runtime::FileRuntime>>,
 }
 
 /// `[store]`.

@@ -45,6 +45,9 @@
 //! max_override_rates = 32    # distinct Envoy override rates counted (a table each)
 //! max_body_bytes = 65536     # one JSON body or gRPC message
 //!
+//! [runtime]
+//! worker_threads = "auto"    # one per CPU the process may use (affinity, cgroup quota), or a number
+//!
 //! [[limits]]
 //! name = "per-ip"
 //! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
@@ -227,6 +230,7 @@ mod error;
 mod file;
 mod redact;
 mod request_caps;
+mod runtime;
 mod store_tls;
 mod tls;
 mod validate;
@@ -248,6 +252,7 @@ pub use error::{ConfigError, Location};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
 pub use request_caps::{CapError, RequestCaps};
+pub use runtime::{available_cpus, RuntimeConfig, WorkerThreads};
 pub use store_tls::StoreTls;
 pub use tls::{DoorTls, TlsError, TlsFileKind, TlsFiles};
 pub use warnings::ConfigWarning;
@@ -285,6 +290,11 @@ max_entries = 64
 max_value_bytes = 16384
 max_override_rates = 32
 max_body_bytes = 65536
+
+[runtime]
+# One thread per CPU this process may use (its affinity mask and cgroup CPU
+# quota); a number sets it.
+worker_threads = "auto"
 
 [[limits]]
 name = "per-client"
@@ -340,6 +350,8 @@ pub struct Config {
     /// The tokens callers must show (`[access]`), read from their files or
     /// variables.
     pub access: AccessConfig,
+    /// The threads that serve the doors (`[runtime]`).
+    pub runtime: RuntimeConfig,
 }
 
 /// The store and what to do when it fails.
@@ -630,6 +642,7 @@ impl Default for Config {
             requests: RequestCaps::default(),
             limits: Vec::new(),
             access: AccessConfig::default(),
+            runtime: RuntimeConfig::default(),
         })
     }
 }
@@ -822,6 +835,14 @@ impl Config {
                 caps.max_value_bytes,
                 caps.max_override_rates,
                 caps.max_body_bytes
+            );
+        }
+        if let WorkerThreads::Fixed(n) = self.runtime.worker_threads {
+            let _ = writeln!(
+                out,
+                "runtime: {n} worker thread{} ({} CPUs available)",
+                if n == 1 { "" } else { "s" },
+                available_cpus()
             );
         }
         if let Some(line) = explain_access(&self.access) {

@@ -206,6 +206,7 @@ impl Checker<'_> {
         let store = self.store(file.store)?;
         let listen = self.listen(file.listen)?;
         let requests = self.requests(file.requests)?;
+        let runtime = self.runtime(file.runtime)?;
         let limits = match file.limits {
             Some(limits) if !limits.get_ref().is_empty() => limits.into_inner(),
             other => {
@@ -246,6 +247,7 @@ impl Checker<'_> {
             requests,
             limits: checked,
             access,
+            runtime,
         })
     }
 

@@ -12,7 +12,7 @@ use http::{Request, Response};
 use http_body::Body;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -24,6 +24,7 @@ use super::connection::{drive, Pressure, PRESSURE_MIN_IDLE};
 use super::service::{BoxError, Tracked};
 use super::socket::{Lingering, Socket};
 use super::stats::CloseReason;
+use super::streams::{StreamExecutor, WithStreams};
 use super::tls::TlsListener;
 use super::{Door, Protocol};
 
@@ -219,7 +220,8 @@ async fn serve_connection<IO, S, B>(
             .await;
         }
         Protocol::Http2 => {
-            let mut builder = http2::Builder::new(TokioExecutor::new());
+            let executor = StreamExecutor::default();
+            let mut builder = http2::Builder::new(executor.clone());
             let h2 = &door.http2;
             builder
                 .timer(TokioTimer::new())
@@ -227,10 +229,10 @@ async fn serve_connection<IO, S, B>(
                 .keep_alive_interval(h2.keepalive_interval)
                 .keep_alive_timeout(h2.keepalive_timeout)
                 .max_header_list_size(u32::try_from(door.max_header_bytes).unwrap_or(u32::MAX));
-            let conn = builder.serve_connection(io, service);
+            let conn = WithStreams::new(builder.serve_connection(io, service), &executor);
             drive(
                 conn,
-                http2::Connection::graceful_shutdown,
+                |conn| http2::Connection::graceful_shutdown(conn.conn()),
                 door,
                 activity,
                 stopped,

@@ -37,6 +37,7 @@ mod files;
 mod service;
 mod socket;
 mod stats;
+mod streams;
 pub(crate) mod tls;
 
 use std::sync::Arc;

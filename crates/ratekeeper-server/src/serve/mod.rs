@@ -10,6 +10,7 @@
 //! reloads the limits (see [`Service::reload`]).
 
 mod reload;
+pub mod runtime;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
