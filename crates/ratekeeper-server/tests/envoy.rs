@@ -714,3 +714,116 @@ async fn override_rates_are_capped_so_clients_cannot_grow_the_service() {
     let status = rls.one("edge", overridden(10)).await;
     assert_eq!(status.limit_remaining, 7);
 }
+
+/// The wire as an HTTP/2 client sees it: `ShouldRateLimit` is answered by
+/// the service's own unary path (one message, `application/grpc`, then
+/// `grpc-status: 0` trailers), bad frames get tonic's codes, and another
+/// method of the service still goes to tonic (UNIMPLEMENTED).
+#[tokio::test]
+async fn the_unary_path_speaks_grpc_on_the_wire() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use prost::Message;
+
+    let config = Config::from_toml_str(
+        "[[limits]]\nname = \"edge\"\nrate = \"1/hour\"\nkey = [\"descriptor:user\"]\n[limits.match]\ndomain = \"edge\"\ndescriptors = [{ key = \"user\" }]\n",
+        "test.toml",
+    )
+    .unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+    let engine = Engine::start(&config, clock).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(EnvoyService::new(engine).serve(listener, async {
+        let _ = stopped.await;
+    }));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let framed = |flag: u8, message: Vec<u8>| {
+        let mut bytes = vec![flag];
+        bytes.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        bytes.extend(message);
+        Full::new(Bytes::from(bytes))
+    };
+    let request = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".to_owned(),
+                value: "alice".to_owned(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    let mut call = |path: &str, body: Full<Bytes>| {
+        let request = http::Request::post(format!("http://{addr}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(body)
+            .unwrap();
+        h2.send_request(request)
+    };
+    const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+    // Twice: allowed, then over the limit of 1.
+    for expected in [Code::Ok, Code::OverLimit] {
+        let response = call(METHOD, framed(0, request.encode_to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "application/grpc");
+        let collected = response.into_body().collect().await.unwrap();
+        assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
+        let bytes = collected.to_bytes();
+        assert_eq!(bytes[0], 0, "uncompressed");
+        let len = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len, bytes.len() - 5);
+        let answer = RateLimitResponse::decode(&bytes[5..]).unwrap();
+        assert_eq!(answer.overall_code, expected as i32);
+    }
+
+    // A compressed message, without compression negotiated.
+    let status = |response: http::Response<hyper::body::Incoming>| {
+        response.headers()["grpc-status"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let compressed = call(METHOD, framed(1, request.encode_to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(
+        status(compressed),
+        (tonic::Code::Unimplemented as i32).to_string()
+    );
+    // A truncated message.
+    let message = request.encode_to_vec();
+    let mut body = vec![0];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(&message[..3]);
+    let truncated = call(METHOD, Full::new(Bytes::from(body))).await.unwrap();
+    assert_eq!(truncated.status(), 200);
+    assert_eq!(
+        status(truncated),
+        (tonic::Code::Internal as i32).to_string()
+    );
+    // Not the method this service answers itself: tonic's router.
+    let other = call(
+        "/envoy.service.ratelimit.v3.RateLimitService/Other",
+        framed(0, Vec::new()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status(other),
+        (tonic::Code::Unimplemented as i32).to_string()
+    );
+}

@@ -316,6 +316,19 @@ impl Engine {
         let Some(&first) = enforced.first() else {
             return Ok(true);
         };
+        if let [only] = *enforced {
+            // One limit (most requests): all or nothing is its own answer;
+            // a saturated store under `on_saturated = "allow"` does not
+            // refuse, as in the passes below.
+            let check = &checks[only];
+            let (limit, key) = (check.limit.limit(), check.key.as_slice());
+            let outcome = match store.check_now(limit, key, check.cost) {
+                Some(outcome) => outcome?,
+                None => store.check(limit, key, check.cost).await?,
+            };
+            outcomes[only] = Some(outcome);
+            return Ok(!refuses(check, &outcome));
+        }
         let cost = checks[first].cost;
         if enforced.iter().all(|&i| checks[i].cost == cost) {
             return self

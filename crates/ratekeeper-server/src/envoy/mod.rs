@@ -142,7 +142,9 @@ pub mod matching;
 mod overrides;
 pub mod proto;
 mod service;
+mod unary;
 pub mod units;
 
 pub use error::EnvoyError;
 pub use service::EnvoyService;
+pub use unary::EnvoyServer;

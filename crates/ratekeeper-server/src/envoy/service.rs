@@ -1,7 +1,7 @@
 //! `ShouldRateLimit`: Envoy's request turned into the engine's checks, and
 //! the engine's verdict into Envoy's response.
 
-use std::collections::{hash_map, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +17,11 @@ use super::matching::{self, DescriptorSource};
 use super::overrides::OverrideLimits;
 use super::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
-use super::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use super::proto::rate_limit_service_server::RateLimitService;
 use super::proto::{
     HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
 };
+use super::unary::EnvoyServer;
 use super::units;
 use crate::access::{self, RequireTokenService};
 use crate::config::{ConnectionConfig, KeyPart, LimitConfig, Match, OnSaturated};
@@ -69,19 +70,19 @@ impl EnvoyService {
         }
     }
 
-    /// The tonic server of this service, to add to a
+    /// The gRPC server of this service (`ShouldRateLimit` decoded and
+    /// answered by [`EnvoyServer`] itself, other methods by tonic's
+    /// generated server), to serve with hyper or add to a
     /// `tonic::transport::Server`; it takes messages up to the engine's
     /// `requests.max_body_bytes` (read now: a reload does not change it),
     /// and is behind the engine's `[access.decisions]` tokens when it has
     /// some: a call without one is answered `UNAUTHENTICATED` (see
     /// [`crate::access`]). Other services on the same server (gRPC health)
     /// are not behind it.
-    pub fn into_server(self) -> RequireTokenService<RateLimitServiceServer<EnvoyService>> {
+    pub fn into_server(self) -> RequireTokenService<EnvoyServer> {
         let max = self.engine.request_caps().max_body_bytes;
-        self.engine
-            .access()
-            .layer(access::Door::Grpc)
-            .layer(RateLimitServiceServer::new(self).max_decoding_message_size(max))
+        let access = self.engine.access().layer(access::Door::Grpc);
+        access.layer(EnvoyServer::new(self, max))
     }
 
     /// Serves this service over gRPC (HTTP/2) on `listener` until
@@ -469,9 +470,12 @@ fn descriptor_status<'a>(
 /// The draft's `RateLimit-Policy` (every limit that applied, not in shadow
 /// mode, once per name: its tightest key) and `RateLimit` (the tightest).
 fn add_headers(out: &mut Vec<HeaderValue>, results: &[(&LimitResult, &Planned, Decision)]) {
+    /// Up to this many names, finding a name's report by looking through
+    /// them costs less than hashing it.
+    const SEARCHED: usize = 8;
     let mut reports: Vec<PolicyReport<'_>> = Vec::new();
-    // Where each name's report is: overrides make as many names as
-    // descriptors, so a search of `reports` would be quadratic.
+    // Where each name's report is, past SEARCHED names: overrides make as
+    // many names as descriptors, so searching them all would be quadratic.
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (result, _, decision) in results {
         #[cfg(test)]
@@ -485,15 +489,25 @@ fn add_headers(out: &mut Vec<HeaderValue>, results: &[(&LimitResult, &Planned, D
             decision,
             partition_key: None,
         };
-        match seen.entry(report.name) {
-            hash_map::Entry::Occupied(at) => {
-                let kept = &mut reports[*at.get()];
+        let found = if reports.len() <= SEARCHED {
+            reports.iter().position(|kept| kept.name == report.name)
+        } else {
+            if seen.is_empty() {
+                seen.extend(reports.iter().enumerate().map(|(at, kept)| (kept.name, at)));
+            }
+            seen.get(report.name).copied()
+        };
+        match found {
+            Some(at) => {
+                let kept = &mut reports[at];
                 if report.decision.remaining() < kept.decision.remaining() {
                     *kept = report;
                 }
             }
-            hash_map::Entry::Vacant(slot) => {
-                slot.insert(reports.len());
+            None => {
+                if !seen.is_empty() {
+                    seen.insert(report.name, reports.len());
+                }
                 reports.push(report);
             }
         }

@@ -228,7 +228,10 @@ async fn serve_connection<IO, S, B>(
                 .max_concurrent_streams(h2.max_concurrent_streams)
                 .keep_alive_interval(h2.keepalive_interval)
                 .keep_alive_timeout(h2.keepalive_timeout)
-                .max_header_list_size(u32::try_from(door.max_header_bytes).unwrap_or(u32::MAX));
+                .max_header_list_size(u32::try_from(door.max_header_bytes).unwrap_or(u32::MAX))
+                // gRPC clients read no Date (grpc-go's server sends none);
+                // it cost an encoded header per response.
+                .auto_date_header(false);
             let conn = WithStreams::new(builder.serve_connection(io, service), &executor);
             drive(
                 conn,
