@@ -25,6 +25,9 @@
 //! sends for a moment, so that a response already written is not lost to a
 //! reset.
 //!
+//! An HTTP/2 connection runs its calls inside its own task, so that the
+//! responses ready at one moment leave in one write (see `streams.rs`).
+//!
 //! The caps must fit the process's open-file limit: [`fit_open_files`]
 //! raises the soft limit to the hard one and lowers the caps that would not
 //! fit, so that running out of descriptors makes new connections wait
