@@ -255,9 +255,50 @@ impl Engine {
     /// [`decision_metrics`](Engine::decision_metrics).
     pub async fn check(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
         let started = std::time::Instant::now();
-        let verdict = self.decide(checks).await;
+        let verdict = if self.takes_steps(&checks) {
+            self.decide_detached(checks).await
+        } else {
+            self.decide(checks).await
+        };
         self.inner.metrics.observe(started.elapsed());
         verdict
+    }
+
+    /// Whether deciding `checks` takes several round trips to a store that
+    /// answers later: enforced limits of different costs are charged one
+    /// at a time and given back when one refuses.
+    fn takes_steps(&self, checks: &[Check]) -> bool {
+        if matches!(self.inner.store, AnyStore::Memory(_)) {
+            // Decides at once: no step waits, so none can be cut short.
+            return false;
+        }
+        let mut costs = checks
+            .iter()
+            .filter(|check| !check.limit.is_shadow())
+            .map(|check| check.cost);
+        costs
+            .next()
+            .is_some_and(|first| costs.any(|cost| cost != first))
+    }
+
+    /// [`Engine::decide`] in a task of its own: a caller that stops waiting
+    /// (a connection closed, a request timed out, a client's reset) must
+    /// not stop it between taking one limit's units and giving them back,
+    /// or a refused request would keep what it took.
+    async fn decide_detached(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.decide(checks).await;
+        };
+        let engine = self.clone();
+        match runtime
+            .spawn(async move { engine.decide(checks).await })
+            .await
+        {
+            Ok(verdict) => verdict,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            // The runtime is shutting down: nothing decides any more.
+            Err(_) => Err(StoreError::unavailable("the service is shutting down")),
+        }
     }
 
     /// [`Engine::check`], unmeasured.
