@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Waker};
+use std::task::Context;
 use std::time::{Duration, Instant};
 
 use ratekeeper::UnixClock;
@@ -42,7 +42,7 @@ async fn a_dropped_request_of_several_costs_still_gives_back_what_it_took() {
     // `narrow` refuses, and `wide` must get its 2 back. The caller gives
     // up after the first poll, while the store is still working.
     let mut request = Box::pin(engine.check(vec![check(wide, 2), check(narrow, 1)]));
-    let mut cx = Context::from_waker(Waker::noop());
+    let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
     assert!(request.as_mut().poll(&mut cx).is_pending());
     drop(request);
 
