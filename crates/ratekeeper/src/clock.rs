@@ -50,14 +50,16 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
-    origin: quanta::Instant,
+    /// The epoch, as a raw reading of `clock`: a reading is scaled to
+    /// nanoseconds once, as a difference, without a `Duration` between.
+    origin: u64,
 }
 
 impl MonotonicClock {
     /// A clock whose epoch is now.
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
-        let origin = clock.now();
+        let origin = clock.raw();
         MonotonicClock { clock, origin }
     }
 }
@@ -71,7 +73,9 @@ impl Default for MonotonicClock {
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Timestamp {
-        Timestamp::from_duration(self.clock.now().duration_since(self.origin))
+        // Zero for a reading at or before the epoch (quanta's rule for a
+        // counter that differs between cores): never before it.
+        Timestamp::from_nanos(self.clock.delta_as_nanos(self.origin, self.clock.raw()))
     }
 }
 
