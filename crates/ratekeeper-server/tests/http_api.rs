@@ -50,6 +50,7 @@ async fn check_admits_exactly_the_quota_then_refuses_with_the_fields() {
     assert_eq!(answer["limits"][0]["retry_after_ms"], 20_000);
     assert_eq!(headers["retry-after"], "20");
     assert_eq!(headers["cache-control"], "no-store");
+    assert_eq!(headers["content-type"], "application/json");
     assert_eq!(answer["headers"]["retry-after"], "20");
     assert_eq!(headers["ratelimit"], "\"per-user\";r=0;t=60");
 

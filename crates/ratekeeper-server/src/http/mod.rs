@@ -56,6 +56,7 @@
 
 mod api;
 mod auth;
+mod body;
 mod error;
 mod headers;
 mod json;
