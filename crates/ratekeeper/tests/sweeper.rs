@@ -37,7 +37,10 @@ fn the_sweeper_evicts_on_its_own_and_stops_with_the_limiter() {
     for key in 0..100 {
         assert!(limiter.check(key.to_string(), 1).is_allowed());
     }
-    assert!(limiter.check("one more", 1).is_saturated());
+    // No check from here until the table is empty: a check of a full
+    // table sweeps for room itself, and this is about the sweeper alone.
+    // (Asking whether a new key is saturated now would race the 1 ms
+    // windows on a slow machine, as would counting the keys.)
     assert!(
         eventually(|| limiter.is_empty()),
         "the sweeper never emptied the table"
