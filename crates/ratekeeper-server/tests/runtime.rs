@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 
 use common::ServeProcess;
@@ -21,20 +21,7 @@ use ratekeeper_server::envoy::proto::{RateLimitDescriptor, RateLimitRequest};
 /// `ratekeeper serve ARGS` on CPUs `cpus` (a taskset list such as "0"),
 /// with `env`, on free loopback ports.
 fn serve_on(cpus: &str, args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
-    let mut command = Command::new("taskset");
-    command
-        .args(["-c", cpus, env!("CARGO_BIN_EXE_ratekeeper"), "serve"])
-        .args(args);
-    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
-        command.env_remove(key);
-    }
-    command
-        .env("RATEKEEPER_LISTEN__HTTP", "127.0.0.1:0")
-        .env("RATEKEEPER_LISTEN__GRPC", "127.0.0.1:0")
-        .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped());
-    ServeProcess::from_command(command)
+    ServeProcess::start_under(&["taskset", "-c", cpus], args, env)
 }
 
 /// The banner's runtime line.

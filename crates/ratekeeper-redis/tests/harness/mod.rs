@@ -66,6 +66,18 @@ impl Drop for Scratch {
     }
 }
 
+/// Waits, up to 20 s, until `is_ok` says every node of a cluster just
+/// created reports `cluster_state:ok` (the nodes agree on the slots a
+/// moment after `redis-cli --cluster create` returns); `what` names the
+/// cluster in the failure.
+pub fn wait_for_cluster_ok(what: &str, is_ok: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !is_ok() {
+        assert!(Instant::now() < deadline, "{what} did not reach state ok");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A port that was free a moment ago, with `port + 10000` free too (for the
 /// cluster bus).
 pub fn free_port() -> u16 {
@@ -327,14 +339,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&output.stdout)
         );
         let cluster = RedisCluster { nodes };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster.is_ok() {
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not reach state ok"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_cluster_ok("the cluster", || cluster.is_ok());
         Some(cluster)
     }
 

@@ -16,7 +16,7 @@ use rcgen::{
     KeyPair, KeyUsagePurpose,
 };
 
-use super::harness::{available, free_port};
+use super::harness::{available, free_port, wait_for_cluster_ok};
 
 /// PEM files made for one test: a CA, the server's certificate for
 /// `127.0.0.1` and `localhost` signed by it, a client certificate signed by
@@ -209,14 +209,7 @@ impl TlsRedisCluster {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster.is_ok() {
-            assert!(
-                Instant::now() < deadline,
-                "the TLS cluster did not reach state ok"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_cluster_ok("the TLS cluster", || cluster.is_ok());
         Some(cluster)
     }
 

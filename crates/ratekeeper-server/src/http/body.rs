@@ -56,12 +56,16 @@ mod tests {
         cost: u64,
     }
 
-    async fn read(content_type: Option<&str>, body: &'static str) -> Result<Body, JsonRejection> {
+    fn request(content_type: Option<&str>, body: &'static str) -> Request {
         let mut request = http::Request::post("/v1/check");
         if let Some(content_type) = content_type {
             request = request.header(CONTENT_TYPE, content_type);
         }
-        let request = request.body(axum::body::Body::from(body)).unwrap();
+        request.body(axum::body::Body::from(body)).unwrap()
+    }
+
+    async fn read(content_type: Option<&str>, body: &'static str) -> Result<Body, JsonRejection> {
+        let request = request(content_type, body);
         JsonBody::<Body>::from_request(request, &())
             .await
             .map(|JsonBody(b)| b)
@@ -69,11 +73,7 @@ mod tests {
 
     /// What axum's own extractor answers for the same request.
     async fn axum(content_type: Option<&str>, body: &'static str) -> Result<Body, JsonRejection> {
-        let mut request = http::Request::post("/v1/check");
-        if let Some(content_type) = content_type {
-            request = request.header(CONTENT_TYPE, content_type);
-        }
-        let request = request.body(axum::body::Body::from(body)).unwrap();
+        let request = request(content_type, body);
         Json::<Body>::from_request(request, &())
             .await
             .map(|Json(b)| b)

@@ -138,7 +138,22 @@ impl ServeProcess {
     /// `ratekeeper serve ARGS` with `env`; the listen addresses default to
     /// port 0 unless `env` sets them.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+        Self::start_under(&[], args, env)
+    }
+
+    /// [`ServeProcess::start`] run by `wrapper`, a command line the
+    /// binary's path and arguments follow (such as `["taskset", "-c",
+    /// "0"]`); empty, the binary itself.
+    pub fn start_under(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        let binary = env!("CARGO_BIN_EXE_ratekeeper");
+        let mut command = match wrapper {
+            [] => std::process::Command::new(binary),
+            [program, rest @ ..] => {
+                let mut command = std::process::Command::new(program);
+                command.args(rest).arg(binary);
+                command
+            }
+        };
         command.arg("serve").args(args);
         for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
             command.env_remove(key);
