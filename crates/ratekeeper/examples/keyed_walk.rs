@@ -7,10 +7,20 @@
 //! ```sh
 //! cargo run --release -p ratekeeper --example keyed_walk -- ratekeeper 1000000
 //! ```
+//!
+//! `time [threads] [checks]` times both instead, in interleaved rounds (one
+//! of each, eleven times, each on its own limiter warmed with every key),
+//! and prints the fastest and the median round per check: on a machine
+//! whose speed changes from minute to minute, rounds side by side compare
+//! where a benchmark run after another does not.
+//!
+//! ```sh
+//! cargo run --release -p ratekeeper --example keyed_walk -- time 2 4000000
+//! ```
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use ratekeeper::{Gcra, MemoryLimiter};
@@ -19,7 +29,7 @@ use ratekeeper::{Gcra, MemoryLimiter};
 const KEYS: usize = 100_000;
 
 /// A keyed limiter: one check of one unit, now.
-trait Check {
+trait Check: Sync {
     // governor's keyed limiter takes `&K`, and its keys here are `String`s.
     #[allow(clippy::ptr_arg)]
     fn check(&self, key: &String) -> bool;
@@ -42,23 +52,17 @@ impl Check for Governor {
 /// The measured loop, a function of its own so that callgrind can count
 /// only it (`--toggle-collect='*walk*'`).
 #[inline(never)]
-fn walk(limiter: &dyn Check, keys: &[String], checks: usize) -> usize {
+fn walk(limiter: &dyn Check, keys: &[String], start: usize, checks: usize) -> usize {
     let mut allowed = 0;
-    for i in 0..checks {
+    for i in start..start + checks {
         allowed += usize::from(limiter.check(black_box(&keys[i % keys.len()])));
     }
     allowed
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let which = args.next().unwrap_or_else(|| "ratekeeper".to_owned());
-    let checks: usize = args
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1_000_000);
-    let keys: Vec<String> = (0..KEYS).map(|i| format!("client-{i:013}")).collect();
-    let limiter: Box<dyn Check> = match which.as_str() {
+/// A limiter by name, with every key of the walk known to it.
+fn limiter(which: &str, keys: &[String]) -> Box<dyn Check> {
+    let limiter: Box<dyn Check> = match which {
         "ratekeeper" => {
             let gcra = Gcra::new(1_000_000_000, Duration::from_secs(1), 1_000_000_000)
                 .expect("a valid rate");
@@ -74,13 +78,69 @@ fn main() {
             NonZeroU32::MAX,
         )))),
         other => {
-            eprintln!("usage: keyed_walk ratekeeper|governor [checks], not {other:?}");
+            eprintln!("usage: keyed_walk ratekeeper|governor [checks] | time [threads] [checks], not {other:?}");
             std::process::exit(2);
         }
     };
     // Every key known before the measured walk, as in the bench.
-    let warm = walk(limiter.as_ref(), &keys, KEYS);
-    let allowed = walk(limiter.as_ref(), &keys, checks);
-    assert_eq!((warm, allowed), (KEYS, checks), "every check allows");
+    assert_eq!(
+        walk(limiter.as_ref(), keys, 0, KEYS),
+        KEYS,
+        "every check allows"
+    );
+    limiter
+}
+
+/// Nanoseconds per check of `checks` checks split over `threads` threads,
+/// each walking from its own place in the keys.
+fn timed(limiter: &dyn Check, keys: &[String], threads: usize, checks: usize) -> f64 {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let start = t * keys.len() / threads;
+            s.spawn(move || {
+                assert_eq!(
+                    walk(limiter, keys, start, checks / threads),
+                    checks / threads
+                )
+            });
+        }
+    });
+    start.elapsed().as_nanos() as f64 / (checks / threads * threads) as f64
+}
+
+fn time(threads: usize, checks: usize, keys: &[String]) {
+    const ROUNDS: usize = 11;
+    let names = ["ratekeeper", "governor"];
+    let mut rounds = [[0.0; ROUNDS]; 2];
+    for round in 0..ROUNDS {
+        for (i, name) in names.iter().enumerate() {
+            rounds[i][round] = timed(limiter(name, keys).as_ref(), keys, threads, checks);
+        }
+    }
+    for (name, mut times) in names.iter().zip(rounds) {
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{name:<10} {threads} thread(s): fastest {:6.1} ns, median {:6.1} ns per check",
+            times[0],
+            times[ROUNDS / 2]
+        );
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let which = args.next().unwrap_or_else(|| "ratekeeper".to_owned());
+    let mut number = |default| args.next().and_then(|n| n.parse().ok()).unwrap_or(default);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("client-{i:013}")).collect();
+    if which == "time" {
+        let threads = number(1).max(1);
+        time(threads, number(4_000_000), &keys);
+        return;
+    }
+    let checks = number(1_000_000);
+    let limiter = limiter(&which, &keys);
+    let allowed = walk(limiter.as_ref(), &keys, 0, checks);
+    assert_eq!(allowed, checks, "every check allows");
     println!("{which}: {checks} checks over {KEYS} keys, all allowed");
 }

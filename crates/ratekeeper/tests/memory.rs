@@ -334,3 +334,39 @@ fn clones_share_one_table() {
     assert_eq!(other.len(), 1);
     assert!(format!("{limiter:?}").contains("MemoryLimiter"));
 }
+
+/// A clock that counts its readings.
+#[derive(Clone, Default)]
+struct CountingClock(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Clock for CountingClock {
+    fn now(&self) -> Timestamp {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Timestamp::from_secs(1_000)
+    }
+}
+
+#[test]
+fn a_check_reads_the_clock_once_whatever_its_path() {
+    // The read is deferred until the key's row is found; a new key, a
+    // saturated table and the sweep a full table runs must all use that
+    // one reading, under every policy.
+    for policy in every_policy() {
+        let clock = CountingClock::default();
+        let limiter = MemoryLimiter::builder(policy.clone())
+            .max_keys(1)
+            .clock(clock.clone())
+            .background_sweep(false)
+            .build()
+            .unwrap();
+        let reads = || clock.0.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(limiter.check("a", 1).is_allowed(), "{policy:?}"); // a new key
+        assert_eq!(reads(), 1, "{policy:?}");
+        assert!(limiter.check("a", 1).is_allowed(), "{policy:?}"); // a tracked key
+        assert_eq!(reads(), 2, "{policy:?}");
+        // The table is full: this check sweeps for room, finds none, and
+        // answers saturated.
+        assert!(limiter.check("b", 1).is_saturated(), "{policy:?}");
+        assert_eq!(reads(), 3, "{policy:?}");
+    }
+}

@@ -74,8 +74,11 @@ pub(crate) struct SlotTable {
     slots: Box<[AtomicU128]>,
     /// Slots per shard, a power of two.
     shard_len: usize,
-    /// Shards minus one (their count is a power of two).
-    shard_mask: usize,
+    /// How many shards, any number: the slots are twice `max_keys` rounded
+    /// up to whole shards, not to a power of two, since at 100,000 keys and
+    /// more every check's slot is a cache miss and a table up to twice as
+    /// large misses the last-level cache more often.
+    shards: u64,
     /// Serializes claims and evictions within each shard.
     locks: Box<[Mutex<()>]>,
     /// Each shard's slots that are not empty (keys and tombstones), changed
@@ -89,15 +92,16 @@ pub(crate) struct SlotTable {
 impl SlotTable {
     /// A table tracking at most `max_keys` keys.
     pub(crate) fn new(max_keys: usize) -> Self {
-        let capacity = max_keys.max(1).saturating_mul(2).next_power_of_two().max(8);
-        let shard_len = capacity.min(MAX_SHARD_LEN);
-        let shards = capacity / shard_len;
+        let wanted = max_keys.max(1).saturating_mul(2);
+        let shard_len = wanted.next_power_of_two().clamp(8, MAX_SHARD_LEN);
+        let shards = wanted.div_ceil(shard_len);
+        let capacity = shards * shard_len;
         SlotTable {
             slots: (0..capacity)
                 .map(|_| AtomicU128::new(pack(EMPTY, 0)))
                 .collect(),
             shard_len,
-            shard_mask: shards - 1,
+            shards: shards as u64,
             locks: (0..shards).map(|_| Mutex::new(())).collect(),
             occupied: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
             len: AtomicUsize::new(0),
@@ -119,7 +123,9 @@ impl SlotTable {
 
     #[inline]
     fn shard_of(&self, fingerprint: u64) -> usize {
-        (fingerprint >> 40) as usize & self.shard_mask
+        // The high half, scaled to the shard count (the low bits name the
+        // home slot in the shard): uniform for any count, without a division.
+        (((fingerprint >> 32) * self.shards) >> 32) as usize
     }
 
     /// The slot indices of `fingerprint`'s probe sequence, home first.
@@ -161,20 +167,34 @@ impl SlotTable {
         mut decide: impl FnMut(Option<u64>) -> (R, Option<u64>),
     ) -> Update<R> {
         debug_assert!(fingerprint >= MIN_FINGERPRINT);
+        // One call of `decide` in the loop, so that it is inlined here: this
+        // is every check's path.
         loop {
-            if let Some(result) = self.update_existing(fingerprint, |word| decide(Some(word))) {
-                return Update::Done(result);
-            }
-            let (result, next) = decide(None);
+            let found = self.find(fingerprint);
+            let (result, next) = decide(found.map(|(_, slot)| state_of(slot)));
             let Some(next) = next else {
-                // Nothing to remember (a report, a denial): no row needed.
+                // Unchanged, or nothing to remember for a new key (a report,
+                // a denial): no row needed.
                 return Update::Done(result);
             };
-            match self.claim(fingerprint, next) {
-                Claim::Claimed => return Update::Done(result),
-                Claim::Full => return Update::Saturated,
-                // Another thread claimed the key first: decide again on its state.
-                Claim::Present => continue,
+            match found {
+                Some((_, slot)) if next == state_of(slot) => return Update::Done(result),
+                Some((index, slot)) => {
+                    let new = pack(fingerprint, next);
+                    if self.slots[index]
+                        .compare_exchange(slot, new, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return Update::Done(result);
+                    }
+                    // Updated, evicted or reused meanwhile: decide again.
+                }
+                None => match self.claim(fingerprint, next) {
+                    Claim::Claimed => return Update::Done(result),
+                    Claim::Full => return Update::Saturated,
+                    // Another thread claimed the key first: decide again on its state.
+                    Claim::Present => {}
+                },
             }
         }
     }
@@ -439,7 +459,9 @@ mod tests {
         // 4,096 keys: several shards of 1,024 slots
         let table = SlotTable::new(4_096);
         assert!(table.locks.len() > 1);
-        let key = |i: u64| MIN_FINGERPRINT + i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % (1 << 50);
+        // Spread over all 64 bits, as the keyed hash spreads real keys: the
+        // high half names the shard.
+        let key = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15).max(MIN_FINGERPRINT);
         for i in 0..3_000 {
             assert_eq!(table.update(key(i), take(5, 1)), Update::Done(true));
         }
