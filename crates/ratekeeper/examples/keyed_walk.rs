@@ -112,10 +112,10 @@ fn timed(limiter: &dyn Check, keys: &[String], threads: usize, checks: usize) ->
 fn time(threads: usize, checks: usize, keys: &[String]) {
     const ROUNDS: usize = 11;
     let names = ["ratekeeper", "governor"];
-    let mut rounds = [[0.0; ROUNDS]; 2];
-    for round in 0..ROUNDS {
-        for (i, name) in names.iter().enumerate() {
-            rounds[i][round] = timed(limiter(name, keys).as_ref(), keys, threads, checks);
+    let mut rounds = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        for (times, name) in rounds.iter_mut().zip(names) {
+            times.push(timed(limiter(name, keys).as_ref(), keys, threads, checks));
         }
     }
     for (name, mut times) in names.iter().zip(rounds) {

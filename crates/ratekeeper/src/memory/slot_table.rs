@@ -461,7 +461,11 @@ mod tests {
         assert!(table.locks.len() > 1);
         // Spread over all 64 bits, as the keyed hash spreads real keys: the
         // high half names the shard.
-        let key = |i: u64| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15).max(MIN_FINGERPRINT);
+        let key = |i: u64| {
+            (i + 1)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .max(MIN_FINGERPRINT)
+        };
         for i in 0..3_000 {
             assert_eq!(table.update(key(i), take(5, 1)), Update::Done(true));
         }
