@@ -1114,3 +1114,190 @@ fn runtime_worker_threads_are_auto_by_default_or_a_number_within_bounds() {
     let auto = Config::from_toml_str_with_env(base, "ratekeeper.toml", vars).unwrap();
     assert_eq!(auto.runtime.worker_threads, WorkerThreads::Auto);
 }
+
+/// Every ```toml block of the project's documents, and every example
+/// configuration file, by where it is.
+fn documented_configs() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut documents = vec![root.join("README.md")];
+    for dir in ["crates", "docs"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|ext| ext == "md") {
+                documents.push(path);
+            } else if path.join("README.md").is_file() {
+                documents.push(path.join("README.md"));
+            }
+        }
+    }
+    let mut configs = Vec::new();
+    for document in documents {
+        let text = std::fs::read_to_string(&document).unwrap();
+        for (n, block) in text.split("```toml\n").skip(1).enumerate() {
+            let block = &block[..block.find("```").expect("a closed block")];
+            configs.push((
+                format!("{} block {}", document.display(), n + 1),
+                block.to_owned(),
+            ));
+        }
+    }
+    // The configuration files shown in the service's rustdoc.
+    let mut sources = vec![root.join("crates/ratekeeper-server/src")];
+    while let Some(dir) = sources.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut docs = String::new();
+            for line in text.lines().map(str::trim_start) {
+                if let Some(doc) = line.strip_prefix("//!") {
+                    docs.push_str(doc.strip_prefix(' ').unwrap_or(doc));
+                    docs.push('\n');
+                } else if let Some(included) = line
+                    .strip_prefix("#![doc = include_str!(\"")
+                    .and_then(|rest| rest.strip_suffix("\")]"))
+                {
+                    let included = path.parent().unwrap().join(included);
+                    docs.push_str(&std::fs::read_to_string(included).unwrap());
+                }
+            }
+            for (n, block) in docs.split("```toml\n").skip(1).enumerate() {
+                let block = &block[..block.find("```").expect("a closed block")];
+                configs.push((
+                    format!("{} doc block {}", path.display(), n + 1),
+                    block.to_owned(),
+                ));
+            }
+        }
+    }
+    let mut pending = vec![root.join("examples")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "toml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                configs.push((path.display().to_string(), text));
+            }
+        }
+    }
+    configs
+}
+
+#[test]
+fn every_documented_config_loads() {
+    let configs = documented_configs();
+    // README.md's five, the nginx example's, the rustdoc's three.
+    assert!(configs.len() >= 9, "found only {configs:#?}");
+    // The files and variables the examples name, made to exist.
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("decisions");
+    std::fs::write(&tokens, "a-token-of-thirty-two-characters\n").unwrap();
+    let env = [("RATEKEEPER_ADMIN_TOKEN", "another-token-of-32-characters!!")];
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let files = [
+        ("server.pem", certified.cert.pem()),
+        ("server.key", certified.signing_key.serialize_pem()),
+        ("clients.pem", certified.cert.pem()),
+    ];
+    for (name, pem) in &files {
+        std::fs::write(dir.path().join(name), pem).unwrap();
+    }
+    let mut failures = Vec::new();
+    for (place, text) in &configs {
+        let mut text = text.replace(
+            "\"/run/secrets/ratekeeper/decisions\"",
+            &format!("{:?}", tokens.display().to_string()),
+        );
+        for (name, _) in &files {
+            let path = dir.path().join(name).display().to_string();
+            text = text.replace(&format!("\"{name}\""), &format!("{path:?}"));
+        }
+        // A fragment of a file (an [access] table alone): with a limit.
+        if !text.contains("[[limits]]") {
+            text.push_str("\n[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"global\"]\n");
+        }
+        if let Err(error) = Config::from_toml_str_with_env(&text, place, env) {
+            failures.push(format!("{error}\n{text}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn a_field_at_its_default_value_is_never_an_error() {
+    // A memory store with every remote store's field at its default, and a
+    // limit keyed without an address with every address field at its default.
+    let defaults = "[store]\nkind = \"memory\"\non_failure = \"closed\"\nfallback = false\n\
+                    prefix = \"ratekeeper:\"\ntimeout_ms = 100\nbatch_in_flight = 4\nbatch_max_calls = 64\n\n\
+                    [[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"route\"]\ntrusted_proxies = []\n\
+                    client_ip_from = \"x-forwarded-for\"\nipv4_prefix = 32\nipv6_prefix = 64\n";
+    Config::from_toml_str(defaults, "defaults.toml").unwrap_or_else(|error| panic!("{error}"));
+    // The same fields away from their defaults still say where they apply.
+    for (field, message) in [
+        (
+            "on_failure = \"open\"",
+            "on_failure applies only to the sqlite and redis stores",
+        ),
+        (
+            "fallback = true",
+            "fallback applies only to the sqlite and redis stores",
+        ),
+        (
+            "prefix = \"rk:\"",
+            "prefix applies only to the redis stores",
+        ),
+        (
+            "timeout_ms = 50",
+            "timeout_ms applies only to the redis stores",
+        ),
+        (
+            "batch_in_flight = 2",
+            "batch_in_flight applies only to the redis store",
+        ),
+        (
+            "batch_max_calls = 8",
+            "batch_max_calls applies only to the redis store",
+        ),
+    ] {
+        let text = format!(
+            "[store]\nkind = \"memory\"\n{field}\n{}",
+            limit("rate = \"1/s\"\nkey = [\"route\"]")
+        );
+        let error = Config::from_toml_str(&text, "m.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(message), "{field}: {error}");
+    }
+    for (field, message) in [
+        (
+            "trusted_proxies = \"private\"",
+            "trusted_proxies applies only to a key with \"client_ip\"",
+        ),
+        (
+            "client_ip_from = \"forwarded\"",
+            "client_ip_from applies only to a key with \"client_ip\"",
+        ),
+        (
+            "ipv4_prefix = 24",
+            "ipv4_prefix applies only to a key with \"client_ip\" or \"peer\"",
+        ),
+        (
+            "ipv6_prefix = 56",
+            "ipv6_prefix applies only to a key with \"client_ip\" or \"peer\"",
+        ),
+    ] {
+        let text = limit(&format!("rate = \"1/s\"\nkey = [\"route\"]\n{field}"));
+        let error = Config::from_toml_str(&text, "l.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(message), "{field}: {error}");
+    }
+}

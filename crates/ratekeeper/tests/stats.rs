@@ -279,7 +279,7 @@ fn counts_are_exact_under_concurrency() {
 /// `scale / (i + 1)` times, in a fixed pseudo-random order.
 fn zipf_stream(keys: u64, scale: u64, seed: u64) -> Vec<u64> {
     let mut stream: Vec<u64> = (0..keys)
-        .flat_map(|i| std::iter::repeat(i).take((scale / (i + 1)).max(1) as usize))
+        .flat_map(|i| std::iter::repeat_n(i, (scale / (i + 1)).max(1) as usize))
         .collect();
     // Fisher-Yates with a 64-bit LCG: the same order every run.
     let mut state = seed;

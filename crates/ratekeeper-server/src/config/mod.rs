@@ -8,10 +8,10 @@
 //! max_keys = 100000          # keys kept in memory (the memory store, or the fallback)
 //! on_failure = "closed"      # redis and sqlite: "closed" refuses, "open" allows on failure
 //! fallback = false           # redis: decide in memory while Redis is down
-//! [store.tls]                # redis stores with rediss:// urls only
-//! ca = "/etc/ratekeeper/redis-ca.pem"   # verifies the server; default: the system's roots
-//! cert = "/etc/ratekeeper/client.pem"   # client certificate and key, when the server asks
-//! key = "/etc/ratekeeper/client.key"
+//! # [store.tls]              # redis stores with rediss:// urls only
+//! # ca = "/etc/ratekeeper/redis-ca.pem"   # verifies the server; default: the system's roots
+//! # cert = "/etc/ratekeeper/client.pem"   # client certificate and key, when the server asks
+//! # key = "/etc/ratekeeper/client.key"
 //!
 //! [listen]                   # each defaults to the address shown; "off" disables one
 //! http = "127.0.0.1:8080"

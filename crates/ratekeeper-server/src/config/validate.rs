@@ -302,16 +302,29 @@ impl Checker<'_> {
         };
         let remote = kind != "memory";
         let redis = kind == "redis" || kind == "redis-cluster";
+        let batching = ratekeeper_redis::Batching::DEFAULT;
+        // A field that does not apply to this kind is refused, unless it
+        // holds its default value: one file for several deployments may
+        // spell the defaults out (`on_failure = "closed"` on a memory store).
+        let set = |value: Option<Range<usize>>, at_default: bool| value.filter(|_| !at_default);
         let applies: [(&str, Option<Range<usize>>, bool, &str); 9] = [
             (
                 "batch_in_flight",
-                store.batch_in_flight.as_ref().map(Spanned::span),
+                set(
+                    store.batch_in_flight.as_ref().map(Spanned::span),
+                    store.batch_in_flight.as_ref().map(|n| *n.get_ref())
+                        == Some(batching.in_flight() as u64),
+                ),
                 kind == "redis",
                 "the redis store (a cluster does not batch)",
             ),
             (
                 "batch_max_calls",
-                store.batch_max_calls.as_ref().map(Spanned::span),
+                set(
+                    store.batch_max_calls.as_ref().map(Spanned::span),
+                    store.batch_max_calls.as_ref().map(|n| *n.get_ref())
+                        == Some(batching.max_calls() as u64),
+                ),
                 kind == "redis",
                 "the redis store (a cluster does not batch)",
             ),
@@ -335,25 +348,37 @@ impl Checker<'_> {
             ),
             (
                 "prefix",
-                store.prefix.as_ref().map(Spanned::span),
+                set(
+                    store.prefix.as_ref().map(Spanned::span),
+                    store.prefix.as_ref().map(|p| p.get_ref().as_str()) == Some(DEFAULT_PREFIX),
+                ),
                 redis,
                 "the redis stores",
             ),
             (
                 "timeout_ms",
-                store.timeout_ms.as_ref().map(Spanned::span),
+                set(
+                    store.timeout_ms.as_ref().map(Spanned::span),
+                    store.timeout_ms.as_ref().map(|n| *n.get_ref()) == Some(DEFAULT_TIMEOUT_MS),
+                ),
                 redis,
                 "the redis stores",
             ),
             (
                 "on_failure",
-                store.on_failure.as_ref().map(Spanned::span),
+                set(
+                    store.on_failure.as_ref().map(Spanned::span),
+                    store.on_failure.as_ref().map(|m| m.get_ref().as_str()) == Some("closed"),
+                ),
                 remote,
                 "the sqlite and redis stores",
             ),
             (
                 "fallback",
-                store.fallback.as_ref().map(Spanned::span),
+                set(
+                    store.fallback.as_ref().map(Spanned::span),
+                    store.fallback.as_ref().map(|f| *f.get_ref()) == Some(false),
+                ),
                 remote,
                 "the sqlite and redis stores",
             ),
@@ -443,17 +468,16 @@ impl Checker<'_> {
                 Duration::from_millis(n)
             }
         };
-        let defaults = ratekeeper_redis::Batching::DEFAULT;
         let in_flight = self.bounded(
             &store.batch_in_flight,
             "batch_in_flight",
-            defaults.in_flight(),
+            batching.in_flight(),
             MAX_BATCH_IN_FLIGHT,
         )?;
         let max_calls = self.bounded(
             &store.batch_max_calls,
             "batch_max_calls",
-            defaults.max_calls(),
+            batching.max_calls(),
             MAX_BATCH_CALLS,
         )?;
         let batching = ratekeeper_redis::Batching::new(in_flight, max_calls);
@@ -803,10 +827,21 @@ impl Checker<'_> {
         }
         let client_ip = texts.contains(&"client_ip");
         let address = client_ip || texts.contains(&"peer");
+        // As for the store's fields: refused where they cannot apply, unless
+        // at their default value (no trusted proxies, X-Forwarded-For, the
+        // default prefixes).
+        let set = |value: Option<Range<usize>>, at_default: bool| value.filter(|_| !at_default);
+        let no_proxies = matches!(
+            limit.trusted_proxies.as_ref().map(Spanned::get_ref),
+            Some(FileTrust::List(list)) if list.is_empty()
+        );
         let only_with = [
             (
                 "trusted_proxies",
-                limit.trusted_proxies.as_ref().map(Spanned::span),
+                set(
+                    limit.trusted_proxies.as_ref().map(Spanned::span),
+                    no_proxies,
+                ),
                 client_ip,
                 "\"client_ip\"",
             ),
@@ -818,19 +853,34 @@ impl Checker<'_> {
             ),
             (
                 "client_ip_from",
-                limit.client_ip_from.as_ref().map(Spanned::span),
+                set(
+                    limit.client_ip_from.as_ref().map(Spanned::span),
+                    limit
+                        .client_ip_from
+                        .as_ref()
+                        .map(|from| from.get_ref().as_str())
+                        == Some("x-forwarded-for"),
+                ),
                 client_ip,
                 "\"client_ip\"",
             ),
             (
                 "ipv4_prefix",
-                limit.ipv4_prefix.as_ref().map(Spanned::span),
+                set(
+                    limit.ipv4_prefix.as_ref().map(Spanned::span),
+                    limit.ipv4_prefix.as_ref().map(|n| *n.get_ref())
+                        == Some(u64::from(DEFAULT_IPV4_PREFIX)),
+                ),
                 address,
                 "\"client_ip\" or \"peer\"",
             ),
             (
                 "ipv6_prefix",
-                limit.ipv6_prefix.as_ref().map(Spanned::span),
+                set(
+                    limit.ipv6_prefix.as_ref().map(Spanned::span),
+                    limit.ipv6_prefix.as_ref().map(|n| *n.get_ref())
+                        == Some(u64::from(DEFAULT_IPV6_PREFIX)),
+                ),
                 address,
                 "\"client_ip\" or \"peer\"",
             ),
