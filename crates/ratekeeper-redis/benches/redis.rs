@@ -18,8 +18,7 @@
 //! `RATEKEEPER_REDIS_BATCHING=IN_FLIGHT,MAX_CALLS`, other batching settings
 //! than the default for the batched store.
 
-#[path = "../tests/harness/mod.rs"]
-mod harness;
+use ratekeeper_test_support::redis as harness;
 #[path = "common/limits.rs"]
 mod limits;
 

@@ -35,8 +35,7 @@
 //! (the floors' 1,000) change what the dictionary work of later ones costs
 //! by up to ~1.5k instructions per call.
 
-#[path = "../tests/harness/mod.rs"]
-mod harness;
+use ratekeeper_test_support::redis as harness;
 #[path = "../benches/common/limits.rs"]
 mod limits;
 

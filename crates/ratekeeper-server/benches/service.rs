@@ -16,8 +16,7 @@
 //! `redis-server` (started here on a free port); without it they are
 //! skipped with a message.
 
-#[path = "../../ratekeeper-redis/tests/harness/mod.rs"]
-mod harness;
+use ratekeeper_test_support::redis as harness;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

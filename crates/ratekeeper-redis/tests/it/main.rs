@@ -1,0 +1,14 @@
+//! The Redis store's tests, each on redis-server processes of its own.
+//!
+//! One binary for the crate, its files as modules: one link instead of
+//! one per file.
+
+mod batching;
+mod clock_skew;
+mod cluster;
+mod concurrency;
+mod faults;
+mod multi;
+mod policies;
+mod tls;
+mod unhurried;

@@ -1,0 +1,26 @@
+//! The service's tests: its configuration, its doors, stores, reloads and commands.
+//!
+//! One binary for the crate, its files as modules: one link instead of
+//! one per file.
+
+mod access;
+mod bounded_stats;
+mod cancellation;
+mod check_command;
+mod common;
+mod config;
+mod connections;
+mod dashboard;
+mod envoy;
+mod http_api;
+mod metrics;
+mod nginx;
+mod proxy;
+mod redis_store;
+mod reload;
+mod runtime;
+mod saturation;
+mod serve_command;
+mod simulate;
+mod store_tls;
+mod tls;

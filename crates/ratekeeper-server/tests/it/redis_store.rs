@@ -1,0 +1,243 @@
+//! The service on Redis: a store that fails closed answers 503 and is not
+//! ready, one that fails open lets requests through, both recover without a
+//! restart; two service processes sharing one Redis enforce one limit
+//! together; and the metrics show how the store's calls went.
+
+use ratekeeper_test_support::redis as harness;
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{ServeProcess, TestService, LISTEN_ANY};
+use harness::RedisServer;
+use serde_json::json;
+
+/// The store's timeout: no test here is about it, and a loaded machine must
+/// not turn a slow answer into a 503.
+fn timeout_line() -> String {
+    format!("timeout_ms = {}\n", harness::UNHURRIED.as_millis())
+}
+
+fn redis_config(url: &str, on_failure: &str, rate: &str) -> String {
+    let timeout = timeout_line();
+    format!(
+        "{LISTEN_ANY}\n[store]\nkind = \"redis\"\nurl = \"{url}\"\n{timeout}on_failure = \"{on_failure}\"\n\n[[limits]]\nname = \"shared\"\nrate = \"{rate}\"\npolicy = \"gcra\"\nkey = [\"global\"]\n"
+    )
+}
+
+/// Polls `check` until it answers `status`, for at most `within`.
+async fn wait_for_status(service: &TestService, status: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (got, _, _) = service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await;
+        if got == status {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {got}, not {status}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn readyz(service: &TestService) -> u16 {
+    service
+        .client
+        .get(service.admin("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn a_store_failing_closed_answers_503_then_recovers() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let service = TestService::start(&redis_config(&redis.url(), "closed", "1000/minute")).await;
+    let (status, _, answer) = service
+        .post("/v1/check", json!({"limits": ["shared"]}))
+        .await;
+    assert_eq!((status, &answer["allowed"]), (200, &json!(true)));
+    assert_eq!(readyz(&service).await, 200);
+
+    redis.kill();
+    let (status, headers, answer) = service
+        .post("/v1/check", json!({"limits": ["shared"]}))
+        .await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(answer["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("the rate-limit store failed"));
+    assert_eq!(readyz(&service).await, 503);
+
+    redis.restart();
+    wait_for_status(&service, 200, Duration::from_secs(5)).await;
+    assert_eq!(readyz(&service).await, 200);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_store_failing_open_lets_requests_through_but_is_not_ready() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let service = TestService::start(&redis_config(&redis.url(), "open", "1/hour")).await;
+    assert_eq!(
+        service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await
+            .2["allowed"],
+        true
+    );
+    assert_eq!(
+        service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await
+            .2["allowed"],
+        false
+    );
+
+    redis.kill();
+    for _ in 0..3 {
+        let (status, _, answer) = service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await;
+        assert_eq!(
+            (status, &answer["allowed"]),
+            (200, &json!(true)),
+            "{answer}"
+        );
+    }
+    assert_eq!(readyz(&service).await, 503);
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while readyz(&service).await != 200 {
+        assert!(Instant::now() < deadline, "not ready after the restart");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    service.stop().await;
+}
+
+async fn metrics(service: &TestService) -> String {
+    let response = service
+        .client
+        .get(service.admin("/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+/// The value of the sample `series` (name and labels) in `text`.
+fn sample(text: &str, series: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        Some(value.parse().unwrap())
+    })
+}
+
+#[tokio::test]
+async fn metrics_and_stats_show_how_redis_calls_went() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let service = TestService::start(&redis_config(&redis.url(), "closed", "1000/minute")).await;
+    let at_once = r#"ratekeeper_redis_calls_total{path="at_once"}"#;
+    let queued = r#"ratekeeper_redis_calls_total{path="queued"}"#;
+    let before = metrics(&service).await;
+    for _ in 0..20 {
+        let (status, _, _) = service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await;
+        assert_eq!(status, 200);
+    }
+    let after = metrics(&service).await;
+    // one at a time, nothing waits: the 20 checks and the second scrape's
+    // readiness probe
+    assert_eq!(
+        sample(&after, at_once).unwrap() - sample(&before, at_once).unwrap(),
+        21,
+        "{after}"
+    );
+    assert_eq!(sample(&after, queued), Some(0), "{after}");
+    for series in [
+        "ratekeeper_redis_batches_total",
+        "ratekeeper_redis_batched_calls_total",
+        "ratekeeper_redis_abandoned_calls_total",
+    ] {
+        assert_eq!(sample(&after, series), Some(0), "{series}: {after}");
+    }
+    let stats = service.get_json(service.admin("/v1/stats")).await;
+    let batching = &stats["store"]["batching"];
+    assert!(batching["sent_at_once"].as_u64().unwrap() >= 21, "{stats}");
+    assert_eq!(batching["queued"], 0, "{stats}");
+    service.stop().await;
+
+    // batching off: no such metrics, no such stats
+    let timeout = timeout_line();
+    let config = redis_config(&redis.url(), "closed", "1000/minute")
+        .replace(&timeout, &format!("{timeout}batch_max_calls = 1\n"));
+    assert!(config.contains("batch_max_calls = 1"));
+    let service = TestService::start(&config).await;
+    let (status, _, _) = service
+        .post("/v1/check", json!({"limits": ["shared"]}))
+        .await;
+    assert_eq!(status, 200);
+    let text = metrics(&service).await;
+    assert!(text.contains("ratekeeper_store_up"), "{text}");
+    assert!(!text.contains("ratekeeper_redis_"), "{text}");
+    service.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_service_processes_on_one_redis_admit_the_limit_together() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    // 50 an hour: one unit comes back every 72 s, far longer than the test.
+    std::fs::write(&path, redis_config(&redis.url(), "closed", "50/hour")).unwrap();
+    let services = [
+        ServeProcess::start(&["--config", path.to_str().unwrap()], &[]),
+        ServeProcess::start(&["--config", path.to_str().unwrap()], &[]),
+    ];
+
+    let client = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let url = format!("http://{}/v1/check", services[i % 2].http);
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut allowed = 0;
+            for _ in 0..10 {
+                let answer: serde_json::Value = client
+                    .post(&url)
+                    .json(&json!({"limits": ["shared"]}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                allowed += u32::from(answer["allowed"] == true);
+            }
+            allowed
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += task.await.unwrap();
+    }
+    assert_eq!(allowed, 50, "160 requests through two processes");
+}

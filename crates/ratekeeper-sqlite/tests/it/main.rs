@@ -1,0 +1,12 @@
+//! The SQLite store's tests.
+//!
+//! One binary for the crate, its files as modules: one link instead of
+//! one per file.
+
+mod check_all;
+mod errors;
+mod long_keys;
+mod maintenance;
+mod opening;
+mod policies;
+mod processes;

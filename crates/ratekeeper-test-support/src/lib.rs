@@ -1,0 +1,17 @@
+//! What ratekeeper's tests share, so that no crate copies another's
+//! helpers: private `redis-server` processes and clusters ([`redis`],
+//! [`redis_tls`]), the policy lists the tests run on ([`policies`]) and
+//! time in milliseconds ([`ms`]).
+//!
+//! Not published: a dev-dependency of the workspace's crates only.
+
+pub mod policies;
+pub mod redis;
+pub mod redis_tls;
+
+use ratekeeper::Timestamp;
+
+/// `n` milliseconds after the clock's epoch: the time of most tests.
+pub fn ms(n: u64) -> Timestamp {
+    Timestamp::from_millis(n)
+}

@@ -1,0 +1,14 @@
+//! The tower layer's tests: keys, headers, and the layer under axum, hyper and tonic.
+//!
+//! One binary for the crate, its files as modules: one link instead of
+//! one per file.
+
+mod axum;
+mod client;
+mod common;
+mod headers;
+mod hyper;
+mod no_peer;
+mod peer_key;
+mod readme;
+mod tonic;

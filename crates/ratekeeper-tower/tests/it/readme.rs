@@ -1,0 +1,100 @@
+//! The READMEs' server snippets: each provides the socket peer, and the
+//! root README's (which its crate cannot compile: it has no axum) is an
+//! excerpt of this crate's compiled one.
+
+/// Where a line of markdown is.
+enum Fence<'a> {
+    Outside,
+    /// In a block of another language.
+    Skipping,
+    /// In a block of the language wanted: its lines so far.
+    Keeping(Vec<&'a str>),
+}
+
+/// The code of every fenced block in `markdown` whose info string starts
+/// with `lang`.
+fn blocks<'a>(markdown: &'a str, lang: &str) -> Vec<Vec<&'a str>> {
+    let mut blocks = Vec::new();
+    let mut fence = Fence::Outside;
+    for line in markdown.lines() {
+        let info = line.trim_start().strip_prefix("```");
+        fence = match (fence, info) {
+            (Fence::Outside, Some(info)) if info.starts_with(lang) => Fence::Keeping(Vec::new()),
+            (Fence::Outside, Some(_)) => Fence::Skipping,
+            (Fence::Keeping(block), Some(_)) => {
+                blocks.push(block);
+                Fence::Outside
+            }
+            (Fence::Skipping, Some(_)) => Fence::Outside,
+            (Fence::Keeping(mut block), None) => {
+                block.push(line);
+                Fence::Keeping(block)
+            }
+            (fence, None) => fence,
+        };
+    }
+    blocks
+}
+
+/// The lines of `markdown` from `heading` to the next heading.
+fn section<'a>(markdown: &'a str, heading: &str) -> &'a str {
+    let start = markdown.find(heading).expect("the section is there");
+    let rest = &markdown[start + heading.len()..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+const TOWER_README: &str = include_str!("../../README.md");
+const ROOT_README: &str = include_str!("../../../../README.md");
+
+#[test]
+fn every_readme_server_is_given_the_socket_peer() {
+    let rust = blocks(TOWER_README, "rust");
+    let axum: Vec<_> = rust
+        .iter()
+        .filter(|block| block.iter().any(|line| line.contains("axum::serve(")))
+        .collect();
+    let hyper: Vec<_> = rust
+        .iter()
+        .filter(|block| block.iter().any(|line| line.contains("serve_connection(")))
+        .collect();
+    assert!(!axum.is_empty() && !hyper.is_empty());
+    for block in axum {
+        assert!(
+            block
+                .iter()
+                .any(|line| line.contains("into_make_service_with_connect_info::<SocketAddr>()")),
+            "{block:#?}"
+        );
+    }
+    for block in hyper {
+        assert!(
+            block.iter().any(|line| line.contains("PeerAddr(")),
+            "{block:#?}"
+        );
+    }
+}
+
+#[test]
+fn the_root_readme_layer_is_an_excerpt_of_the_compiled_one() {
+    let excerpt = blocks(section(ROOT_README, "## HTTP: the tower layer"), "text");
+    let [excerpt] = excerpt.as_slice() else {
+        panic!("one text block in the root README's tower section: {excerpt:#?}");
+    };
+    assert!(excerpt
+        .iter()
+        .any(|line| line.contains("into_make_service_with_connect_info::<SocketAddr>()")));
+    let compiled = blocks(TOWER_README, "rust,no_run");
+    let first = compiled.first().expect("the tower README's example");
+    // Every line of the excerpt, in order, among the compiled lines.
+    let mut lines = first.iter().map(|line| line.trim());
+    for wanted in excerpt
+        .iter()
+        .map(|line| line.trim())
+        .filter(|line| !line.is_empty())
+    {
+        assert!(
+            lines.any(|line| line == wanted),
+            "{wanted:?} is not (in this order) in the tower README's compiled example"
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! The core's integration tests: policies, clocks, the in-memory limiter and store, stats, actions.
+//!
+//! One binary for the crate, its files as modules: one link instead of
+//! one per file.
+
+mod actions;
+mod clock;
+#[path = "../common/mod.rs"]
+mod common;
+mod concurrency;
+mod fixed_window;
+mod gcra;
+mod memory;
+mod memory_contention;
+mod memory_flood;
+mod multi;
+mod policy;
+mod properties;
+mod rate;
+mod seeds;
+mod sharded;
+mod sliding_log;
+mod sliding_window;
+mod stats;
+mod store;
+mod token_bucket;
