@@ -1,10 +1,12 @@
 //! What ratekeeper's tests share, so that no crate copies another's
 //! helpers: private `redis-server` processes and clusters ([`redis`],
 //! [`redis_tls`]), the policy lists the tests run on ([`policies`]) and
-//! time in milliseconds ([`ms`]).
+//! time in milliseconds ([`ms`]), and the [`conformance`] suite every
+//! store runs.
 //!
 //! Not published: a dev-dependency of the workspace's crates only.
 
+pub mod conformance;
 pub mod policies;
 pub mod redis;
 pub mod redis_tls;

@@ -19,8 +19,9 @@ use ratekeeper::{
 };
 
 /// Counts per (key, window), each with the time it may be forgotten.
+/// (Crate-visible: the store conformance suite runs on it, in the tests.)
 #[derive(Default)]
-struct ExpiringCounts {
+pub(crate) struct ExpiringCounts {
     rows: Mutex<HashMap<(String, u64), (u64, Timestamp)>>,
 }
 

@@ -7,6 +7,7 @@ mod batching;
 mod clock_skew;
 mod cluster;
 mod concurrency;
+mod conformance;
 mod faults;
 mod multi;
 mod policies;

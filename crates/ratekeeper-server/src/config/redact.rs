@@ -28,9 +28,18 @@ const SECRET_KEYS: [&str; 2] = ["pass", "password"];
 /// assert_eq!(redact_url("redis://cache:6379"), "redis://cache:6379");
 /// ```
 pub fn redact_url(url: &str) -> String {
+    // A scheme is a letter, then letters, digits, `+`, `-` or `.` (RFC 3986):
+    // a `://` after anything else belongs to the user information, as in a
+    // password `a://b` of a URL written without its scheme.
+    let is_scheme = |scheme: &str| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    };
     let (scheme, mut rest) = match url.find("://") {
-        Some(at) => url.split_at(at + 3),
-        None => ("", url),
+        Some(at) if is_scheme(&url[..at]) => url.split_at(at + 3),
+        _ => ("", url),
     };
     let mut out = String::with_capacity(url.len());
     out.push_str(scheme);
@@ -161,6 +170,14 @@ mod tests {
             "redis://n2:7001".to_owned(),
         ];
         assert_eq!(redact_urls(&urls), "redis://:***@n1:7000 redis://n2:7001");
+    }
+
+    #[test]
+    fn a_scheme_separator_in_the_password_of_a_url_without_scheme_is_hidden() {
+        // The case proptest found: `://` inside the password, no scheme.
+        assert_eq!(redact_url(":SECRET://@a"), ":***@a");
+        assert_eq!(redact_url("user:p://w@host:6379"), "user:***@host:6379");
+        assert_eq!(redact_url("redis://u:p://w@host"), "redis://u:***@host");
     }
 
     proptest! {

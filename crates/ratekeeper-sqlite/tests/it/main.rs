@@ -4,6 +4,7 @@
 //! one per file.
 
 mod check_all;
+mod conformance;
 mod errors;
 mod long_keys;
 mod maintenance;

@@ -3,10 +3,7 @@
 use std::time::Duration;
 
 use ratekeeper::{Algorithm, FixedWindow, FixedWindowState, PolicyError, RetryAfter, Timestamp};
-
-fn ms(n: u64) -> Timestamp {
-    Timestamp::from_millis(n)
-}
+use ratekeeper_test_support::ms;
 
 /// 3 per second.
 fn window() -> FixedWindow {

@@ -8,6 +8,7 @@ mod clock;
 #[path = "../common/mod.rs"]
 mod common;
 mod concurrency;
+mod conformance;
 mod fixed_window;
 mod gcra;
 mod memory;

@@ -6,6 +6,7 @@ use ratekeeper::{
     Algorithm, BuildError, Clock, FixedWindow, Gcra, ManualClock, MemoryLimiter, Outcome, Policy,
     PolicyKind, Rate, RetryAfter, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
 };
+use ratekeeper_test_support::policies::every_kind;
 
 fn limiter(
     policy: impl Into<Policy>,
@@ -21,12 +22,10 @@ fn limiter(
     (limiter, clock)
 }
 
+/// One policy of each kind at 4 per second: a whole number of nanoseconds
+/// per request, so GCRA's window is exact too.
 fn every_policy() -> Vec<Policy> {
-    let rate = Rate::per_second(4).unwrap();
-    PolicyKind::ALL
-        .iter()
-        .map(|&kind| Policy::new(kind, &rate).unwrap())
-        .collect()
+    every_kind(&Rate::per_second(4).unwrap())
 }
 
 #[test]

@@ -6,15 +6,12 @@ use ratekeeper::{
     Algorithm, FixedWindowState, GcraState, Hit, Policy, PolicyKind, Rate, SlidingLogState,
     SlidingWindowState, State, Timestamp, TokenBucketState,
 };
+use ratekeeper_test_support::policies::every_kind;
 
+/// One policy of each kind at 4 per second: a whole number of nanoseconds
+/// per request, so GCRA's window is exact too.
 fn policies() -> Vec<Policy> {
-    // 4 per second: a whole number of nanoseconds per request, so GCRA's
-    // window is exact too.
-    let rate = Rate::per_second(4).unwrap();
-    PolicyKind::ALL
-        .iter()
-        .map(|&kind| Policy::new(kind, &rate).unwrap())
-        .collect()
+    every_kind(&Rate::per_second(4).unwrap())
 }
 
 #[test]

@@ -4,10 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use ratekeeper::{Algorithm, FixedWindow, Gcra, RetryAfter, SlidingWindow, Timestamp, TokenBucket};
-
-fn ms(n: u64) -> Timestamp {
-    Timestamp::from_millis(n)
-}
+use ratekeeper_test_support::ms;
 
 fn wait_ms(n: u64) -> RetryAfter {
     RetryAfter::After(Duration::from_millis(n))

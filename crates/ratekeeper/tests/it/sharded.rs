@@ -7,12 +7,9 @@ use std::time::Duration;
 use ratekeeper::{
     Clock, ManualClock, PolicyError, RetryAfter, ShardedWindow, Timestamp, MAX_QUOTA,
 };
+use ratekeeper_test_support::ms;
 
 const SECOND: Duration = Duration::from_secs(1);
-
-fn ms(n: u64) -> Timestamp {
-    Timestamp::from_millis(n)
-}
 
 /// `limit` per second over `shards` shards on a manual clock at `start`.
 fn limiter(

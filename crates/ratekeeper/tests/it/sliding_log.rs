@@ -2,11 +2,8 @@
 
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, Hit, PolicyError, RetryAfter, SlidingLog, SlidingLogState, Timestamp};
-
-fn ms(n: u64) -> Timestamp {
-    Timestamp::from_millis(n)
-}
+use ratekeeper::{Algorithm, Hit, PolicyError, RetryAfter, SlidingLog, SlidingLogState};
+use ratekeeper_test_support::ms;
 
 /// 3 per second, sliding.
 fn log() -> SlidingLog {

@@ -3,10 +3,7 @@
 use std::time::Duration;
 
 use ratekeeper::{Algorithm, PolicyError, ReserveError, RetryAfter, Timestamp, TokenBucket};
-
-fn ms(n: u64) -> Timestamp {
-    Timestamp::from_millis(n)
-}
+use ratekeeper_test_support::ms;
 
 /// 10 per second, burst 5: a token every 100 ms.
 fn bucket() -> TokenBucket {

@@ -1,0 +1,364 @@
+//! What every [`Store`] must do, as one suite that each store's tests run
+//! (the memory store, SQLite, Redis, Redis Cluster, a `WindowCounter`
+//! store), the way limitador runs each storage test on every storage.
+//!
+//! A store's test file names a function that makes a fresh store (with
+//! whatever must live as long as it, such as a `redis-server` process, or
+//! `None` to skip when that cannot start) and what the store supports:
+//!
+//! ```ignore
+//! async fn memory() -> Option<((), MemoryStore)> {
+//!     Some(((), MemoryStore::new()))
+//! }
+//!
+//! ratekeeper_test_support::store_conformance!(memory, Supports::EVERYTHING);
+//! ```
+//!
+//! Every test runs on limits of thirty days, so that nothing refills while
+//! it runs, whatever clock the store decides on (its own process's, the
+//! host's, Redis's).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::{Limit, Outcome, Policy, PolicyKind, Rate, RetryAfter, Store, StoreError};
+
+use crate::policies::every_kind;
+
+/// What a store can do, so the suite asks only that.
+#[derive(Clone, Copy, Debug)]
+pub struct Supports {
+    /// The policies it runs.
+    pub kinds: &'static [PolicyKind],
+    /// Whether it gives units back (`refund`, and so all-or-nothing checks
+    /// of several limits).
+    pub refunds: bool,
+    /// Whether a denied request is counted too (a counter that can only go
+    /// up adds before it knows).
+    pub counts_denied: bool,
+}
+
+impl Supports {
+    /// Every policy, refunds included: what a full store offers.
+    pub const EVERYTHING: Supports = Supports {
+        kinds: &PolicyKind::ALL,
+        refunds: true,
+        counts_denied: false,
+    };
+
+    /// Fixed windows that only count up: what a `WindowCounter` offers.
+    pub const COUNTING_WINDOWS: Supports = Supports {
+        kinds: &[PolicyKind::FixedWindow],
+        refunds: false,
+        counts_denied: true,
+    };
+
+    /// One policy of each kind the store runs, at `amount` per `period`.
+    fn policies(&self, amount: u64, period: Duration) -> Vec<Policy> {
+        let rate = Rate::new(amount, period).expect("a valid rate");
+        every_kind(&rate)
+            .into_iter()
+            .filter(|policy| self.kinds.contains(&policy.kind()))
+            .collect()
+    }
+}
+
+/// The period of every limit: long, so that nothing refills while a test
+/// runs, and so that a window aligned to Unix time (SQLite's, Redis's, a
+/// `WindowCounter`'s) is almost never crossed by one.
+const PERIOD: Duration = Duration::from_secs(30 * 24 * 3_600);
+
+/// A limit named after the test and the policy, so that tests sharing a
+/// store (a Redis server) never share a count.
+fn limit(test: &str, policy: &Policy) -> Limit {
+    Limit::new(format!("{test}-{}", policy.kind()), policy.clone()).expect("a valid limit name")
+}
+
+async fn check<S: Store>(store: &S, limit: &Limit, key: &[u8], cost: u64) -> Outcome {
+    store
+        .check(limit, key, cost)
+        .await
+        .unwrap_or_else(|error| panic!("{}: check failed: {error}", limit.name()))
+}
+
+async fn remaining<S: Store>(store: &S, limit: &Limit, key: &[u8]) -> u64 {
+    store
+        .peek(limit, key)
+        .await
+        .unwrap_or_else(|error| panic!("{}: peek failed: {error}", limit.name()))
+        .remaining()
+}
+
+/// Each policy admits exactly its quota, counting `remaining` down, then
+/// denies with a wait.
+pub async fn admits_exactly_its_quota<S: Store>(store: &S, supports: &Supports) {
+    for policy in supports.policies(5, PERIOD) {
+        let limit = limit("quota", &policy);
+        for left in (0..5).rev() {
+            let outcome = check(store, &limit, b"k", 1).await;
+            let decision = outcome.decision().expect("not saturated");
+            assert!(decision.is_allowed(), "{policy:?}: {left} should be left");
+            assert_eq!(decision.remaining(), left, "{policy:?}");
+            assert_eq!(decision.limit(), 5, "{policy:?}");
+        }
+        let denied = check(store, &limit, b"k", 1).await;
+        assert!(!denied.is_allowed(), "{policy:?}: the sixth request");
+        match denied.retry_after() {
+            RetryAfter::After(wait) => assert!(wait > Duration::ZERO, "{policy:?}"),
+            RetryAfter::Never => {
+                panic!("{policy:?}: a request within the quota is never refused forever")
+            }
+        }
+    }
+}
+
+/// Keys and limits count apart: exhausting one leaves the others whole,
+/// including keys that differ in one byte, binary keys and long keys.
+pub async fn keys_and_limits_count_apart<S: Store>(store: &S, supports: &Supports) {
+    let long = vec![b'x'; 4_096];
+    let mut long_other = long.clone();
+    *long_other.last_mut().unwrap() = b'y';
+    let binary: Vec<u8> = (0..=255).collect();
+    let keys: [&[u8]; 6] = [b"a", b"b", b"a\0", &binary, &long, &long_other];
+    for policy in supports.policies(2, PERIOD) {
+        let first = limit("apart-1", &policy);
+        let second = limit("apart-2", &policy);
+        for key in keys {
+            for _ in 0..2 {
+                assert!(
+                    check(store, &first, key, 1).await.is_allowed(),
+                    "{policy:?}"
+                );
+            }
+            assert!(
+                !check(store, &first, key, 1).await.is_allowed(),
+                "{policy:?}"
+            );
+        }
+        for key in keys {
+            assert_eq!(remaining(store, &second, key).await, 2, "{policy:?}");
+            assert!(
+                check(store, &second, key, 1).await.is_allowed(),
+                "{policy:?}"
+            );
+        }
+    }
+}
+
+/// `peek` reports without taking.
+pub async fn peek_takes_nothing<S: Store>(store: &S, supports: &Supports) {
+    for policy in supports.policies(3, PERIOD) {
+        let limit = limit("peek", &policy);
+        for _ in 0..4 {
+            assert_eq!(remaining(store, &limit, b"k").await, 3, "{policy:?}");
+        }
+        assert!(
+            check(store, &limit, b"k", 2).await.is_allowed(),
+            "{policy:?}"
+        );
+        for _ in 0..4 {
+            assert_eq!(remaining(store, &limit, b"k").await, 1, "{policy:?}");
+        }
+    }
+}
+
+/// A cost above the whole quota is refused for good and takes nothing; a
+/// cost of several units takes them all at once.
+pub async fn costs_take_several_units<S: Store>(store: &S, supports: &Supports) {
+    for policy in supports.policies(5, PERIOD) {
+        let limit = limit("cost", &policy);
+        let too_much = check(store, &limit, b"k", 6).await;
+        assert!(!too_much.is_allowed(), "{policy:?}");
+        assert_eq!(too_much.retry_after(), RetryAfter::Never, "{policy:?}");
+        assert_eq!(remaining(store, &limit, b"k").await, 5, "{policy:?}");
+        assert!(
+            check(store, &limit, b"k", 4).await.is_allowed(),
+            "{policy:?}"
+        );
+        assert!(
+            !check(store, &limit, b"k", 2).await.is_allowed(),
+            "{policy:?}"
+        );
+        if supports.counts_denied {
+            // The refused 2 units were added before the store knew.
+            assert_eq!(remaining(store, &limit, b"k").await, 0, "{policy:?}");
+        } else {
+            assert!(
+                check(store, &limit, b"k", 1).await.is_allowed(),
+                "{policy:?}"
+            );
+        }
+    }
+}
+
+/// A refund gives units back, never past the whole quota; a store that
+/// cannot refund says so with [`StoreError::UnsupportedOperation`].
+pub async fn refunds_give_units_back<S: Store>(store: &S, supports: &Supports) {
+    for policy in supports.policies(4, PERIOD) {
+        let limit = limit("refund", &policy);
+        for _ in 0..4 {
+            assert!(
+                check(store, &limit, b"k", 1).await.is_allowed(),
+                "{policy:?}"
+            );
+        }
+        let refunded = store.refund(&limit, b"k", 2).await;
+        if !supports.refunds {
+            assert!(
+                matches!(refunded, Err(StoreError::UnsupportedOperation(_))),
+                "{policy:?}: {refunded:?}"
+            );
+            continue;
+        }
+        refunded.unwrap_or_else(|error| panic!("{policy:?}: {error}"));
+        assert_eq!(remaining(store, &limit, b"k").await, 2, "{policy:?}");
+        // Past the whole quota it stays whole.
+        store.refund(&limit, b"k", 100).await.unwrap();
+        assert_eq!(remaining(store, &limit, b"k").await, 4, "{policy:?}");
+        // An untracked key is already whole.
+        store.refund(&limit, b"new", 1).await.unwrap();
+        assert_eq!(remaining(store, &limit, b"new").await, 4, "{policy:?}");
+    }
+}
+
+/// Several limits at once, all or nothing: a request refused by one limit
+/// is counted by none, and the answer names which refused.
+pub async fn several_limits_count_all_or_nothing<S: Store>(store: &S, supports: &Supports) {
+    if !supports.refunds {
+        return;
+    }
+    for policy in supports.policies(2, PERIOD) {
+        let wide = limit("all-wide", &policy.clone());
+        let tight = Limit::new(
+            format!("all-tight-{}", policy.kind()),
+            supports
+                .policies(1, PERIOD)
+                .into_iter()
+                .find(|p| p.kind() == policy.kind())
+                .unwrap(),
+        )
+        .unwrap();
+        let checks: [(&Limit, &[u8]); 2] = [(&wide, b"k"), (&tight, b"k")];
+        let first = store.check_all(&checks, 1).await.unwrap();
+        assert!(first.is_allowed(), "{policy:?}");
+        let second = store.check_all(&checks, 1).await.unwrap();
+        assert!(!second.is_allowed(), "{policy:?}");
+        assert_eq!(second.denied_by(), Some(1), "{policy:?}");
+        assert_eq!(second.outcomes().len(), 2, "{policy:?}");
+        // The wide limit kept the unit the refused request would have taken.
+        assert_eq!(remaining(store, &wide, b"k").await, 1, "{policy:?}");
+    }
+}
+
+/// Requests racing for one key from many tasks at once take exactly the
+/// quota between them.
+pub async fn racing_requests_take_exactly_the_quota<S: Store + 'static>(
+    store: Arc<S>,
+    supports: &Supports,
+) {
+    const TASKS: u64 = 8;
+    const EACH: u64 = 10;
+    for policy in supports.policies(50, PERIOD) {
+        let limit = Arc::new(limit("race", &policy));
+        let barrier = Arc::new(tokio::sync::Barrier::new(TASKS as usize));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..TASKS {
+            let (store, limit, barrier) = (store.clone(), limit.clone(), barrier.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                let mut allowed = 0;
+                for _ in 0..EACH {
+                    allowed += u64::from(check(&*store, &limit, b"hot", 1).await.is_allowed());
+                }
+                allowed
+            });
+        }
+        let allowed: u64 = tasks.join_all().await.into_iter().sum();
+        assert_eq!(allowed, 50, "{policy:?}: {} requests", TASKS * EACH);
+    }
+}
+
+/// The runtime every conformance test runs on: several workers, so that
+/// racing tasks run in parallel.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("a test runtime")
+}
+
+/// Every test of the suite, one after another on one store: for stores
+/// that are slow to make (a Redis Cluster), where a store per test would
+/// cost more than the tests.
+pub async fn all_on_one_store<S: Store + 'static>(store: Arc<S>, supports: &Supports) {
+    admits_exactly_its_quota(&*store, supports).await;
+    keys_and_limits_count_apart(&*store, supports).await;
+    peek_takes_nothing(&*store, supports).await;
+    costs_take_several_units(&*store, supports).await;
+    refunds_give_units_back(&*store, supports).await;
+    several_limits_count_all_or_nothing(&*store, supports).await;
+    racing_requests_take_exactly_the_quota(store, supports).await;
+}
+
+/// The suite as `#[test]` functions in a module `conformance`, on stores
+/// made by `$make` (an async function returning `Option<(guard, store)>`)
+/// supporting `$supports` (a [`Supports`]): a store per test, or with
+/// `one store` after them, all on one store in one test.
+#[macro_export]
+macro_rules! store_conformance {
+    ($make:ident, $supports:expr, one store) => {
+        #[test]
+        fn conformance() {
+            $crate::conformance::runtime().block_on(async {
+                let Some((_guard, store)) = $make().await else {
+                    return;
+                };
+                $crate::conformance::all_on_one_store(::std::sync::Arc::new(store), &$supports)
+                    .await;
+            });
+        }
+    };
+    ($make:ident, $supports:expr) => {
+        mod conformance {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::store_conformance!(@tests $make, $supports;
+                admits_exactly_its_quota,
+                keys_and_limits_count_apart,
+                peek_takes_nothing,
+                costs_take_several_units,
+                refunds_give_units_back,
+                several_limits_count_all_or_nothing,
+            );
+
+            #[test]
+            fn racing_requests_take_exactly_the_quota() {
+                $crate::conformance::runtime().block_on(async {
+                    let Some((_guard, store)) = super::$make().await else {
+                        return;
+                    };
+                    $crate::conformance::racing_requests_take_exactly_the_quota(
+                        ::std::sync::Arc::new(store),
+                        &$supports,
+                    )
+                    .await;
+                });
+            }
+        }
+    };
+    (@tests $make:ident, $supports:expr; $($test:ident,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                $crate::conformance::runtime().block_on(async {
+                    let Some((_guard, store)) = super::$make().await else {
+                        return;
+                    };
+                    $crate::conformance::$test(&store, &$supports).await;
+                });
+            }
+        )*
+    };
+}
