@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use example::{Action, Config, RateLimits, Verdict};
-use ratekeeper::MonotonicClock;
+use ratekeeper::clock::MonotonicClock;
 
 /// Limits far above any sample, over an hour.
 fn fresh() -> RateLimits<MonotonicClock> {

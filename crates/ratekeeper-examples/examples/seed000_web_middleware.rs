@@ -34,9 +34,13 @@ use axum::http::{HeaderName, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use ratekeeper::{
-    Clock, CounterStore, FailureMode, FailurePolicy, FixedWindow, Limit, LimitNameError,
-    ManualClock, MemoryStore, MonotonicClock, PolicyError, Resilient, Store, StoreError, Timestamp,
-    TokenBucket, UnixClock, WindowCounter,
+    clock::{ManualClock, MonotonicClock, UnixClock},
+    policy::PolicyError,
+    store::{
+        CounterStore, FailureMode, FailurePolicy, LimitNameError, Resilient, StoreError,
+        WindowCounter,
+    },
+    Clock, FixedWindow, Limit, MemoryStore, Store, Timestamp, TokenBucket,
 };
 use ratekeeper_examples::Server;
 use ratekeeper_tower::{Key, LayerError, RateLimitLayer};

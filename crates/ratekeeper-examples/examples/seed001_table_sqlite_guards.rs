@@ -30,8 +30,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use ratekeeper::{
-    Algorithm, Decision, FixedWindow, Limit, ManualClock, MemoryStore, RetryAfter, Timestamp,
-    TokenBucket,
+    clock::ManualClock, policy::Algorithm, Decision, FixedWindow, Limit, MemoryStore, RetryAfter,
+    Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 use ratekeeper_tower::client::{private_networks, ClientIp};

@@ -26,8 +26,8 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use ratekeeper::{
-    Algorithm, FixedWindow, Limit, ManualClock, MemoryLimiter, Outcome, Policy, RetryAfter,
-    SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+    clock::ManualClock, policy::Algorithm, FixedWindow, Limit, MemoryLimiter, Outcome, Policy,
+    RetryAfter, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 

@@ -45,8 +45,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ratekeeper::{
-    Actions, ActionsError, Clock, LimitStats, ManualClock, MonotonicClock, PolicyError, RetryAfter,
-    ShardedWindow, StatsConfig, Timestamp,
+    actions::{Actions, ActionsError},
+    clock::{ManualClock, MonotonicClock},
+    memory::ShardedWindow,
+    policy::PolicyError,
+    stats::{LimitStats, StatsConfig},
+    Clock, RetryAfter, Timestamp,
 };
 use ratekeeper_examples::{var_or, ConfigError};
 use sha2::{Digest, Sha256};

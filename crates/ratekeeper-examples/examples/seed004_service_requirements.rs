@@ -47,8 +47,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use ratekeeper::{
-    check_all, BuildError, Clock, LimitStats, ManualClock, MemoryLimiter, Outcome, PolicyError,
-    SlidingWindow, Stats, Timestamp, UnixClock,
+    clock::{ManualClock, UnixClock},
+    memory::{check_all, BuildError},
+    policy::PolicyError,
+    stats::{LimitStats, Stats},
+    Clock, MemoryLimiter, Outcome, SlidingWindow, Timestamp,
 };
 use ratekeeper_examples::Server;
 use ratekeeper_tower::headers::{insert_headers, HeaderStyle, PolicyReport, ResetStyle};
@@ -376,7 +379,7 @@ pub(crate) fn admin_report(stats: &Stats, now: Timestamp) -> AdminStats {
         .filter_map(|name| {
             let limit = stats.get(&name)?;
             let windows = limit.windows(now);
-            let counts = |w: ratekeeper::WindowTraffic| Counts {
+            let counts = |w: ratekeeper::stats::WindowTraffic| Counts {
                 requests: w.requests,
                 declined: w.denied,
             };

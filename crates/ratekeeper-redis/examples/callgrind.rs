@@ -382,7 +382,7 @@ impl Case {
                     } else {
                         "ratekeeper:evalsha-deny:k".to_owned()
                     };
-                    let reply: Vec<u8> = redis::Script::new(ratekeeper_redis::SCRIPT)
+                    let reply: Vec<u8> = redis::Script::new(ratekeeper_redis::internals::SCRIPT)
                         .key(key)
                         .arg(gcra_argument(*interval, *burst))
                         .invoke_async(con)

@@ -106,7 +106,7 @@ mod tests {
         // hex digits.
         assert_eq!(kept.len(), "ratekeeper:6:per-ip:".len() + 24 * 3 + 42);
         assert!(!kept.contains(&b'{'), "no hash tag");
-        let name = "n".repeat(ratekeeper::MAX_LIMIT_NAME);
+        let name = "n".repeat(ratekeeper::store::MAX_LIMIT_NAME);
         let worst = redis_key(b"", &name, &vec![b':'; 100_000], KeyTags::Escaped);
         assert!(worst.len() <= 260, "{}", worst.len());
     }

@@ -5,8 +5,8 @@
 //! **Redis's own clock** (`TIME` inside the script), so two requests can
 //! never both take a key's last unit, from any host, and hosts whose clocks
 //! disagree still get the same decisions. Every call is bounded by a
-//! timeout ([`StoreError::Timeout`](ratekeeper::StoreError::Timeout)); wrap
-//! the store in [`ratekeeper::Resilient`] to fail open, closed, or to a local
+//! timeout ([`StoreError::Timeout`](ratekeeper::store::StoreError::Timeout)); wrap
+//! the store in [`ratekeeper::store::Resilient`] to fail open, closed, or to a local
 //! fallback while Redis is away.
 //!
 //! ```no_run
@@ -66,11 +66,11 @@
 //! the window policies with windows in µs. (One rounding differs: a token
 //! bucket state written under other numbers is rescaled exactly while the
 //! product fits 2^53, else one internal unit short, never more.) So every decision equals
-//! [`Algorithm::decide`](ratekeeper::Algorithm::decide) of the pure policy at
+//! [`Algorithm::decide`](ratekeeper::policy::Algorithm::decide) of the pure policy at
 //! the server's time in whole microseconds, field for field (the tests
 //! replay each policy through the core). Policies whose numbers would not
 //! stay exact are refused with
-//! [`StoreError::Unsupported`](ratekeeper::StoreError::Unsupported);
+//! [`StoreError::Unsupported`](ratekeeper::store::StoreError::Unsupported);
 //! [`check_policy`] says which bound they miss (windows must be whole
 //! microseconds, tolerances and buckets at most 2^53 ns, a sliding window's
 //! `limit × window` at most 2^53 µs).
@@ -177,9 +177,32 @@ mod tls;
 pub use batch::{BatchStats, Batching};
 pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
 pub use reply::ReplyError;
-pub use slot::hash_slot;
 pub use store::{
-    function_name, library, ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT, SCRIPT,
+    ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREFIX, DEFAULT_TIMEOUT,
 };
+
+/// The store's script and Redis Cluster's slot function, for this crate's
+/// own tests, benches and examples (the `internals` feature): not an API,
+/// and not kept stable.
+#[cfg(feature = "internals")]
+pub mod internals {
+    /// The Lua source of the decision script, as `EVAL` runs it.
+    pub const SCRIPT: &str = crate::store::SCRIPT;
+
+    /// The name of the Redis function (and library) that runs [`SCRIPT`].
+    pub fn function_name() -> &'static str {
+        crate::store::function_name()
+    }
+
+    /// The Redis function library the store loads on Redis 7 and later.
+    pub fn library() -> &'static str {
+        crate::store::library()
+    }
+
+    /// The hash slot of `key`, as Redis Cluster computes it.
+    pub fn hash_slot(key: &[u8]) -> u16 {
+        crate::slot::hash_slot(key)
+    }
+}
 pub use tls::{is_tls_url, PemInput, Tls, TlsError};

@@ -4,7 +4,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, Policy, PolicyKind};
+use ratekeeper::{
+    policy::{Algorithm, PolicyKind},
+    Policy,
+};
 use thiserror::Error;
 
 /// The largest integer a Lua number (a double) holds exactly: 2^53.
@@ -17,7 +20,7 @@ pub const MAX_EXACT: u64 = 1 << 53;
 /// policies need windows of whole microseconds; every policy needs its
 /// largest intermediate number below 2^53. [`check_policy`] tells which
 /// bound a policy misses; the store itself answers
-/// [`StoreError::Unsupported`](ratekeeper::StoreError::Unsupported).
+/// [`StoreError::Unsupported`](ratekeeper::store::StoreError::Unsupported).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error("the Redis store cannot run this {kind} policy exactly: {reason}")]
 pub struct UnsupportedPolicy {

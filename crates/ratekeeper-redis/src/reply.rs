@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ratekeeper::{Decision, Outcome, RetryAfter, StoreError, Timestamp};
+use ratekeeper::{store::StoreError, Decision, Outcome, RetryAfter, Timestamp};
 use thiserror::Error;
 
 use crate::params::MAX_EXACT;

@@ -3,7 +3,7 @@
 /// The hash slot of `key`, as Redis Cluster computes it: the CRC16 of the
 /// part between the first `{` and the next `}` when that part is not empty,
 /// of the whole key otherwise.
-pub fn hash_slot(key: &[u8]) -> u16 {
+pub(crate) fn hash_slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key).unwrap_or(key)) % 16_384
 }
 

@@ -5,7 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, Decision, Limit, MultiOutcome, Outcome, Store, StoreError, Timestamp};
+use ratekeeper::{
+    policy::Algorithm,
+    store::{MultiOutcome, StoreError},
+    Decision, Limit, Outcome, Store, Timestamp,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -23,7 +27,7 @@ use crate::tls::{install_ring, is_tls_url, Tls};
 ///
 /// On Redis 7 and later the store runs the same body as a Redis function
 /// ([`library`]), which costs Redis fewer instructions per call.
-pub const SCRIPT: &str = include_str!("ratekeeper.lua");
+pub(crate) const SCRIPT: &str = include_str!("ratekeeper.lua");
 
 /// The script's first statement: the functions it uses. In the function
 /// form they become the library's own locals, read once.
@@ -33,7 +37,7 @@ const PRELUDE: &str = "local sunpack, pack, call, floor, ceil = struct.unpack, s
 /// [`SCRIPT`]: `ratekeeper_` and the first 16 hex digits of the script's
 /// SHA-1, so that stores of different versions sharing a server each find
 /// their own.
-pub fn function_name() -> &'static str {
+pub(crate) fn function_name() -> &'static str {
     static NAME: OnceLock<String> = OnceLock::new();
     NAME.get_or_init(|| {
         let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
@@ -50,7 +54,7 @@ pub fn function_name() -> &'static str {
 /// functions the script uses are looked up once per library instead of
 /// once per call (they cannot be read while the library loads, so the
 /// first call reads them).
-pub fn library() -> &'static str {
+pub(crate) fn library() -> &'static str {
     static LIBRARY: OnceLock<String> = OnceLock::new();
     LIBRARY.get_or_init(|| {
         let name = function_name();
@@ -428,11 +432,11 @@ impl Caller {
 /// A rate-limit [`Store`] on Redis or Redis Cluster.
 ///
 /// Each decision is one round trip running one Lua script, atomic, on
-/// Redis's own clock: on Redis 7 and later the function of [`library`]
-/// (`FCALL`; after `Function not found` the library is loaded with
+/// Redis's own clock: on Redis 7 and later a Redis function the store
+/// loads itself (`FCALL`; after `Function not found` the library is loaded with
 /// `FUNCTION LOAD REPLACE`, on every primary of a cluster, and the call
 /// made again), else, when the server has no functions (before Redis 7, or
-/// a user not permitted them), `EVALSHA` of [`SCRIPT`], loaded again by
+/// a user not permitted them), `EVALSHA` of the same script, loaded again by
 /// `EVAL` after a `NOSCRIPT`. Either way the script is the same, and reads
 /// Redis's clock (`TIME`), so clients whose clocks disagree get the same
 /// decisions. A

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ratekeeper::{Clock, UnixClock};
+use ratekeeper::{clock::UnixClock, Clock};
 
 use crate::store::SqliteStore;
 use crate::SqliteError;
@@ -27,7 +27,7 @@ pub const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{ManualClock, Timestamp};
+/// use ratekeeper::{Timestamp, clock::ManualClock};
 /// use ratekeeper_sqlite::SqliteStore;
 ///
 /// let dir = tempfile::tempdir()?;
@@ -78,7 +78,7 @@ impl<C: Clock> SqliteStoreBuilder<C> {
 
     /// How long a decision keeps retrying a database that other writers
     /// hold locked before it fails with
-    /// [`StoreError::Busy`](ratekeeper::StoreError::Busy),
+    /// [`StoreError::Busy`](ratekeeper::store::StoreError::Busy),
     /// [`DEFAULT_BUSY_TIMEOUT`] by default, at most [`MAX_BUSY_TIMEOUT`].
     /// Zero fails at once.
     ///
@@ -96,7 +96,7 @@ impl<C: Clock> SqliteStoreBuilder<C> {
     ///
     /// Every process sharing a table must use clocks with the same epoch:
     /// keep the default outside tests. Tests use a
-    /// [`ManualClock`](ratekeeper::ManualClock).
+    /// [`ManualClock`](ratekeeper::clock::ManualClock).
     pub fn clock<D: Clock>(self, clock: D) -> SqliteStoreBuilder<D> {
         SqliteStoreBuilder {
             path: self.path,

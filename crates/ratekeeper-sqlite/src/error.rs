@@ -7,7 +7,7 @@ use thiserror::Error;
 
 /// Why a [`SqliteStore`](crate::SqliteStore) could not be opened.
 ///
-/// Errors of single decisions are [`StoreError`](ratekeeper::StoreError)s;
+/// Errors of single decisions are [`StoreError`](ratekeeper::store::StoreError)s;
 /// this type covers the configuration and the setup of the database file.
 #[derive(Debug, Error)]
 #[non_exhaustive]

@@ -6,8 +6,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ratekeeper::{
-    Algorithm, Clock, Decision, Limit, MultiOutcome, Outcome, Policy, State, Store, StoreError,
-    Timestamp, UnixClock,
+    clock::UnixClock,
+    policy::{Algorithm, State},
+    store::{MultiOutcome, StoreError},
+    Clock, Decision, Limit, Outcome, Policy, Store, Timestamp,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
@@ -93,7 +95,7 @@ struct Inner<C> {
 /// [`ratekeeper::key::bounded`] makes it (a readable prefix and a digest,
 /// so a row's size does not grow with what a client sends, and a long key
 /// is still found as it was sent): the key's state as the JSON of
-/// [`ratekeeper::State`] (readable with the `sqlite3` shell and its JSON
+/// [`ratekeeper::policy::State`] (readable with the `sqlite3` shell and its JSON
 /// functions), and `expires_at`, the time the state becomes fresh again
 /// ([`Algorithm::expires_at`]) in **nanoseconds** of the store's clock —
 /// nanoseconds since the Unix epoch with the default [`UnixClock`] —
@@ -164,7 +166,7 @@ struct Inner<C> {
 ///         assert!(store.check(&login, b"alice", 1).await?.is_allowed());
 ///     }
 ///     assert!(!store.check(&login, b"alice", 1).await?.is_allowed());
-///     Ok::<_, ratekeeper::StoreError>(())
+///     Ok::<_, ratekeeper::store::StoreError>(())
 /// })?;
 /// assert_eq!(store.count_blocking()?, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())

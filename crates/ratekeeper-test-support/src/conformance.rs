@@ -6,12 +6,16 @@
 //! whatever must live as long as it, such as a `redis-server` process, or
 //! `None` to skip when that cannot start) and what the store supports:
 //!
-//! ```ignore
+//! ```
+//! use ratekeeper::MemoryStore;
+//! use ratekeeper_test_support::conformance::Supports;
+//!
 //! async fn memory() -> Option<((), MemoryStore)> {
 //!     Some(((), MemoryStore::new()))
 //! }
 //!
 //! ratekeeper_test_support::store_conformance!(memory, Supports::EVERYTHING);
+//! # fn main() {}
 //! ```
 //!
 //! Every test runs on limits of thirty days, so that nothing refills while
@@ -21,7 +25,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{Limit, Outcome, Policy, PolicyKind, Rate, RetryAfter, Store, StoreError};
+use ratekeeper::{
+    policy::PolicyKind, store::StoreError, Limit, Outcome, Policy, Rate, RetryAfter, Store,
+};
 
 use crate::policies::every_kind;
 

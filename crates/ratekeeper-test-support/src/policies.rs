@@ -1,6 +1,6 @@
 //! The policies a test runs on.
 
-use ratekeeper::{Policy, PolicyKind, Rate};
+use ratekeeper::{policy::PolicyKind, Policy, Rate};
 
 /// One policy of every kind at `rate` (a bucket's burst, a window's limit:
 /// the rate's amount), in [`PolicyKind::ALL`]'s order.

@@ -166,7 +166,7 @@ fn ratelimit_header(policy: &PolicyReport<'_>) -> Option<HeaderValue> {
 }
 
 /// A short text on the stack: a `RateLimit` value with any name up to
-/// [`ratekeeper::MAX_LIMIT_NAME`] bytes and the largest numbers fits.
+/// [`ratekeeper::store::MAX_LIMIT_NAME`] bytes and the largest numbers fits.
 struct ShortText {
     bytes: [u8; 128],
     len: usize,

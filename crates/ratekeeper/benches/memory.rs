@@ -72,7 +72,11 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Thro
 use governor::clock::QuantaUpkeepClock;
 use governor::state::keyed::DashMapStateStore;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use ratekeeper::{Algorithm, Clock, CoarseClock, Gcra, GcraState, MemoryLimiter, MonotonicClock};
+use ratekeeper::{
+    clock::{CoarseClock, MonotonicClock},
+    policy::{Algorithm, GcraState},
+    Clock, Gcra, MemoryLimiter,
+};
 
 /// How often the coarse clocks of both libraries are refreshed.
 const COARSE: Duration = Duration::from_millis(1);

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use ratekeeper::{check_all, Gcra, Limit, MemoryLimiter, MemoryStore, MonotonicClock, Store};
+use ratekeeper::{
+    clock::MonotonicClock, memory::check_all, Gcra, Limit, MemoryLimiter, MemoryStore, Store,
+};
 
 const ADDRESSES: usize = 1_000;
 const ROUTES: usize = 10;

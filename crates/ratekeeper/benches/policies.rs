@@ -6,7 +6,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ratekeeper::{Algorithm, FixedWindow, Gcra, SlidingLog, SlidingWindow, Timestamp, TokenBucket};
+use ratekeeper::{
+    policy::Algorithm, FixedWindow, Gcra, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+};
 
 /// Benchmarks `policy` deciding one unit from a state that allows it and
 /// from one that denies it, at a fixed time so each iteration does the same

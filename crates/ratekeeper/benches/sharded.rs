@@ -39,7 +39,9 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use ratekeeper::{Clock, Decision, MonotonicClock, RetryAfter, ShardedWindow, Timestamp};
+use ratekeeper::{
+    clock::MonotonicClock, memory::ShardedWindow, Clock, Decision, RetryAfter, Timestamp,
+};
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -126,7 +128,7 @@ fn run_threads<F: Fn() + Sync>(threads: usize, iters: u64, op: F) -> Duration {
 /// The highest limit a default-sharded window takes.
 fn sharded_max_limit() -> u64 {
     let shards = std::thread::available_parallelism().map_or(1, usize::from) as u64;
-    (shards * u64::from(u32::MAX)).min(ratekeeper::MAX_QUOTA)
+    (shards * u64::from(u32::MAX)).min(ratekeeper::policy::MAX_QUOTA)
 }
 
 /// Benchmarks `op` on a fresh limiter per sample, made by `fresh`, whose

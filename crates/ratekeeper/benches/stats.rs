@@ -27,7 +27,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use ratekeeper::{LimitStats, Timestamp};
+use ratekeeper::{stats::LimitStats, Timestamp};
 
 /// Runs `iters` calls of `op(thread, i)` split over `threads` threads
 /// started together, and returns the time from the first start to the last

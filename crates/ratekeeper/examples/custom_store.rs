@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use futures_executor::block_on;
 use ratekeeper::{
-    Clock, CounterStore, FixedWindow, Limit, Store, StoreError, Timestamp, UnixClock, WindowCounter,
+    clock::UnixClock,
+    store::{CounterStore, StoreError, WindowCounter},
+    Clock, FixedWindow, Limit, Store, Timestamp,
 };
 
 /// Counts per (key, window), each with the time it may be forgotten.

@@ -7,8 +7,10 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::{
-    BuildError, Clock, MemoryLimiter, MonotonicClock, Outcome, Policy, PolicyError, PolicyKind,
-    Rate, Timestamp, DEFAULT_MAX_KEYS,
+    clock::MonotonicClock,
+    memory::{BuildError, DEFAULT_MAX_KEYS},
+    policy::{PolicyError, PolicyKind},
+    Clock, MemoryLimiter, Outcome, Policy, Rate, Timestamp,
 };
 
 /// Why a set of [`Actions`] could not be built.
@@ -49,7 +51,7 @@ pub enum ActionsError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::Actions;
+/// use ratekeeper::actions::Actions;
 ///
 /// let actions = Actions::builder()
 ///     .action("auth", 10, Duration::from_secs(60))
@@ -60,7 +62,7 @@ pub enum ActionsError {
 /// assert!(outcome.is_allowed());
 /// assert!(actions.check("publish", "alice", 1).is_none());
 /// assert!(actions.check("no such action", "alice", 1).is_none());
-/// # Ok::<(), ratekeeper::ActionsError>(())
+/// # Ok::<(), ratekeeper::actions::ActionsError>(())
 /// ```
 pub struct Actions<C = MonotonicClock> {
     limiters: HashMap<Box<str>, MemoryLimiter<C>, ahash::RandomState>,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::Timestamp;
+pub use crate::time::Timestamp;
 
 /// A source of [`Timestamp`]s.
 ///
@@ -104,7 +104,7 @@ impl Clock for UnixClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{Clock, ManualClock, Timestamp};
+/// use ratekeeper::{Clock, Timestamp, clock::ManualClock};
 ///
 /// let clock = ManualClock::new(Timestamp::ZERO);
 /// let handle = clock.clone();

@@ -20,7 +20,7 @@
 //! ```
 //! use std::time::Duration;
 //! use futures_executor::block_on;
-//! use ratekeeper::{AcquireError, ConcurrencyLimiter};
+//! use ratekeeper::concurrency::{AcquireError, ConcurrencyLimiter};
 //!
 //! // At most two requests in flight.
 //! let limiter = ConcurrencyLimiter::new(2).unwrap();
@@ -55,7 +55,7 @@ use event_listener::{Event, IntoNotification, Listener};
 use futures_timer::Delay;
 use thiserror::Error;
 
-use crate::PolicyError;
+use crate::policy::PolicyError;
 
 /// Why no permit was acquired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Error)]
@@ -170,7 +170,7 @@ impl Drop for ManyWaiter<'_> {
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use std::sync::Arc;
 /// use std::thread;
-/// use ratekeeper::ConcurrencyLimiter;
+/// use ratekeeper::concurrency::ConcurrencyLimiter;
 ///
 /// // Eight workers, at most three of them inside the critical part at once.
 /// let limiter = ConcurrencyLimiter::new(3).unwrap();
@@ -213,7 +213,7 @@ impl ConcurrencyLimiter {
     /// [`PolicyError::Zero`] with `field: "max"` if `max` is zero.
     ///
     /// ```
-    /// use ratekeeper::{ConcurrencyLimiter, PolicyError};
+    /// use ratekeeper::{concurrency::ConcurrencyLimiter, policy::PolicyError};
     ///
     /// assert_eq!(ConcurrencyLimiter::new(8).unwrap().max(), 8);
     /// assert_eq!(ConcurrencyLimiter::new(0).unwrap_err(), PolicyError::Zero { field: "max" });
@@ -253,7 +253,7 @@ impl ConcurrencyLimiter {
     /// Takes one permit if one is free, without waiting.
     ///
     /// ```
-    /// use ratekeeper::ConcurrencyLimiter;
+    /// use ratekeeper::concurrency::ConcurrencyLimiter;
     ///
     /// let limiter = ConcurrencyLimiter::new(1).unwrap();
     /// let permit = limiter.try_acquire().unwrap();
@@ -361,7 +361,7 @@ impl ConcurrencyLimiter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use ratekeeper::{AcquireError, ConcurrencyLimiter};
+    /// use ratekeeper::concurrency::{AcquireError, ConcurrencyLimiter};
     ///
     /// let limiter = ConcurrencyLimiter::new(1).unwrap();
     /// let held = limiter.acquire_blocking_timeout(Duration::from_secs(1)).unwrap();

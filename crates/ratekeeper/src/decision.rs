@@ -39,7 +39,7 @@ impl RetryAfter {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{Algorithm, RetryAfter, Timestamp, TokenBucket};
+/// use ratekeeper::{RetryAfter, Timestamp, TokenBucket, policy::Algorithm};
 ///
 /// // 2 per second, burst 2: the third request at t=0 waits 500 ms.
 /// let bucket = TokenBucket::per_second(2).unwrap();

@@ -78,7 +78,7 @@ impl MultiOutcome {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{check_all, FixedWindow, ManualClock, MemoryLimiter, Timestamp};
+/// use ratekeeper::{FixedWindow, MemoryLimiter, Timestamp, clock::ManualClock, memory::check_all};
 ///
 /// let clock = ManualClock::new(Timestamp::ZERO);
 /// let build = |limit| {

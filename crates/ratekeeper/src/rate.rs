@@ -26,8 +26,8 @@ use crate::policy::{check_quota, MAX_PERIOD};
 /// An amount of requests per period, with an optional burst: the numbers a
 /// rate-limiting policy is built from.
 ///
-/// The amount and the burst are in `1..=`[`MAX_QUOTA`](crate::MAX_QUOTA), the
-/// period is positive and at most [`MAX_PERIOD`](crate::MAX_PERIOD). A rate
+/// The amount and the burst are in `1..=`[`MAX_QUOTA`](crate::policy::MAX_QUOTA), the
+/// period is positive and at most [`MAX_PERIOD`](crate::policy::MAX_PERIOD). A rate
 /// parses from strings such as `"100/minute"`, `"5 per 30s"` or
 /// `"10/s, burst 20"` (see [`ParseRateError`] for what is refused), and
 /// displays in a canonical form that parses back to the same value.
@@ -81,12 +81,12 @@ impl Rate {
     ///
     /// [`PolicyError::Zero`] if `amount` or `period` is zero (field
     /// `"amount"` or `"period"`), [`PolicyError::TooLarge`] if `amount` is
-    /// above [`MAX_QUOTA`](crate::MAX_QUOTA) or `period` above
-    /// [`MAX_PERIOD`](crate::MAX_PERIOD).
+    /// above [`MAX_QUOTA`](crate::policy::MAX_QUOTA) or `period` above
+    /// [`MAX_PERIOD`](crate::policy::MAX_PERIOD).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use ratekeeper::{PolicyError, Rate};
+    /// use ratekeeper::{Rate, policy::PolicyError};
     ///
     /// let rate = Rate::new(5, Duration::from_secs(30)).unwrap();
     /// assert_eq!(rate.to_string(), "5/30s");
@@ -108,7 +108,7 @@ impl Rate {
     /// # Errors
     ///
     /// [`PolicyError::Zero`] if `burst` is zero and [`PolicyError::TooLarge`]
-    /// if it is above [`MAX_QUOTA`](crate::MAX_QUOTA), both with field
+    /// if it is above [`MAX_QUOTA`](crate::policy::MAX_QUOTA), both with field
     /// `"burst"`.
     ///
     /// ```
@@ -272,7 +272,7 @@ impl Unit {
 /// offending text, for a person editing a configuration file.
 ///
 /// ```
-/// use ratekeeper::{ParseRateError, PolicyError, Rate};
+/// use ratekeeper::{Rate, policy::{ParseRateError, PolicyError}};
 ///
 /// assert_eq!(
 ///     "3/fortnight".parse::<Rate>(),

@@ -68,7 +68,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ratekeeper::{ManualClock, RetryAfter, ShardedWindow, Timestamp};
+//! use ratekeeper::{RetryAfter, Timestamp, clock::ManualClock, memory::ShardedWindow};
 //!
 //! let clock = ManualClock::new(Timestamp::from_millis(1_200));
 //! // 5 per second, over 4 shards (caps 2, 1, 1, 1).
@@ -98,7 +98,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::policy::{check_period, check_quota, MAX_QUOTA};
-use crate::{Clock, Decision, MonotonicClock, PolicyError, RetryAfter, Timestamp};
+use crate::{clock::MonotonicClock, policy::PolicyError, Clock, Decision, RetryAfter, Timestamp};
 
 /// The largest number of units one shard can hold: its count is 32 bits.
 const MAX_SHARD_CAP: u64 = u32::MAX as u64;
@@ -217,7 +217,7 @@ struct Inner<C> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::ShardedWindow;
+/// use ratekeeper::memory::ShardedWindow;
 ///
 /// let limiter = ShardedWindow::new(1_000, Duration::from_secs(1)).unwrap();
 /// std::thread::scope(|s| {

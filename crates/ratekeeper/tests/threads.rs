@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, threads_named};
-use ratekeeper::{Clock, CoarseClock, FixedWindow, MemoryLimiter, MIN_SWEEP_INTERVAL};
+use ratekeeper::{
+    clock::CoarseClock, memory::MIN_SWEEP_INTERVAL, Clock, FixedWindow, MemoryLimiter,
+};
 
 /// The only test here that makes a coarse clock, so it can count their threads.
 #[test]

@@ -13,7 +13,7 @@ use ratekeeper_test_support::redis as harness;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratekeeper::{Clock, ManualClock, MemoryStore, Timestamp};
+use ratekeeper::{clock::ManualClock, Clock, MemoryStore, Timestamp};
 use ratekeeper_examples::Server;
 use reqwest::{Response, StatusCode};
 

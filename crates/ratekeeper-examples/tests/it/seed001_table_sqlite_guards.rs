@@ -6,7 +6,7 @@
 #[allow(dead_code)]
 mod example;
 
-use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_sqlite::SqliteStore;
 
 #[test]

@@ -13,7 +13,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use example::{Action, ActionLimit, Cleaned, Config, RateLimits, Verdict};
-use ratekeeper::{ManualClock, RetryAfter, Timestamp};
+use ratekeeper::{clock::ManualClock, RetryAfter, Timestamp};
 
 fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use example::{AdminStats, Counts, Service};
-use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_examples::Server;
 use reqwest::StatusCode;
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use harness::RedisServer;
 use ratekeeper::{
-    FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store, StoreError,
+    store::StoreError, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
     Timestamp, TokenBucket,
 };
 use ratekeeper_redis::{Batching, RedisStore};

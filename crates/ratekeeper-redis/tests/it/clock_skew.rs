@@ -11,7 +11,9 @@ use ratekeeper_test_support::redis as harness;
 use std::time::Duration;
 
 use harness::RedisServer;
-use ratekeeper::{Algorithm, Gcra, Limit, Outcome, Policy, SlidingWindow, Timestamp, TokenBucket};
+use ratekeeper::{
+    policy::Algorithm, Gcra, Limit, Outcome, Policy, SlidingWindow, Timestamp, TokenBucket,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_clients_share_one_clock() {

@@ -9,8 +9,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use harness::RedisCluster;
-use ratekeeper::{FixedWindow, Gcra, Limit, Outcome, Store, StoreError, Timestamp, TokenBucket};
-use ratekeeper_redis::{hash_slot, CrossSlot, RedisStore, RedisStoreBuilder};
+use ratekeeper::{
+    store::StoreError, FixedWindow, Gcra, Limit, Outcome, Store, Timestamp, TokenBucket,
+};
+use ratekeeper_redis::internals::hash_slot;
+use ratekeeper_redis::{CrossSlot, RedisStore, RedisStoreBuilder};
 
 const LIMIT: u64 = 20;
 

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use harness::RedisServer;
 use ratekeeper::{
-    FailureMode, FailurePolicy, Gcra, Limit, Resilient, Store, StoreError, Timestamp,
+    store::{FailureMode, FailurePolicy, Resilient, StoreError},
+    Gcra, Limit, Store, Timestamp,
 };
 use ratekeeper_redis::RedisStore;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use harness::{RedisServer, Rng};
 use ratekeeper::{
-    Algorithm, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
+    policy::Algorithm, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
     Timestamp,
 };
 

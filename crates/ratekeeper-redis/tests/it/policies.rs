@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use harness::{RedisServer, Rng};
 use ratekeeper::{
-    Algorithm, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
-    StoreError, Timestamp, TokenBucket,
+    policy::Algorithm, store::StoreError, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog,
+    SlidingWindow, Store, Timestamp, TokenBucket,
 };
 use ratekeeper_redis::{check_policy, RedisStore};
 
@@ -342,11 +342,11 @@ async fn runs_the_function_and_reloads_it_after_a_flush() {
     let libraries: redis::Value = redis::cmd("FUNCTION")
         .arg("LIST")
         .arg("LIBRARYNAME")
-        .arg(ratekeeper_redis::function_name())
+        .arg(ratekeeper_redis::internals::function_name())
         .query(&mut server.connection())
         .unwrap();
     assert!(
-        format!("{libraries:?}").contains(ratekeeper_redis::function_name()),
+        format!("{libraries:?}").contains(ratekeeper_redis::internals::function_name()),
         "{libraries:?}"
     );
     two_then_denied(&server, &store, "function-flush", &["FUNCTION", "FLUSH"]).await;

@@ -97,7 +97,7 @@ async fn a_tls_cluster_counts_exactly_on_every_node() {
     let masters: std::collections::HashSet<u8> = keys
         .iter()
         .map(
-            |key| match ratekeeper_redis::hash_slot(&store.key(&limit, key)) {
+            |key| match ratekeeper_redis::internals::hash_slot(&store.key(&limit, key)) {
                 0..=5_460 => 0,
                 5_461..=10_922 => 1,
                 _ => 2,

@@ -48,10 +48,10 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::recorder::LatencyHistogram;
 use super::stats::StoreHealth;
 use crate::access::Door;
 use crate::engine::Engine;
+use crate::engine::LatencyHistogram;
 use crate::listen::DoorSnapshot;
 
 /// The `Content-Type` of `/metrics`.

@@ -12,7 +12,6 @@
 
 mod dashboard;
 mod metrics;
-mod recorder;
 mod stats;
 
 use axum::extract::State;
@@ -22,7 +21,6 @@ use axum::Router;
 
 pub use dashboard::DASHBOARD_HTML;
 pub use metrics::{render as render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
-pub use recorder::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
 pub use stats::{
     FailureCounts, LimitReport, ServiceStats, StoreHealth, MAX_KEYS_SHOWN, MAX_LIMITS_SHOWN,
     READY_TIMEOUT,

@@ -42,7 +42,7 @@
 //! previous UTC minute, hour, day and week, the last 60 minutes oldest
 //! first, and the keys denied most. `near_limit` counts the allowed
 //! decisions that left at most
-//! [`NEAR_LIMIT_PERCENT`](super::NEAR_LIMIT_PERCENT)% of the quota.
+//! [`NEAR_LIMIT_PERCENT`](crate::engine::NEAR_LIMIT_PERCENT)% of the quota.
 //! `store.failures` is `null` for the in-memory store, which cannot fail.
 
 use std::time::Duration;
@@ -51,12 +51,12 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
-use ratekeeper::{LimitSnapshot, ResilientStats};
+use ratekeeper::{stats::LimitSnapshot, store::ResilientStats};
 use ratekeeper_redis::BatchStats;
 use serde::Serialize;
 
 use crate::engine::Engine;
-use crate::http::LimitDescription;
+use crate::engine::LimitDescription;
 
 /// The most limits `/v1/stats` shows.
 pub const MAX_LIMITS_SHOWN: usize = 256;
@@ -170,7 +170,7 @@ pub struct LimitReport {
     /// The limit as configured (as `GET /v1/limits` shows it).
     pub config: LimitDescription,
     /// Allowed decisions that left at most
-    /// [`NEAR_LIMIT_PERCENT`](super::NEAR_LIMIT_PERCENT)% of the quota.
+    /// [`NEAR_LIMIT_PERCENT`](crate::engine::NEAR_LIMIT_PERCENT)% of the quota.
     pub near_limit: u64,
     /// Totals, windows, the last hour and the keys denied most (at most
     /// [`MAX_KEYS_SHOWN`]).

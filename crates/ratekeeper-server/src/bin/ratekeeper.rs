@@ -310,7 +310,7 @@ fn proxy(
     };
     let result: Result<(), Box<dyn std::error::Error>> = runtime.block_on(async move {
         use ratekeeper_server::engine::Engine;
-        let clock = std::sync::Arc::new(ratekeeper::MonotonicClock::new());
+        let clock = std::sync::Arc::new(ratekeeper::clock::MonotonicClock::new());
         let engine = Engine::start(&config, clock).await?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await

@@ -242,7 +242,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::{HeaderName, Method};
-use ratekeeper::{FailureMode, Limit, Rate};
+use ratekeeper::{store::FailureMode, Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
 
 pub use access::AccessConfig;
@@ -361,7 +361,7 @@ pub struct StoreConfig {
     /// Which store.
     pub backend: Backend,
     /// How many keys the in-memory table (the store, or the fallback) keeps,
-    /// in `1..=`[`ratekeeper::MAX_KEYS`].
+    /// in `1..=`[`ratekeeper::memory::MAX_KEYS`].
     pub max_keys: usize,
     /// Whether requests pass while a remote store fails.
     pub on_failure: FailureMode,
@@ -633,7 +633,7 @@ impl Default for Config {
         Config::from_toml_str(DEFAULT_TOML, DEFAULT_SOURCE).unwrap_or_else(|_| Config {
             store: StoreConfig {
                 backend: Backend::Memory,
-                max_keys: ratekeeper::DEFAULT_MAX_KEYS,
+                max_keys: ratekeeper::memory::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
                 tls: None,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 use ipnet::IpNet;
-use ratekeeper::{FailureMode, Limit, Policy, PolicyKind, Rate, MAX_KEYS};
+use ratekeeper::{memory::MAX_KEYS, policy::PolicyKind, store::FailureMode, Limit, Policy, Rate};
 use ratekeeper_tower::client::{private_networks, ClientIp};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
@@ -276,7 +276,7 @@ impl Checker<'_> {
         let Some(store) = store else {
             return Ok(StoreConfig {
                 backend: Backend::Memory,
-                max_keys: ratekeeper::DEFAULT_MAX_KEYS,
+                max_keys: ratekeeper::memory::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
                 tls: None,
@@ -393,7 +393,7 @@ impl Checker<'_> {
             }
         }
         let max_keys = match &store.max_keys {
-            None => ratekeeper::DEFAULT_MAX_KEYS,
+            None => ratekeeper::memory::DEFAULT_MAX_KEYS,
             Some(value) => {
                 let n = *value.get_ref();
                 if n == 0 {

@@ -1,6 +1,6 @@
 //! What can go wrong when the engine starts or decides.
 
-use ratekeeper::StoreError;
+use ratekeeper::store::StoreError;
 use thiserror::Error;
 
 /// Why the engine could not start on a configuration.

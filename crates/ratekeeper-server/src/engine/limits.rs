@@ -6,7 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
-use ratekeeper::{Algorithm, Limit, LimitStats, PolicyKind, Stats, StatsConfig};
+use ratekeeper::{
+    policy::{Algorithm, PolicyKind},
+    stats::{LimitStats, Stats, StatsConfig},
+    Limit,
+};
 
 use super::key::{compose, KeySource};
 use crate::config::{KeyPart, LimitConfig};

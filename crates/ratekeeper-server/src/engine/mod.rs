@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use ratekeeper::{ManualClock, Timestamp};
+//! use ratekeeper::{Timestamp, clock::ManualClock};
 //! use ratekeeper_server::engine::{Check, Engine, OrUnknown, NamedParts};
 //! use ratekeeper_server::Config;
 //!
@@ -38,29 +38,37 @@
 //! # }
 //! ```
 
+mod describe;
 mod error;
 mod forwarding;
+pub(crate) mod headers;
 mod key;
 mod limits;
+pub mod matching;
+mod metrics;
 mod store;
 mod verdict;
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use ratekeeper::{Clock, Decision, Limit, Outcome, Stats, Store, StoreError, Timestamp, UnixClock};
+use ratekeeper::{
+    clock::UnixClock, stats::Stats, store::StoreError, Clock, Decision, Limit, Outcome, Store,
+    Timestamp,
+};
 
+pub use describe::{LimitDescription, MatchDescription};
 pub use error::{DecideError, StartError};
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limits::{ActiveLimit, LimitSet};
+pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
 pub use store::{AnyStore, SharedClock};
 pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
 
 use verdict::refuses;
 
 use crate::access::Access;
-use crate::admin::DecisionMetrics;
 use crate::config::{Config, RequestCaps, StoreConfig};
 
 impl std::fmt::Debug for Inner {
@@ -175,10 +183,9 @@ impl Engine {
         config.store == self.inner.store_config
     }
 
-    /// The tokens the doors ask for (`[access]`), and their refusals: the
-    /// routers of [`http`](crate::http::router),
-    /// [`admin`](crate::admin::router) and the gRPC service put its
-    /// [layer](Access::layer) on themselves.
+    /// The tokens the doors ask for (`[access]`), and their refusals: each
+    /// door (the HTTP and admin routers, the gRPC service) puts its
+    /// [layer](Access::layer) on itself.
     pub fn access(&self) -> &Arc<Access> {
         &self.inner.access
     }

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use ratekeeper::{
-    Clock, Decision, FailurePolicy, Limit, MemoryStore, MultiOutcome, Outcome, Resilient,
-    ResilientStats, Store, StoreError,
+    store::{FailurePolicy, MultiOutcome, Resilient, ResilientStats, StoreError},
+    Clock, Decision, Limit, MemoryStore, Outcome, Store,
 };
 use ratekeeper_redis::{BatchStats, RedisStore};
 use ratekeeper_sqlite::SqliteStore;
@@ -17,7 +17,7 @@ use super::StartError;
 use crate::config::{redact_url, redact_urls, Backend, StoreConfig};
 
 /// The clock of the in-memory store: the monotonic clock in the service,
-/// a [`ManualClock`](ratekeeper::ManualClock) in tests.
+/// a [`ManualClock`](ratekeeper::clock::ManualClock) in tests.
 pub type SharedClock = Arc<dyn Clock>;
 
 /// Any of the stores the service can run on.

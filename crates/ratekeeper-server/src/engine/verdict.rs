@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, Decision, Outcome, RetryAfter};
+use ratekeeper::{policy::Algorithm, Decision, Outcome, RetryAfter};
 use ratekeeper_tower::headers::PolicyReport;
 
 use super::ActiveLimit;

@@ -1,7 +1,7 @@
 //! Why a `ShouldRateLimit` call was not answered, and the gRPC status each
 //! reason becomes.
 
-use ratekeeper::StoreError;
+use ratekeeper::store::StoreError;
 
 use crate::config::CapError;
 use thiserror::Error;

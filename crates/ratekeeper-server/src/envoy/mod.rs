@@ -6,7 +6,7 @@
 //! # Matching
 //!
 //! Each descriptor of a request is matched against the configured limits in
-//! the model of Envoy's own rate limit service ([`matching`]): a limit
+//! the model of Envoy's own rate limit service ([`crate::engine::matching`]): a limit
 //! applies when its `match.domain` is the request's domain and its
 //! `match.descriptors` match the descriptor's entries one by one (same
 //! length, same keys, values exact, by prefix with a trailing `*`, or any
@@ -14,7 +14,7 @@
 //! separately). Several limits may apply to one descriptor; a descriptor no
 //! limit applies to is answered `OK` with no `current_limit`.
 //!
-//! A limit's key is built from the descriptor ([`matching::DescriptorSource`]):
+//! A limit's key is built from the descriptor ([`DescriptorSource`](crate::engine::matching::DescriptorSource)):
 //! `descriptor:KEY` from the entry with that key, `peer` and `client_ip`
 //! from the `remote_address` entry, `global` as always. A part the
 //! descriptor cannot give (`route`, `header:NAME`, or a missing entry) is
@@ -93,7 +93,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use ratekeeper::{ManualClock, Timestamp};
+//! use ratekeeper::{Timestamp, clock::ManualClock};
 //! use ratekeeper_server::engine::Engine;
 //! use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;
 //! use ratekeeper_server::envoy::proto::rate_limit_response::Code;
@@ -138,7 +138,6 @@
 //! ```
 
 mod error;
-pub mod matching;
 mod overrides;
 pub mod proto;
 mod service;
@@ -146,5 +145,14 @@ mod unary;
 pub mod units;
 
 pub use error::EnvoyError;
+
+impl crate::engine::matching::Entry for proto::rate_limit_descriptor::Entry {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn value(&self) -> &str {
+        &self.value
+    }
+}
 pub use service::EnvoyService;
 pub use unary::EnvoyServer;

@@ -13,7 +13,6 @@ use tonic::{Request, Response, Status};
 use tower::Layer;
 
 use super::error::EnvoyError;
-use super::matching::{self, DescriptorSource};
 use super::overrides::OverrideLimits;
 use super::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
@@ -25,6 +24,7 @@ use super::unary::EnvoyServer;
 use super::units;
 use crate::access::{self, RequireTokenService};
 use crate::config::{ConnectionConfig, KeyPart, LimitConfig, Match, OnSaturated};
+use crate::engine::matching::{self, DescriptorSource};
 use crate::engine::{
     compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER,
 };
@@ -610,7 +610,7 @@ mod tests {
     use crate::config::CapError;
     use crate::envoy::proto::RateLimitDescriptor;
     use crate::Config;
-    use ratekeeper::{ManualClock, Timestamp};
+    use ratekeeper::{clock::ManualClock, Timestamp};
 
     fn entry(key: &str, value: &str) -> Entry {
         Entry {

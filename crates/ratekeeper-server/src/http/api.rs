@@ -11,14 +11,12 @@ use http::Method;
 
 use super::body::JsonBody;
 use super::error::ApiError;
-use super::headers::verdict_headers;
-use super::json::{
-    DecisionRequest, DecisionResponse, DescriptorEntry, LimitDescription, RefundResponse, Refunded,
-};
+use super::json::{DecisionRequest, DecisionResponse, DescriptorEntry, RefundResponse, Refunded};
 use crate::config::{CapError, KeyPart, RequestCaps};
+use crate::engine::headers::verdict_headers;
+use crate::engine::matching::{self, DescriptorSource};
+use crate::engine::LimitDescription;
 use crate::engine::{compose, ActiveLimit, Check, Engine, KeySource, LimitSet, NamedParts};
-use crate::envoy::matching::{self, DescriptorSource};
-use crate::envoy::proto::rate_limit_descriptor::Entry;
 
 type Body = Result<JsonBody<DecisionRequest>, axum::extract::rejection::JsonRejection>;
 
@@ -173,15 +171,8 @@ fn descriptor_checks(
     };
     let mut checks = Vec::new();
     for descriptor in descriptors {
-        let entries: Vec<Entry> = descriptor
-            .iter()
-            .map(|entry| Entry {
-                key: entry.key.clone(),
-                value: entry.value.clone(),
-            })
-            .collect();
-        let source = DescriptorSource(&entries);
-        for limit in matching::applicable(limits, domain, &entries) {
+        let source = DescriptorSource(descriptor.as_slice());
+        for limit in matching::applicable(limits, domain, descriptor) {
             let parts = matching::key_parts(limit.config());
             let key = compose(&parts, &source).map_err(|part| missing(limit, part))?;
             checks.push(Check::new(Arc::clone(limit), key, request.cost));

@@ -92,8 +92,8 @@ use axum::Router;
 use ratekeeper_tower::client::{ClientIp, X_REAL_IP};
 use thiserror::Error;
 
-use super::headers::verdict_headers;
 use crate::config::KeyPart;
+use crate::engine::headers::verdict_headers;
 use crate::engine::{Check, Engine, HttpSource, OrUnknown};
 
 /// `X-Original-URI`: the original request's path and query.
@@ -278,7 +278,7 @@ mod tests {
     use std::sync::Arc;
 
     use axum::body::Body;
-    use ratekeeper::{ManualClock, Timestamp};
+    use ratekeeper::{clock::ManualClock, Timestamp};
     use tower::ServiceExt;
 
     use super::*;

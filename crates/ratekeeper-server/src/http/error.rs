@@ -2,7 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ratekeeper::StoreError;
+use ratekeeper::store::StoreError;
 use thiserror::Error;
 
 use crate::config::CapError;

@@ -3,10 +3,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, RetryAfter};
+use ratekeeper::RetryAfter;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{KeyPart, LimitConfig, ValueMatch};
 use crate::engine::{LimitResult, Verdict};
 
 /// The body of `POST /v1/check`, `/v1/peek` and `/v1/refund`.
@@ -62,6 +61,15 @@ pub struct DescriptorEntry {
     pub value: String,
 }
 
+impl crate::engine::matching::Entry for DescriptorEntry {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn value(&self) -> &str {
+        &self.value
+    }
+}
+
 fn one() -> u64 {
     1
 }
@@ -107,14 +115,6 @@ pub struct LimitStatus {
     /// Milliseconds until the same cost can succeed (0 when allowed);
     /// `null` when never.
     pub retry_after_ms: Option<u64>,
-}
-
-/// A key part as the configuration file writes it.
-fn part_name(part: &KeyPart) -> String {
-    match part {
-        KeyPart::ClientIp(..) => "client_ip".to_owned(),
-        other => other.to_string(),
-    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -179,94 +179,4 @@ pub struct Refunded {
     pub key: String,
     /// The units.
     pub units: u64,
-}
-
-/// One entry of `GET /v1/limits`.
-#[derive(Clone, Debug, Serialize)]
-#[non_exhaustive]
-pub struct LimitDescription {
-    /// The name.
-    pub name: String,
-    /// The policy: `token_bucket`, `gcra`, `fixed_window`, `sliding_log`
-    /// or `sliding_window`.
-    pub policy: String,
-    /// The rate as configured (`100/minute`).
-    pub rate: String,
-    /// Units granted per window.
-    pub quota: u64,
-    /// The window in milliseconds.
-    pub window_ms: u64,
-    /// The key's parts.
-    pub key: Vec<String>,
-    /// Whether it only reports.
-    pub shadow: bool,
-    /// Whether an Envoy descriptor override may replace it.
-    pub allow_overrides: bool,
-    /// Whether refunds are accepted.
-    pub allow_refunds: bool,
-    /// Which requests it applies to.
-    #[serde(rename = "match")]
-    pub matcher: MatchDescription,
-}
-
-/// A limit's `match`, as `GET /v1/limits` shows it.
-#[derive(Clone, Debug, Serialize)]
-#[non_exhaustive]
-pub struct MatchDescription {
-    /// Envoy's domain.
-    pub domain: Option<String>,
-    /// Descriptor entries: `{"key": K}` for any value, `{"key": K,
-    /// "value": V}` (a trailing `*` matches by prefix).
-    pub descriptors: Vec<BTreeMap<String, String>>,
-    /// HTTP methods; empty for any.
-    pub methods: Vec<String>,
-    /// The start of the path.
-    pub path_prefix: Option<String>,
-}
-
-impl LimitDescription {
-    /// The description of `config`.
-    pub fn new(config: &LimitConfig) -> LimitDescription {
-        let policy = config.limit.policy();
-        let descriptors = config
-            .matcher
-            .descriptors
-            .iter()
-            .map(|entry| {
-                let mut map = BTreeMap::from([("key".to_owned(), entry.key.clone())]);
-                match &entry.value {
-                    ValueMatch::Any => {}
-                    ValueMatch::Exact(value) => {
-                        map.insert("value".to_owned(), value.clone());
-                    }
-                    ValueMatch::Prefix(prefix) => {
-                        map.insert("value".to_owned(), format!("{prefix}*"));
-                    }
-                }
-                map
-            })
-            .collect();
-        LimitDescription {
-            name: config.limit.name().to_owned(),
-            policy: policy.kind().to_string(),
-            rate: config.rate.to_string(),
-            quota: policy.quota(),
-            window_ms: millis(policy.window()),
-            key: config.key.iter().map(part_name).collect(),
-            shadow: config.shadow,
-            allow_overrides: config.allow_overrides,
-            allow_refunds: config.allow_refunds,
-            matcher: MatchDescription {
-                domain: config.matcher.domain.clone(),
-                descriptors,
-                methods: config
-                    .matcher
-                    .methods
-                    .iter()
-                    .map(|m| m.as_str().to_owned())
-                    .collect(),
-                path_prefix: config.matcher.path_prefix.clone(),
-            },
-        }
-    }
 }

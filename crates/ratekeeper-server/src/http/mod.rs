@@ -41,7 +41,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use ratekeeper::MonotonicClock;
+//! use ratekeeper::clock::MonotonicClock;
 //! use ratekeeper_server::{engine::Engine, http, Config};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -58,17 +58,14 @@ mod api;
 mod auth;
 mod body;
 mod error;
-mod headers;
 mod json;
 
 use axum::routing::{get, post};
 use axum::Router;
 
 pub use error::ApiError;
-pub(crate) use headers::insert_saturated;
 pub use json::{
-    DecisionRequest, DecisionResponse, DescriptorEntry, LimitDescription, LimitStatus,
-    MatchDescription, RefundResponse, Refunded,
+    DecisionRequest, DecisionResponse, DescriptorEntry, LimitStatus, RefundResponse, Refunded,
 };
 
 use crate::access::Door;

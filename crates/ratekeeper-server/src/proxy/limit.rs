@@ -147,5 +147,5 @@ fn insert_fields(headers: &mut axum::http::HeaderMap, verdict: &Verdict) {
         ResetStyle::DeltaSeconds,
         &reports,
     );
-    crate::http::insert_saturated(headers, verdict);
+    crate::engine::headers::insert_saturated(headers, verdict);
 }

@@ -56,7 +56,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use ratekeeper::MonotonicClock;
+//! use ratekeeper::clock::MonotonicClock;
 //! use ratekeeper_server::{engine::Engine, proxy, Config};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

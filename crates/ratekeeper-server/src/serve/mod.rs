@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{MonotonicClock, UnixClock};
+use ratekeeper::clock::{MonotonicClock, UnixClock};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};

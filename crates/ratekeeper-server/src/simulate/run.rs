@@ -9,7 +9,7 @@
 //! is GCRA, the service's default. The window policies take no burst.
 //!
 //! ```
-//! use ratekeeper::PolicyKind;
+//! use ratekeeper::policy::PolicyKind;
 //! use ratekeeper_server::simulate::SimPolicy;
 //!
 //! let policy: SimPolicy = "100/minute burst 20".parse().unwrap();
@@ -24,8 +24,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use ratekeeper::{
-    Algorithm, Decision, ParseRateError, Policy, PolicyError, PolicyKind, Rate, State,
-    UnknownPolicyKind,
+    policy::{Algorithm, ParseRateError, PolicyError, PolicyKind, State, UnknownPolicyKind},
+    Decision, Policy, Rate,
 };
 use thiserror::Error;
 

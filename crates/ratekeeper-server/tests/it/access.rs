@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{ServeProcess, LISTEN_ANY};
-use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::Engine;
 use ratekeeper_server::envoy::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use ratekeeper_server::envoy::proto::rate_limit_response::Code;

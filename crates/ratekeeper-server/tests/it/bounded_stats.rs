@@ -159,6 +159,9 @@ async fn stats_show_the_first_limits_and_count_the_rest() {
     assert_eq!(limits.len(), MAX_LIMITS_SHOWN);
     assert_eq!(limits[0]["name"], "l0");
     assert_eq!(stats["limits_not_shown"], 5);
-    assert_eq!(MAX_KEYS_SHOWN, ratekeeper::StatsConfig::DEFAULT_TOP_K);
+    assert_eq!(
+        MAX_KEYS_SHOWN,
+        ratekeeper::stats::StatsConfig::DEFAULT_TOP_K
+    );
     service.stop().await;
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::Context;
 use std::time::{Duration, Instant};
 
-use ratekeeper::UnixClock;
+use ratekeeper::clock::UnixClock;
 use ratekeeper_server::engine::{Check, Engine};
 use ratekeeper_server::Config;
 

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratekeeper::{FailureMode, PolicyKind};
+use ratekeeper::{policy::PolicyKind, store::FailureMode};
 use ratekeeper_redis::Batching;
 use ratekeeper_server::config::{
     Backend, KeyPart, Location, OnSaturated, Prefixes, RequestCaps, ValueMatch, DEFAULT_TOML,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::Engine;
 use ratekeeper_server::envoy::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use ratekeeper_server::envoy::proto::rate_limit_response::{

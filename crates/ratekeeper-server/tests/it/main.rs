@@ -13,6 +13,7 @@ mod connections;
 mod dashboard;
 mod envoy;
 mod http_api;
+mod layers;
 mod metrics;
 mod nginx;
 mod proxy;

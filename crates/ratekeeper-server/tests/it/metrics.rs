@@ -417,7 +417,9 @@ async fn start_without_limits() -> TestService {
         ratekeeper_server::Config::from_toml_str(&format!("{LISTEN_ANY}{LIMITS}"), "test.toml")
             .expect("a valid config");
     config.limits.clear();
-    let clock = std::sync::Arc::new(ratekeeper::ManualClock::new(Timestamp::from_secs(1_000)));
+    let clock = std::sync::Arc::new(ratekeeper::clock::ManualClock::new(Timestamp::from_secs(
+        1_000,
+    )));
     let mut options = ratekeeper_server::serve::Options::default();
     options.clock = clock.clone();
     let service = ratekeeper_server::serve::Service::start(config, options)

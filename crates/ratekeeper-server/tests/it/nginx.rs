@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::response::IntoResponse;
-use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::Engine;
 use ratekeeper_server::{http, Config};
 use reqwest::header::HeaderMap;

@@ -22,7 +22,7 @@ use hyper::body::Frame;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::Engine;
 use ratekeeper_server::proxy::{self, ProxyError};
 use ratekeeper_server::Config;

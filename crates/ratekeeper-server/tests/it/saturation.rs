@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{TestService, LISTEN_ANY};
 use prometheus_parse::{Scrape, Value as Sample};
-use ratekeeper::{ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::Engine;
 use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;
 use ratekeeper_server::envoy::proto::rate_limit_response::Code;

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratekeeper::{PolicyKind, RetryAfter, Timestamp};
+use ratekeeper::{policy::PolicyKind, RetryAfter, Timestamp};
 use ratekeeper_server::simulate::{
     self, parse_duration, parse_trace, Options, Pattern, PatternErrorKind, Phase, Request,
     SimPolicy, Simulator, TraceErrorKind, MAX_REQUESTS,

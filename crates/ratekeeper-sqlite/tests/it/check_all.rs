@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ratekeeper::{FixedWindow, Gcra, Limit, ManualClock, SlidingLog, Store, Timestamp};
+use ratekeeper::{clock::ManualClock, FixedWindow, Gcra, Limit, SlidingLog, Store, Timestamp};
 use ratekeeper_sqlite::SqliteStore;
 use rusqlite::Connection;
 

@@ -3,7 +3,7 @@
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 
-use ratekeeper::{Gcra, Limit, ManualClock, Store, StoreError, Timestamp};
+use ratekeeper::{clock::ManualClock, store::StoreError, Gcra, Limit, Store, Timestamp};
 use ratekeeper_sqlite::{SqliteError, SqliteStore, MAX_BUSY_TIMEOUT};
 use rusqlite::Connection;
 

@@ -3,7 +3,7 @@
 //! does, and is still found as it was sent.
 
 use ratekeeper::key::{bounded, MAX_KEY_LEN};
-use ratekeeper::{Gcra, Limit, ManualClock, Timestamp};
+use ratekeeper::{clock::ManualClock, Gcra, Limit, Timestamp};
 use ratekeeper_sqlite::SqliteStore;
 use rusqlite::Connection;
 

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use ratekeeper::{
-    Algorithm, Clock, FixedWindow, Gcra, Limit, ManualClock, SlidingWindow, Timestamp, TokenBucket,
+    clock::ManualClock, policy::Algorithm, Clock, FixedWindow, Gcra, Limit, SlidingWindow,
+    Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 

@@ -3,8 +3,10 @@
 use std::time::Duration;
 
 use ratekeeper::{
-    Algorithm, Decision, FixedWindow, Gcra, Limit, ManualClock, Outcome, Policy, SlidingLog,
-    SlidingWindow, State, Store, Timestamp, TokenBucket,
+    clock::ManualClock,
+    policy::{Algorithm, State},
+    Decision, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
+    Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 use rusqlite::Connection;

@@ -17,8 +17,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ratekeeper::{
-    FixedWindow, Gcra, Limit, ManualClock, Policy, SlidingLog, SlidingWindow, StoreError,
-    Timestamp, TokenBucket,
+    clock::ManualClock, store::StoreError, FixedWindow, Gcra, Limit, Policy, SlidingLog,
+    SlidingWindow, Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 

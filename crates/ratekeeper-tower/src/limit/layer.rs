@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, Response};
 use http_body_util::Full;
-use ratekeeper::{Limit, PreparedLimit, Store};
+use ratekeeper::{store::PreparedLimit, Limit, Store};
 use thiserror::Error;
 use tower::Layer;
 
@@ -425,7 +425,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
 /// while each limit decides (a saturated one is left out, and the value is
 /// formatted then).
 fn policy_header(rules: &[Rule]) -> Option<http::HeaderValue> {
-    use ratekeeper::Algorithm;
+    use ratekeeper::policy::Algorithm;
     let decisions: Vec<ratekeeper::Decision> = rules
         .iter()
         .map(|rule| {
@@ -511,7 +511,10 @@ fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<ConfigWarning> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratekeeper::{Algorithm, Policy, PolicyKind, Rate, Timestamp};
+    use ratekeeper::{
+        policy::{Algorithm, PolicyKind},
+        Policy, Rate, Timestamp,
+    };
 
     /// The ready-made `RateLimit-Policy` must be what formatting a real
     /// decision of each policy gives.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use ratekeeper::{Limit, MultiOutcome, Outcome, Store, StoreError};
+use ratekeeper::{
+    store::{MultiOutcome, StoreError},
+    Limit, Outcome, Store,
+};
 use tower::Service;
 
 use super::body::RefusalBody;
@@ -617,7 +620,7 @@ fn report_of<'a, S>(
     match outcome {
         Outcome::Decided(decision) => Some(PolicyReport {
             name: limit.name(),
-            window: ratekeeper::Algorithm::window(limit.policy()),
+            window: ratekeeper::policy::Algorithm::window(limit.policy()),
             decision,
             partition_key: shared.partition_keys.then_some(key),
         }),

@@ -10,8 +10,8 @@ use axum::Router;
 use common::Http;
 use http::{HeaderName, Method, StatusCode};
 use ratekeeper::{
-    Decision, FailureMode, FailurePolicy, FixedWindow, Gcra, Limit, MemoryStore, Outcome,
-    Resilient, Store, StoreError,
+    store::{FailureMode, FailurePolicy, Resilient, StoreError},
+    Decision, FixedWindow, Gcra, Limit, MemoryStore, Outcome, Store,
 };
 use ratekeeper_tower::client::{private_networks, ClientIp};
 use ratekeeper_tower::headers::HeaderStyle;

@@ -24,7 +24,8 @@ use common::Http;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
 use ratekeeper::{
-    Decision, Gcra, Limit, ManualClock, MemoryStore, Outcome, Store, StoreError, Timestamp,
+    clock::ManualClock, store::StoreError, Decision, Gcra, Limit, MemoryStore, Outcome, Store,
+    Timestamp,
 };
 use ratekeeper_tower::client::{private_networks, ClientIp, X_REAL_IP};
 use ratekeeper_tower::{ConfigWarning, Key, RateLimitLayer, RateLimitLayerBuilder};

@@ -13,7 +13,9 @@ use super::key::KeyHasher;
 use super::locked_table::LockedTable;
 use super::one_word::OneWord;
 use super::slot_table::{SlotTable, Update};
-use crate::{Algorithm, Clock, Decision, MonotonicClock, Outcome, Policy, Timestamp};
+use crate::{
+    clock::MonotonicClock, policy::Algorithm, Clock, Decision, Outcome, Policy, Timestamp,
+};
 
 /// How many keys a limiter tracks unless told otherwise.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
@@ -52,7 +54,7 @@ pub enum BuildError {
 /// Told when a [`MemoryLimiter`] forgets keys, so that what is kept about
 /// them elsewhere goes too (see [`MemoryLimiterBuilder::on_forget`]).
 ///
-/// [`LimitStats`](crate::LimitStats) implements it: its per-key denial
+/// [`LimitStats`](crate::stats::LimitStats) implements it: its per-key denial
 /// counts are reaped after each sweep and dropped when a key is reset.
 /// Neither call is on the path of a decision.
 pub trait ForgetHook: Send + Sync + 'static {
@@ -66,15 +68,15 @@ pub trait ForgetHook: Send + Sync + 'static {
 /// Reaps the per-key counts after each sweep and forgets a reset key's.
 ///
 /// The sweep's time is the limiter's clock's, and the stats' times are Unix
-/// time: attach the stats to a limiter on a [`UnixClock`](crate::UnixClock)
-/// (or, in tests, a [`ManualClock`](crate::ManualClock) set to Unix time).
+/// time: attach the stats to a limiter on a [`UnixClock`](crate::clock::UnixClock)
+/// (or, in tests, a [`ManualClock`](crate::clock::ManualClock) set to Unix time).
 /// For a limiter on a monotonic clock, implement [`ForgetHook`] on a
-/// wrapper that calls [`LimitStats::reap`](crate::LimitStats::reap) with a
+/// wrapper that calls [`LimitStats::reap`](crate::stats::LimitStats::reap) with a
 /// `UnixClock` reading instead. Set the stats'
-/// [`key_retention`](crate::StatsConfig::key_retention) to how long the
+/// [`key_retention`](crate::stats::StatsConfig::key_retention) to how long the
 /// limiter keeps an idle key (see there): a key's count then goes at the
 /// first sweep after the key itself could.
-impl ForgetHook for crate::LimitStats {
+impl ForgetHook for crate::stats::LimitStats {
     fn swept(&self, now: Timestamp) {
         self.reap(now);
     }
@@ -141,7 +143,7 @@ struct Shared<C> {
 ///   are fresh again (600 ms after a flood of one request per key under
 ///   100/minute GCRA), not at the next background sweep. Each shard is
 ///   swept this way only when its first key may have turned fresh, and at
-///   most once per [`MIN_DEMAND_SWEEP_GAP`](crate::MIN_DEMAND_SWEEP_GAP),
+///   most once per [`MIN_DEMAND_SWEEP_GAP`](crate::memory::MIN_DEMAND_SWEEP_GAP),
 ///   whatever the number of new keys; while nothing can be fresh, a
 ///   saturated answer costs one atomic load, and its retry-after is the
 ///   time until the first known key is fresh again.
@@ -160,7 +162,7 @@ struct Shared<C> {
 /// # Example
 ///
 /// ```
-/// use ratekeeper::{Gcra, ManualClock, MemoryLimiter, Timestamp};
+/// use ratekeeper::{Gcra, MemoryLimiter, Timestamp, clock::ManualClock};
 ///
 /// let clock = ManualClock::new(Timestamp::ZERO);
 /// let limiter = MemoryLimiter::builder(Gcra::per_second(2)?)
@@ -424,7 +426,7 @@ impl<C> MemoryLimiter<C> {
     }
 
     /// How many shard sweeps new keys have run on demand, finding the table
-    /// full (see [`MIN_DEMAND_SWEEP_GAP`](crate::MIN_DEMAND_SWEEP_GAP)).
+    /// full (see [`MIN_DEMAND_SWEEP_GAP`](crate::memory::MIN_DEMAND_SWEEP_GAP)).
     pub fn demand_sweeps(&self) -> u64 {
         self.shared.demand.sweeps()
     }
@@ -543,12 +545,12 @@ impl<C> MemoryLimiterBuilder<C> {
 
     /// Tells `hook` after each sweep and each [`reset`](MemoryLimiter::reset),
     /// so that what is kept about keys elsewhere, such as a
-    /// [`LimitStats`](crate::LimitStats)' per-key denials, goes with them
+    /// [`LimitStats`](crate::stats::LimitStats)' per-key denials, goes with them
     /// (default: none). Decisions never call it.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use ratekeeper::{FixedWindow, LimitStats, ManualClock, MemoryLimiter, StatsConfig, Timestamp};
+    /// use ratekeeper::{FixedWindow, MemoryLimiter, Timestamp, clock::ManualClock, stats::{LimitStats, StatsConfig}};
     ///
     /// let window = FixedWindow::new(1, Duration::from_secs(10))?;
     /// let mut config = StatsConfig::default();
@@ -581,7 +583,7 @@ impl<C> MemoryLimiterBuilder<C> {
 
     /// Whether a background thread sweeps the table (default: yes). Turn it
     /// off to sweep by hand with [`MemoryLimiter::sweep_at`], as tests on a
-    /// [`ManualClock`](crate::ManualClock) do.
+    /// [`ManualClock`](crate::clock::ManualClock) do.
     pub fn background_sweep(mut self, enabled: bool) -> Self {
         self.background_sweep = enabled;
         self

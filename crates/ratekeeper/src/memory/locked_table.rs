@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::slot_table::Update;
-use crate::State;
+use crate::policy::State;
 
 /// Shards: enough that two cores rarely share a lock.
 const SHARDS: usize = 64;
@@ -177,7 +177,7 @@ impl LockedTable {
                     .values()
                     .map(|state| match state {
                         State::SlidingLog(log) => {
-                            log.hits.capacity() * std::mem::size_of::<crate::Hit>()
+                            log.hits.capacity() * std::mem::size_of::<crate::policy::Hit>()
                         }
                         _ => 0,
                     })

@@ -19,6 +19,8 @@ mod one_word;
 mod slot_table;
 mod sync;
 
+pub use crate::multi::check_all;
+pub use crate::sharded::ShardedWindow;
 pub use demand::MIN_DEMAND_SWEEP_GAP;
 pub use limiter::{
     BuildError, ForgetHook, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,

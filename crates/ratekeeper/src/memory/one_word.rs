@@ -2,7 +2,7 @@
 
 use crate::policy::fixed_window::{FixedWindow, FixedWindowState};
 use crate::policy::gcra::{Gcra, GcraState};
-use crate::{Algorithm, Decision, Policy, Timestamp};
+use crate::{policy::Algorithm, Decision, Policy, Timestamp};
 
 /// A policy the lock-free table can run, with its state packed in a word.
 ///

@@ -5,10 +5,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{check_no_burst, check_period, check_quota, Algorithm};
-use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
+use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 
 /// At most `limit` units in each window of `window`, the windows aligned to
-/// the clock's epoch (for a [`UnixClock`](crate::UnixClock), a one-minute
+/// the clock's epoch (for a [`UnixClock`](crate::clock::UnixClock), a one-minute
 /// window starts on the minute).
 ///
 /// The cheapest policy, and the one every store can run with an atomic
@@ -18,7 +18,7 @@ use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{Algorithm, FixedWindow, Timestamp};
+/// use ratekeeper::{FixedWindow, Timestamp, policy::Algorithm};
 ///
 /// // 5 per second: 5 at t=999 ms and 5 more at t=1001 ms all pass.
 /// let window = FixedWindow::new(5, Duration::from_secs(1)).unwrap();

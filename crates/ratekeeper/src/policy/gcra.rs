@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{check_period, check_quota, Algorithm, MAX_SCALED};
-use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp, TokenBucket};
+use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp, TokenBucket};
 
 /// GCRA: `limit` requests per `period`, at most `burst` at once.
 ///
@@ -27,7 +27,7 @@ use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp, TokenBucket};
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{Algorithm, Gcra, RetryAfter, Timestamp};
+/// use ratekeeper::{Gcra, RetryAfter, Timestamp, policy::Algorithm};
 ///
 /// let gcra = Gcra::per_second(2).unwrap();
 /// let t = Timestamp::from_millis;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Decision, PolicyError, Rate, Timestamp};
+use crate::{Decision, Timestamp};
 
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
@@ -24,11 +24,13 @@ pub(crate) mod sliding_log;
 pub(crate) mod sliding_window;
 pub(crate) mod token_bucket;
 
-use fixed_window::{FixedWindow, FixedWindowState};
-use gcra::{Gcra, GcraState};
-use sliding_log::{SlidingLog, SlidingLogState};
-use sliding_window::{SlidingWindow, SlidingWindowState};
-use token_bucket::{TokenBucket, TokenBucketState};
+pub use crate::error::PolicyError;
+pub use crate::rate::{ParseRateError, Rate};
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use sliding_log::{Hit, SlidingLog, SlidingLogState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use token_bucket::{Reservation, ReserveError, TokenBucket, TokenBucketState};
 
 /// The largest quota (rate, burst or window limit) a policy accepts: 2^40,
 /// about 1.1 trillion units.
@@ -173,7 +175,7 @@ impl FromStr for PolicyKind {
 /// counts as fresh, so changing a key's policy starts the key over.
 ///
 /// ```
-/// use ratekeeper::{Algorithm, Policy, PolicyKind, Rate, Timestamp};
+/// use ratekeeper::{Policy, Rate, Timestamp, policy::{Algorithm, PolicyKind}};
 ///
 /// let rate: Rate = "2/second".parse().unwrap();
 /// for kind in PolicyKind::ALL {
@@ -377,7 +379,7 @@ policy_from!(TokenBucket, Gcra, FixedWindow, SlidingLog, SlidingWindow);
 /// It serializes with serde, tagged by policy:
 ///
 /// ```
-/// use ratekeeper::{GcraState, State, Timestamp};
+/// use ratekeeper::{Timestamp, policy::{GcraState, State}};
 ///
 /// let state = State::Gcra(GcraState { tat: Timestamp::from_nanos(42) });
 /// let json = serde_json::to_string(&state).unwrap();

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{check_no_burst, check_period, check_quota, Algorithm};
-use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
+use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 
 /// At most `limit` units in **any** interval of length `window`.
 ///
@@ -18,7 +18,7 @@ use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{Algorithm, RetryAfter, SlidingLog, Timestamp};
+/// use ratekeeper::{RetryAfter, SlidingLog, Timestamp, policy::Algorithm};
 ///
 /// let log = SlidingLog::new(2, Duration::from_secs(1)).unwrap();
 /// let t = Timestamp::from_millis;

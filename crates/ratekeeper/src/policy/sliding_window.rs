@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{check_no_burst, check_period, check_quota, Algorithm};
-use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
+use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 
 /// About `limit` units per sliding `window`, kept in two counters.
 ///
@@ -27,7 +27,7 @@ use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{Algorithm, SlidingWindow, Timestamp};
+/// use ratekeeper::{SlidingWindow, Timestamp, policy::Algorithm};
 ///
 /// let policy = SlidingWindow::new(100, Duration::from_secs(60)).unwrap();
 /// // 100 requests fill the first minute...

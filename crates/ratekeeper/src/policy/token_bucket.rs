@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{check_period, check_quota, Algorithm, MAX_SCALED};
-use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
+use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 
 /// A token bucket: `rate` tokens per `period`, at most `burst`, starting
 /// full, refilled continuously (x/time/rate's `NewLimiter(rate/period, burst)`).
@@ -25,7 +25,7 @@ use crate::{Decision, PolicyError, Rate, RetryAfter, Timestamp};
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{Algorithm, RetryAfter, Timestamp, TokenBucket};
+/// use ratekeeper::{RetryAfter, Timestamp, TokenBucket, policy::Algorithm};
 ///
 /// // Three tokens, one more every 200 ms.
 /// let bucket = TokenBucket::new(5, Duration::from_secs(1), 3).unwrap();
@@ -110,8 +110,8 @@ impl TokenBucket {
     /// `rate` tokens per `period`, at most `burst`.
     ///
     /// Each number must be positive, `rate` and `burst` at most
-    /// [`MAX_QUOTA`](crate::MAX_QUOTA), `period` at most
-    /// [`MAX_PERIOD`](crate::MAX_PERIOD), and a full bucket must fit in 2^62
+    /// [`MAX_QUOTA`](crate::policy::MAX_QUOTA), `period` at most
+    /// [`MAX_PERIOD`](crate::policy::MAX_PERIOD), and a full bucket must fit in 2^62
     /// internal units (`burst * period / gcd(rate, period)` with the period in
     /// nanoseconds), which holds for any burst up to 10^9 over a second.
     pub fn new(rate: u64, period: Duration, burst: u64) -> Result<Self, PolicyError> {

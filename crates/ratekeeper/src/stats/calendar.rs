@@ -29,7 +29,7 @@ pub(crate) const fn minute_of(now: Timestamp) -> u64 {
 /// A calendar window length, aligned in UTC.
 ///
 /// ```
-/// use ratekeeper::{Period, Timestamp};
+/// use ratekeeper::{Timestamp, stats::Period};
 ///
 /// // Sunday 2024-01-07 23:59:59 UTC, and one second later.
 /// let sunday = Timestamp::from_secs(1_704_671_999);

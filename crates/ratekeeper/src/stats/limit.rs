@@ -10,13 +10,13 @@ use super::snapshot::{LimitSnapshot, TopKey, TrafficWindows, WindowTraffic};
 use super::top_k::SpaceSaving;
 use super::windows::Traffic;
 use crate::key::{bounded, MAX_KEY_LEN};
-use crate::{Timestamp, MAX_KEYS};
+use crate::{memory::MAX_KEYS, Timestamp};
 
 /// How much a [`LimitStats`] keeps per key.
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper::{LimitStats, StatsConfig};
+/// use ratekeeper::stats::{LimitStats, StatsConfig};
 ///
 /// let mut config = StatsConfig::default();
 /// config.top_k = 10;
@@ -63,7 +63,7 @@ impl StatsConfig {
     /// costs about 60 bytes of counts and table.
     ///
     /// ```
-    /// use ratekeeper::StatsConfig;
+    /// use ratekeeper::stats::StatsConfig;
     ///
     /// assert_eq!(StatsConfig::default().key_bytes_budget(), (10_000 + 32) * 64);
     /// ```
@@ -97,9 +97,9 @@ struct Inner {
 /// and per calendar window, which keys it denied and which most.
 ///
 /// Record each decision with [`record`](LimitStats::record), passing the
-/// time as Unix time (a [`UnixClock`](crate::UnixClock) reading, or a
-/// [`ManualClock`](crate::ManualClock) set to one in tests): the windows
-/// are calendar windows in UTC (see [`Period`](crate::Period)). Windows
+/// time as Unix time (a [`UnixClock`](crate::clock::UnixClock) reading, or a
+/// [`ManualClock`](crate::clock::ManualClock) set to one in tests): the windows
+/// are calendar windows in UTC (see [`Period`](crate::stats::Period)). Windows
 /// roll over when a record or a read first sees a later minute; a record
 /// whose time is before the newest minute seen counts in that minute.
 /// Clones are cheap and share the counts.

@@ -35,7 +35,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ratekeeper::{Clock, ManualClock, Stats, Timestamp};
+//! use ratekeeper::{Clock, Timestamp, clock::ManualClock, stats::Stats};
 //!
 //! // Sunday 2024-01-07 23:59:30 UTC.
 //! let clock = ManualClock::new(Timestamp::from_secs(1_704_671_970));

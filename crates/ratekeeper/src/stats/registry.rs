@@ -20,7 +20,7 @@ struct Inner {
 /// recording through it never touches the registry's lock.
 ///
 /// ```
-/// use ratekeeper::{Stats, Timestamp};
+/// use ratekeeper::{Timestamp, stats::Stats};
 ///
 /// let stats = Stats::new();
 /// let now = Timestamp::from_secs(1_704_672_000);

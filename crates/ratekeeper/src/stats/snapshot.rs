@@ -39,7 +39,7 @@ pub struct PeriodTraffic {
     pub previous: WindowTraffic,
 }
 
-/// Traffic in the calendar windows of each [`Period`](crate::Period), in
+/// Traffic in the calendar windows of each [`Period`](crate::stats::Period), in
 /// UTC.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::PolicyKind;
+use crate::policy::PolicyKind;
 
 /// A boxed error from a store's backend (a database driver, a network
 /// client).
@@ -13,7 +13,7 @@ pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Why a store could not decide.
 ///
 /// Front ends turn these into `503 Service Unavailable` when the store fails
-/// closed (see [`FailurePolicy`](crate::FailurePolicy)).
+/// closed (see [`FailurePolicy`](crate::store::FailurePolicy)).
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -21,7 +21,7 @@ pub enum StoreError {
     #[error("the rate-limit store did not answer within {0:?}")]
     Timeout(Duration),
     /// The store failed recently and is not asked again until this retry
-    /// interval has passed (see [`FailurePolicy`](crate::FailurePolicy)).
+    /// interval has passed (see [`FailurePolicy`](crate::store::FailurePolicy)).
     #[error("the rate-limit store failed recently; it is tried again within {0:?}")]
     Down(Duration),
     /// The store could not be reached or refused the request.

@@ -9,8 +9,10 @@ use smallvec::SmallVec;
 
 use super::{Limit, PreparedLimit, Store, StoreError};
 use crate::{
-    check_all, Clock, Decision, MemoryLimiter, MonotonicClock, MultiOutcome, Outcome, Policy,
-    DEFAULT_MAX_KEYS,
+    clock::MonotonicClock,
+    memory::{check_all, DEFAULT_MAX_KEYS},
+    store::MultiOutcome,
+    Clock, Decision, MemoryLimiter, Outcome, Policy,
 };
 
 /// One limit's table.

@@ -28,7 +28,9 @@ pub use memory_store::MemoryStore;
 pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};
 pub use window_counter::{CounterStore, WindowCounter};
 
-use crate::{Decision, MultiOutcome, Outcome};
+pub use crate::multi::MultiOutcome;
+
+use crate::{Decision, Outcome};
 
 /// Where rate-limit states live.
 ///

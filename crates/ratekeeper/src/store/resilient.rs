@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Limit, MemoryStore, Store, StoreError};
-use crate::{Algorithm, Clock, Decision, MonotonicClock, MultiOutcome, Outcome};
+use crate::{
+    clock::MonotonicClock, policy::Algorithm, store::MultiOutcome, Clock, Decision, Outcome,
+};
 
 /// Whether requests pass while the store is failing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -6,7 +6,9 @@ use std::time::Duration;
 use super::{Limit, Store, StoreError};
 use crate::key::bounded;
 use crate::{
-    Algorithm, Clock, Decision, Outcome, Policy, PolicyKind, RetryAfter, Timestamp, UnixClock,
+    clock::UnixClock,
+    policy::{Algorithm, PolicyKind},
+    Clock, Decision, Outcome, Policy, RetryAfter, Timestamp,
 };
 
 /// An atomic counter per key and fixed window, the least a database needs
@@ -16,7 +18,7 @@ use crate::{
 /// ```
 /// use std::collections::HashMap;
 /// use std::sync::Mutex;
-/// use ratekeeper::{StoreError, Timestamp, WindowCounter};
+/// use ratekeeper::{Timestamp, store::{StoreError, WindowCounter}};
 ///
 /// /// Counts in a map; a real one would be a database table.
 /// #[derive(Default)]

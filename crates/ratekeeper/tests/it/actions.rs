@@ -2,7 +2,12 @@
 
 use std::time::Duration;
 
-use ratekeeper::{Actions, ActionsError, Clock, ManualClock, PolicyError, PolicyKind, Timestamp};
+use ratekeeper::{
+    actions::{Actions, ActionsError},
+    clock::ManualClock,
+    policy::{PolicyError, PolicyKind},
+    Clock, Timestamp,
+};
 
 fn actions(publish_limit: u64) -> (Actions<ManualClock>, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));

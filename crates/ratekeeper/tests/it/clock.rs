@@ -2,7 +2,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratekeeper::{Clock, ManualClock, MonotonicClock, Timestamp, UnixClock};
+use ratekeeper::{
+    clock::{ManualClock, MonotonicClock, UnixClock},
+    Clock, Timestamp,
+};
 
 #[test]
 fn manual_clock_moves_only_when_told() {

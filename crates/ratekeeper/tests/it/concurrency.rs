@@ -6,7 +6,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use futures_executor::block_on;
-use ratekeeper::{AcquireError, ConcurrencyLimiter, Permit, PolicyError};
+use ratekeeper::{
+    concurrency::{AcquireError, ConcurrencyLimiter, Permit},
+    policy::PolicyError,
+};
 
 /// Long enough never to expire on a slow CI machine; used where the test
 /// expects success, so it only bounds a failing test's run time.

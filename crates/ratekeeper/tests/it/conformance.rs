@@ -1,7 +1,7 @@
 //! The store conformance suite on the in-memory store, and on a
 //! `WindowCounter` store: the custom store of `examples/custom_store.rs`.
 
-use ratekeeper::{CounterStore, MemoryStore};
+use ratekeeper::{store::CounterStore, MemoryStore};
 use ratekeeper_test_support::conformance::Supports;
 
 #[path = "../../examples/custom_store.rs"]

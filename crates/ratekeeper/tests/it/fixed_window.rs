@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, FixedWindow, FixedWindowState, PolicyError, RetryAfter, Timestamp};
+use ratekeeper::{
+    policy::{Algorithm, FixedWindowState, PolicyError},
+    FixedWindow, RetryAfter, Timestamp,
+};
 use ratekeeper_test_support::ms;
 
 /// 3 per second.

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, Gcra, GcraState, PolicyError, RetryAfter, Timestamp, TokenBucket};
+use ratekeeper::{
+    policy::{Algorithm, GcraState, PolicyError},
+    Gcra, RetryAfter, Timestamp, TokenBucket,
+};
 use ratekeeper_test_support::ms;
 
 /// 10 per second, burst 5: one every 100 ms.

@@ -3,8 +3,11 @@
 use std::time::Duration;
 
 use ratekeeper::{
-    Algorithm, BuildError, Clock, FixedWindow, Gcra, ManualClock, MemoryLimiter, Outcome, Policy,
-    PolicyKind, Rate, RetryAfter, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+    clock::ManualClock,
+    memory::BuildError,
+    policy::{Algorithm, PolicyKind},
+    Clock, FixedWindow, Gcra, MemoryLimiter, Outcome, Policy, Rate, RetryAfter, SlidingLog,
+    SlidingWindow, Timestamp, TokenBucket,
 };
 use ratekeeper_test_support::policies::every_kind;
 
@@ -203,7 +206,7 @@ fn sweeps_on_demand_run_at_most_once_per_shard_until_a_key_may_be_fresh() {
     for _ in 0..59 {
         clock.advance(Duration::from_millis(10));
         assert!(limiter.check("late", 1).is_saturated());
-        let _ = ratekeeper::check_all([(&limiter, "multi")], 1);
+        let _ = ratekeeper::memory::check_all([(&limiter, "multi")], 1);
     }
     assert_eq!(limiter.demand_sweeps(), first);
     clock.advance(Duration::from_millis(10));
@@ -227,10 +230,10 @@ fn a_shard_is_swept_on_demand_at_most_once_per_gap() {
     assert!(outcome.is_saturated());
     assert_eq!(
         outcome.retry_after(),
-        RetryAfter::After(ratekeeper::MIN_DEMAND_SWEEP_GAP - Duration::from_millis(2))
+        RetryAfter::After(ratekeeper::memory::MIN_DEMAND_SWEEP_GAP - Duration::from_millis(2))
     );
     assert_eq!(limiter.demand_sweeps(), 1);
-    clock.set(start + ratekeeper::MIN_DEMAND_SWEEP_GAP);
+    clock.set(start + ratekeeper::memory::MIN_DEMAND_SWEEP_GAP);
     assert!(limiter.check("c", 1).is_allowed());
     assert_eq!(limiter.demand_sweeps(), 2);
 }
@@ -317,11 +320,14 @@ fn builder_validates() {
         Err(BuildError::TooManyKeys { .. })
     ));
     let limiter = MemoryLimiter::new(policy).unwrap();
-    assert_eq!(limiter.max_keys(), ratekeeper::DEFAULT_MAX_KEYS);
+    assert_eq!(limiter.max_keys(), ratekeeper::memory::DEFAULT_MAX_KEYS);
     assert_eq!(limiter.sweep_interval(), Duration::from_secs(1));
     let minute =
         MemoryLimiter::new(FixedWindow::new(1, Duration::from_secs(3_600)).unwrap()).unwrap();
-    assert_eq!(minute.sweep_interval(), ratekeeper::MAX_SWEEP_INTERVAL);
+    assert_eq!(
+        minute.sweep_interval(),
+        ratekeeper::memory::MAX_SWEEP_INTERVAL
+    );
 }
 
 #[test]

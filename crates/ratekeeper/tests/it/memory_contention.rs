@@ -6,7 +6,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use ratekeeper::{ManualClock, MemoryLimiter, Policy, PolicyKind, Rate, Timestamp};
+use ratekeeper::{clock::ManualClock, policy::PolicyKind, MemoryLimiter, Policy, Rate, Timestamp};
 
 fn limiter(policy: Policy, max_keys: usize) -> MemoryLimiter<ManualClock> {
     MemoryLimiter::builder(policy)

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use ratekeeper::{Clock, ManualClock, MemoryLimiter, Policy, PolicyKind, Rate, Timestamp};
+use ratekeeper::{
+    clock::ManualClock, policy::PolicyKind, Clock, MemoryLimiter, Policy, Rate, Timestamp,
+};
 
 const CAP: usize = 10_000;
 const FLOOD: u64 = 1_000_000;

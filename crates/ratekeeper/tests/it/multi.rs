@@ -6,7 +6,8 @@ use std::thread;
 use std::time::Duration;
 
 use ratekeeper::{
-    check_all, ManualClock, MemoryLimiter, Policy, PolicyKind, Rate, RetryAfter, Timestamp,
+    clock::ManualClock, memory::check_all, policy::PolicyKind, MemoryLimiter, Policy, Rate,
+    RetryAfter, Timestamp,
 };
 
 fn limiter(clock: &ManualClock, kind: PolicyKind, limit: u64) -> MemoryLimiter<ManualClock> {

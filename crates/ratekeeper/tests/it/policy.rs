@@ -3,8 +3,11 @@
 use std::time::Duration;
 
 use ratekeeper::{
-    Algorithm, FixedWindowState, GcraState, Hit, Policy, PolicyKind, Rate, SlidingLogState,
-    SlidingWindowState, State, Timestamp, TokenBucketState,
+    policy::{
+        Algorithm, FixedWindowState, GcraState, Hit, PolicyKind, SlidingLogState,
+        SlidingWindowState, State, TokenBucketState,
+    },
+    Policy, Rate, Timestamp,
 };
 use ratekeeper_test_support::policies::every_kind;
 

@@ -21,9 +21,12 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::sample::select;
 use ratekeeper::{
-    Algorithm, Decision, FixedWindow, FixedWindowState, Gcra, GcraState, Hit, Policy, PolicyError,
-    PolicyKind, Rate, RetryAfter, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
-    State, Timestamp, TokenBucket, TokenBucketState, MAX_PERIOD, MAX_QUOTA,
+    policy::{
+        Algorithm, FixedWindowState, GcraState, Hit, PolicyError, PolicyKind, SlidingLogState,
+        SlidingWindowState, State, TokenBucketState, MAX_PERIOD, MAX_QUOTA,
+    },
+    Decision, FixedWindow, Gcra, Policy, Rate, RetryAfter, SlidingLog, SlidingWindow, Timestamp,
+    TokenBucket,
 };
 
 const SEC: u64 = 1_000_000_000;

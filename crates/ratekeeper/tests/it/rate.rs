@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratekeeper::{ParseRateError, PolicyError, Rate};
+use ratekeeper::{
+    policy::{ParseRateError, PolicyError},
+    Rate,
+};
 
 /// The documented bounds: `MAX_QUOTA` and `MAX_PERIOD` in nanoseconds.
 const MAX_QUOTA: u64 = 1 << 40;

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, FixedWindow, Gcra, RetryAfter, SlidingWindow, Timestamp, TokenBucket};
+use ratekeeper::{
+    policy::Algorithm, FixedWindow, Gcra, RetryAfter, SlidingWindow, Timestamp, TokenBucket,
+};
 use ratekeeper_test_support::ms;
 
 fn wait_ms(n: u64) -> RetryAfter {

@@ -5,7 +5,10 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use ratekeeper::{
-    Clock, ManualClock, PolicyError, RetryAfter, ShardedWindow, Timestamp, MAX_QUOTA,
+    clock::ManualClock,
+    memory::ShardedWindow,
+    policy::{PolicyError, MAX_QUOTA},
+    Clock, RetryAfter, Timestamp,
 };
 use ratekeeper_test_support::ms;
 

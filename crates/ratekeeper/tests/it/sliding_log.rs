@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, Hit, PolicyError, RetryAfter, SlidingLog, SlidingLogState};
+use ratekeeper::{
+    policy::{Algorithm, Hit, PolicyError, SlidingLogState},
+    RetryAfter, SlidingLog,
+};
 use ratekeeper_test_support::ms;
 
 /// 3 per second, sliding.

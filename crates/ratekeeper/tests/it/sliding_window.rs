@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use ratekeeper::{
-    Algorithm, PolicyError, RetryAfter, SlidingWindow, SlidingWindowState, Timestamp,
+    policy::{Algorithm, PolicyError, SlidingWindowState},
+    RetryAfter, SlidingWindow, Timestamp,
 };
 
 fn secs(n: u64) -> Timestamp {

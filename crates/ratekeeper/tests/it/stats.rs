@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratekeeper::{
-    Clock, FixedWindow, LimitStats, ManualClock, MemoryLimiter, Period, Policy, SlidingWindow,
-    Stats, StatsConfig, StatsSnapshot, Timestamp, WindowTraffic,
+    clock::ManualClock,
+    stats::{LimitStats, Period, Stats, StatsConfig, StatsSnapshot, WindowTraffic},
+    Clock, FixedWindow, MemoryLimiter, Policy, SlidingWindow, Timestamp,
 };
 
 const SECOND: Duration = Duration::from_secs(1);

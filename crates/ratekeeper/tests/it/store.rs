@@ -8,8 +8,12 @@ use std::time::Duration;
 
 use futures_executor::block_on;
 use ratekeeper::{
-    CounterStore, Decision, FailureMode, FailurePolicy, FixedWindow, Gcra, Limit, LimitNameError,
-    ManualClock, MemoryStore, Outcome, Resilient, Store, StoreError, Timestamp, WindowCounter,
+    clock::ManualClock,
+    store::{
+        CounterStore, FailureMode, FailurePolicy, LimitNameError, Resilient, StoreError,
+        WindowCounter,
+    },
+    Decision, FixedWindow, Gcra, Limit, MemoryStore, Outcome, Store, Timestamp,
 };
 
 fn limit(name: &str, per_minute: u64) -> Limit {

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use ratekeeper::{Algorithm, PolicyError, ReserveError, RetryAfter, Timestamp, TokenBucket};
+use ratekeeper::{
+    policy::{Algorithm, PolicyError, ReserveError},
+    RetryAfter, Timestamp, TokenBucket,
+};
 use ratekeeper_test_support::ms;
 
 /// 10 per second, burst 5: a token every 100 ms.

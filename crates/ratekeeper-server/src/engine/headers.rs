@@ -3,7 +3,7 @@
 use axum::http::{HeaderMap, HeaderValue};
 use ratekeeper_tower::headers::{insert_headers, insert_retry_after, HeaderStyle, ResetStyle};
 
-use crate::engine::{Verdict, SATURATED_HEADER};
+use super::{Verdict, SATURATED_HEADER};
 
 /// The IETF draft's `RateLimit-Policy` and `RateLimit` fields for every
 /// limit of `verdict`, and when it refuses, `Retry-After` (whole seconds,

@@ -1,5 +1,6 @@
-//! Which configured limits apply to one Envoy descriptor, in the model of
-//! Envoy's own rate limit service, and where their keys come from.
+//! Which configured limits apply to one descriptor (Envoy's, or the JSON
+//! API's), in the model of Envoy's own rate limit service, and where their
+//! keys come from.
 //!
 //! A limit applies to a descriptor of a request in domain `D` when:
 //!
@@ -28,9 +29,17 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::proto::rate_limit_descriptor::Entry;
+use super::{ActiveLimit, KeySource, LimitSet};
 use crate::config::{KeyPart, LimitConfig, Match, ValueMatch};
-use crate::engine::{ActiveLimit, KeySource, LimitSet};
+
+/// One entry of a descriptor, as a door received it: the door's own type
+/// (Envoy's protobuf entry, the JSON API's), read without copying.
+pub trait Entry {
+    /// The entry's key, such as `remote_address`.
+    fn key(&self) -> &str;
+    /// Its value.
+    fn value(&self) -> &str;
+}
 
 /// The descriptor key of the client's address, as Envoy's
 /// `remote_address` rate limit action sends it.
@@ -38,7 +47,7 @@ pub const REMOTE_ADDRESS: &str = "remote_address";
 
 /// Whether a limit's `matcher` applies to the descriptor `entries` of a
 /// request in `domain` (see the module's documentation).
-pub fn matches(matcher: &Match, domain: &str, entries: &[Entry]) -> bool {
+pub fn matches<E: Entry>(matcher: &Match, domain: &str, entries: &[E]) -> bool {
     matcher.domain.as_deref() == Some(domain)
         && matcher.methods.is_empty()
         && matcher.path_prefix.is_none()
@@ -48,15 +57,15 @@ pub fn matches(matcher: &Match, domain: &str, entries: &[Entry]) -> bool {
             .descriptors
             .iter()
             .zip(entries)
-            .all(|(want, entry)| want.key == entry.key && want.value.matches(&entry.value))
+            .all(|(want, entry)| want.key == entry.key() && want.value.matches(entry.value()))
 }
 
 /// The limits among `limits` that apply to the descriptor `entries` of a
 /// request in `domain`, in the configuration's order.
-pub fn applicable<'a>(
+pub fn applicable<'a, E: Entry>(
     limits: &'a LimitSet,
     domain: &'a str,
-    entries: &'a [Entry],
+    entries: &'a [E],
 ) -> impl Iterator<Item = &'a Arc<ActiveLimit>> + 'a {
     limits
         .iter()
@@ -108,18 +117,18 @@ pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
 /// with that key, `peer` and `client_ip` from its `remote_address` entry,
 /// `global` always; routes and headers never.
 #[derive(Clone, Copy, Debug)]
-pub struct DescriptorSource<'a>(pub &'a [Entry]);
+pub struct DescriptorSource<'a, E>(pub &'a [E]);
 
-impl DescriptorSource<'_> {
+impl<E: Entry> DescriptorSource<'_, E> {
     fn value(&self, key: &str) -> Option<&str> {
         self.0
             .iter()
-            .find(|entry| entry.key == key)
-            .map(|entry| entry.value.as_str())
+            .find(|entry| entry.key() == key)
+            .map(Entry::value)
     }
 }
 
-impl KeySource for DescriptorSource<'_> {
+impl<E: Entry> KeySource for DescriptorSource<'_, E> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
         match part {
             KeyPart::Descriptor(key) => self.value(key).map(Cow::Borrowed),
@@ -139,13 +148,23 @@ mod tests {
     use crate::engine::{compose, OrUnknown};
     use crate::Config;
 
-    fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+    /// A descriptor entry of the tests.
+    #[derive(Debug)]
+    struct Pair(String, String);
+
+    impl Entry for Pair {
+        fn key(&self) -> &str {
+            &self.0
+        }
+        fn value(&self) -> &str {
+            &self.1
+        }
+    }
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<Pair> {
         pairs
             .iter()
-            .map(|&(key, value)| Entry {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            })
+            .map(|&(key, value)| Pair(key.to_owned(), value.to_owned()))
             .collect()
     }
 

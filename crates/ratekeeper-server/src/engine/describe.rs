@@ -1,0 +1,106 @@
+//! A limit described for people: `GET /v1/limits` and the dashboard.
+
+use std::collections::BTreeMap;
+
+use ratekeeper::policy::Algorithm;
+use serde::Serialize;
+
+use crate::config::{KeyPart, LimitConfig, ValueMatch};
+
+/// One entry of `GET /v1/limits`.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct LimitDescription {
+    /// The name.
+    pub name: String,
+    /// The policy: `token_bucket`, `gcra`, `fixed_window`, `sliding_log`
+    /// or `sliding_window`.
+    pub policy: String,
+    /// The rate as configured (`100/minute`).
+    pub rate: String,
+    /// Units granted per window.
+    pub quota: u64,
+    /// The window in milliseconds.
+    pub window_ms: u64,
+    /// The key's parts.
+    pub key: Vec<String>,
+    /// Whether it only reports.
+    pub shadow: bool,
+    /// Whether an Envoy descriptor override may replace it.
+    pub allow_overrides: bool,
+    /// Whether refunds are accepted.
+    pub allow_refunds: bool,
+    /// Which requests it applies to.
+    #[serde(rename = "match")]
+    pub matcher: MatchDescription,
+}
+
+/// A limit's `match`, as `GET /v1/limits` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct MatchDescription {
+    /// Envoy's domain.
+    pub domain: Option<String>,
+    /// Descriptor entries: `{"key": K}` for any value, `{"key": K,
+    /// "value": V}` (a trailing `*` matches by prefix).
+    pub descriptors: Vec<BTreeMap<String, String>>,
+    /// HTTP methods; empty for any.
+    pub methods: Vec<String>,
+    /// The start of the path.
+    pub path_prefix: Option<String>,
+}
+
+impl LimitDescription {
+    /// The description of `config`.
+    pub fn new(config: &LimitConfig) -> LimitDescription {
+        let policy = config.limit.policy();
+        let descriptors = config
+            .matcher
+            .descriptors
+            .iter()
+            .map(|entry| {
+                let mut map = BTreeMap::from([("key".to_owned(), entry.key.clone())]);
+                match &entry.value {
+                    ValueMatch::Any => {}
+                    ValueMatch::Exact(value) => {
+                        map.insert("value".to_owned(), value.clone());
+                    }
+                    ValueMatch::Prefix(prefix) => {
+                        map.insert("value".to_owned(), format!("{prefix}*"));
+                    }
+                }
+                map
+            })
+            .collect();
+        LimitDescription {
+            name: config.limit.name().to_owned(),
+            policy: policy.kind().to_string(),
+            rate: config.rate.to_string(),
+            quota: policy.quota(),
+            window_ms: u64::try_from(policy.window().as_millis()).unwrap_or(u64::MAX),
+            key: config.key.iter().map(part_name).collect(),
+            shadow: config.shadow,
+            allow_overrides: config.allow_overrides,
+            allow_refunds: config.allow_refunds,
+            matcher: MatchDescription {
+                domain: config.matcher.domain.clone(),
+                descriptors,
+                methods: config
+                    .matcher
+                    .methods
+                    .iter()
+                    .map(|m| m.as_str().to_owned())
+                    .collect(),
+                path_prefix: config.matcher.path_prefix.clone(),
+            },
+        }
+    }
+}
+
+/// A key part as the configuration file writes it.
+fn part_name(part: &KeyPart) -> String {
+    match part {
+        KeyPart::ClientIp(..) => "client_ip".to_owned(),
+        other => other.to_string(),
+    }
+}
