@@ -65,6 +65,7 @@ pub mod actions;
 pub mod clock;
 pub mod concurrency;
 mod decision;
+pub mod duration;
 mod error;
 pub mod key;
 pub mod memory;

@@ -5,11 +5,13 @@
 //! The grammar, case-insensitive and with flexible whitespace:
 //!
 //! ```text
-//! rate   = amount ("/" | "per") [count] unit [[","] "burst" amount]
+//! rate   = amount ("/" | "per") period [[","] "burst" amount]
 //! amount = digit {digit | "_"}            whole numbers only: "1_000" is 1000
-//! count  = amount                         "5 per 30s" is 5 per 30 seconds
-//! unit   = ns | us | ms | s | m | h | d | w   or a long name such as "minutes"
+//! period = [count] unit                   a duration ("30s", "1.5h") or a unit alone
 //! ```
+//!
+//! The period is a duration in the grammar of [`crate::duration`], the one
+//! every duration ratekeeper reads is written in; a unit alone is one of it.
 //!
 //! [`Rate`]'s [`Display`](fmt::Display) writes a canonical form that parses
 //! back to the same value.
@@ -20,6 +22,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::duration::{self, ParseDurationError, UNITS};
 use crate::error::PolicyError;
 use crate::policy::{check_quota, MAX_PERIOD};
 
@@ -37,8 +40,10 @@ use crate::policy::{check_quota, MAX_PERIOD};
 /// `AMOUNT / [COUNT] UNIT [[,] burst BURST]`, where `per` may stand for `/`.
 /// Case does not matter and whitespace may go between any two parts.
 ///
-/// - `AMOUNT`, `COUNT` and `BURST` are whole numbers, optionally with `_`
+/// - `AMOUNT` and `BURST` are whole numbers, optionally with `_`
 ///   separators (`1_000`); decimals, signs and suffixes are refused.
+///   `COUNT` may have a fraction (`"1 per 1.5s"`): the period is a
+///   [duration](crate::duration).
 /// - `UNIT` is one of `ns`, `us` (or `µs`), `ms`, `s`, `m`, `h`, `d` or `w`,
 ///   or a longer spelling: `msec`, `millisecond(s)`, `sec(s)`, `second(s)`,
 ///   `min(s)`, `minute(s)`, `hr(s)`, `hour(s)`, `day(s)`, `wk(s)`, `week(s)`,
@@ -182,87 +187,6 @@ fn check_period_nanos(nanos: u128) -> Result<Duration, PolicyError> {
     } else {
         let nanos = u64::try_from(nanos).map_err(|_| too_large())?;
         Ok(Duration::from_nanos(nanos))
-    }
-}
-
-/// A time unit: its length, the names it is written with and the names
-/// [`Display`](fmt::Display) writes.
-struct Unit {
-    nanos: u64,
-    /// Written after a count: `"30s"`.
-    short: &'static str,
-    /// Written alone: `"second"`.
-    long: &'static str,
-    /// Every accepted spelling, compared ignoring ASCII case.
-    names: &'static [&'static str],
-}
-
-/// The units, largest first (the order [`Display`](fmt::Display) tries them).
-const UNITS: [Unit; 8] = [
-    Unit {
-        nanos: 7 * 24 * 60 * 60 * 1_000_000_000,
-        short: "w",
-        long: "week",
-        names: &["w", "wk", "wks", "week", "weeks"],
-    },
-    Unit {
-        nanos: 24 * 60 * 60 * 1_000_000_000,
-        short: "d",
-        long: "day",
-        names: &["d", "day", "days"],
-    },
-    Unit {
-        nanos: 60 * 60 * 1_000_000_000,
-        short: "h",
-        long: "hour",
-        names: &["h", "hr", "hrs", "hour", "hours"],
-    },
-    Unit {
-        nanos: 60 * 1_000_000_000,
-        short: "m",
-        long: "minute",
-        names: &["m", "min", "mins", "minute", "minutes"],
-    },
-    Unit {
-        nanos: 1_000_000_000,
-        short: "s",
-        long: "second",
-        names: &["s", "sec", "secs", "second", "seconds"],
-    },
-    Unit {
-        nanos: 1_000_000,
-        short: "ms",
-        long: "millisecond",
-        names: &["ms", "msec", "msecs", "millisecond", "milliseconds"],
-    },
-    Unit {
-        nanos: 1_000,
-        short: "us",
-        long: "microsecond",
-        // U+00B5 MICRO SIGN and U+03BC GREEK SMALL LETTER MU.
-        names: &[
-            "us",
-            "\u{b5}s",
-            "\u{3bc}s",
-            "usec",
-            "usecs",
-            "microsecond",
-            "microseconds",
-        ],
-    },
-    Unit {
-        nanos: 1,
-        short: "ns",
-        long: "nanosecond",
-        names: &["ns", "nsec", "nsecs", "nanosecond", "nanoseconds"],
-    },
-];
-
-impl Unit {
-    fn lookup(name: &str) -> Option<&'static Unit> {
-        UNITS
-            .iter()
-            .find(|unit| unit.names.iter().any(|n| n.eq_ignore_ascii_case(name)))
     }
 }
 
@@ -437,20 +361,39 @@ impl FromStr for Rate {
         let (count_text, rest) = split_while(rest.trim_start(), |c| {
             c.is_ascii_digit() || matches!(c, '_' | '.' | '+' | '-')
         });
-        let count = if count_text.is_empty() {
-            1
-        } else {
-            parse_number(count_text).ok_or_else(|| ParseRateError::InvalidNumber {
-                text: count_text.to_owned(),
-            })?
-        };
         let (unit_text, rest) = split_while(rest.trim_start(), char::is_alphabetic);
         if unit_text.is_empty() {
             return Err(ParseRateError::MissingUnit);
         }
-        let unit = Unit::lookup(unit_text).ok_or_else(|| ParseRateError::UnknownUnit {
-            unit: unit_text.to_owned(),
-        })?;
+        // The period in the duration grammar of every other field
+        // (`ratekeeper::duration`); a unit alone is one of it.
+        let count_text = if count_text.is_empty() {
+            "1"
+        } else {
+            count_text
+        };
+        let invalid_count = || ParseRateError::InvalidNumber {
+            text: count_text.to_owned(),
+        };
+        // The count's whole part is a u64, as every number of a rate.
+        let whole = count_text
+            .split_once('.')
+            .map_or(count_text, |(whole, _)| whole);
+        let whole = parse_number(whole).ok_or_else(invalid_count)?;
+        let period_nanos = match duration::parse_parts(count_text, unit_text) {
+            Ok(nanos) => nanos,
+            Err(ParseDurationError::UnknownUnit { unit }) => {
+                return Err(ParseRateError::UnknownUnit { unit })
+            }
+            // Past u64 nanoseconds: too large, reported in whole units.
+            Err(ParseDurationError::TooLong { .. }) => {
+                let unit = UNITS
+                    .iter()
+                    .find(|unit| unit.names.iter().any(|n| n.eq_ignore_ascii_case(unit_text)));
+                u128::from(whole).saturating_mul(unit.map_or(1, |unit| u128::from(unit.nanos)))
+            }
+            Err(_) => return Err(invalid_count()),
+        };
 
         // An optional "[,] burst N".
         let trailing = rest.trim();
@@ -483,7 +426,6 @@ impl FromStr for Rate {
         // always fits in a u128 (so the saturation never happens), and
         // `check_period_nanos` reports it as too large past MAX_PERIOD.
         let amount = check_quota("amount", amount)?;
-        let period_nanos = u128::from(count).saturating_mul(u128::from(unit.nanos));
         let period = check_period_nanos(period_nanos)?;
         let rate = Rate {
             amount,

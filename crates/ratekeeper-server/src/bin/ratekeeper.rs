@@ -392,7 +392,8 @@ impl ProxySignals {
 /// `ratekeeper simulate`: exit 2 on bad input, 1 when an output cannot be
 /// written.
 fn simulate(args: &SimulateArgs) -> ExitCode {
-    use ratekeeper_server::simulate::{self, parse_duration, Options, Pattern, SimPolicy};
+    use ratekeeper::duration::parse as parse_duration;
+    use ratekeeper_server::simulate::{self, Options, Pattern, SimPolicy};
 
     fn bad(message: impl std::fmt::Display) -> ExitCode {
         eprintln!("error: {message}");
@@ -457,12 +458,7 @@ fn simulate(args: &SimulateArgs) -> ExitCode {
         match parse_duration(text) {
             Ok(bucket) if !bucket.is_zero() => options = options.with_bucket(bucket),
             Ok(_) => return bad("--bucket must be longer than 0"),
-            Err(error) => {
-                return bad(format_args!(
-                    "--bucket: {error}\n{}",
-                    caret(text, error.column)
-                ))
-            }
+            Err(error) => return bad(format_args!("--bucket: {error}")),
         }
     }
 

@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::error::ConfigError;
 use super::validate::Checker;
-use crate::simulate::parse_duration;
+use ratekeeper::duration::parse as parse_duration;
 
 /// How the front doors treat their connections.
 ///

@@ -56,9 +56,7 @@ pub mod trace;
 
 pub use chart::{auto_bucket, Series, TooManyBuckets, MAX_BUCKETS};
 pub use csv::CsvWriter;
-pub use pattern::{
-    parse_duration, Pattern, PatternError, PatternErrorKind, Phase, DEFAULT_PHASE, MAX_SPAN,
-};
+pub use pattern::{Pattern, PatternError, PatternErrorKind, Phase, DEFAULT_PHASE, MAX_SPAN};
 pub use run::{ParsePolicyError, SimPolicy, Simulator, Totals};
 pub use trace::{parse_trace, TraceError, TraceErrorKind};
 

@@ -13,8 +13,11 @@
 //! rate     = count "/" [ count ] unit          50/s, 100/m, 5/30s
 //! duration = digits [ "." digits ] unit         10s, 1.5s, 250ms, 2m, 1h
 //! count    = digit { digit | "_" }              whole numbers: 1_000 is 1000
-//! unit     = "ms" | "s" | "m" | "h"             milliseconds, seconds, minutes, hours
+//! unit     = ns | us | ms | s | m | h | d | w   or a long name such as "minutes"
 //! ```
+//!
+//! Durations and units are those of every duration ratekeeper reads
+//! ([`ratekeeper::duration`]).
 //!
 //! Phase names and units are case-insensitive; whitespace may go between any
 //! two parts (so `steady:50/s for 30s` reads as it is written).
@@ -47,7 +50,7 @@
 //! assert_eq!(millis, [0, 500, 1000, 1500, 3000, 3000, 3000]);
 //!
 //! let error = "steady:50/x".parse::<Pattern>().unwrap_err();
-//! assert_eq!(error.to_string(), "column 11: unknown time unit \"x\"; expected ms, s, m or h");
+//! assert_eq!(error.to_string(), "column 11: unknown time unit \"x\"; expected ms, s, m, h, d or w (or ns, us, or a long name such as \"minutes\")");
 //! ```
 
 use std::fmt;
@@ -166,8 +169,8 @@ pub enum PatternErrorKind {
         /// The text where the number was expected.
         text: String,
     },
-    /// A time unit that is not `ms`, `s`, `m` or `h`.
-    #[error("unknown time unit {unit:?}; expected ms, s, m or h")]
+    /// A time unit that is not one of [`ratekeeper::duration`]'s.
+    #[error("unknown time unit {unit:?}; expected ms, s, m, h, d or w (or ns, us, or a long name such as \"minutes\")")]
     UnknownUnit {
         /// The unit as written.
         unit: String,
@@ -450,33 +453,6 @@ impl fmt::Display for Period {
     }
 }
 
-/// Parses a duration of the pattern grammar, such as `10s`, `1.5s`,
-/// `250ms`, `2m` or `1h`, up to [`MAX_SPAN`], to the nanosecond (finer
-/// digits are dropped).
-///
-/// ```
-/// use std::time::Duration;
-/// use ratekeeper_server::simulate::parse_duration;
-///
-/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-/// assert_eq!(parse_duration(" 250ms "), Ok(Duration::from_millis(250)));
-/// assert_eq!(
-///     parse_duration("10").unwrap_err().to_string(),
-///     "column 3: expected a time unit (ms, s, m or h), found the end",
-/// );
-/// ```
-pub fn parse_duration(s: &str) -> Result<Duration, PatternError> {
-    let mut scanner = Scanner {
-        src: s,
-        pos: 0,
-        end: s.len(),
-    };
-    scanner.skip_ws();
-    let duration = scanner.duration()?;
-    scanner.finish()?;
-    Ok(duration)
-}
-
 /// The 1-based character column of byte offset `pos` in `src`.
 fn column(src: &str, pos: usize) -> usize {
     src.get(..pos).map_or(pos, |s| s.chars().count()) + 1
@@ -693,61 +669,50 @@ impl<'a> Scanner<'a> {
         Ok(value)
     }
 
-    /// `ms`, `s`, `m` or `h`, then whitespace.
+    /// A time unit (see [`ratekeeper::duration`]), then whitespace.
     fn unit(&mut self) -> Result<Duration, PatternError> {
         let (start, unit) = self.take_while(|c| c.is_alphabetic());
-        let duration = match unit.to_ascii_lowercase().as_str() {
-            "ms" => Duration::from_millis(1),
-            "s" => Duration::from_secs(1),
-            "m" => Duration::from_secs(60),
-            "h" => Duration::from_secs(3600),
-            "" => return Err(self.expected("a time unit (ms, s, m or h)")),
-            _ => {
-                return Err(self.error_at(
-                    start,
-                    PatternErrorKind::UnknownUnit {
-                        unit: unit.to_owned(),
-                    },
-                ))
-            }
+        if unit.is_empty() {
+            return Err(self.expected("a time unit (ms, s, m, h, d, w, ...)"));
+        }
+        let Some(duration) = ratekeeper::duration::unit(unit) else {
+            return Err(self.error_at(
+                start,
+                PatternErrorKind::UnknownUnit {
+                    unit: unit.to_owned(),
+                },
+            ));
         };
         self.skip_ws();
         Ok(duration)
     }
 
-    /// `digits ["." digits] unit`, exact to the nanosecond.
+    /// `digits ["." digits] unit`, exact to the nanosecond, in the grammar
+    /// of [`ratekeeper::duration`].
     fn duration(&mut self) -> Result<Duration, PatternError> {
         if !self.rest().starts_with(|c: char| c.is_ascii_digit()) {
             return Err(self.expected("a duration such as \"10s\" or \"250ms\""));
         }
-        let (start, whole) = self.take_while(|c| c.is_ascii_digit());
-        let whole = whole.to_owned();
-        let fraction = if self.rest().starts_with('.') && !self.rest().starts_with("..") {
+        let digit = |c: char| c.is_ascii_digit() || c == '_';
+        let (start, _) = self.take_while(digit);
+        if self.rest().starts_with('.') && !self.rest().starts_with("..") {
             self.pos += 1;
-            let (_, digits) = self.take_while(|c| c.is_ascii_digit());
-            digits.to_owned()
-        } else {
-            String::new()
-        };
-        let too_long = |s: &Self| s.error_at(start, PatternErrorKind::TooLong);
+            self.take_while(digit);
+        }
+        let number_end = self.pos;
         self.skip_ws();
-        let unit = self.unit()?.as_nanos();
-        // Past MAX_SPAN in whole units, or too many digits to matter.
-        if whole.len() > 20 {
-            return Err(too_long(self));
+        // The unit's own checks first, for its column.
+        let unit_start = self.pos;
+        self.unit()?;
+        let text = &self.src[start..number_end];
+        let unit = self.src[unit_start..self.pos].trim_end();
+        let too_long = || self.error_at(start, PatternErrorKind::TooLong);
+        let duration =
+            ratekeeper::duration::parse(&format!("{text}{unit}")).map_err(|_| too_long())?;
+        if duration > MAX_SPAN {
+            return Err(too_long());
         }
-        let whole: u128 = whole.parse().map_err(|_| too_long(self))?;
-        let mut nanos = whole.saturating_mul(unit);
-        let mut scale = unit;
-        for digit in fraction.bytes().take(20) {
-            scale /= 10;
-            nanos += u128::from(digit - b'0') * scale;
-        }
-        if nanos > MAX_SPAN.as_nanos() {
-            return Err(too_long(self));
-        }
-        let nanos = u64::try_from(nanos).map_err(|_| too_long(self))?;
-        Ok(Duration::from_nanos(nanos))
+        Ok(duration)
     }
 }
 
@@ -787,7 +752,7 @@ mod tests {
         assert_eq!(err("burst:0"), "column 7: a burst must be more than 0");
         assert_eq!(
             err("idle:5"),
-            "column 7: expected a time unit (ms, s, m or h), found the end"
+            "column 7: expected a time unit (ms, s, m, h, d, w, ...), found the end"
         );
     }
 

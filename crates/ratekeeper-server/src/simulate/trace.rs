@@ -13,10 +13,11 @@
 //! Each line is `TIME [, COST]`, with whitespace allowed around both;
 //! blank lines and comments are skipped, and `\r\n` line ends are fine.
 //!
-//! - `TIME` is a decimal number of seconds (`12`, `0.25`), or of
-//!   milliseconds with the suffix `ms` (`1500ms`, `0.5ms`); `s` may be
-//!   written for seconds. It is exact to the nanosecond (finer digits are
-//!   dropped) and at most about 584 years, so Unix times work. Times never go
+//! - `TIME` is a decimal number of seconds (`12`, `0.25`), or a duration
+//!   since the trace's start in the grammar of every duration ratekeeper
+//!   reads ([`ratekeeper::duration`]: `1500ms`, `0.5ms`, `1.5s`, `2m`). It
+//!   is exact to the nanosecond (finer digits are dropped) and at most about
+//!   584 years, so Unix times work. Times never go
 //!   down: a line earlier than the one before is refused (sort the file).
 //! - `COST` is a whole number of units, 1 when left out; 0 is a request that
 //!   only asks, as in the core.
@@ -61,9 +62,9 @@ pub enum TraceErrorKind {
     /// The line is not UTF-8 text.
     #[error("not UTF-8 text")]
     NotUtf8,
-    /// The time is not a number of seconds or milliseconds.
+    /// The time is not a number of seconds or a duration.
     #[error(
-        "time {text:?} is not a number of seconds (\"1.5\", \"1.5s\") or milliseconds (\"1500ms\")"
+        "time {text:?} is not a number of seconds (\"1.5\") or a duration (\"1.5s\", \"1500ms\")"
     )]
     InvalidTime {
         /// The time as written.
@@ -157,44 +158,26 @@ pub fn parse_trace(input: &[u8]) -> Result<Vec<Request>, TraceError> {
     Ok(requests)
 }
 
-/// `digits ["." digits] ["s" | "ms"]`.
+/// A time in the grammar of [`ratekeeper::duration`] (`1.5s`, `250ms`,
+/// `2m`), or a bare number of seconds (`1.5`).
 fn parse_time(text: &str) -> Result<Timestamp, TraceErrorKind> {
-    let invalid = || TraceErrorKind::InvalidTime {
-        text: text.to_owned(),
-    };
-    let (number, unit) = if let Some(number) = text.strip_suffix("ms") {
-        (number, 1_000_000u128)
-    } else if let Some(number) = text.strip_suffix('s') {
-        (number, 1_000_000_000)
+    let bare = text.ends_with(|c: char| c.is_ascii_digit());
+    let parsed = if bare {
+        ratekeeper::duration::parse(&format!("{text}s"))
     } else {
-        (text, 1_000_000_000)
+        ratekeeper::duration::parse(text)
     };
-    let number = number.trim_end();
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty() || !digits(whole) || !digits(fraction) || number.ends_with('.') {
-        return Err(invalid());
+    match parsed {
+        Ok(duration) => Ok(Timestamp::from_duration(duration)),
+        Err(ratekeeper::duration::ParseDurationError::TooLong { .. }) => {
+            Err(TraceErrorKind::TimeTooLarge {
+                text: text.to_owned(),
+            })
+        }
+        Err(_) => Err(TraceErrorKind::InvalidTime {
+            text: text.to_owned(),
+        }),
     }
-    let too_large = || TraceErrorKind::TimeTooLarge {
-        text: text.to_owned(),
-    };
-    let whole = whole.trim_start_matches('0');
-    if whole.len() > 20 {
-        return Err(too_large());
-    }
-    let whole: u128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().map_err(|_| too_large())?
-    };
-    let mut nanos = whole.checked_mul(unit).ok_or_else(too_large)?;
-    let mut scale = unit;
-    for digit in fraction.bytes().take(20) {
-        scale /= 10;
-        nanos += u128::from(digit - b'0') * scale;
-    }
-    let nanos = u64::try_from(nanos).map_err(|_| too_large())?;
-    Ok(Timestamp::from_nanos(nanos))
 }
 
 #[cfg(test)]

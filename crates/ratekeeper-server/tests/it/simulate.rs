@@ -7,8 +7,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use ratekeeper::{policy::PolicyKind, RetryAfter, Timestamp};
 use ratekeeper_server::simulate::{
-    self, parse_duration, parse_trace, Options, Pattern, PatternErrorKind, Phase, Request,
-    SimPolicy, Simulator, TraceErrorKind, MAX_REQUESTS,
+    self, parse_trace, Options, Pattern, PatternErrorKind, Phase, Request, SimPolicy, Simulator,
+    TraceErrorKind, MAX_REQUESTS,
 };
 
 fn policies(texts: &[&str]) -> Vec<SimPolicy> {
@@ -298,7 +298,7 @@ fn pattern_errors_say_what_and_where() {
         ),
         (
             "steady:50/x",
-            "column 11: unknown time unit \"x\"; expected ms, s, m or h",
+            "column 11: unknown time unit \"x\"; expected ms, s, m, h, d or w (or ns, us, or a long name such as \"minutes\")",
         ),
         (
             "steady:50/s,bursts:200",
@@ -346,7 +346,7 @@ fn pattern_errors_say_what_and_where() {
         ),
         (
             "idle:367d",
-            "column 9: unknown time unit \"d\"; expected ms, s, m or h",
+            "column 6: too long: a pattern lasts at most 366 days",
         ),
         ("idle:8785h", "column 6: too long: a pattern lasts at most 366 days"),
         (
@@ -359,7 +359,7 @@ fn pattern_errors_say_what_and_where() {
         ),
         (
             "idle:1s,steady:1/sé",
-            "column 18: unknown time unit \"sé\"; expected ms, s, m or h",
+            "column 18: unknown time unit \"sé\"; expected ms, s, m, h, d or w (or ns, us, or a long name such as \"minutes\")",
         ),
     ];
     for (pattern, message) in cases {
@@ -375,13 +375,23 @@ fn pattern_errors_say_what_and_where() {
             max: MAX_REQUESTS
         }
     );
-    assert_eq!(parse_duration("1.5 h").unwrap(), Duration::from_secs(5400));
+    // The pattern's durations are the core's: the same text, the same length.
+    for text in ["1.5 h", "250ms", "2 minutes", "1_000us"] {
+        let pattern: Pattern = format!("idle:{text},burst:1").parse().unwrap();
+        let requests = pattern.requests();
+        let expected = ratekeeper::duration::parse(text).unwrap();
+        assert_eq!(
+            requests[0].time,
+            Timestamp::from_duration(expected),
+            "{text}"
+        );
+    }
 }
 
 #[test]
 fn trace_errors_say_which_line() {
     let cases: [(&[u8], &str); 7] = [
-        (b"0\n1\nabc\n", "line 3: time \"abc\" is not a number of seconds (\"1.5\", \"1.5s\") or milliseconds (\"1500ms\")"),
+        (b"0\n1\nabc\n", "line 3: time \"abc\" is not a number of seconds (\"1.5\") or a duration (\"1.5s\", \"1500ms\")"),
         (b"0\n\n# c\n1,two\n", "line 4: cost \"two\" is not a whole number that fits 64 bits"),
         (b"0,1,2\n", "line 1: unexpected \"2\" after the cost; a line is TIME or TIME,COST"),
         (b"2\n1.5\n", "line 2: time 1.5s is earlier than the request before it at 2s; sort the trace by time"),
@@ -604,7 +614,7 @@ fn the_binary_exits_2_on_bad_input() {
     assert_eq!(code, Some(2));
     assert_eq!(
         stderr,
-        "error: --pattern: column 11: unknown time unit \"x\"; expected ms, s, m or h\n  steady:50/x\n            ^\n"
+        "error: --pattern: column 11: unknown time unit \"x\"; expected ms, s, m, h, d or w (or ns, us, or a long name such as \"minutes\")\n  steady:50/x\n            ^\n"
     );
     let (code, stderr) = run(&[
         "--policy",

@@ -77,6 +77,9 @@ const ACCEPTED: &[(&str, u64, u64, u64, bool)] = &[
     ("1/7\u{3bc}s", 1, 7_000, 1, false),
     ("1/microsecond", 1, 1_000, 1, false),
     ("1/2usec", 1, 2_000, 1, false),
+    // The period is a duration: a fraction of a unit is one too.
+    ("1 per 1.5s", 1, 1_500_000_000, 1, false),
+    ("3/0.25h", 3, 15 * 60 * SEC, 3, false),
     // Case and whitespace.
     ("  100 / Minute  ", 100, MIN, 100, false),
     ("10/S BURST 20", 10, SEC, 20, true),
@@ -163,7 +166,6 @@ fn rejected() {
         ("100 \\ s", ParseRateError::MissingSeparator),
         // Not whole numbers.
         ("1.5/s", invalid_number("1.5")),
-        ("1 per 1.5s", invalid_number("1.5")),
         ("5/.5s", invalid_number(".5")),
         ("-3/s", invalid_number("-3")),
         ("+3/s", invalid_number("+3")),
@@ -519,5 +521,27 @@ proptest! {
         prop_assert_eq!(rate.amount(), amount);
         prop_assert_eq!(rate.period(), Duration::from_nanos(count.unwrap_or(1) * unit_nanos));
         prop_assert_eq!(rate.explicit_burst(), burst.map(|(_, b)| b));
+    }
+}
+
+proptest::proptest! {
+    /// Any duration written with any unit's name parses back to itself, and
+    /// a rate's period is the same duration.
+    #[test]
+    fn a_written_duration_parses_back(count in 1u64..10_000, unit in 0usize..8, spaced: bool) {
+        let names = ["ns", "us", "ms", "s", "m", "h", "d", "w"];
+        let nanos: [u64; 8] = [1, 1_000, 1_000_000, SEC, MIN, HOUR, DAY, WEEK];
+        let text = format!("{count}{}{}", if spaced { " " } else { "" }, names[unit]);
+        let expected = Duration::from_nanos(count * nanos[unit]);
+        proptest::prop_assert_eq!(ratekeeper::duration::parse(&text), Ok(expected));
+        if let Ok(rate) = format!("1/{text}").parse::<Rate>() {
+            proptest::prop_assert_eq!(rate.period(), expected);
+        }
+    }
+
+    /// No text makes the duration parser panic.
+    #[test]
+    fn no_text_makes_the_duration_parser_panic(text in "\\PC{0,40}") {
+        let _ = ratekeeper::duration::parse(&text);
     }
 }
