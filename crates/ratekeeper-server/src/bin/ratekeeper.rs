@@ -82,7 +82,8 @@ enum Command {
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["trace", "pattern"])))]
 struct SimulateArgs {
-    /// A policy, RATE or KIND:RATE, such as "100/minute burst 20" (GCRA) or
+    /// A policy, RATE or KIND:RATE, such as "100/minute burst 20" (a token
+    /// bucket, the service's default) or
     /// "sliding_log:100/minute"; KIND is token_bucket, gcra, fixed_window,
     /// sliding_log or sliding_window. Repeat to put several on one chart.
     #[arg(long = "policy", required = true, value_name = "[KIND:]RATE")]

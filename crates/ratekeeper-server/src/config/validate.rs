@@ -711,7 +711,7 @@ impl Checker<'_> {
             Err(error) => return self.fail(limit.rate.span(), field("rate"), error.to_string()),
         };
         let kind = match &limit.policy {
-            None => PolicyKind::TokenBucket,
+            None => PolicyKind::DEFAULT,
             Some(policy) => match policy.get_ref().parse::<PolicyKind>() {
                 Ok(kind) => kind,
                 Err(error) => return self.fail(policy.span(), field("policy"), error.to_string()),

@@ -6,15 +6,16 @@
 //! `fixed_window`, `sliding_log` or `sliding_window` (case-insensitive,
 //! `-` for `_` allowed; [`PolicyKind`]'s names) and `RATE` is a
 //! [`Rate`] string such as `100/minute burst 20`. Without a kind, the policy
-//! is GCRA, the service's default. The window policies take no burst.
+//! is [`PolicyKind::DEFAULT`], the service's default: the token bucket. The
+//! window policies take no burst.
 //!
 //! ```
 //! use ratekeeper::policy::PolicyKind;
 //! use ratekeeper_server::simulate::SimPolicy;
 //!
 //! let policy: SimPolicy = "100/minute burst 20".parse().unwrap();
-//! assert_eq!(policy.kind(), PolicyKind::Gcra);
-//! assert_eq!(policy.to_string(), "gcra:100/minute burst 20");
+//! assert_eq!(policy.kind(), PolicyKind::TokenBucket);
+//! assert_eq!(policy.to_string(), "token_bucket:100/minute burst 20");
 //!
 //! let policy: SimPolicy = "sliding-window: 100/minute".parse().unwrap();
 //! assert_eq!(policy.to_string(), "sliding_window:100/minute");
@@ -156,7 +157,7 @@ impl FromStr for SimPolicy {
     fn from_str(s: &str) -> Result<SimPolicy, ParsePolicyError> {
         let (kind, rate) = match s.split_once(':') {
             Some((kind, rate)) => (kind.parse::<PolicyKind>()?, rate),
-            None => (PolicyKind::Gcra, s),
+            None => (PolicyKind::DEFAULT, s),
         };
         let rate = rate
             .parse::<Rate>()

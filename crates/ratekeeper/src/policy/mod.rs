@@ -122,6 +122,19 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
+    /// The policy of a limit that names none (in the service's
+    /// configuration and in `ratekeeper simulate`): the token bucket.
+    ///
+    /// It is the model most users already know (Go's `x/time/rate`,
+    /// Envoy's local rate limit), it reports the period it was given (a
+    /// `RateLimit-Policy` of `7/hour` says `w=3600`, where GCRA's window is
+    /// its interval rounded up to the nanosecond times the burst, `w=3601`),
+    /// and it takes reservations. It costs nothing for it: the in-memory
+    /// table runs a token bucket as the GCRA with the same numbers, one word
+    /// updated by one compare-and-swap, and both admit the same requests
+    /// (see [`Gcra`]).
+    pub const DEFAULT: PolicyKind = PolicyKind::TokenBucket;
+
     /// Every kind, in the order of the documentation.
     pub const ALL: [PolicyKind; 5] = [
         PolicyKind::TokenBucket,
