@@ -91,20 +91,12 @@
 //!
 //! # Cost
 //!
-//! A decision is `TIME`, `GET` and, when allowed, one write (`PSETEX` with
-//! the new expiry, or `SET ... KEEPTTL` when a window's key already expires
-//! with its window, or a GCRA key lives until its state is fresh: on a key
-//! hit near its rate, all but about one write in burst / 4) in one call of
-//! a Redis function (`FCALL`, Redis 7+), or
-//! of the same script by `EVALSHA` on servers without functions. Numbers go
-//! in, out and into the stored state as packed doubles (one `struct.unpack`
-//! for the arguments, one string for the reply; no `tonumber`, `tostring` or
-//! `cjson`); the decision is inline (no closure made per call), and the hot
-//! path allocates no table. Counted in instructions inside `redis-server`
-//! (`scripts/callgrind-redis.sh`), a GCRA decision costs about 1.3 times the
-//! least any script reading `TIME` and reading and writing a key with an
-//! expiry costs, and about a quarter of it is the script's own work; see
-//! BENCHMARKS.md for the figures.
+//! A decision is one round trip: one call of a Redis function (`FCALL`,
+//! Redis 7+) or of the same script by `EVALSHA` on servers without
+//! functions, which reads `TIME`, reads the key and, when allowed, writes it
+//! with its expiry (a GCRA key hit near its rate skips most of those
+//! writes). BENCHMARKS.md has the figures: decisions per second, and what
+//! each costs inside `redis-server`.
 //!
 //! On Redis 7 the function is loaded with `FUNCTION LOAD REPLACE` when a
 //! server answers `Function not found` (a new or restarted server, or

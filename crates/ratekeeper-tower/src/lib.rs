@@ -1,9 +1,62 @@
-//! tower middleware for [`ratekeeper`]: rate limits for axum, hyper and
-//! tonic services.
+#![doc = include_str!("../README.md")]
 //!
-//! [`RateLimitLayer`] limits requests through any [`ratekeeper::Store`];
-//! [`client`] finds a request's client address behind proxies, and
-//! [`headers`] writes the rate-limit response headers.
+//! # The layer
+//!
+//!
+//! Each request becomes one key per limit ([`Key`]: the client behind
+//! proxies, a header, the route, any function), is checked against every
+//! limit at once through a [`Store`](ratekeeper::Store), all or nothing,
+//! and then either reaches the service, with the rate-limit headers added
+//! to its response, or is refused: 429 with `Retry-After` and
+//! `Cache-Control: no-store` (text or RFC 9457 problem+json), or 503 when
+//! the store failed closed. gRPC requests are refused with `grpc-status` 8
+//! (`RESOURCE_EXHAUSTED`) or 14 (`UNAVAILABLE`) instead.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::net::SocketAddr;
+//!
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::Full;
+//! use ratekeeper::{Gcra, Limit, MemoryStore};
+//! use ratekeeper_tower::{Key, PeerAddr, RateLimitLayer};
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder(MemoryStore::new())
+//!     .limit(Limit::new("per-ip", Gcra::per_minute(2)?)?, Key::peer())
+//!     .build()?;
+//! let hello = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("hello")))) });
+//! let mut service = layer.layer(hello);
+//!
+//! let request = || {
+//!     let mut request = Request::new(());
+//!     request.extensions_mut().insert(PeerAddr("192.0.2.1:5000".parse::<SocketAddr>().unwrap()));
+//!     request
+//! };
+//! let first = service.ready().await?.call(request()).await?;
+//! assert_eq!(first.headers()["ratelimit"], r#""per-ip";r=1;t=30"#);
+//! let _ = service.ready().await?.call(request()).await?;
+//! let third = service.ready().await?.call(request()).await?;
+//! assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(third.headers()["retry-after"], "30");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Where to go next
+//!
+//! - [`RateLimitLayer::builder`]: limits, keys, skips, headers, refusals,
+//!   shadow mode, and the warnings of [`RateLimitLayerBuilder::build`].
+//! - [`Key`]: what a request is counted under; [`client`]: finding the
+//!   client behind proxies ([`client::ClientIp`]).
+//! - [`headers`]: the rate-limit response headers, for other front ends.
+//! - The stores: [`ratekeeper::MemoryStore`] here, `ratekeeper-sqlite` and
+//!   `ratekeeper-redis` for limits shared by several processes.
 
 pub mod client;
 pub mod headers;
@@ -14,7 +67,8 @@ pub use limit::{
     Refusal, RefusalBody, ResponseFormat, ResponseFuture, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
 };
 
-/// Compiles the example in this crate's README.md as a doctest.
-#[doc = include_str!("../README.md")]
+/// Compiles and runs the examples of the workspace's README.md (the core's
+/// and this crate's, which only this crate has the dependencies for).
+#[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+pub struct RootReadmeDoctests;

@@ -85,8 +85,3 @@ pub use memory::MemoryLimiter;
 pub use outcome::Outcome;
 pub use policy::{FixedWindow, Gcra, Policy, Rate, SlidingLog, SlidingWindow, TokenBucket};
 pub use store::{Limit, MemoryStore, Store};
-
-/// Compiles and runs the examples in README.md as doctests.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
