@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Envoy door's benchmark of BENCHMARKS.md ("The Envoy door"): the
+# The service's benchmark of BENCHMARKS.md ("The service: server CPU per request"): the
 # release `ratekeeper serve` on its in-memory store and on Redis, asked
 # Envoy's ShouldRateLimit by an outside load generator (rlsload, its own
 # copy of Envoy's proto) and POST /v1/check by wrk, at 1, 16 and 64 requests

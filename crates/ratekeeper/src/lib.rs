@@ -51,9 +51,9 @@
 //!   HTTP middleware, `ratekeeper-server` the rate-limit service.
 //! - [`policy`]: the policies, their states and their limits.
 //! - [`clock`]: [`Clock`], and [`clock::ManualClock`] for tests.
-//! - [`concurrency`] (requests in flight), [`actions`] (named limits from
-//!   configuration), [`stats`] (what each limit allowed and denied), [`key`]
-//!   (long keys).
+//! - [`actions`] (named limits from configuration), [`stats`] (what each
+//!   limit allowed and denied), [`key`] (long keys), and with the
+//!   `concurrency` feature, `concurrency` (a cap on requests in flight).
 //!
 //! # Time and precision
 //!
@@ -63,6 +63,7 @@
 
 pub mod actions;
 pub mod clock;
+#[cfg(feature = "concurrency")]
 pub mod concurrency;
 mod decision;
 pub mod duration;

@@ -75,13 +75,19 @@ fn every_readme_server_is_given_the_socket_peer() {
 
 #[test]
 fn the_root_readme_layer_is_the_compiled_one() {
-    let root = blocks(section(ROOT_README, "## HTTP: the tower layer"), "rust,no_run");
+    let root = blocks(
+        section(ROOT_README, "## HTTP: the tower layer"),
+        "rust,no_run",
+    );
     let [root] = root.as_slice() else {
         panic!("one rust block in the root README's tower section: {root:#?}");
     };
     let compiled = blocks(TOWER_README, "rust,no_run");
     let first = compiled.first().expect("the tower README's example");
-    assert_eq!(root, first, "the root README's tower example is this crate's");
+    assert_eq!(
+        root, first,
+        "the root README's tower example is this crate's"
+    );
     assert!(root
         .iter()
         .any(|line| line.contains("into_make_service_with_connect_info::<SocketAddr>()")));
