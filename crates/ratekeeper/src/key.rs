@@ -1,4 +1,7 @@
-//! Keys as stores and statistics keep them: at most [`MAX_KEY_LEN`] bytes.
+//! Keys: how one is made from several parts ([`compose`], the one rule the
+//! tower layer and the service share, so that both count a client under the
+//! same key in a shared store), and how stores and statistics keep them:
+//! at most [`MAX_KEY_LEN`] bytes ([`bounded`]).
 //!
 //! A client chooses much of its key (a header value, a path), so whatever
 //! keeps keys (a store's rows, the per-key denial counts, the heaviest keys)
@@ -23,6 +26,65 @@ const DIGEST_HEX: usize = 32;
 
 /// The readable start of a long key kept beside its digest.
 const PREFIX_LEN: usize = MAX_KEY_LEN - DIGEST_MARK.len() - DIGEST_HEX;
+
+/// What a [`global`](GLOBAL) key is: one count for every request.
+pub const GLOBAL: &[u8] = b"*";
+
+/// What separates the parts of a composed key.
+pub const SEPARATOR: u8 = b'|';
+
+/// What escapes a separator (or itself) inside a part.
+const ESCAPE: u8 = b'\\';
+
+/// `part` as one part of a key: itself, unless it holds a `|` or a `\`,
+/// which are escaped with a `\`. A key of one part is this too, so a key
+/// made of one value is the same whether or not it was composed.
+///
+/// ```
+/// use ratekeeper::key::escape_part;
+///
+/// assert_eq!(&*escape_part(b"203.0.113.7"), b"203.0.113.7");
+/// assert_eq!(&*escape_part(b"a|b"), br"a\|b");
+/// ```
+pub fn escape_part(part: &[u8]) -> Cow<'_, [u8]> {
+    if !part.iter().any(|&byte| byte == SEPARATOR || byte == ESCAPE) {
+        return Cow::Borrowed(part);
+    }
+    let mut escaped = Vec::with_capacity(part.len() + 4);
+    push_escaped(&mut escaped, part);
+    Cow::Owned(escaped)
+}
+
+/// The key of several parts: each [escaped](escape_part), joined by `|`.
+/// Readable (`redis-cli` shows `203.0.113.7|GET /login`), and two lists of
+/// parts never give the same key: `["a|b"]` is `a\|b`, `["a", "b"]` is
+/// `a|b`.
+///
+/// ```
+/// use ratekeeper::key::compose;
+///
+/// assert_eq!(compose(["203.0.113.7", "GET /login"]), b"203.0.113.7|GET /login");
+/// assert_ne!(compose(["a|b"]), compose(["a", "b"]));
+/// ```
+pub fn compose<P: AsRef<[u8]>>(parts: impl IntoIterator<Item = P>) -> Vec<u8> {
+    let mut key = Vec::with_capacity(32);
+    for (index, part) in parts.into_iter().enumerate() {
+        if index > 0 {
+            key.push(SEPARATOR);
+        }
+        push_escaped(&mut key, part.as_ref());
+    }
+    key
+}
+
+fn push_escaped(key: &mut Vec<u8>, part: &[u8]) {
+    for &byte in part {
+        if byte == SEPARATOR || byte == ESCAPE {
+            key.push(ESCAPE);
+        }
+        key.push(byte);
+    }
+}
 
 /// `key` itself when it is at most [`MAX_KEY_LEN`] bytes; otherwise its
 /// first bytes, `~sha256:` and 32 hex digits of the SHA-256 of the whole

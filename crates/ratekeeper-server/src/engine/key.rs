@@ -21,34 +21,36 @@ pub trait KeySource {
 /// as one, never let through unlimited).
 pub const UNKNOWN: &str = "unknown";
 
-/// The value of `global`: one count for everyone.
+/// The value of `global`: one count for everyone (the core's
+/// [`ratekeeper::key::GLOBAL`]).
 const GLOBAL: &str = "*";
 
 /// Puts `parts`' values from `source` together into a key, or names the
 /// first part `source` lacks.
 ///
-/// Values are joined with `|`, and `|` and `\` inside a value are escaped
-/// with `\`, so the key stays readable in `redis-cli` and two different
-/// lists of values never meet: `["a|b"]` gives `a\|b`, `["a", "b"]` gives
-/// `a|b`.
+/// Values are put together by the core's rule
+/// ([`ratekeeper::key::compose`]: each value's `|` and `\` escaped with
+/// `\`, the values joined by `|`), the rule of the tower layer's keys too:
+/// a layer and the service on one store count a client under one key.
 pub fn compose<'p>(parts: &'p [KeyPart], source: &dyn KeySource) -> Result<Vec<u8>, &'p KeyPart> {
-    let mut key = Vec::with_capacity(32);
-    for (index, part) in parts.iter().enumerate() {
-        if index > 0 {
-            key.push(b'|');
-        }
+    let mut missing = None;
+    let key = ratekeeper::key::compose(parts.iter().map_while(|part| {
         let value = match part {
-            KeyPart::Global => Cow::Borrowed(GLOBAL),
-            _ => source.part(part).ok_or(part)?,
+            KeyPart::Global => Some(Cow::Borrowed(GLOBAL)),
+            _ => source.part(part),
         };
-        for byte in value.bytes() {
-            if byte == b'|' || byte == b'\\' {
-                key.push(b'\\');
-            }
-            key.push(byte);
+        if value.is_none() {
+            missing = Some(part);
         }
+        value.map(|value| match value {
+            Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
+            Cow::Owned(text) => Cow::Owned(text.into_bytes()),
+        })
+    }));
+    match missing {
+        Some(part) => Err(part),
+        None => Ok(key),
     }
-    Ok(key)
 }
 
 /// An HTTP request's key parts: its peer, the client behind trusted
@@ -144,6 +146,11 @@ mod tests {
 
     fn parts(n: usize) -> Vec<KeyPart> {
         (0..n).map(|i| KeyPart::Descriptor(i.to_string())).collect()
+    }
+
+    #[test]
+    fn global_is_the_cores_global() {
+        assert_eq!(GLOBAL.as_bytes(), ratekeeper::key::GLOBAL);
     }
 
     #[test]

@@ -241,3 +241,79 @@ async fn two_service_processes_on_one_redis_admit_the_limit_together() {
     }
     assert_eq!(allowed, 50, "160 requests through two processes");
 }
+
+/// The tower layer in front of an application and the service, on one
+/// Redis, count one client under one key: the same limit (name and policy)
+/// keyed by the client and the route, taken in turns by a request through
+/// the layer and a decision of the service's JSON API, admits its quota
+/// once between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_and_the_service_share_a_count_on_one_redis() {
+    use axum::body::Body;
+    use ratekeeper::{policy::Gcra, Limit, Rate};
+    use ratekeeper_tower::{Key, PeerAddr, RateLimitLayer};
+    use tower::ServiceExt;
+
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let timeout = timeout_line();
+    let toml = format!(
+        "{LISTEN_ANY}\n[store]\nkind = \"redis\"\nurl = \"{}\"\n{timeout}\n[[limits]]\nname = \"per-client\"\nrate = \"3/hour\"\npolicy = \"gcra\"\nkey = [\"client_ip\", \"route\"]\n",
+        redis.url()
+    );
+    let service = TestService::start(&toml).await;
+    let store = ratekeeper_redis::RedisStore::builder()
+        .timeout(harness::UNHURRIED)
+        .connect(&redis.url())
+        .await
+        .unwrap();
+    let rate: Rate = "3/hour".parse().unwrap();
+    let limit = Limit::new("per-client", Gcra::from_rate(&rate).unwrap()).unwrap();
+    let layer = RateLimitLayer::builder(store)
+        .limit(limit, Key::compose([Key::peer(), Key::route()]))
+        .build()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/login", axum::routing::post(|| async { "welcome" }))
+        .layer(layer);
+    let through_layer = || async {
+        let mut request = axum::http::Request::post("/login")
+            .body(Body::empty())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(PeerAddr("203.0.113.7:40000".parse().unwrap()));
+        app.clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let through_service = || async {
+        let (status, _, body) = service
+            .post(
+                "/v1/check",
+                json!({"limits": ["per-client"], "key": {"client_ip": "203.0.113.7", "route": "POST /login"}}),
+            )
+            .await;
+        (status, body["allowed"].as_bool())
+    };
+
+    assert_eq!(through_layer().await, 200);
+    assert_eq!(through_service().await, (200, Some(true)));
+    assert_eq!(through_layer().await, 200);
+    // The quota of 3 is spent between them.
+    assert_eq!(through_service().await, (200, Some(false)));
+    assert_eq!(through_layer().await, 429);
+    // Another client has its own count, on both sides.
+    let (status, _, _) = service
+        .post(
+            "/v1/check",
+            json!({"limits": ["per-client"], "key": {"client_ip": "198.51.100.20", "route": "POST /login"}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    service.stop().await;
+}

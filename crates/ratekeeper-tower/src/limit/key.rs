@@ -1,5 +1,6 @@
 //! What a limit counts by: the key of a request.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -209,8 +210,11 @@ impl Key {
         Key(Kind::Function(Arc::new(f)))
     }
 
-    /// Several keys as one, unambiguously: each part is prefixed with its
-    /// length, so `["a|b", "c"]` and `["a", "b|c"]` differ.
+    /// Several keys as one, by the core's rule
+    /// ([`ratekeeper::key::compose`]: each part's `|` and `\` escaped, the
+    /// parts joined by `|`), which the service keeps too, so the layer and
+    /// the service count one client under one key in a shared store.
+    /// `["a|b", "c"]` and `["a", "b|c"]` differ.
     pub fn compose(parts: impl IntoIterator<Item = Key>) -> Self {
         Key(Kind::Compose(parts.into_iter().collect()))
     }
@@ -290,9 +294,16 @@ impl Key {
             };
         }
         let mut missing_peer = false;
-        let key = self
-            .part(parts, without_peer, &mut missing_peer)
-            .unwrap_or_else(|| KeyBytes::from_slice(UNKNOWN_KEY));
+        let key = match self.part(parts, without_peer, &mut missing_peer) {
+            // A composed key is escaped part by part already; one value is
+            // escaped as the one part of a key, by the core's rule.
+            Some(key) if matches!(self.0, Kind::Compose(_)) => key,
+            Some(key) => match ratekeeper::key::escape_part(&key) {
+                Cow::Borrowed(_) => key,
+                Cow::Owned(escaped) => KeyBytes::from_vec(escaped),
+            },
+            None => KeyBytes::from_slice(UNKNOWN_KEY),
+        };
         Extracted { key, missing_peer }
     }
 
@@ -304,7 +315,7 @@ impl Key {
     ) -> Option<KeyBytes> {
         // Every request runs this: keep it free of `fmt` where it can be.
         match &self.0 {
-            Kind::Global => Some(KeyBytes::from_slice(b"global")),
+            Kind::Global => Some(KeyBytes::from_slice(ratekeeper::key::GLOBAL)),
             Kind::Client { strategy, prefixes } => {
                 let ip = match peer_of(parts) {
                     peer @ Some(_) => strategy.find(parts.headers(), peer)?,
@@ -344,15 +355,18 @@ impl Key {
                 .parts()
                 .and_then(|parts| f(parts))
                 .map(KeyBytes::from_vec),
+            // The core's rule (`ratekeeper::key::compose`), which the
+            // service keeps too: the same request, the same key.
             Kind::Compose(keys) => {
                 let mut out = KeyBytes::new();
-                for key in keys {
+                for (index, key) in keys.iter().enumerate() {
                     let part = key
                         .part(parts, without_peer, missing_peer)
                         .unwrap_or_else(|| KeyBytes::from_slice(UNKNOWN_KEY));
-                    out.extend_from_slice(part.len().to_string().as_bytes());
-                    out.push(b':');
-                    out.extend_from_slice(&part);
+                    if index > 0 {
+                        out.push(ratekeeper::key::SEPARATOR);
+                    }
+                    out.extend_from_slice(&ratekeeper::key::escape_part(&part));
                 }
                 Some(out)
             }

@@ -147,7 +147,14 @@ async fn several_limits_are_all_or_nothing() {
             StatusCode::TOO_MANY_REQUESTS
         );
     }
-    assert_eq!(store.peek(&global, b"global").await.unwrap().remaining(), 2);
+    assert_eq!(
+        store
+            .peek(&global, ratekeeper::key::GLOBAL)
+            .await
+            .unwrap()
+            .remaining(),
+        2
+    );
     assert_eq!(
         http.get("/", &[("x-api-key", "b")]).await.status,
         StatusCode::OK
@@ -439,7 +446,7 @@ async fn the_layer_and_its_store_share_one_state() {
         .unwrap();
     let http = serve(app().layer(layer)).await;
     assert!(store
-        .check(&limit, b"global", 2)
+        .check(&limit, ratekeeper::key::GLOBAL, 2)
         .await
         .unwrap()
         .is_allowed());

@@ -1128,3 +1128,18 @@ fn retry_after_is_enough_when_the_clock_went_back() {
         );
     }
 }
+
+proptest! {
+    /// Two different lists of key parts never make the same key, whatever
+    /// separators and escapes the parts hold.
+    #[test]
+    fn composed_keys_never_meet(
+        a in prop::collection::vec(prop::collection::vec(prop::sample::select(vec![b'a', b'|', b'\\', b'b']), 0..4), 1..4),
+        b in prop::collection::vec(prop::collection::vec(prop::sample::select(vec![b'a', b'|', b'\\', b'b']), 0..4), 1..4),
+    ) {
+        let key = |parts: &Vec<Vec<u8>>| ratekeeper::key::compose(parts.iter());
+        prop_assert_eq!(key(&a) == key(&b), a == b, "{:?} {:?}", a, b);
+        // One part is its own escaped form, composed or not.
+        prop_assert_eq!(&ratekeeper::key::compose([&a[0]]), &*ratekeeper::key::escape_part(&a[0]));
+    }
+}
