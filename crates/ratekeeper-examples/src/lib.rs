@@ -7,11 +7,11 @@
 //!
 //! | seed | example | what it shows |
 //! |---|---|---|
-//! | 000 | `seed000_web_middleware` | axum app: 100 per 60 s per client address, a bucket of 10 per API key on `POST /`, `max_keys`, a window shared through Redis by a custom `WindowCounter` |
-//! | 001 | `seed001_table_sqlite_guards` | the package README's two transcripts, line for line; one SQLite file shared by two processes |
-//! | 002 | `seed002_tutorial` | the tutorial's printed outputs: a bucket, per-key limits, 100 callers under a limit of 10, the boundary burst |
-//! | 003 | `seed003_actions` | an application's five actions from environment variables, the exact and the sharded door, blocked counters reaped by the cleanup |
-//! | 004 | `seed004_service_requirements` | an axum service with four sliding-window limits all or nothing, a cached url parser and the admin stats |
+//! | 000 | `axum_middleware` | axum app: 100 per 60 s per client address, a bucket of 10 per API key on `POST /`, `max_keys`, a window shared through Redis by a custom `WindowCounter` |
+//! | 001 | `sqlite_shared_file` | the package README's two transcripts, line for line; one SQLite file shared by two processes |
+//! | 002 | `tutorial` | the tutorial's printed outputs: a bucket, per-key limits, 100 callers under a limit of 10, the boundary burst |
+//! | 003 | `named_actions` | an application's five actions from environment variables, the exact and the sharded door, blocked counters reaped by the cleanup |
+//! | 004 | `service_requirements` | an axum service with four sliding-window limits all or nothing, a cached url parser and the admin stats |
 //!
 //! Run one with `cargo run -p ratekeeper-examples --example NAME`.
 //!

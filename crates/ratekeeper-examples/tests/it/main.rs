@@ -3,8 +3,8 @@
 //! One binary for the crate, its files as modules: one link instead of
 //! one per file.
 
-mod seed000_web_middleware;
-mod seed001_table_sqlite_guards;
-mod seed002_tutorial;
-mod seed003_actions;
-mod seed004_service_requirements;
+mod axum_middleware;
+mod named_actions;
+mod service_requirements;
+mod sqlite_shared_file;
+mod tutorial;

@@ -1,4 +1,5 @@
-//! Seed 004: a product's rate-limiting requirements, as an axum service.
+//! A product's rate-limiting requirements as an axum service: several
+//! limits at once (reproduces seed 004, a product's requirements).
 //!
 //! Every request (but the admin's) is under several limits at once, all
 //! sliding windows ([`SlidingWindow`], the weighted previous-plus-current
@@ -24,8 +25,8 @@
 //! not itself limited.
 //!
 //! ```sh
-//! cargo run -p ratekeeper-examples --example seed004_service_requirements
-//! cargo run -p ratekeeper-examples --example seed004_service_requirements -- --serve 127.0.0.1:3000
+//! cargo run -p ratekeeper-examples --example service_requirements
+//! cargo run -p ratekeeper-examples --example service_requirements -- --serve 127.0.0.1:3000
 //! ```
 //!
 //! Without `--serve`, it starts on a free port, sends itself a few requests,

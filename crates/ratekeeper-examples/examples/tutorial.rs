@@ -1,4 +1,5 @@
-//! Seed 002: a tutorial on rate limiting, its printed outputs reproduced.
+//! A tutorial on rate limiting, its printed outputs reproduced (seed 002,
+//! a tutorial).
 //!
 //! 1. A token bucket of 3, one more token every 200 ms: four requests at
 //!    once, then one at 150 ms and two at 200 ms.
@@ -18,7 +19,7 @@
 //! depends on the machine's speed.
 //!
 //! ```sh
-//! cargo run -p ratekeeper-examples --example seed002_tutorial
+//! cargo run -p ratekeeper-examples --example tutorial
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};

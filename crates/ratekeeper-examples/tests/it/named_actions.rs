@@ -3,7 +3,7 @@
 //! sharded hot-key door (exact in count, 2x across a boundary), and blocked
 //! counters reaped by the cleanup together with their buckets.
 
-#[path = "../../examples/seed003_actions.rs"]
+#[path = "../../examples/named_actions.rs"]
 #[allow(dead_code)]
 mod example;
 

@@ -4,7 +4,7 @@
 //! while known keys keep being limited, and a window shared by two nodes
 //! through a real `redis-server`, failing open when Redis goes away.
 
-#[path = "../../examples/seed000_web_middleware.rs"]
+#[path = "../../examples/axum_middleware.rs"]
 #[allow(dead_code)]
 mod example;
 

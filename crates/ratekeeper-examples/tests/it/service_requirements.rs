@@ -4,7 +4,7 @@
 //! (and then free); and the admin stats' week, today, hour and minute
 //! counts with the declined ones.
 
-#[path = "../../examples/seed004_service_requirements.rs"]
+#[path = "../../examples/service_requirements.rs"]
 #[allow(dead_code)]
 mod example;
 

@@ -1,4 +1,5 @@
-//! Seed 003: an application's rate-limited actions, and its two doors.
+//! An application's named, configurable rate-limited actions, and its two
+//! doors (reproduces seed 003, an application's actions).
 //!
 //! Five actions, configured from environment variables with the seed's
 //! defaults:
@@ -35,8 +36,8 @@
 //! a window, so a session id outlives its session only until then.
 //!
 //! ```sh
-//! cargo run -p ratekeeper-examples --example seed003_actions
-//! PUBLISH_RATE_LIMIT=1000 cargo run -p ratekeeper-examples --example seed003_actions
+//! cargo run -p ratekeeper-examples --example named_actions
+//! PUBLISH_RATE_LIMIT=1000 cargo run -p ratekeeper-examples --example named_actions
 //! ```
 
 use std::collections::HashMap;

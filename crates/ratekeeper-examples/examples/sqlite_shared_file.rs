@@ -1,5 +1,6 @@
-//! Seed 001: a rate-limiting package with pure policies, an in-memory
-//! table, a SQLite store and handler guards.
+//! Limits shared by several processes through one SQLite file, with pure
+//! policies, an in-memory table and handler guards (reproduces seed 001, a
+//! package with a table, a SQLite store and handler guards).
 //!
 //! Its README shows two transcripts; this example prints both, line for
 //! line, from ratekeeper:
@@ -17,7 +18,7 @@
 //! of 50 for one key, and prints how many each admitted (50 in all).
 //!
 //! ```sh
-//! cargo run -p ratekeeper-examples --example seed001_table_sqlite_guards
+//! cargo run -p ratekeeper-examples --example sqlite_shared_file
 //! ```
 
 use std::convert::Infallible;

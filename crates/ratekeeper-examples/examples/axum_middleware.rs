@@ -1,4 +1,5 @@
-//! Seed 000: a web framework's rate-limit middleware, as an axum app.
+//! Rate-limit middleware for an axum app (reproduces seed 000, a web
+//! framework's middleware).
 //!
 //! - Every route: a fixed window of 100 requests per 60 s per client
 //!   address (the socket peer).
@@ -14,9 +15,9 @@
 //!   shared limiter does.
 //!
 //! ```sh
-//! cargo run -p ratekeeper-examples --example seed000_web_middleware
-//! cargo run -p ratekeeper-examples --example seed000_web_middleware -- --serve 127.0.0.1:3000
-//! cargo run -p ratekeeper-examples --example seed000_web_middleware -- --redis redis://127.0.0.1:6379
+//! cargo run -p ratekeeper-examples --example axum_middleware
+//! cargo run -p ratekeeper-examples --example axum_middleware -- --serve 127.0.0.1:3000
+//! cargo run -p ratekeeper-examples --example axum_middleware -- --redis redis://127.0.0.1:6379
 //! ```
 //!
 //! Without `--serve`, it starts the app on a free port, sends a few

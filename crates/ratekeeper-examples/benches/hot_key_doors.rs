@@ -1,7 +1,7 @@
 //! Seed 003's comparison: one hot key checked from many threads through the
 //! example application's doors.
 //!
-//! Run with `cargo bench -p ratekeeper-examples --bench seed003_hot_key`.
+//! Run with `cargo bench -p ratekeeper-examples --bench hot_key_doors`.
 //!
 //! Each sample runs `iters` checks of ONE key split evenly over the threads,
 //! which start together at a barrier; the time is from the first thread's
@@ -23,7 +23,7 @@
 //! The seed measured 64 processes on 8 cores; this machine has 2, so the
 //! runs are at 1, 2 and 8 threads and the sharded door can gain at most 2x.
 
-#[path = "../examples/seed003_actions.rs"]
+#[path = "../examples/named_actions.rs"]
 #[allow(dead_code)]
 mod example;
 
@@ -85,7 +85,7 @@ fn run_threads<F: Fn() + Sync>(threads: usize, iters: u64, op: F) -> Duration {
 }
 
 fn hot_key(c: &mut Criterion) {
-    let mut group = c.benchmark_group("seed003_hot_key");
+    let mut group = c.benchmark_group("hot_key_doors");
     group.throughput(Throughput::Elements(1));
     for threads in [1, 2, 8] {
         group.bench_with_input(

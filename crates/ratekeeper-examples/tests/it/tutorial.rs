@@ -3,7 +3,7 @@
 //! boundary burst (a fixed window admits twice its limit across a boundary,
 //! sliding windows and buckets do not).
 
-#[path = "../../examples/seed002_tutorial.rs"]
+#[path = "../../examples/tutorial.rs"]
 #[allow(dead_code)]
 mod example;
 

@@ -2,7 +2,7 @@
 //! its SQLite store shared by processes that never lose an update (two real
 //! processes on one file admit exactly the limit between them).
 
-#[path = "../../examples/seed001_table_sqlite_guards.rs"]
+#[path = "../../examples/sqlite_shared_file.rs"]
 #[allow(dead_code)]
 mod example;
 
@@ -57,7 +57,7 @@ fn two_processes_share_one_sqlite_file() {
             &exe,
             &[
                 "--exact",
-                "seed001_table_sqlite_guards::sqlite_worker",
+                "sqlite_shared_file::sqlite_worker",
                 "--nocapture",
                 "--test-threads=1",
             ],
