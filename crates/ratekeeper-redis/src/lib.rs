@@ -159,20 +159,23 @@
 //! connects; it ends when the last clone of the store is dropped.
 
 mod batch;
+mod builder;
 mod key;
 mod params;
 mod reply;
+mod script;
 mod slot;
 mod store;
 mod tls;
 
 pub use batch::{BatchStats, Batching};
+pub use builder::{
+    ConnectError, CrossSlot, RedisStoreBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
+    DEFAULT_TIMEOUT,
+};
 pub use params::{check_policy, UnsupportedPolicy, MAX_EXACT};
 pub use reply::ReplyError;
-pub use store::{
-    ConnectError, CrossSlot, Pinned, RedisStore, RedisStoreBuilder, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_PREFIX, DEFAULT_TIMEOUT,
-};
+pub use store::{Pinned, RedisStore};
 
 /// The store's script and Redis Cluster's slot function, for this crate's
 /// own tests, benches and examples (the `internals` feature): not an API,
@@ -180,16 +183,16 @@ pub use store::{
 #[cfg(feature = "internals")]
 pub mod internals {
     /// The Lua source of the decision script, as `EVAL` runs it.
-    pub const SCRIPT: &str = crate::store::SCRIPT;
+    pub const SCRIPT: &str = crate::script::SCRIPT;
 
     /// The name of the Redis function (and library) that runs [`SCRIPT`].
     pub fn function_name() -> &'static str {
-        crate::store::function_name()
+        crate::script::function_name()
     }
 
     /// The Redis function library the store loads on Redis 7 and later.
     pub fn library() -> &'static str {
-        crate::store::library()
+        crate::script::library()
     }
 
     /// The hash slot of `key`, as Redis Cluster computes it.

@@ -1,8 +1,8 @@
-//! The store: connections, the script call, replies.
+//! The store: its connection, the script call and the decisions it makes.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{
@@ -10,317 +10,23 @@ use ratekeeper::{
     store::{MultiOutcome, StoreError},
     Decision, Limit, Outcome, Store, Timestamp,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 use thiserror::Error;
 
 use crate::batch::{BatchStats, Batcher, Batching};
+use crate::builder::{ConnectError, CrossSlot, RedisStoreBuilder};
 use crate::key::{redis_key, KeyTags};
-use crate::params::{Params, MAX_EXACT};
+use crate::params::Params;
 use crate::reply::{numbers, parse, ReplyError};
+use crate::script::{
+    function_missing, function_name, functions_unavailable, library, script_arg, script_cmd, SCRIPT,
+};
 use crate::slot::hash_slot;
-use crate::tls::{install_ring, is_tls_url, Tls};
-
-/// The Lua source of the decision script, as `EVAL` runs it.
-///
-/// On Redis 7 and later the store runs the same body as a Redis function
-/// ([`library`]), which costs Redis fewer instructions per call.
-pub(crate) const SCRIPT: &str = include_str!("ratekeeper.lua");
-
-/// The script's first statement: the functions it uses. In the function
-/// form they become the library's own locals, read once.
-const PRELUDE: &str = "local sunpack, pack, call, floor, ceil = struct.unpack, struct.pack, redis.call, math.floor, math.ceil\n";
-
-/// The name of the Redis function (and of its library) that runs
-/// [`SCRIPT`]: `ratekeeper_` and the first 16 hex digits of the script's
-/// SHA-1, so that stores of different versions sharing a server each find
-/// their own.
-pub(crate) fn function_name() -> &'static str {
-    static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| {
-        let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
-        format!("ratekeeper_{}", &sha[..16])
-    })
-}
-
-/// The Redis 7 function library (`FUNCTION LOAD`) that runs [`SCRIPT`]'s body
-/// as the function [`function_name`], with `KEYS` and `ARGV` as its
-/// arguments.
-///
-/// `FCALL` costs Redis fewer instructions per call than `EVALSHA` (no global
-/// `KEYS` and `ARGV` tables set, no script flags looked up by SHA), and the
-/// functions the script uses are looked up once per library instead of
-/// once per call (they cannot be read while the library loads, so the
-/// first call reads them).
-pub(crate) fn library() -> &'static str {
-    static LIBRARY: OnceLock<String> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        let name = function_name();
-        let first_call = "if not call then\n  sunpack, pack, call, floor, ceil = struct.unpack, struct.pack, redis.call, math.floor, math.ceil\nend\n";
-        let body = SCRIPT.replacen(PRELUDE, first_call, 1);
-        format!(
-            "#!lua name={name}\nlocal sunpack, pack, call, floor, ceil\nredis.register_function('{name}', function(KEYS, ARGV)\n{body}\nend)\n"
-        )
-    })
-}
-
-/// The key prefix used unless the builder sets another.
-pub const DEFAULT_PREFIX: &str = "ratekeeper:";
-
-/// The per-call timeout used unless the builder sets another.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// The time allowed to establish the first connection unless the builder
-/// sets another.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why a [`RedisStore`] could not be made.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// The URL was refused or the server could not be reached.
-    #[error("could not connect to Redis")]
-    Redis(#[from] RedisError),
-    /// No connection was established within the connect timeout.
-    #[error("could not connect to Redis within {0:?}")]
-    Timeout(Duration),
-    /// The key prefix holds a brace, which would break Redis Cluster hash
-    /// tags in the keys.
-    #[error("the key prefix {0:?} contains a brace; hash tags belong in the keys")]
-    BadPrefix(String),
-    /// TLS settings were given ([`RedisStoreBuilder::tls`]) for a URL that
-    /// is not `rediss://`, which would have connected without TLS.
-    #[error("TLS settings were given, but the URL is not rediss://")]
-    TlsWithoutRediss,
-}
-
-/// What [`RedisStore::check_all`](Store::check_all) does on Redis Cluster
-/// when the keys of one request are in different hash slots (one script can
-/// only touch keys of one slot).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CrossSlot {
-    /// One script per slot, in order of the limits; each slot's limits are
-    /// decided all or nothing, and when a later slot denies, the earlier
-    /// slots are refunded (as [`Store::check_all`]'s default does). No limit
-    /// ever admits more than its quota, and a denied request keeps nothing
-    /// once the refunds land, but for that instant other requests may see
-    /// the earlier limits tighter than they end up; a failure between the
-    /// calls can leave the earlier slots charged (stricter, never looser).
-    /// Each script has its own timeout, so such a check can take up to one
-    /// timeout per slot.
-    #[default]
-    Compensate,
-    /// Refuse with [`StoreError::UnsupportedOperation`]. Keys share a slot
-    /// only by chance, or by a hash tag in keys no client chooses (see
-    /// [`RedisStoreBuilder::hash_tags_in_keys`]).
-    Refuse,
-}
-
-/// Settings for a [`RedisStore`]; made by [`RedisStore::builder`].
-#[derive(Clone, Debug)]
-pub struct RedisStoreBuilder {
-    prefix: String,
-    timeout: Duration,
-    connect_timeout: Duration,
-    cross_slot: CrossSlot,
-    batching: Batching,
-    tags: KeyTags,
-    tls: Option<Tls>,
-}
-
-impl Default for RedisStoreBuilder {
-    fn default() -> Self {
-        RedisStoreBuilder {
-            prefix: DEFAULT_PREFIX.to_owned(),
-            timeout: DEFAULT_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            cross_slot: CrossSlot::default(),
-            batching: Batching::default(),
-            tags: KeyTags::default(),
-            tls: None,
-        }
-    }
-}
-
-impl RedisStoreBuilder {
-    /// The prefix of every key (default [`DEFAULT_PREFIX`]); it must not
-    /// contain `{` or `}`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The most time one call may take, round trip included (default
-    /// [`DEFAULT_TIMEOUT`]); past it the call fails with
-    /// [`StoreError::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The most time establishing the first connection may take (default
-    /// [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Whether a hash tag (`{...}`) in a key chooses the key's Redis Cluster
-    /// slot (default `false`: `{` and `}` in keys are escaped, and every key
-    /// lands in the slot its whole Redis key hashes to).
-    ///
-    /// Clients choose much of a key (an address, a header), and a key that
-    /// chose its slot would let one client put all its keys on one master.
-    /// Turn this on only when no client chooses the part of a key in braces
-    /// (the application writes `{user42}` from an authenticated account),
-    /// so that a request's limits share a slot and a multi-limit check stays
-    /// one atomic script. A tag must lie in a key's first 24 bytes if the key
-    /// is longer than 64 (see [`ratekeeper::key::bounded`]).
-    pub fn hash_tags_in_keys(mut self, kept: bool) -> Self {
-        self.tags = if kept {
-            KeyTags::Kept
-        } else {
-            KeyTags::Escaped
-        };
-        self
-    }
-
-    /// What a multi-limit check does across Redis Cluster hash slots
-    /// (default [`CrossSlot::Compensate`]).
-    pub fn cross_slot(mut self, cross_slot: CrossSlot) -> Self {
-        self.cross_slot = cross_slot;
-        self
-    }
-
-    /// How concurrent calls on one server share script calls (default
-    /// [`Batching::DEFAULT`]; [`Batching::OFF`] gives every call its own).
-    /// Redis Cluster connections never coalesce.
-    pub fn batching(mut self, batching: Batching) -> Self {
-        self.batching = batching;
-        self
-    }
-
-    /// The TLS settings of `rediss://` connections: the CA bundle that
-    /// verifies the server and the client certificate (default: the
-    /// system's roots, no client certificate). Every URL must then be
-    /// `rediss://`, or connecting fails with
-    /// [`ConnectError::TlsWithoutRediss`].
-    ///
-    /// TLS is rustls on the ring provider: connecting to a `rediss://` URL
-    /// installs ring as rustls's process-wide default provider unless the
-    /// application installed one before.
-    pub fn tls(mut self, tls: Tls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// Connects to one Redis server, `redis://host:port/db`, or
-    /// `rediss://host:port/db` over TLS (see [`tls`](Self::tls)).
-    ///
-    /// The connection is multiplexed (many calls in flight at once) and
-    /// reconnects on its own after a failure.
-    pub async fn connect(self, url: &str) -> Result<RedisStore, ConnectError> {
-        self.check_prefix()?;
-        self.check_tls([url])?;
-        let client = match &self.tls {
-            Some(tls) => redis::Client::build_with_tls(url, tls.certificates())?,
-            None => redis::Client::open(url)?,
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(50))))
-            .set_response_timeout(Some(self.timeout))
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100))
-            .set_number_of_retries(3);
-        let manager = tokio::time::timeout(
-            self.connect_timeout,
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        .map_err(|_| ConnectError::Timeout(self.connect_timeout))??;
-        Ok(self.build(Connection::Node(manager)))
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes.
-    pub async fn cluster<I, S>(self, urls: I) -> Result<RedisStore, ConnectError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        self.check_prefix()?;
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        self.check_tls(&urls)?;
-        let mut client = ClusterClient::builder(urls)
-            .connection_timeout(self.timeout.max(Duration::from_millis(50)))
-            .response_timeout(self.timeout)
-            .retries(2)
-            .min_retry_wait(10)
-            .max_retry_wait(100);
-        if let Some(tls) = &self.tls {
-            client = client.certs(tls.certificates());
-        }
-        let client = client.build()?;
-        let connection = tokio::time::timeout(self.connect_timeout, client.get_async_connection())
-            .await
-            .map_err(|_| ConnectError::Timeout(self.connect_timeout))??;
-        Ok(self.build(Connection::Cluster(connection)))
-    }
-
-    /// Refuses TLS settings for URLs that are not `rediss://`, and readies
-    /// rustls's provider for those that are.
-    fn check_tls<I: IntoIterator<Item = S>, S: AsRef<str>>(
-        &self,
-        urls: I,
-    ) -> Result<(), ConnectError> {
-        let mut any = false;
-        for url in urls {
-            let tls = is_tls_url(url.as_ref());
-            if self.tls.is_some() && !tls {
-                return Err(ConnectError::TlsWithoutRediss);
-            }
-            any |= tls;
-        }
-        if any {
-            install_ring();
-        }
-        Ok(())
-    }
-
-    fn check_prefix(&self) -> Result<(), ConnectError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(ConnectError::BadPrefix(self.prefix.clone()));
-        }
-        Ok(())
-    }
-
-    fn build(self, connection: Connection) -> RedisStore {
-        let node = matches!(connection, Connection::Node(_));
-        let caller = Arc::new(Caller {
-            connection,
-            timeout: self.timeout,
-            sha: redis::Script::new(SCRIPT).get_hash().to_owned(),
-            functions: AtomicBool::new(true),
-        });
-        let batcher = (node && self.batching.is_on())
-            .then(|| Batcher::start(Arc::clone(&caller), self.batching));
-        RedisStore {
-            inner: Arc::new(Inner {
-                caller,
-                batcher,
-                batching: if node { self.batching } else { Batching::OFF },
-                prefix: self.prefix.into_bytes(),
-                tags: self.tags,
-                cross_slot: self.cross_slot,
-            }),
-        }
-    }
-}
 
 #[derive(Clone)]
-enum Connection {
+pub(crate) enum Connection {
     Node(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -334,24 +40,24 @@ impl Connection {
     }
 }
 
-struct Inner {
-    caller: Arc<Caller>,
+pub(crate) struct Inner {
+    pub(crate) caller: Arc<Caller>,
     /// The queue of calls waiting to go together (one server, batching on).
-    batcher: Option<Batcher>,
-    batching: Batching,
-    prefix: Vec<u8>,
-    tags: KeyTags,
-    cross_slot: CrossSlot,
+    pub(crate) batcher: Option<Batcher>,
+    pub(crate) batching: Batching,
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) tags: KeyTags,
+    pub(crate) cross_slot: CrossSlot,
 }
 
 /// What runs the script: the connection, and how to call the script on it.
 pub(crate) struct Caller {
-    connection: Connection,
-    timeout: Duration,
-    sha: String,
+    pub(crate) connection: Connection,
+    pub(crate) timeout: Duration,
+    pub(crate) sha: String,
     /// Whether to call the function (Redis 7+); cleared for good once the
     /// server says it has no functions (`FCALL` unknown, or not permitted).
-    functions: AtomicBool,
+    pub(crate) functions: AtomicBool,
 }
 
 /// Why a script call failed; cloned for each call of a failed batch.
@@ -453,7 +159,7 @@ impl Caller {
 /// Clones share the connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -475,7 +181,7 @@ impl fmt::Debug for RedisStore {
 /// One limit of a call: its key, script parameters and quota.
 pub(crate) struct Prepared {
     key: Vec<u8>,
-    params: Params,
+    pub(crate) params: Params,
     pub(crate) quota: u64,
 }
 
@@ -488,8 +194,8 @@ pub(crate) const REFUND: u8 = 3;
 pub(crate) type Now = Option<u64>;
 
 impl RedisStore {
-    /// A builder with the defaults: prefix [`DEFAULT_PREFIX`], timeout
-    /// [`DEFAULT_TIMEOUT`].
+    /// A builder with the defaults: prefix [`DEFAULT_PREFIX`](crate::DEFAULT_PREFIX), timeout
+    /// [`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT).
     pub fn builder() -> RedisStoreBuilder {
         RedisStoreBuilder::default()
     }
@@ -728,53 +434,6 @@ impl RedisStore {
 #[error("the Redis store's queue stopped (its runtime is shutting down)")]
 struct Stopped;
 
-/// `ERR Function not found`: the library is not loaded on that server (a
-/// new or restarted server, or `FUNCTION FLUSH`).
-fn function_missing(error: &RedisError) -> bool {
-    error.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
-        && error
-            .detail()
-            .is_some_and(|d| d.starts_with("Function not found"))
-}
-
-/// A server without functions (before Redis 7: `FCALL` is an unknown
-/// command) or whose user may not use them (`NOPERM`).
-fn functions_unavailable(error: &RedisError) -> bool {
-    error.code() == Some("NOPERM")
-        || (error.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
-            && error
-                .detail()
-                .is_some_and(|d| d.starts_with("unknown command")))
-}
-
-fn script_cmd(name: &str, script: &str, keys: &[&[u8]], arg: &[u8]) -> Cmd {
-    let mut cmd = redis::cmd(name);
-    cmd.arg(script).arg(keys.len());
-    for key in keys {
-        cmd.arg(*key);
-    }
-    cmd.arg(arg);
-    cmd
-}
-
-/// The script's argument: one string of little-endian doubles (exact: all
-/// are below 2^53), which the script reads with one `struct.unpack`.
-fn script_arg(op: u8, prepared: &[Prepared], cost: u64, now: Now) -> Vec<u8> {
-    // Anything past 2^53 is past every quota; the script sees it exactly.
-    let cost = cost.min(MAX_EXACT);
-    let mut arg = Vec::with_capacity(17 + 25 * prepared.len());
-    arg.push(op);
-    arg.extend_from_slice(&(cost as f64).to_le_bytes());
-    arg.extend_from_slice(&(now.unwrap_or(0).min(MAX_EXACT) as f64).to_le_bytes());
-    for p in prepared {
-        arg.push(p.params.code);
-        for value in p.params.args {
-            arg.extend_from_slice(&(value as f64).to_le_bytes());
-        }
-    }
-    arg
-}
-
 /// The most limits one call takes (the script unpacks its reply's numbers
 /// on Lua's stack).
 const MAX_LIMITS: usize = 1_000;
@@ -865,21 +524,5 @@ impl Store for Pinned<'_> {
         self.store
             .check_all_at(checks, cost, Some(self.now_us))
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_library_reads_the_functions_once() {
-        // The function form hoists the script's first statement; an edit
-        // that changes it must change PRELUDE too.
-        assert_eq!(SCRIPT.matches(PRELUDE).count(), 1);
-        let library = library();
-        assert!(!library.contains(PRELUDE));
-        assert!(library.starts_with(&format!("#!lua name={}\n", function_name())));
-        assert!(function_name().len() == "ratekeeper_".len() + 16);
     }
 }
