@@ -122,8 +122,18 @@ pub(crate) fn in_memory<C: Clock + Clone + 'static>(
     sweep: bool,
 ) -> Result<Router, AppError> {
     app(
-        MemoryStore::with_clock(clock.clone(), max_keys, sweep),
-        MemoryStore::with_clock(clock, max_keys, sweep),
+        MemoryStore::builder()
+            .max_keys(max_keys)
+            .clock(clock.clone())
+            .background_sweep(sweep)
+            .build()
+            .expect("a valid store"),
+        MemoryStore::builder()
+            .max_keys(max_keys)
+            .clock(clock)
+            .background_sweep(sweep)
+            .build()
+            .expect("a valid store"),
     )
 }
 
@@ -301,7 +311,12 @@ async fn main() -> Result<(), AppError> {
             shared(
                 counter,
                 UnixClock,
-                MemoryStore::with_clock(UnixClock, args.max_keys, true),
+                MemoryStore::builder()
+                    .max_keys(args.max_keys)
+                    .clock(UnixClock)
+                    .background_sweep(true)
+                    .build()
+                    .expect("a valid store"),
             )?
         }
         None => in_memory(MonotonicClock::new(), args.max_keys, true)?,

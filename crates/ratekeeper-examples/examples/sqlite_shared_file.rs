@@ -71,9 +71,16 @@ pub(crate) async fn guard_transcript(clock: ManualClock) -> Result<Vec<String>, 
     let client = Key::client_ip(ClientIp::XForwardedFor {
         trusted: private_networks(),
     });
-    let guard = RateLimitLayer::builder(MemoryStore::with_clock(clock, 4_096, false))
-        .limit(per_ip, client)
-        .build()?;
+    let guard = RateLimitLayer::builder(
+        MemoryStore::builder()
+            .max_keys(4_096)
+            .clock(clock)
+            .background_sweep(false)
+            .build()
+            .expect("a valid store"),
+    )
+    .limit(per_ip, client)
+    .build()?;
     let api = service_fn(|_: Request<()>| async {
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("hello"))))
     });

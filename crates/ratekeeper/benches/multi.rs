@@ -94,7 +94,12 @@ fn several_limits(c: &mut Criterion) {
         })
     });
 
-    let store = MemoryStore::with_clock(MonotonicClock::new(), 10_000, false);
+    let store = MemoryStore::builder()
+        .max_keys(10_000)
+        .clock(MonotonicClock::new())
+        .background_sweep(false)
+        .build()
+        .expect("a valid store");
     let limits =
         ["global", "per-address", "per-route"].map(|name| Limit::new(name, policy()).unwrap());
     let mut next = 0;

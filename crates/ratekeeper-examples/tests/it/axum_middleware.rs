@@ -190,7 +190,12 @@ async fn two_nodes_share_one_window_through_redis_and_fail_open() {
         example::shared(
             counter,
             clock.clone(),
-            MemoryStore::with_clock(clock.clone(), 1_000, false),
+            MemoryStore::builder()
+                .max_keys(1_000)
+                .clock(clock.clone())
+                .background_sweep(false)
+                .build()
+                .expect("a valid store"),
         )
         .unwrap()
     };

@@ -1,11 +1,12 @@
-//! Any text as a `ratekeeper simulate --pattern` or `--bucket`: no panic;
-//! an error names a column inside the text (or just past it), and a pattern
-//! that parses prints as text that parses back to it.
+//! Any text as a `ratekeeper simulate --pattern`: no panic; an error names
+//! a column inside the text (or just past it), and a pattern that parses
+//! prints as text that parses back to it. (`--bucket` is a duration of the
+//! core's grammar: the core's `duration` target.)
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratekeeper_server::simulate::{parse_duration, Pattern};
+use ratekeeper_server::simulate::Pattern;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -23,8 +24,5 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         Err(error) => assert!((1..=columns).contains(&error.column), "{error}"),
-    }
-    if let Err(error) = parse_duration(text) {
-        assert!((1..=columns).contains(&error.column), "{error}");
     }
 });

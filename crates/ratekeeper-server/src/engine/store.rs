@@ -42,7 +42,15 @@ impl AnyStore {
     /// Opens the store `config` names; the in-memory store (the store, or
     /// the fallback of a remote one) runs on `clock`.
     pub async fn open(config: &StoreConfig, clock: SharedClock) -> Result<AnyStore, StartError> {
-        let memory = || MemoryStore::with_clock(Arc::clone(&clock), config.max_keys, true);
+        let memory = || {
+            MemoryStore::builder()
+                .max_keys(config.max_keys)
+                .clock(Arc::clone(&clock))
+                .background_sweep(true)
+                .build()
+                // The configuration checked max_keys against the same bounds.
+                .expect("a checked max_keys")
+        };
         let policy = FailurePolicy::new(config.on_failure).with_fallback(config.fallback);
         let fallback = config.fallback.then(memory);
         let redis = || {

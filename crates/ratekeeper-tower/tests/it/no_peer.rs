@@ -34,7 +34,12 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 /// A store on a clock that stands still, so a quota never refills during
 /// a test however slowly the machine runs it.
 fn still_store() -> MemoryStore<ManualClock> {
-    MemoryStore::with_clock(ManualClock::new(Timestamp::from_secs(1_000)), 1_000, false)
+    MemoryStore::builder()
+        .max_keys(1_000)
+        .clock(ManualClock::new(Timestamp::from_secs(1_000)))
+        .background_sweep(false)
+        .build()
+        .expect("a valid store")
 }
 
 /// The layer of the crate README: 100 a minute per client behind our

@@ -9,6 +9,19 @@
 //!   used when `now` is earlier than it;
 //! - arithmetic saturates, and constructors refuse numbers that could
 //!   overflow, so no `u64` cost or time can panic.
+//!
+//! # Why a token bucket and GCRA both
+//!
+//! They are one policy in two states: [`Gcra`] keeps a [`TokenBucket`] as
+//! the one time at which the bucket would be full again, where the bucket
+//! keeps its level and when it was read. For the same rate and burst they
+//! admit the same requests (to the nanosecond GCRA rounds its interval to),
+//! and the in-memory table runs every token bucket as the GCRA with its
+//! numbers. Both stay because each has what the other lacks: GCRA's state
+//! is one integer (the smallest row in SQLite and Redis, one word for a
+//! compare-and-swap), the bucket reports the period it was given, takes
+//! [reservations](TokenBucket::reserve) and is the model most users know
+//! (and the [default](PolicyKind::DEFAULT)).
 
 use std::fmt;
 use std::str::FromStr;

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use super::{Limit, PreparedLimit, Store, StoreError};
 use crate::{
     clock::MonotonicClock,
-    memory::{check_all, DEFAULT_MAX_KEYS},
+    memory::{check_all, BuildError, DEFAULT_MAX_KEYS, MAX_KEYS},
     store::MultiOutcome,
     Clock, Decision, MemoryLimiter, Outcome, Policy,
 };
@@ -85,25 +85,97 @@ impl MemoryStore<MonotonicClock> {
     /// A store whose limits each track up to [`DEFAULT_MAX_KEYS`] keys, on
     /// the [`MonotonicClock`], swept in the background.
     pub fn new() -> Self {
-        Self::with_clock(MonotonicClock::new(), DEFAULT_MAX_KEYS, true)
+        Self::builder()
+            .build()
+            .expect("the default key count is valid")
+    }
+
+    /// A store with other settings than [`new`](MemoryStore::new)'s, as
+    /// [`MemoryLimiter::builder`] makes a limiter:
+    ///
+    /// ```
+    /// use ratekeeper::{clock::ManualClock, MemoryStore, Timestamp};
+    ///
+    /// let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    /// let store = MemoryStore::builder()
+    ///     .max_keys(1_000)
+    ///     .clock(clock.clone())
+    ///     .background_sweep(false)
+    ///     .build()?;
+    /// # Ok::<(), ratekeeper::memory::BuildError>(())
+    /// ```
+    pub fn builder() -> MemoryStoreBuilder<MonotonicClock> {
+        MemoryStoreBuilder {
+            max_keys: DEFAULT_MAX_KEYS,
+            clock: MonotonicClock::new(),
+            background_sweep: true,
+        }
+    }
+}
+
+/// Settings of a [`MemoryStore`]: made by [`MemoryStore::builder`].
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct MemoryStoreBuilder<C> {
+    max_keys: usize,
+    clock: C,
+    background_sweep: bool,
+}
+
+impl<C: Clock + Clone + 'static> MemoryStoreBuilder<C> {
+    /// Each limit tracks at most `max_keys` keys (default
+    /// [`DEFAULT_MAX_KEYS`], at most [`MAX_KEYS`](crate::memory::MAX_KEYS)).
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Decides on `clock` (default [`MonotonicClock`]; a
+    /// [`ManualClock`](crate::clock::ManualClock) for tests).
+    pub fn clock<D: Clock + Clone + 'static>(self, clock: D) -> MemoryStoreBuilder<D> {
+        MemoryStoreBuilder {
+            max_keys: self.max_keys,
+            clock,
+            background_sweep: self.background_sweep,
+        }
+    }
+
+    /// Whether each limit's table is swept by a thread of its own (default
+    /// yes); without, [`MemoryStore::sweep`] does it when called.
+    pub fn background_sweep(mut self, background_sweep: bool) -> Self {
+        self.background_sweep = background_sweep;
+        self
+    }
+
+    /// The store.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::ZeroMaxKeys`] or [`BuildError::TooManyKeys`] for a
+    /// `max_keys` out of range.
+    pub fn build(self) -> Result<MemoryStore<C>, BuildError> {
+        if self.max_keys == 0 {
+            return Err(BuildError::ZeroMaxKeys);
+        }
+        if self.max_keys > MAX_KEYS {
+            return Err(BuildError::TooManyKeys {
+                requested: self.max_keys,
+                max: MAX_KEYS,
+            });
+        }
+        Ok(MemoryStore {
+            inner: Arc::new(Inner {
+                limiters: ArcSwap::from_pointee(Limiters::default()),
+                writer: Mutex::new(()),
+                max_keys: self.max_keys,
+                clock: self.clock,
+                background_sweep: self.background_sweep,
+            }),
+        })
     }
 }
 
 impl<C: Clock + Clone + 'static> MemoryStore<C> {
-    /// A store whose limits each track up to `max_keys` keys, reading
-    /// `clock`, swept in the background or not.
-    pub fn with_clock(clock: C, max_keys: usize, background_sweep: bool) -> Self {
-        MemoryStore {
-            inner: Arc::new(Inner {
-                limiters: ArcSwap::from_pointee(Limiters::default()),
-                writer: Mutex::new(()),
-                max_keys,
-                clock,
-                background_sweep,
-            }),
-        }
-    }
-
     /// The table of `limit`, made if this is its first use.
     pub fn limiter(&self, limit: &Limit) -> Result<MemoryLimiter<C>, StoreError> {
         self.with_limiter(limit, MemoryLimiter::clone)

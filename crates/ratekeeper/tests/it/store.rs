@@ -22,7 +22,15 @@ fn limit(name: &str, per_minute: u64) -> Limit {
 
 fn manual_store() -> (MemoryStore<ManualClock>, ManualClock) {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));
-    (MemoryStore::with_clock(clock.clone(), 1_000, false), clock)
+    (
+        MemoryStore::builder()
+            .max_keys(1_000)
+            .clock(clock.clone())
+            .background_sweep(false)
+            .build()
+            .expect("a valid store"),
+        clock,
+    )
 }
 
 #[test]
