@@ -1,8 +1,6 @@
 //! The service: decide, then call the inner service or refuse.
 
-use std::future::Future;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -15,62 +13,13 @@ use ratekeeper::{
 use tower::Service;
 
 use super::body::RefusalBody;
+use super::future::{PendingHeaders, ResponseFuture};
+use super::headers::{add_rate_limit_headers, write_rate_limit_headers};
 use super::key::{ipv4_text, peer_of, Extracted, Head};
 use super::layer::{Rule, Shared};
 use super::response::{is_grpc, refusal_response, Refusal};
 use crate::client::canonical;
-use crate::headers::{write_headers, HeaderStyle, PolicyReport};
-
-type BoxedResponse<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
-
-pin_project_lite::pin_project! {
-    /// The future of a [`RateLimit`] call.
-    ///
-    /// With a store that decides at once (the in-memory one), the decision
-    /// is made in `call` and this future is the inner service's, or a
-    /// ready refusal; with a store that waits (SQLite, Redis), it is the
-    /// whole asynchronous decision, boxed.
-    pub struct ResponseFuture<F, B, E> {
-        #[pin]
-        state: State<F, B, E>,
-    }
-}
-
-pin_project_lite::pin_project! {
-    #[project = StateProjection]
-    enum State<F, B, E> {
-        // The inner service's future alone (no headers to add): the usual
-        // allowed request, as small and as direct as the inner future.
-        Plain { #[pin] future: F },
-        Inner { #[pin] future: F, headers: PendingHeaders },
-        // Boxed: a refusal is rarer than a pass, and an inline response
-        // would make every future (moved through each layer above) larger.
-        Ready { response: Option<Box<Response<B>>> },
-        Waiting { future: BoxedResponse<B, E> },
-    }
-}
-
-impl<F, B, E> Future for ResponseFuture<F, B, E>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<B>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProjection::Plain { future } => future.poll(cx),
-            StateProjection::Inner { future, headers } => {
-                let mut response = std::task::ready!(future.poll(cx))?;
-                headers.add_to(response.headers_mut());
-                Poll::Ready(Ok(response))
-            }
-            StateProjection::Ready { response } => Poll::Ready(Ok(*response
-                .take()
-                .expect("a ResponseFuture polled after it completed"))),
-            StateProjection::Waiting { future } => future.as_mut().poll(cx),
-        }
-    }
-}
+use crate::headers::HeaderStyle;
 
 /// The rate-limited service; made by [`RateLimitLayer`](super::RateLimitLayer).
 pub struct RateLimit<Inner, S> {
@@ -134,7 +83,7 @@ where
                     let key = &text[..len];
                     let outcome = prepared.check_now(key, 1);
                     if outcome.is_allowed() && shared.headers == HeaderStyle::None {
-                        return plain(self.inner.call(request));
+                        return ResponseFuture::plain(self.inner.call(request));
                     }
                     return self.after_peer_check(request, key, outcome);
                 }
@@ -187,7 +136,7 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
     {
         let shared = &*self.shared;
         if skipped(shared, &request) {
-            return plain(self.inner.call(request));
+            return ResponseFuture::plain(self.inner.call(request));
         }
         // One rule (the usual case) takes a path with no list of keys,
         // checks or outcomes, and reads the request where it is unless a
@@ -196,7 +145,7 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
             if !shared.needs_parts {
                 let key = extract_key(shared, rule, &request);
                 if is_allow_listed(shared, &key.key) {
-                    return plain(self.inner.call(request));
+                    return ResponseFuture::plain(self.inner.call(request));
                 }
                 let decided = decide_one(shared, rule, &key.key, 1);
                 let checks = [(&rule.limit, key.key.as_slice())];
@@ -214,7 +163,7 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
             let (parts, body) = request.into_parts();
             let key = extract_key(shared, rule, &parts);
             if is_allow_listed(shared, &key.key) {
-                return plain(self.inner.call(Request::from_parts(parts, body)));
+                return ResponseFuture::plain(self.inner.call(Request::from_parts(parts, body)));
             }
             let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
             let decided = decide_one(shared, rule, &key.key, cost);
@@ -225,7 +174,7 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
         let (parts, body) = request.into_parts();
         let keys = extract_keys(shared, &parts);
         if keys.iter().any(|key| is_allow_listed(shared, &key.key)) {
-            return plain(self.inner.call(Request::from_parts(parts, body)));
+            return ResponseFuture::plain(self.inner.call(Request::from_parts(parts, body)));
         }
         let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
         let checks: Checks<'_> = shared
@@ -296,11 +245,7 @@ where
                 checks,
                 Some(&multi),
             );
-            ResponseFuture {
-                state: State::Ready {
-                    response: Some(Box::new(response)),
-                },
-            }
+            ResponseFuture::ready(response)
         }
         Some(Err(_)) | None => {
             // The store waits (or failed): the asynchronous path, which
@@ -309,9 +254,7 @@ where
             let inner = std::mem::replace(inner, clone);
             let shared = Arc::clone(shared_arc);
             let future = Box::pin(decide_then_call(shared, inner, request));
-            ResponseFuture {
-                state: State::Waiting { future },
-            }
+            ResponseFuture::waiting(future)
         }
     }
 }
@@ -349,49 +292,6 @@ impl Decided {
     }
 }
 
-/// The rate-limit headers of an allowed request, kept beside the inner
-/// service's future until its response comes, so an allowed request makes
-/// no header map of its own.
-#[derive(Default)]
-pub(crate) struct PendingHeaders {
-    // A plain `Vec`: it allocates only when there are headers, and keeps
-    // the future (moved through every layer above) small when there are
-    // none; inline room for the fields made every future 170 bytes larger,
-    // which cost more in copies than the allocation does.
-    headers: Vec<(http::HeaderName, http::HeaderValue)>,
-}
-
-impl PendingHeaders {
-    /// Room for the fields `style` writes (`RateLimit-Policy` and
-    /// `RateLimit`; the three legacy ones; or all five), so that pushing
-    /// them allocates once.
-    fn for_style(style: HeaderStyle) -> PendingHeaders {
-        let fields = match style {
-            HeaderStyle::None => 0,
-            HeaderStyle::Draft => 2,
-            HeaderStyle::Legacy => 3,
-            HeaderStyle::Both => 5,
-        };
-        PendingHeaders {
-            headers: Vec::with_capacity(fields),
-        }
-    }
-
-    fn push(&mut self, name: http::HeaderName, value: http::HeaderValue) {
-        self.headers.push((name, value));
-    }
-
-    #[inline]
-    fn add_to(&mut self, headers: &mut http::HeaderMap) {
-        if self.headers.is_empty() {
-            return;
-        }
-        for (name, value) in self.headers.drain(..) {
-            headers.insert(name, value);
-        }
-    }
-}
-
 /// An allowed request's response: the inner service's `future`, with the
 /// rate-limit headers of `outcomes` to add when the layer sends any.
 #[inline]
@@ -402,25 +302,11 @@ fn passed<S, F, B, E>(
     future: F,
 ) -> ResponseFuture<F, B, E> {
     if shared.headers == HeaderStyle::None {
-        return plain(future);
+        return ResponseFuture::plain(future);
     }
     let mut headers = PendingHeaders::for_style(shared.headers);
     write_rate_limit_headers(shared, &mut |n, v| headers.push(n, v), checks, outcomes);
-    inner_future(future, headers)
-}
-
-#[inline]
-fn plain<F, B, E>(future: F) -> ResponseFuture<F, B, E> {
-    ResponseFuture {
-        state: State::Plain { future },
-    }
-}
-
-#[inline]
-fn inner_future<F, B, E>(future: F, headers: PendingHeaders) -> ResponseFuture<F, B, E> {
-    ResponseFuture {
-        state: State::Inner { future, headers },
-    }
+    ResponseFuture::inner(future, headers)
 }
 
 /// Each rule's key, on the stack for up to two rules: a request under one
@@ -574,73 +460,6 @@ fn violated(checks: &[(&Limit, &[u8])], multi: &MultiOutcome) -> Vec<String> {
         .filter(|(_, outcome)| !outcome.is_allowed())
         .map(|((limit, _), _)| limit.name().to_owned())
         .collect()
-}
-
-#[inline]
-fn add_rate_limit_headers<S>(
-    shared: &Shared<S>,
-    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
-    checks: &[(&Limit, &[u8])],
-    outcomes: &[Outcome],
-) {
-    if shared.headers != HeaderStyle::None {
-        write_rate_limit_headers(shared, put, checks, outcomes);
-    }
-}
-
-fn write_rate_limit_headers<S>(
-    shared: &Shared<S>,
-    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
-    checks: &[(&Limit, &[u8])],
-    outcomes: &[Outcome],
-) {
-    // One limit (the usual): its report alone, no list to build.
-    if let ([check], [outcome]) = (checks, outcomes) {
-        if let Some(report) = report_of(shared, check, outcome) {
-            write_with_policy(shared, put, std::slice::from_ref(&report));
-        }
-        return;
-    }
-    let reports: smallvec::SmallVec<[PolicyReport<'_>; 4]> = checks
-        .iter()
-        .zip(outcomes)
-        .filter_map(|(check, outcome)| report_of(shared, check, outcome))
-        .collect();
-    write_with_policy(shared, put, &reports);
-}
-
-/// One limit's part in the headers; `None` when it decided nothing (a
-/// saturated table).
-#[inline]
-fn report_of<'a, S>(
-    shared: &Shared<S>,
-    &(limit, key): &(&'a Limit, &'a [u8]),
-    outcome: &'a Outcome,
-) -> Option<PolicyReport<'a>> {
-    match outcome {
-        Outcome::Decided(decision) => Some(PolicyReport {
-            name: limit.name(),
-            window: ratekeeper::policy::Algorithm::window(limit.policy()),
-            decision,
-            partition_key: shared.partition_keys.then_some(key),
-        }),
-        _ => None,
-    }
-}
-
-/// Writes the headers of `reports`, with the layer's ready-made
-/// `RateLimit-Policy` when every rule is reported (it holds them all).
-#[inline]
-fn write_with_policy<S>(
-    shared: &Shared<S>,
-    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
-    reports: &[PolicyReport<'_>],
-) {
-    let policy_value = shared
-        .policy_value
-        .as_ref()
-        .filter(|_| reports.len() == shared.rules.len());
-    write_headers(put, shared.headers, shared.reset, reports, policy_value);
 }
 
 fn refuse<S, B: RefusalBody>(

@@ -1,0 +1,74 @@
+//! The rate-limit response headers of a decision, as the layer writes them
+//! (its style, its ready-made `RateLimit-Policy`, partition keys).
+
+use ratekeeper::{Limit, Outcome};
+
+use super::layer::Shared;
+use crate::headers::{write_headers, HeaderStyle, PolicyReport};
+
+#[inline]
+pub(super) fn add_rate_limit_headers<S>(
+    shared: &Shared<S>,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
+    checks: &[(&Limit, &[u8])],
+    outcomes: &[Outcome],
+) {
+    if shared.headers != HeaderStyle::None {
+        write_rate_limit_headers(shared, put, checks, outcomes);
+    }
+}
+
+pub(super) fn write_rate_limit_headers<S>(
+    shared: &Shared<S>,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
+    checks: &[(&Limit, &[u8])],
+    outcomes: &[Outcome],
+) {
+    // One limit (the usual): its report alone, no list to build.
+    if let ([check], [outcome]) = (checks, outcomes) {
+        if let Some(report) = report_of(shared, check, outcome) {
+            write_with_policy(shared, put, std::slice::from_ref(&report));
+        }
+        return;
+    }
+    let reports: smallvec::SmallVec<[PolicyReport<'_>; 4]> = checks
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(check, outcome)| report_of(shared, check, outcome))
+        .collect();
+    write_with_policy(shared, put, &reports);
+}
+
+/// One limit's part in the headers; `None` when it decided nothing (a
+/// saturated table).
+#[inline]
+fn report_of<'a, S>(
+    shared: &Shared<S>,
+    &(limit, key): &(&'a Limit, &'a [u8]),
+    outcome: &'a Outcome,
+) -> Option<PolicyReport<'a>> {
+    match outcome {
+        Outcome::Decided(decision) => Some(PolicyReport {
+            name: limit.name(),
+            window: ratekeeper::policy::Algorithm::window(limit.policy()),
+            decision,
+            partition_key: shared.partition_keys.then_some(key),
+        }),
+        _ => None,
+    }
+}
+
+/// Writes the headers of `reports`, with the layer's ready-made
+/// `RateLimit-Policy` when every rule is reported (it holds them all).
+#[inline]
+fn write_with_policy<S>(
+    shared: &Shared<S>,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
+    reports: &[PolicyReport<'_>],
+) {
+    let policy_value = shared
+        .policy_value
+        .as_ref()
+        .filter(|_| reports.len() == shared.rules.len());
+    write_headers(put, shared.headers, shared.reset, reports, policy_value);
+}
