@@ -21,6 +21,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod envoy;

@@ -1,0 +1,164 @@
+//! The `ratekeeper` command, as a library function so that its logic is
+//! documented, tested and reused like the rest (the binary only calls
+//! [`run`]).
+//!
+//! `ratekeeper simulate --policy RATE --pattern SPEC` runs policies offline
+//! over a trace or pattern and charts what they admit.
+//! `ratekeeper serve` runs the service (on its built-in defaults without
+//! `--config`); `ratekeeper proxy --upstream URL` puts the limits in front
+//! of an HTTP app as a reverse proxy; `ratekeeper check --config FILE` validates a configuration
+//! file (with the `RATEKEEPER_*` environment overrides applied) and explains
+//! it.
+
+mod proxy;
+mod serve;
+mod simulate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use crate::config::{process_vars, DEFAULT_TOML};
+use crate::Config;
+use clap::{Parser, Subcommand};
+
+/// Rate limiting as a service.
+use proxy::proxy;
+use serve::serve;
+use simulate::{simulate, SimulateArgs};
+
+#[derive(Debug, Parser)]
+#[command(name = "ratekeeper", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service: the HTTP decision API, Envoy's gRPC API and the
+    /// admin port. Without --config, on the built-in defaults (an
+    /// in-memory store and loopback ports).
+    Serve {
+        /// The configuration file; reloaded on SIGHUP and when it changes.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// How often to check the file for changes, in seconds; 0 turns
+        /// the check off (SIGHUP still reloads).
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        watch: f64,
+    },
+    /// Run as a reverse proxy in front of an HTTP app: every request is
+    /// decided against the limits, then forwarded to the upstream (bodies
+    /// streamed) or refused with a 429. SIGHUP reloads the limits.
+    Proxy {
+        /// The app: an http:// URL, such as http://127.0.0.1:3000.
+        #[arg(long, value_name = "URL")]
+        upstream: String,
+        /// The configuration file; without one, the built-in defaults.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Where to listen (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+        listen: SocketAddr,
+        /// How often to check the file for changes, in seconds; 0 turns
+        /// the check off (SIGHUP still reloads).
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        watch: f64,
+        /// How long the upstream may take to start its response, in
+        /// seconds, before the client gets 504 Gateway Timeout.
+        #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+        upstream_timeout: f64,
+    },
+    /// Check a configuration file and explain what it sets up.
+    Check {
+        /// The configuration file; without one, the built-in defaults.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Print the built-in default configuration instead.
+        #[arg(long, conflicts_with = "config")]
+        print_default: bool,
+    },
+    /// Run policies over a request trace or pattern, offline, and write
+    /// the decisions as CSV and an SVG chart (offered against admitted over
+    /// time, with the limit).
+    Simulate(SimulateArgs),
+}
+
+/// `ratekeeper simulate`'s arguments.
+/// Runs the command line of this process: parses it and runs the
+/// subcommand; the exit code to return.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config, watch } => serve(config, watch),
+        Command::Proxy {
+            upstream,
+            config,
+            listen,
+            watch,
+            upstream_timeout,
+        } => proxy(&upstream, config, listen, watch, upstream_timeout),
+        Command::Simulate(args) => simulate(&args),
+        Command::Check {
+            print_default: true,
+            ..
+        } => {
+            print!("{DEFAULT_TOML}");
+            ExitCode::SUCCESS
+        }
+        Command::Check { config, .. } => match load(config.as_deref()) {
+            Ok(config) => {
+                print!("{}", config.explain());
+                for warning in config.warnings() {
+                    eprintln!("warning: {warning}");
+                }
+                println!("ok");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// The configuration at `path`, or the built-in defaults, with the
+/// environment's overrides.
+pub(crate) fn load(path: Option<&Path>) -> Result<Config, crate::ConfigError> {
+    match path {
+        Some(path) => Config::load_with_env(path, process_vars()),
+        None => Config::from_toml_str_with_env(DEFAULT_TOML, "<built-in defaults>", process_vars()),
+    }
+}
+
+/// An error and its causes, on one line.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    let mut last = text.clone();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // Some errors (the redis crate's I/O errors) show their source's
+        // text as their own: say it once.
+        if cause_text != last {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        last = cause_text;
+        source = cause.source();
+    }
+    text
+}
+
+/// Logs to stderr; `RUST_LOG` picks the level (`info` by default).
+pub(crate) fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

@@ -1,0 +1,115 @@
+//! `ratekeeper serve`: the service on a configuration file.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::serve::{Options, Service};
+
+/// Rate limiting as a service.
+use super::{error_chain, init_logging, load};
+
+pub(super) fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
+    init_logging();
+    let config = match load(path.as_deref()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match crate::serve::runtime::build(&config.runtime) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Ok(watch) = Duration::try_from_secs_f64(watch) else {
+        eprintln!("error: --watch takes a number of seconds, not {watch}");
+        return ExitCode::from(2);
+    };
+    let options = Options {
+        config_path: path,
+        watch_interval: Some(watch),
+        ..Options::default()
+    };
+    let tls = config.listen.tls.clone();
+    let threads = runtime_line(&config.runtime, &runtime);
+    let result = runtime.block_on(async move {
+        let service = Service::start(config, options).await?;
+        let addrs = service.addrs();
+        let store = service.engine().store().kind();
+        let limits = service.engine().limits().len();
+        // Where it listens, on stdout; a closed stdout must not stop the
+        // service, so write errors are ignored.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "ratekeeper {} ({store} store, {limits} limits)",
+            env!("CARGO_PKG_VERSION")
+        );
+        let _ = writeln!(out, "{threads}");
+        if let Some(addr) = addrs.http {
+            let scheme = if tls.http.is_some() { "https" } else { "http" };
+            let _ = writeln!(
+                out,
+                "http  {scheme}://{addr}{}  (POST /v1/check, GET /v1/auth)",
+                tls_note(tls.http.as_ref())
+            );
+        }
+        if let Some(addr) = addrs.grpc {
+            let _ = writeln!(
+                out,
+                "grpc  {addr}{}  (envoy.service.ratelimit.v3.RateLimitService)",
+                tls_note(tls.grpc.as_ref())
+            );
+        }
+        if let Some(addr) = addrs.admin {
+            let _ = writeln!(
+                out,
+                "admin {}://{addr}{}  (dashboard /, /metrics, /v1/stats, /healthz, /readyz)",
+                if tls.admin.is_some() { "https" } else { "http" },
+                tls_note(tls.admin.as_ref())
+            );
+        }
+        let _ = out.flush();
+        drop(out);
+        service.run().await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error_chain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The banner's line about the runtime: its workers as the runtime
+/// reports them, and where the number came from.
+fn runtime_line(
+    config: &crate::config::RuntimeConfig,
+    runtime: &tokio::runtime::Runtime,
+) -> String {
+    use crate::config::{available_cpus, WorkerThreads};
+    let workers = runtime.metrics().num_workers();
+    let cpus = available_cpus();
+    let cpus = format!("{cpus} CPU{} available", if cpus == 1 { "" } else { "s" });
+    let why = match config.worker_threads {
+        WorkerThreads::Auto => format!("auto: {cpus}"),
+        WorkerThreads::Fixed(_) => format!("runtime.worker_threads; {cpus}"),
+    };
+    let plural = if workers == 1 { "" } else { "s" };
+    format!("runtime {workers} worker thread{plural} ({why})")
+}
+
+/// ` TLS` or ` mTLS` after a door's address in the banner.
+fn tls_note(files: Option<&crate::config::TlsFiles>) -> &'static str {
+    match files {
+        Some(files) if files.client_ca.is_some() => " mTLS",
+        Some(_) => " TLS",
+        None => "",
+    }
+}
