@@ -4,7 +4,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-
 /// Rate limiting as a service.
 
 #[derive(Debug, clap::Args)]

@@ -1,0 +1,438 @@
+//! `[[limits]]`: a limit's rate and policy, its key, whom it trusts and
+//! which requests it matches.
+
+use super::*;
+
+impl Checker<'_> {
+    pub(super) fn limit(&self, index: usize, limit: FileLimit) -> Result<LimitConfig, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].{name}");
+        let rate: Rate = match limit.rate.get_ref().parse() {
+            Ok(rate) => rate,
+            Err(error) => return self.fail(limit.rate.span(), field("rate"), error.to_string()),
+        };
+        let kind = match &limit.policy {
+            None => PolicyKind::DEFAULT,
+            Some(policy) => match policy.get_ref().parse::<PolicyKind>() {
+                Ok(kind) => kind,
+                Err(error) => return self.fail(policy.span(), field("policy"), error.to_string()),
+            },
+        };
+        let policy = match Policy::new(kind, &rate) {
+            Ok(policy) => policy,
+            Err(error) => return self.fail(limit.rate.span(), field("rate"), error.to_string()),
+        };
+        let named = match Limit::new(limit.name.get_ref().clone(), policy) {
+            Ok(named) => named,
+            Err(error) => return self.fail(limit.name.span(), field("name"), error.to_string()),
+        };
+        let key = self.key(index, &limit)?;
+        let matcher = match limit.matcher {
+            None => Match::default(),
+            Some(matcher) => self.matcher(index, matcher.into_inner())?,
+        };
+        let on_saturated = match &limit.on_saturated {
+            None => OnSaturated::Deny,
+            Some(mode) => match mode.get_ref().as_str() {
+                "deny" => OnSaturated::Deny,
+                "allow" => OnSaturated::Allow,
+                other => {
+                    return self.fail(
+                        mode.span(),
+                        field("on_saturated"),
+                        format!("unknown value {other:?}; expected \"deny\" (refuse new keys while the store is full) or \"allow\" (let them through uncounted)"),
+                    )
+                }
+            },
+        };
+        Ok(LimitConfig {
+            limit: named,
+            rate,
+            key,
+            shadow: limit.shadow.is_some_and(|s| *s.get_ref()),
+            on_saturated,
+            allow_overrides: limit.allow_overrides.as_ref().is_none_or(|a| *a.get_ref()),
+            allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
+            matcher,
+        })
+    }
+
+    pub(super) fn key(&self, index: usize, limit: &FileLimit) -> Result<Vec<KeyPart>, ConfigError> {
+        let key = &limit.key;
+        let field = format!("limits[{index}].key");
+        if key.get_ref().is_empty() {
+            return self.fail(
+                key.span(),
+                field,
+                "the key must have at least one part, such as [\"client_ip\"] or [\"global\"]",
+            );
+        }
+        let prefixes = self.prefixes(index, limit)?;
+        let mut parts = Vec::with_capacity(key.get_ref().len());
+        let mut texts: Vec<&str> = Vec::new();
+        for (j, part) in key.get_ref().iter().enumerate() {
+            let text = part.get_ref().trim();
+            let part_field = format!("{field}[{j}]");
+            let parsed = match text {
+                "peer" => KeyPart::Peer(prefixes),
+                "client_ip" => KeyPart::ClientIp(self.client_ip(index, limit)?, prefixes),
+                "route" => KeyPart::Route,
+                "global" => KeyPart::Global,
+                _ => {
+                    if let Some(name) = text.strip_prefix("header:") {
+                        match HeaderName::from_bytes(name.trim().to_ascii_lowercase().as_bytes()) {
+                            Ok(name) => KeyPart::Header(name),
+                            Err(_) => {
+                                return self.fail(
+                                    part.span(),
+                                    part_field,
+                                    format!("invalid header name {name:?} in key part {text:?}"),
+                                )
+                            }
+                        }
+                    } else if let Some(name) = text.strip_prefix("descriptor:") {
+                        let name = name.trim();
+                        if name.is_empty() {
+                            return self.fail(
+                                part.span(),
+                                part_field,
+                                "the descriptor key after \"descriptor:\" must not be empty",
+                            );
+                        }
+                        KeyPart::Descriptor(name.to_owned())
+                    } else {
+                        return self.fail(
+                            part.span(),
+                            part_field,
+                            format!("unknown key part {text:?}; expected peer, client_ip, route, global, header:NAME or descriptor:KEY"),
+                        );
+                    }
+                }
+            };
+            if texts.contains(&text) {
+                return self.fail(
+                    part.span(),
+                    part_field,
+                    format!("the key part {text:?} is given twice"),
+                );
+            }
+            texts.push(text);
+            parts.push(parsed);
+        }
+        if parts.len() > 1 && parts.contains(&KeyPart::Global) {
+            return self.fail(
+                key.span(),
+                field,
+                "\"global\" is one key for every request and cannot be combined with other parts",
+            );
+        }
+        let client_ip = texts.contains(&"client_ip");
+        let address = client_ip || texts.contains(&"peer");
+        // As for the store's fields: refused where they cannot apply, unless
+        // at their default value (no trusted proxies, X-Forwarded-For, the
+        // default prefixes).
+        let set = |value: Option<Range<usize>>, at_default: bool| value.filter(|_| !at_default);
+        let no_proxies = matches!(
+            limit.trusted_proxies.as_ref().map(Spanned::get_ref),
+            Some(FileTrust::List(list)) if list.is_empty()
+        );
+        let only_with = [
+            (
+                "trusted_proxies",
+                set(
+                    limit.trusted_proxies.as_ref().map(Spanned::span),
+                    no_proxies,
+                ),
+                client_ip,
+                "\"client_ip\"",
+            ),
+            (
+                "trusted_hops",
+                limit.trusted_hops.as_ref().map(Spanned::span),
+                client_ip,
+                "\"client_ip\"",
+            ),
+            (
+                "client_ip_from",
+                set(
+                    limit.client_ip_from.as_ref().map(Spanned::span),
+                    limit
+                        .client_ip_from
+                        .as_ref()
+                        .map(|from| from.get_ref().as_str())
+                        == Some("x-forwarded-for"),
+                ),
+                client_ip,
+                "\"client_ip\"",
+            ),
+            (
+                "ipv4_prefix",
+                set(
+                    limit.ipv4_prefix.as_ref().map(Spanned::span),
+                    limit.ipv4_prefix.as_ref().map(|n| *n.get_ref())
+                        == Some(u64::from(DEFAULT_IPV4_PREFIX)),
+                ),
+                address,
+                "\"client_ip\" or \"peer\"",
+            ),
+            (
+                "ipv6_prefix",
+                set(
+                    limit.ipv6_prefix.as_ref().map(Spanned::span),
+                    limit.ipv6_prefix.as_ref().map(|n| *n.get_ref())
+                        == Some(u64::from(DEFAULT_IPV6_PREFIX)),
+                ),
+                address,
+                "\"client_ip\" or \"peer\"",
+            ),
+        ];
+        for (name, span, ok, parts) in only_with {
+            if let (Some(span), false) = (span, ok) {
+                return self.fail(
+                    span,
+                    format!("limits[{index}].{name}"),
+                    format!("{name} applies only to a key with {parts}"),
+                );
+            }
+        }
+        Ok(parts)
+    }
+
+    /// The network lengths addresses are keyed by: `ipv4_prefix` (1 to 32,
+    /// default 32) and `ipv6_prefix` (1 to 128, default 64).
+    pub(super) fn prefixes(
+        &self,
+        index: usize,
+        limit: &FileLimit,
+    ) -> Result<Prefixes, ConfigError> {
+        // At most 128, so the cast is exact.
+        let one = |value: &Option<Spanned<u64>>, name: &str, default: u8, max: u8| {
+            value.as_ref().map_or(Ok(default), |value| {
+                self.one_to(
+                    value,
+                    format!("limits[{index}].{name}"),
+                    name,
+                    u64::from(max),
+                    " (the bits of an address that make one key)",
+                )
+                .map(|bits| bits as u8)
+            })
+        };
+        Ok(Prefixes {
+            ipv4: one(&limit.ipv4_prefix, "ipv4_prefix", DEFAULT_IPV4_PREFIX, 32)?,
+            ipv6: one(&limit.ipv6_prefix, "ipv6_prefix", DEFAULT_IPV6_PREFIX, 128)?,
+        })
+    }
+
+    /// How `client_ip` is found: `client_ip_from` (the header), with
+    /// `trusted_proxies` (whose peers are believed; none by default, so the
+    /// peer is the client) or `trusted_hops` (X-Forwarded-For only).
+    pub(super) fn client_ip(
+        &self,
+        index: usize,
+        limit: &FileLimit,
+    ) -> Result<ClientIp, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].{name}");
+        let trusted = match &limit.trusted_proxies {
+            None => None,
+            Some(trusted) => Some(self.trusted(index, trusted)?),
+        };
+        let hops = match &limit.trusted_hops {
+            None => None,
+            Some(hops) => {
+                let n = self.one_to(
+                    hops,
+                    field("trusted_hops"),
+                    "trusted_hops",
+                    MAX_TRUSTED_HOPS as u64,
+                    "",
+                )?;
+                // At most MAX_TRUSTED_HOPS, so the cast is exact.
+                Some((n as usize, hops.span()))
+            }
+        };
+        let from = limit
+            .client_ip_from
+            .as_ref()
+            .map(|from| (from.get_ref().trim().to_ascii_lowercase(), from.span()));
+        let from_text = from.as_ref().map_or("x-forwarded-for", |(text, _)| text);
+        if let (Some((_, span)), Some(_)) = (&hops, &trusted) {
+            return self.fail(
+                span.clone(),
+                field("trusted_hops"),
+                "trusted_hops and trusted_proxies are two ways to say which proxies to believe; give one",
+            );
+        }
+        if let (Some((_, span)), false) = (&hops, from_text == "x-forwarded-for") {
+            return self.fail(
+                span.clone(),
+                field("trusted_hops"),
+                format!("trusted_hops counts X-Forwarded-For entries and does not apply to client_ip_from = {from_text:?}; use trusted_proxies"),
+            );
+        }
+        let trusted = trusted.unwrap_or_default();
+        if from_text == "x-forwarded-for" {
+            return Ok(match hops {
+                Some((n, _)) => ClientIp::Hops(n),
+                None => ClientIp::XForwardedFor { trusted },
+            });
+        }
+        if from_text == "forwarded" {
+            return Ok(ClientIp::Forwarded { trusted });
+        }
+        let span = from
+            .as_ref()
+            .map(|(_, span)| span.clone())
+            .unwrap_or_default();
+        let Some(name) = from_text.strip_prefix("header:") else {
+            return self.fail(
+                span,
+                field("client_ip_from"),
+                format!("unknown client_ip source {from_text:?}; expected \"x-forwarded-for\" (the default), \"forwarded\" or \"header:NAME\" such as \"header:x-real-ip\""),
+            );
+        };
+        match HeaderName::from_bytes(name.trim().as_bytes()) {
+            Ok(name) => Ok(ClientIp::Header { name, trusted }),
+            Err(_) => self.fail(
+                span,
+                field("client_ip_from"),
+                format!("invalid header name {name:?} in client_ip_from"),
+            ),
+        }
+    }
+
+    /// `trusted_proxies`: `"private"` (the usual private, loopback,
+    /// link-local and carrier-grade NAT networks) or a list of CIDRs,
+    /// addresses and `"private"`.
+    pub(super) fn trusted(
+        &self,
+        index: usize,
+        trusted: &Spanned<FileTrust>,
+    ) -> Result<Vec<IpNet>, ConfigError> {
+        let field = format!("limits[{index}].trusted_proxies");
+        let entries: Vec<(&str, Range<usize>, String)> = match trusted.get_ref() {
+            FileTrust::Word(word) => vec![(word.as_str(), trusted.span(), field)],
+            FileTrust::List(list) => list
+                .iter()
+                .enumerate()
+                .map(|(j, net)| (net.get_ref().as_str(), net.span(), format!("{field}[{j}]")))
+                .collect(),
+        };
+        let mut nets = Vec::with_capacity(entries.len());
+        for (text, span, field) in entries {
+            let text = text.trim();
+            if text.eq_ignore_ascii_case(PRIVATE) {
+                nets.extend(private_networks());
+                continue;
+            }
+            let parsed = text
+                .parse::<IpNet>()
+                .ok()
+                .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from));
+            match parsed {
+                Some(parsed) => nets.push(parsed.trunc()),
+                None => {
+                    return self.fail(
+                        span,
+                        field,
+                        format!("invalid network {text:?}; expected \"private\", a CIDR such as \"10.0.0.0/8\" or an IP address"),
+                    )
+                }
+            }
+        }
+        Ok(nets)
+    }
+
+    pub(super) fn matcher(&self, index: usize, matcher: FileMatch) -> Result<Match, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].match.{name}");
+        let domain = match matcher.domain {
+            None => None,
+            Some(domain) if domain.get_ref().is_empty() => {
+                return self.fail(
+                    domain.span(),
+                    field("domain"),
+                    "the domain must not be empty",
+                )
+            }
+            Some(domain) => Some(domain.into_inner()),
+        };
+        let mut descriptors = Vec::new();
+        if let Some(list) = matcher.descriptors {
+            for (j, entry) in list.into_inner().into_iter().enumerate() {
+                descriptors.push(self.descriptor(&field(&format!("descriptors[{j}]")), entry)?);
+            }
+        }
+        let mut methods = Vec::new();
+        if let Some(list) = matcher.methods {
+            for (j, method) in list.get_ref().iter().enumerate() {
+                let text = method.get_ref().trim().to_ascii_uppercase();
+                match Method::from_bytes(text.as_bytes()) {
+                    Ok(parsed) if !text.is_empty() => methods.push(parsed),
+                    _ => {
+                        return self.fail(
+                            method.span(),
+                            field(&format!("methods[{j}]")),
+                            format!("invalid HTTP method {:?}", method.get_ref()),
+                        )
+                    }
+                }
+            }
+        }
+        let path_prefix = match matcher.path_prefix {
+            None => None,
+            Some(prefix) if !prefix.get_ref().starts_with('/') => {
+                return self.fail(
+                    prefix.span(),
+                    field("path_prefix"),
+                    format!(
+                        "the path prefix {:?} must start with \"/\"",
+                        prefix.get_ref()
+                    ),
+                )
+            }
+            Some(prefix) => Some(prefix.into_inner()),
+        };
+        Ok(Match {
+            domain,
+            descriptors,
+            methods,
+            path_prefix,
+        })
+    }
+
+    pub(super) fn descriptor(
+        &self,
+        field: &str,
+        entry: Spanned<FileDescriptor>,
+    ) -> Result<DescriptorMatch, ConfigError> {
+        let entry = entry.into_inner();
+        if entry.key.get_ref().is_empty() {
+            return self.fail(
+                entry.key.span(),
+                format!("{field}.key"),
+                "the descriptor key must not be empty",
+            );
+        }
+        let value = match entry.value {
+            None => ValueMatch::Any,
+            Some(value) => {
+                let text = value.get_ref();
+                if text.is_empty() {
+                    return self.fail(
+                        value.span(),
+                        format!("{field}.value"),
+                        "the value must not be empty; leave it out to match any value",
+                    );
+                }
+                match text.strip_suffix('*') {
+                    Some("") => ValueMatch::Any,
+                    Some(prefix) => ValueMatch::Prefix(prefix.to_owned()),
+                    None => ValueMatch::Exact(text.clone()),
+                }
+            }
+        };
+        Ok(DescriptorMatch {
+            key: entry.key.into_inner(),
+            value,
+        })
+    }
+}

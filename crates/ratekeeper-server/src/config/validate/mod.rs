@@ -1,0 +1,278 @@
+//! From the parsed document to a checked [`Config`]: environment overrides,
+//! deserialization, then every rule a value must follow, each failure
+//! located by its span.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::{HeaderName, Method};
+use ipnet::IpNet;
+use ratekeeper::{memory::MAX_KEYS, policy::PolicyKind, store::FailureMode, Limit, Policy, Rate};
+use ratekeeper_tower::client::{private_networks, ClientIp};
+use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use super::error::{ConfigError, Locator};
+use super::file::{
+    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore,
+    FileTrust,
+};
+use super::tls;
+use super::{env, store_tls};
+use super::{
+    redact_url, Backend, Config, DescriptorMatch, DoorTls, KeyPart, LimitConfig, ListenConfig,
+    Match, OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX,
+    DEFAULT_IPV6_PREFIX,
+};
+
+/// The default per-call timeout of the Redis stores, in milliseconds.
+mod limit;
+mod listen;
+mod store;
+
+const DEFAULT_TIMEOUT_MS: u64 = 100;
+/// The longest per-call timeout accepted, in milliseconds.
+const MAX_TIMEOUT_MS: u64 = 60_000;
+/// How deep [`find_path`] looks.
+const MAX_PATH_DEPTH: usize = 16;
+/// The most scripts a Redis store's batching may run at once.
+const MAX_BATCH_IN_FLIGHT: usize = 1_024;
+
+/// The most decisions one batched script may take (the store's own bound).
+const MAX_BATCH_CALLS: usize = 1_000;
+
+/// The most proxies `trusted_hops` may count.
+const MAX_TRUSTED_HOPS: usize = 16;
+
+/// The word of `trusted_proxies` for [`private_networks`].
+const PRIVATE: &str = "private";
+
+/// What an unwritten `requests.max_body_bytes` leaves around one value at
+/// `max_value_bytes`: the rest of the request's JSON.
+const BODY_ROOM: usize = 4 * 1024;
+
+/// The default key prefix of the Redis stores.
+const DEFAULT_PREFIX: &str = "ratekeeper:";
+
+/// Parses `text`, applies the overrides among `vars`, deserializes and
+/// validates.
+pub(crate) fn load<I, K, V>(text: &str, source: &str, vars: I) -> Result<Config, ConfigError>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<String>,
+    V: Into<String>,
+{
+    // All of them: `token_env` may name any variable, the overrides are
+    // those with the prefix.
+    let vars: Vec<(String, String)> = vars
+        .into_iter()
+        .map(|(name, value)| (name.into(), value.into()))
+        .collect();
+    let overrides = env::overrides(vars.iter().cloned());
+    let mut locator = Locator {
+        source,
+        text,
+        vars: Vec::new(),
+    };
+    let parsed = DeTable::parse(text).map_err(|error| ConfigError::Syntax {
+        location: locator.locate(error.span()),
+        message: error.message().trim().to_owned(),
+    })?;
+    let span = parsed.span();
+    let mut table = parsed.into_inner();
+    for (index, (name, value, segments)) in overrides.iter().enumerate() {
+        let offset = locator.env_offset(index);
+        let path = env::apply(&mut table, name, value, segments, offset..offset + 1)?;
+        locator.vars.push((name.clone(), path));
+    }
+    let snapshot = table.clone();
+    let deserializer = toml::de::Deserializer::from(Spanned::new(span, table));
+    let file = FileConfig::deserialize(deserializer).map_err(|error| {
+        let span = error.span();
+        let location = locator.locate(span.clone());
+        let message = error.message().trim().to_owned();
+        let field = span
+            .and_then(|span| {
+                find_path(&snapshot, &span, "")
+                    .map(|(_, path)| path)
+                    .or_else(|| locator.var(&span).map(|(_, path)| path.clone()))
+            })
+            .unwrap_or_default();
+        if field.is_empty() {
+            ConfigError::Syntax { location, message }
+        } else {
+            ConfigError::Invalid {
+                location,
+                field,
+                message,
+            }
+        }
+    })?;
+    Checker {
+        at: &locator,
+        vars: &vars,
+    }
+    .config(file)
+}
+
+/// Whether `outer` holds `inner`.
+fn contains(outer: &Range<usize>, inner: &Range<usize>) -> bool {
+    outer.start <= inner.start && inner.end <= outer.end && outer.start < outer.end
+}
+
+/// The deepest field of `table` whose key or value holds `span`, with its
+/// depth. Looks no deeper than [`MAX_PATH_DEPTH`]: no field of the
+/// configuration is that deep, and the search stays bounded.
+fn find_path(table: &DeTable<'_>, span: &Range<usize>, prefix: &str) -> Option<(usize, String)> {
+    if prefix.matches(['.', '[']).count() > MAX_PATH_DEPTH {
+        return None;
+    }
+    let mut best: Option<(usize, String)> = None;
+    let mut consider = |candidate: Option<(usize, String)>| {
+        if let Some(found) = candidate {
+            if !matches!(&best, Some((depth, _)) if *depth >= found.0) {
+                best = Some(found);
+            }
+        }
+    };
+    for (key, value) in table.iter() {
+        let path = if prefix.is_empty() {
+            key.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", key.get_ref())
+        };
+        let depth = path.matches(['.', '[']).count();
+        if contains(&key.span(), span) || contains(&value.span(), span) {
+            consider(Some((depth, path.clone())));
+        }
+        match value.get_ref() {
+            DeValue::Table(inner) => consider(find_path(inner, span, &path)),
+            DeValue::Array(array) => {
+                for (index, element) in array.iter().enumerate() {
+                    let path = format!("{path}[{index}]");
+                    if contains(&element.span(), span) {
+                        consider(Some((depth + 1, path.clone())));
+                    }
+                    if let DeValue::Table(inner) = element.get_ref() {
+                        consider(find_path(inner, span, &path));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    best
+}
+
+/// Validation, with the locator for errors.
+pub(super) struct Checker<'a> {
+    at: &'a Locator<'a>,
+    /// The environment, for `token_env`.
+    vars: &'a [(String, String)],
+}
+
+impl Checker<'_> {
+    pub(super) fn fail<T>(
+        &self,
+        span: Range<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Result<T, ConfigError> {
+        Err(self.at.invalid(span, field, message))
+    }
+
+    /// `value` if it is a whole number from 1 to `max`; otherwise an error
+    /// at its place, "`name` is N, outside 1 to `max`" followed by `why`.
+    fn one_to(
+        &self,
+        value: &Spanned<u64>,
+        field: impl Into<String>,
+        name: &str,
+        max: u64,
+        why: &str,
+    ) -> Result<u64, ConfigError> {
+        let n = *value.get_ref();
+        if (1..=max).contains(&n) {
+            return Ok(n);
+        }
+        self.fail(
+            value.span(),
+            field,
+            format!("{name} is {n}, outside 1 to {max}{why}"),
+        )
+    }
+
+    fn config(&self, file: FileConfig) -> Result<Config, ConfigError> {
+        let store = self.store(file.store)?;
+        let listen = self.listen(file.listen)?;
+        let requests = self.requests(file.requests)?;
+        let runtime = self.runtime(file.runtime)?;
+        let limits = match file.limits {
+            Some(limits) if !limits.get_ref().is_empty() => limits.into_inner(),
+            other => {
+                let location = match other {
+                    Some(limits) => self.at.locate(Some(limits.span())),
+                    None => self.at.locate(None),
+                };
+                return Err(ConfigError::Invalid {
+                    location,
+                    field: "limits".to_owned(),
+                    message: "no limits are defined; add a [[limits]] table with a name, a rate and a key".to_owned(),
+                });
+            }
+        };
+        let mut names: HashMap<String, Range<usize>> = HashMap::new();
+        let mut checked = Vec::with_capacity(limits.len());
+        for (index, limit) in limits.into_iter().enumerate() {
+            let limit = limit.into_inner();
+            let name_span = limit.name.span();
+            let name = limit.name.get_ref().clone();
+            if let Some(first) = names.get(&name) {
+                let first = self.at.locate(Some(first.clone()));
+                return self.fail(
+                    name_span,
+                    format!("limits[{index}].name"),
+                    format!("duplicate limit name {name:?}; the first is at {first}"),
+                );
+            }
+            names.insert(name, name_span);
+            checked.push(self.limit(index, limit)?);
+        }
+        // Last: it reads files, and a file's error is best told about a
+        // configuration otherwise right.
+        let access = super::access::check(self.at, file.access, self.vars)?;
+        Ok(Config {
+            store,
+            listen,
+            requests,
+            limits: checked,
+            access,
+            runtime,
+        })
+    }
+
+    /// A whole number of `store.{field}` from 1 to `max`, or `default`.
+    fn bounded(
+        &self,
+        value: &Option<Spanned<u64>>,
+        field: &str,
+        default: usize,
+        max: usize,
+    ) -> Result<usize, ConfigError> {
+        let Some(value) = value else {
+            return Ok(default);
+        };
+        match usize::try_from(*value.get_ref()) {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => self.fail(
+                value.span(),
+                format!("store.{field}"),
+                format!("{field} is {}, outside 1 to {max}", value.get_ref()),
+            ),
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! `[store]`: the backend, its connection and its failure policy.
+
+use super::*;
+
+impl Checker<'_> {
+    pub(super) fn store(
+        &self,
+        store: Option<Spanned<FileStore>>,
+    ) -> Result<StoreConfig, ConfigError> {
+        let Some(store) = store else {
+            return Ok(StoreConfig {
+                backend: Backend::Memory,
+                max_keys: ratekeeper::memory::DEFAULT_MAX_KEYS,
+                on_failure: FailureMode::Closed,
+                fallback: false,
+                tls: None,
+            });
+        };
+        let table_span = store.span();
+        let store = store.into_inner();
+        let (kind, kind_span) = match &store.kind {
+            Some(kind) => (kind.get_ref().as_str(), kind.span()),
+            None => ("memory", table_span),
+        };
+        let kind = match kind {
+            "memory" | "sqlite" | "redis" | "redis-cluster" => kind,
+            other => {
+                return self.fail(
+                    kind_span,
+                    "store.kind",
+                    format!(
+                    "unknown store kind {other:?}; expected memory, sqlite, redis or redis-cluster"
+                ),
+                )
+            }
+        };
+        let remote = kind != "memory";
+        let redis = kind == "redis" || kind == "redis-cluster";
+        let batching = ratekeeper_redis::Batching::DEFAULT;
+        // A field that does not apply to this kind is refused, unless it
+        // holds its default value: one file for several deployments may
+        // spell the defaults out (`on_failure = "closed"` on a memory store).
+        let set = |value: Option<Range<usize>>, at_default: bool| value.filter(|_| !at_default);
+        let applies: [(&str, Option<Range<usize>>, bool, &str); 9] = [
+            (
+                "batch_in_flight",
+                set(
+                    store.batch_in_flight.as_ref().map(Spanned::span),
+                    store.batch_in_flight.as_ref().map(|n| *n.get_ref())
+                        == Some(batching.in_flight() as u64),
+                ),
+                kind == "redis",
+                "the redis store (a cluster does not batch)",
+            ),
+            (
+                "batch_max_calls",
+                set(
+                    store.batch_max_calls.as_ref().map(Spanned::span),
+                    store.batch_max_calls.as_ref().map(|n| *n.get_ref())
+                        == Some(batching.max_calls() as u64),
+                ),
+                kind == "redis",
+                "the redis store (a cluster does not batch)",
+            ),
+            (
+                "path",
+                store.path.as_ref().map(Spanned::span),
+                kind == "sqlite",
+                "the sqlite store",
+            ),
+            (
+                "url",
+                store.url.as_ref().map(Spanned::span),
+                kind == "redis",
+                "the redis store",
+            ),
+            (
+                "urls",
+                store.urls.as_ref().map(Spanned::span),
+                kind == "redis-cluster",
+                "the redis-cluster store",
+            ),
+            (
+                "prefix",
+                set(
+                    store.prefix.as_ref().map(Spanned::span),
+                    store.prefix.as_ref().map(|p| p.get_ref().as_str()) == Some(DEFAULT_PREFIX),
+                ),
+                redis,
+                "the redis stores",
+            ),
+            (
+                "timeout_ms",
+                set(
+                    store.timeout_ms.as_ref().map(Spanned::span),
+                    store.timeout_ms.as_ref().map(|n| *n.get_ref()) == Some(DEFAULT_TIMEOUT_MS),
+                ),
+                redis,
+                "the redis stores",
+            ),
+            (
+                "on_failure",
+                set(
+                    store.on_failure.as_ref().map(Spanned::span),
+                    store.on_failure.as_ref().map(|m| m.get_ref().as_str()) == Some("closed"),
+                ),
+                remote,
+                "the sqlite and redis stores",
+            ),
+            (
+                "fallback",
+                set(
+                    store.fallback.as_ref().map(Spanned::span),
+                    store.fallback.as_ref().map(|f| *f.get_ref()) == Some(false),
+                ),
+                remote,
+                "the sqlite and redis stores",
+            ),
+        ];
+        for (field, span, ok, which) in applies {
+            if let (Some(span), false) = (span, ok) {
+                return self.fail(
+                    span,
+                    format!("store.{field}"),
+                    format!("{field} applies only to {which}, not to a {kind} store"),
+                );
+            }
+        }
+        let max_keys = match &store.max_keys {
+            None => ratekeeper::memory::DEFAULT_MAX_KEYS,
+            Some(value) => {
+                let n = *value.get_ref();
+                if n == 0 {
+                    return self.fail(
+                        value.span(),
+                        "store.max_keys",
+                        "max_keys must be greater than zero",
+                    );
+                }
+                match usize::try_from(n) {
+                    Ok(n) if n <= MAX_KEYS => n,
+                    _ => {
+                        return self.fail(
+                            value.span(),
+                            "store.max_keys",
+                            format!(
+                                "max_keys is {n}, above the largest supported value {MAX_KEYS}"
+                            ),
+                        )
+                    }
+                }
+            }
+        };
+        let on_failure = match &store.on_failure {
+            None => FailureMode::Closed,
+            Some(mode) => match mode.get_ref().as_str() {
+                "closed" => FailureMode::Closed,
+                "open" => FailureMode::Open,
+                other => {
+                    return self.fail(
+                        mode.span(),
+                        "store.on_failure",
+                        format!("unknown failure mode {other:?}; expected \"closed\" (refuse requests) or \"open\" (allow them)"),
+                    )
+                }
+            },
+        };
+        let fallback = store.fallback.as_ref().is_some_and(|f| *f.get_ref());
+        let prefix = match &store.prefix {
+            None => DEFAULT_PREFIX.to_owned(),
+            Some(prefix) => {
+                if prefix.get_ref().contains(['{', '}']) {
+                    return self.fail(
+                        prefix.span(),
+                        "store.prefix",
+                        format!("the prefix {:?} contains a brace; braces would change Redis Cluster's hash slots", prefix.get_ref()),
+                    );
+                }
+                prefix.get_ref().clone()
+            }
+        };
+        let timeout = match &store.timeout_ms {
+            None => Duration::from_millis(DEFAULT_TIMEOUT_MS),
+            Some(ms) => {
+                let n = *ms.get_ref();
+                if n == 0 {
+                    return self.fail(
+                        ms.span(),
+                        "store.timeout_ms",
+                        "timeout_ms must be greater than zero",
+                    );
+                }
+                if n > MAX_TIMEOUT_MS {
+                    return self.fail(
+                        ms.span(),
+                        "store.timeout_ms",
+                        format!(
+                            "timeout_ms is {n}, above the largest supported value {MAX_TIMEOUT_MS}"
+                        ),
+                    );
+                }
+                Duration::from_millis(n)
+            }
+        };
+        let in_flight = self.bounded(
+            &store.batch_in_flight,
+            "batch_in_flight",
+            batching.in_flight(),
+            MAX_BATCH_IN_FLIGHT,
+        )?;
+        let max_calls = self.bounded(
+            &store.batch_max_calls,
+            "batch_max_calls",
+            batching.max_calls(),
+            MAX_BATCH_CALLS,
+        )?;
+        let batching = ratekeeper_redis::Batching::new(in_flight, max_calls);
+        let backend = match kind {
+            "sqlite" => match &store.path {
+                Some(path) if !path.get_ref().trim().is_empty() => Backend::Sqlite {
+                    path: PathBuf::from(path.get_ref()),
+                },
+                Some(path) => {
+                    return self.fail(path.span(), "store.path", "the path must not be empty")
+                }
+                None => {
+                    return self.fail(
+                        kind_span,
+                        "store.path",
+                        "a sqlite store needs a path to its database file",
+                    )
+                }
+            },
+            "redis" => match &store.url {
+                Some(url) => Backend::Redis {
+                    url: self.redis_url(url, "store.url")?,
+                    prefix,
+                    timeout,
+                    batching,
+                },
+                None => {
+                    return self.fail(
+                        kind_span,
+                        "store.url",
+                        "a redis store needs a url, such as \"redis://127.0.0.1:6379\"",
+                    )
+                }
+            },
+            "redis-cluster" => match &store.urls {
+                Some(urls) if !urls.get_ref().is_empty() => {
+                    let mut checked = Vec::with_capacity(urls.get_ref().len());
+                    for (index, url) in urls.get_ref().iter().enumerate() {
+                        checked.push(self.redis_url(url, &format!("store.urls[{index}]"))?);
+                    }
+                    Backend::RedisCluster {
+                        urls: checked,
+                        prefix,
+                        timeout,
+                    }
+                }
+                Some(urls) => {
+                    return self.fail(
+                        urls.span(),
+                        "store.urls",
+                        "the list of urls must not be empty",
+                    )
+                }
+                None => {
+                    return self.fail(
+                        kind_span,
+                        "store.urls",
+                        "a redis-cluster store needs urls, such as [\"redis://10.0.0.1:6379\"]",
+                    )
+                }
+            },
+            _ => Backend::Memory,
+        };
+        let tls = store_tls::check(self.at, &store, kind)?;
+        Ok(StoreConfig {
+            backend,
+            max_keys,
+            on_failure,
+            fallback,
+            tls,
+        })
+    }
+
+    pub(super) fn redis_url(
+        &self,
+        url: &Spanned<String>,
+        field: &str,
+    ) -> Result<String, ConfigError> {
+        let text = url.get_ref();
+        let known = ["redis://", "rediss://", "redis+unix://", "unix://"];
+        let rest = known.iter().find_map(|scheme| text.strip_prefix(scheme));
+        match rest {
+            Some(rest) if !rest.is_empty() => Ok(text.clone()),
+            _ => self.fail(
+                url.span(),
+                field,
+                format!(
+                    "invalid Redis url {:?}; expected redis://HOST:PORT, rediss://HOST:PORT or redis+unix:///PATH",
+                    redact_url(text)
+                ),
+            ),
+        }
+    }
+}
