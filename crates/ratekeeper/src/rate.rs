@@ -387,10 +387,8 @@ impl FromStr for Rate {
             }
             // Past u64 nanoseconds: too large, reported in whole units.
             Err(ParseDurationError::TooLong { .. }) => {
-                let unit = UNITS
-                    .iter()
-                    .find(|unit| unit.names.iter().any(|n| n.eq_ignore_ascii_case(unit_text)));
-                u128::from(whole).saturating_mul(unit.map_or(1, |unit| u128::from(unit.nanos)))
+                let unit = duration::unit(unit_text).map_or(1, |unit| unit.as_nanos());
+                u128::from(whole).saturating_mul(unit)
             }
             Err(_) => return Err(invalid_count()),
         };

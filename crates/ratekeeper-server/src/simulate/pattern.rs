@@ -699,16 +699,13 @@ impl<'a> Scanner<'a> {
             self.pos += 1;
             self.take_while(digit);
         }
-        let number_end = self.pos;
         self.skip_ws();
-        // The unit's own checks first, for its column.
-        let unit_start = self.pos;
+        // The unit's own checks first, for its column; then the number and
+        // unit as written, in the core's grammar.
         self.unit()?;
-        let text = &self.src[start..number_end];
-        let unit = self.src[unit_start..self.pos].trim_end();
         let too_long = || self.error_at(start, PatternErrorKind::TooLong);
         let duration =
-            ratekeeper::duration::parse(&format!("{text}{unit}")).map_err(|_| too_long())?;
+            ratekeeper::duration::parse(&self.src[start..self.pos]).map_err(|_| too_long())?;
         if duration > MAX_SPAN {
             return Err(too_long());
         }

@@ -120,6 +120,18 @@ struct Shared<C> {
     _stop_sweeper: Option<Sender<()>>,
 }
 
+/// `max_keys` if a table may track that many keys: from 1 to [`MAX_KEYS`].
+pub(crate) fn check_max_keys(max_keys: usize) -> Result<usize, BuildError> {
+    match max_keys {
+        0 => Err(BuildError::ZeroMaxKeys),
+        n if n > MAX_KEYS => Err(BuildError::TooManyKeys {
+            requested: n,
+            max: MAX_KEYS,
+        }),
+        n => Ok(n),
+    }
+}
+
 /// A rate limiter for many keys, kept in this process's memory.
 ///
 /// One policy, applied to each key separately: per client address, per API
@@ -594,15 +606,7 @@ impl<C> MemoryLimiterBuilder<C> {
     where
         C: Clock + 'static,
     {
-        if self.max_keys == 0 {
-            return Err(BuildError::ZeroMaxKeys);
-        }
-        if self.max_keys > MAX_KEYS {
-            return Err(BuildError::TooManyKeys {
-                requested: self.max_keys,
-                max: MAX_KEYS,
-            });
-        }
+        check_max_keys(self.max_keys)?;
         let table = match OneWord::for_policy(&self.policy) {
             Some(policy) => Table::Slots {
                 policy,

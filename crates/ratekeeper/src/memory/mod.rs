@@ -22,6 +22,7 @@ mod sync;
 pub use crate::multi::check_all;
 pub use crate::sharded::ShardedWindow;
 pub use demand::MIN_DEMAND_SWEEP_GAP;
+pub(crate) use limiter::check_max_keys;
 pub use limiter::{
     BuildError, ForgetHook, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use super::{Limit, PreparedLimit, Store, StoreError};
 use crate::{
     clock::MonotonicClock,
-    memory::{check_all, BuildError, DEFAULT_MAX_KEYS, MAX_KEYS},
+    memory::{check_all, check_max_keys, BuildError, DEFAULT_MAX_KEYS},
     store::MultiOutcome,
     Clock, Decision, MemoryLimiter, Outcome, Policy,
 };
@@ -154,20 +154,11 @@ impl<C: Clock + Clone + 'static> MemoryStoreBuilder<C> {
     /// [`BuildError::ZeroMaxKeys`] or [`BuildError::TooManyKeys`] for a
     /// `max_keys` out of range.
     pub fn build(self) -> Result<MemoryStore<C>, BuildError> {
-        if self.max_keys == 0 {
-            return Err(BuildError::ZeroMaxKeys);
-        }
-        if self.max_keys > MAX_KEYS {
-            return Err(BuildError::TooManyKeys {
-                requested: self.max_keys,
-                max: MAX_KEYS,
-            });
-        }
         Ok(MemoryStore {
             inner: Arc::new(Inner {
                 limiters: ArcSwap::from_pointee(Limiters::default()),
                 writer: Mutex::new(()),
-                max_keys: self.max_keys,
+                max_keys: check_max_keys(self.max_keys)?,
                 clock: self.clock,
                 background_sweep: self.background_sweep,
             }),

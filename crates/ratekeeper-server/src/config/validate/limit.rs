@@ -130,7 +130,6 @@ impl Checker<'_> {
         // As for the store's fields: refused where they cannot apply, unless
         // at their default value (no trusted proxies, X-Forwarded-For, the
         // default prefixes).
-        let set = |value: Option<Range<usize>>, at_default: bool| value.filter(|_| !at_default);
         let no_proxies = matches!(
             limit.trusted_proxies.as_ref().map(Spanned::get_ref),
             Some(FileTrust::List(list)) if list.is_empty()
@@ -138,7 +137,7 @@ impl Checker<'_> {
         let only_with = [
             (
                 "trusted_proxies",
-                set(
+                unless_default(
                     limit.trusted_proxies.as_ref().map(Spanned::span),
                     no_proxies,
                 ),
@@ -153,7 +152,7 @@ impl Checker<'_> {
             ),
             (
                 "client_ip_from",
-                set(
+                unless_default(
                     limit.client_ip_from.as_ref().map(Spanned::span),
                     limit
                         .client_ip_from
@@ -166,7 +165,7 @@ impl Checker<'_> {
             ),
             (
                 "ipv4_prefix",
-                set(
+                unless_default(
                     limit.ipv4_prefix.as_ref().map(Spanned::span),
                     limit.ipv4_prefix.as_ref().map(|n| *n.get_ref())
                         == Some(u64::from(DEFAULT_IPV4_PREFIX)),
@@ -176,7 +175,7 @@ impl Checker<'_> {
             ),
             (
                 "ipv6_prefix",
-                set(
+                unless_default(
                     limit.ipv6_prefix.as_ref().map(Spanned::span),
                     limit.ipv6_prefix.as_ref().map(|n| *n.get_ref())
                         == Some(u64::from(DEFAULT_IPV6_PREFIX)),

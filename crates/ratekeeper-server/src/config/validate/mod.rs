@@ -168,6 +168,13 @@ fn find_path(table: &DeTable<'_>, span: &Range<usize>, prefix: &str) -> Option<(
     best
 }
 
+/// The span of a field that does not apply where it is written, unless it
+/// holds its default value: one file for several deployments may spell the
+/// defaults out, and a field at its default is never an error.
+fn unless_default(span: Option<Range<usize>>, at_default: bool) -> Option<Range<usize>> {
+    span.filter(|_| !at_default)
+}
+
 /// Validation, with the locator for errors.
 pub(super) struct Checker<'a> {
     at: &'a Locator<'a>,

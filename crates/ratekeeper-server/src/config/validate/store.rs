@@ -40,11 +40,10 @@ impl Checker<'_> {
         // A field that does not apply to this kind is refused, unless it
         // holds its default value: one file for several deployments may
         // spell the defaults out (`on_failure = "closed"` on a memory store).
-        let set = |value: Option<Range<usize>>, at_default: bool| value.filter(|_| !at_default);
         let applies: [(&str, Option<Range<usize>>, bool, &str); 9] = [
             (
                 "batch_in_flight",
-                set(
+                unless_default(
                     store.batch_in_flight.as_ref().map(Spanned::span),
                     store.batch_in_flight.as_ref().map(|n| *n.get_ref())
                         == Some(batching.in_flight() as u64),
@@ -54,7 +53,7 @@ impl Checker<'_> {
             ),
             (
                 "batch_max_calls",
-                set(
+                unless_default(
                     store.batch_max_calls.as_ref().map(Spanned::span),
                     store.batch_max_calls.as_ref().map(|n| *n.get_ref())
                         == Some(batching.max_calls() as u64),
@@ -82,7 +81,7 @@ impl Checker<'_> {
             ),
             (
                 "prefix",
-                set(
+                unless_default(
                     store.prefix.as_ref().map(Spanned::span),
                     store.prefix.as_ref().map(|p| p.get_ref().as_str()) == Some(DEFAULT_PREFIX),
                 ),
@@ -91,7 +90,7 @@ impl Checker<'_> {
             ),
             (
                 "timeout_ms",
-                set(
+                unless_default(
                     store.timeout_ms.as_ref().map(Spanned::span),
                     store.timeout_ms.as_ref().map(|n| *n.get_ref()) == Some(DEFAULT_TIMEOUT_MS),
                 ),
@@ -100,7 +99,7 @@ impl Checker<'_> {
             ),
             (
                 "on_failure",
-                set(
+                unless_default(
                     store.on_failure.as_ref().map(Spanned::span),
                     store.on_failure.as_ref().map(|m| m.get_ref().as_str()) == Some("closed"),
                 ),
@@ -109,7 +108,7 @@ impl Checker<'_> {
             ),
             (
                 "fallback",
-                set(
+                unless_default(
                     store.fallback.as_ref().map(Spanned::span),
                     store.fallback.as_ref().map(|f| *f.get_ref()) == Some(false),
                 ),
