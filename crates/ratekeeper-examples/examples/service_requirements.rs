@@ -238,12 +238,11 @@ async fn limit<C: Clock + Clone + 'static>(
             checks.push((parse_url, "parser".to_owned()));
         }
     }
-    let multi = check_all(
-        checks
-            .iter()
-            .map(|(guard, key)| (&guard.limiter, key.as_bytes())),
-        1,
-    );
+    let limits: Vec<_> = checks
+        .iter()
+        .map(|(guard, key)| (&guard.limiter, key.as_bytes(), 1))
+        .collect();
+    let multi = check_all(&limits);
 
     let now = service.clock.now();
     service.all.record(now, multi.is_allowed(), &address);

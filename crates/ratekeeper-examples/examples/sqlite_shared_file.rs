@@ -21,6 +21,7 @@
 //! cargo run -p ratekeeper-examples --example sqlite_shared_file
 //! ```
 
+use futures_executor::block_on;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -32,7 +33,7 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use ratekeeper::{
     clock::ManualClock, policy::Algorithm, Decision, FixedWindow, Limit, MemoryStore, RetryAfter,
-    Timestamp, TokenBucket,
+    Store, Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 use ratekeeper_tower::client::{private_networks, ClientIp};
@@ -135,7 +136,7 @@ pub(crate) fn take_from_sqlite(path: &Path, at: Timestamp, attempts: u64) -> Res
     let limit = shared_limit()?;
     let mut admitted = 0;
     for _ in 0..attempts {
-        if store.check_blocking(&limit, b"alice", 1)?.is_allowed() {
+        if block_on(store.check(&limit, b"alice", 1))?.is_allowed() {
             admitted += 1;
         }
     }

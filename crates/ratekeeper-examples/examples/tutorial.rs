@@ -22,13 +22,14 @@
 //! cargo run -p ratekeeper-examples --example tutorial
 //! ```
 
+use futures_executor::block_on;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
 
 use ratekeeper::{
     clock::ManualClock, policy::Algorithm, FixedWindow, Limit, MemoryLimiter, Outcome, Policy,
-    RetryAfter, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+    RetryAfter, SlidingLog, SlidingWindow, Store, Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 
@@ -215,7 +216,7 @@ pub(crate) fn nodes() -> Result<Vec<String>, Error> {
     for _node in 0..4 {
         let store = SqliteStore::builder(&path).clock(clock.clone()).open()?;
         for _ in 0..25 {
-            shared += usize::from(store.check_blocking(&limit, b"api", 1)?.is_allowed());
+            shared += usize::from(block_on(store.check(&limit, b"api", 1))?.is_allowed());
         }
     }
     Ok(vec![

@@ -326,9 +326,10 @@ async fn send(caller: Arc<Caller>, jobs: Vec<Job>, permit: OwnedSemaphorePermit)
 }
 
 /// The batch's argument: `'<Bdd'` 4, the number of calls, the time; then
-/// each call's own argument with its key count in place of the time.
+/// each call's own argument without its time (its op and key count, then
+/// its keys' limits and costs).
 fn encode(jobs: &[Job]) -> Vec<u8> {
-    let size = 17 + jobs.iter().map(|job| job.arg.len()).sum::<usize>();
+    let size = 17 + jobs.iter().map(|job| job.arg.len() - 8).sum::<usize>();
     let mut arg = Vec::with_capacity(size);
     arg.push(BATCH);
     arg.extend_from_slice(&(jobs.len() as f64).to_le_bytes());
@@ -336,7 +337,6 @@ fn encode(jobs: &[Job]) -> Vec<u8> {
     arg.extend_from_slice(&jobs[0].arg[9..17]);
     for job in jobs {
         arg.extend_from_slice(&job.arg[..9]);
-        arg.extend_from_slice(&(job.keys.len() as f64).to_le_bytes());
         arg.extend_from_slice(&job.arg[17..]);
     }
     arg
@@ -381,11 +381,12 @@ mod tests {
     ) -> (Job, oneshot::Receiver<Result<Vec<i64>, StoreError>>) {
         let (done, reply) = oneshot::channel();
         let mut arg = vec![op];
-        arg.extend_from_slice(&3.0f64.to_le_bytes());
+        arg.extend_from_slice(&(keys as f64).to_le_bytes());
         arg.extend_from_slice(&(now.unwrap_or(0) as f64).to_le_bytes());
         for k in 0..keys {
             arg.push(2);
-            for v in [k as f64, 2.0, 3.0] {
+            // the limit's three numbers, then the cost
+            for v in [k as f64, 2.0, 3.0, 5.0] {
                 arg.extend_from_slice(&v.to_le_bytes());
             }
         }
@@ -409,16 +410,13 @@ mod tests {
         let f = |at: usize| f64::from_le_bytes(arg[at..at + 8].try_into().unwrap());
         assert_eq!(arg[0], BATCH);
         assert_eq!((f(1), f(9)), (2.0, 7.0));
-        // first call: op, cost, 1 key, its limit
-        assert_eq!((arg[17], f(18), f(26)), (CHECK, 3.0, 1.0));
-        assert_eq!(arg[34], 2);
-        // second call after the first's 25 bytes of limit
-        let second = 17 + 17 + 25;
-        assert_eq!(
-            (arg[second], f(second + 1), f(second + 9)),
-            (REFUND, 3.0, 2.0)
-        );
-        assert_eq!(arg.len(), 17 + (17 + 25) + (17 + 50));
+        // first call: op, 1 key, its limit and cost
+        assert_eq!((arg[17], f(18)), (CHECK, 1.0));
+        assert_eq!((arg[26], f(27), f(51)), (2, 0.0, 5.0));
+        // second call after the first's 33 bytes of limit and cost
+        let second = 17 + 9 + 33;
+        assert_eq!((arg[second], f(second + 1)), (REFUND, 2.0));
+        assert_eq!(arg.len(), 17 + (9 + 33) + (9 + 66));
     }
 
     #[test]

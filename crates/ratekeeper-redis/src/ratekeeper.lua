@@ -2,15 +2,15 @@
 --
 -- KEYS: one state key per limit.
 -- ARGV[1]: packed with struct: '<Bdd', the op (1 check, all or nothing over
---          KEYS; 2 peek; 3 refund), the cost (or the units refunded, at most
---          2^53), and 0 to use Redis's clock (TIME) or a pinned time in us (a
---          test hook: keys written then live at least an hour); then '<Bddd'
---          per key: the limit's kind (1 token bucket, 2 GCRA, 3 fixed
---          window, 4 sliding log, 5 sliding window) and its three numbers
---          (see each policy).
+--          KEYS; 2 peek; 3 refund), the number of keys, and 0 to use
+--          Redis's clock (TIME) or a pinned time in us (a test hook: keys
+--          written then live at least an hour); then '<Bdddd' per key: the
+--          limit's kind (1 token bucket, 2 GCRA, 3 fixed window, 4 sliding
+--          log, 5 sliding window), its three numbers (see each policy) and
+--          the cost there (or the units refunded, at most 2^53).
 --          Or a batch of independent calls: '<Bdd' 4, the number of calls,
---          the time as above; then per call '<Bdd' its op, cost and number
---          of keys (its own, in order in KEYS) and '<Bddd' per key.
+--          the time as above; then per call '<Bd' its op and number of keys
+--          (its own, in order in KEYS) and '<Bdddd' per key.
 -- Numbers travel as doubles (exact integers below 2^53), in and out: one
 -- unpack instead of a tonumber per number, one string instead of a table
 -- for the reply.
@@ -48,8 +48,8 @@
 -- read on its first call; see store.rs):
 local sunpack, pack, call, floor, ceil = struct.unpack, struct.pack, redis.call, math.floor, math.ceil
 local arg = ARGV[1]
-local code, cost, now, kind, a, b, c = sunpack('<BddBddd', arg)
--- code: 1 check, 2 peek, 3 refund, 4 a batch (cost: how many calls)
+local code, calls, now, kind, a, b, c, cost = sunpack('<BddBdddd', arg)
+-- code: 1 check, 2 peek, 3 refund, 4 a batch (calls: how many calls)
 local pinned = now ~= 0
 if not pinned then
   local t = call('TIME')
@@ -66,10 +66,12 @@ local n = #KEYS
 -- own) to write. Its reply is the calls' replies one after another. A call
 -- of several keys alone writes through the same list.
 local batch = code == 4
-local calls, kb, kp = 1, 0, 18
+local kb, kp = 0, 18
 local parts, cache, order, wv, wt
 if batch then
-  calls, parts, cache = cost, {}, {}
+  parts, cache = {}, {}
+else
+  calls = 1
 end
 if batch or n ~= 1 then
   parts, order, wv, wt = parts or {}, {}, {}, {}
@@ -77,9 +79,9 @@ end
 
 for call_index = 1, calls do
   if batch then
-    -- this call's header: op, cost, number of keys; then its first limit
-    code, cost, n, kind, a, b, c = sunpack('<BddBddd', arg, kp)
-    kp = kp + 17
+    -- this call's header: op, number of keys; then its first limit
+    code, n, kind, a, b, c, cost = sunpack('<BdBdddd', arg, kp)
+    kp = kp + 9
   end
   -- Several keys: decide each in order (a key given twice sees its
   -- earlier charge), and write only if every limit allows.
@@ -93,7 +95,7 @@ for call_index = 1, calls do
     local key = KEYS[kb + i]
     local v
     if i ~= 1 then
-      kind, a, b, c = sunpack('<Bddd', arg, kp + (i - 1) * 25)
+      kind, a, b, c, cost = sunpack('<Bdddd', arg, kp + (i - 1) * 33)
       v = mine[key]
     end
     if v == nil and batch then
@@ -682,7 +684,7 @@ for call_index = 1, calls do
   elseif code == 3 then
     parts[call_index] = pack('<d', now)
   end
-  kb, kp = kb + n, kp + n * 25
+  kb, kp = kb + n, kp + n * 33
 end
 
 -- the writes, one per key

@@ -5,7 +5,7 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 use std::sync::OnceLock;
 
 use crate::params::MAX_EXACT;
-use crate::store::{Now, Prepared};
+use crate::store::{Now, Prepared, PEEK};
 
 /// The Lua source of the decision script, as `EVAL` runs it.
 ///
@@ -80,19 +80,22 @@ pub(crate) fn script_cmd(name: &str, script: &str, keys: &[&[u8]], arg: &[u8]) -
 }
 
 /// The script's argument: one string of little-endian doubles (exact: all
-/// are below 2^53), which the script reads with one `struct.unpack`.
-pub(crate) fn script_arg(op: u8, prepared: &[Prepared], cost: u64, now: Now) -> Vec<u8> {
-    // Anything past 2^53 is past every quota; the script sees it exactly.
-    let cost = cost.min(MAX_EXACT);
-    let mut arg = Vec::with_capacity(17 + 25 * prepared.len());
+/// are below 2^53), which the script reads with one `struct.unpack`: the
+/// op, the number of keys and the time, then each key's limit and cost (0
+/// for a peek, which takes nothing).
+pub(crate) fn script_arg(op: u8, prepared: &[Prepared], now: Now) -> Vec<u8> {
+    let mut arg = Vec::with_capacity(17 + 33 * prepared.len());
     arg.push(op);
-    arg.extend_from_slice(&(cost as f64).to_le_bytes());
+    arg.extend_from_slice(&(prepared.len() as f64).to_le_bytes());
     arg.extend_from_slice(&(now.unwrap_or(0).min(MAX_EXACT) as f64).to_le_bytes());
     for p in prepared {
         arg.push(p.params.code);
         for value in p.params.args {
             arg.extend_from_slice(&(value as f64).to_le_bytes());
         }
+        // Anything past 2^53 is past every quota; the script sees it exactly.
+        let cost = if op == PEEK { 0 } else { p.cost.min(MAX_EXACT) };
+        arg.extend_from_slice(&(cost as f64).to_le_bytes());
     }
     arg
 }

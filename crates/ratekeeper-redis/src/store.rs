@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratekeeper::{
     policy::Algorithm,
-    store::{MultiOutcome, StoreError},
+    store::{Check, MultiOutcome, StoreError},
     Decision, Limit, Outcome, Store, Timestamp,
 };
 use redis::aio::ConnectionManager;
@@ -183,11 +183,14 @@ pub(crate) struct Prepared {
     key: Vec<u8>,
     pub(crate) params: Params,
     pub(crate) quota: u64,
+    /// What the call takes from this key (the units given back, for a
+    /// refund; ignored by a peek).
+    pub(crate) cost: u64,
 }
 
 /// The script's operations.
 pub(crate) const CHECK: u8 = 1;
-const PEEK: u8 = 2;
+pub(crate) const PEEK: u8 = 2;
 pub(crate) const REFUND: u8 = 3;
 
 /// The pinned time (µs) of a test hook, or Redis's clock.
@@ -223,6 +226,13 @@ impl RedisStore {
     /// key) share a Redis key, even under nested prefixes.
     pub fn key(&self, limit: &Limit, key: &[u8]) -> Vec<u8> {
         redis_key(&self.inner.prefix, limit.name(), key, self.inner.tags)
+    }
+
+    /// Whether this store talks to a Redis Cluster (where a check of keys
+    /// in different hash slots is decided one slot at a time, see
+    /// [`CrossSlot`](crate::CrossSlot)) rather than one server.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.caller.connection, Connection::Cluster(_))
     }
 
     /// The per-call timeout.
@@ -268,13 +278,14 @@ impl RedisStore {
         }
     }
 
-    fn prepare(&self, limit: &Limit, key: &[u8]) -> Result<Prepared, StoreError> {
+    fn prepare(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Prepared, StoreError> {
         let policy = limit.policy();
         let params = Params::of(policy).map_err(|e| StoreError::Unsupported(e.kind))?;
         Ok(Prepared {
             key: self.key(limit, key),
             params,
             quota: policy.quota(),
+            cost,
         })
     }
 
@@ -285,15 +296,15 @@ impl RedisStore {
         cost: u64,
         now: Now,
     ) -> Result<(Outcome, Timestamp), StoreError> {
-        let prepared = [self.prepare(limit, key)?];
-        let reply = self.run(CHECK, &prepared, cost, now).await?;
+        let prepared = [self.prepare(limit, key, cost)?];
+        let reply = self.run(CHECK, &prepared, now).await?;
         let (outcomes, _, at) = parse(&prepared, &reply)?;
         Ok((outcomes[0], at))
     }
 
     async fn peek_at(&self, limit: &Limit, key: &[u8], now: Now) -> Result<Decision, StoreError> {
-        let prepared = [self.prepare(limit, key)?];
-        let reply = self.run(PEEK, &prepared, 0, now).await?;
+        let prepared = [self.prepare(limit, key, 0)?];
+        let reply = self.run(PEEK, &prepared, now).await?;
         let (outcomes, _, _) = parse(&prepared, &reply)?;
         outcomes[0]
             .decision()
@@ -308,19 +319,18 @@ impl RedisStore {
         units: u64,
         now: Now,
     ) -> Result<(), StoreError> {
-        let prepared = [self.prepare(limit, key)?];
-        self.run(REFUND, &prepared, units, now).await.map(|_| ())
+        let prepared = [self.prepare(limit, key, units)?];
+        self.run(REFUND, &prepared, now).await.map(|_| ())
     }
 
     async fn check_all_at(
         &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
+        checks: &[Check<'_>],
         now: Now,
     ) -> Result<MultiOutcome, StoreError> {
         let prepared = checks
             .iter()
-            .map(|&(limit, key)| self.prepare(limit, key))
+            .map(|check| self.prepare(check.limit, check.key, check.cost))
             .collect::<Result<Vec<_>, _>>()?;
         if prepared.is_empty() {
             return Ok(MultiOutcome::new(Vec::new(), None));
@@ -330,7 +340,7 @@ impl RedisStore {
             Connection::Cluster(_) => by_slot(&prepared),
         };
         if groups.len() == 1 {
-            let reply = self.run(CHECK, &prepared, cost, now).await?;
+            let reply = self.run(CHECK, &prepared, now).await?;
             let (outcomes, denied, _) = parse(&prepared, &reply)?;
             return Ok(MultiOutcome::new(outcomes, denied));
         }
@@ -349,19 +359,20 @@ impl RedisStore {
                     key: prepared[i].key.clone(),
                     params: prepared[i].params,
                     quota: prepared[i].quota,
+                    cost: prepared[i].cost,
                 })
                 .collect()
         };
         let parts: Vec<Vec<Prepared>> = groups.iter().map(|g| pick(g)).collect();
         for (g, part) in parts.iter().enumerate() {
-            let result = match self.run(CHECK, part, cost, now).await {
+            let result = match self.run(CHECK, part, now).await {
                 Ok(reply) => parse(part, &reply),
                 Err(error) => Err(error),
             };
             let (group_outcomes, denied, _) = match result {
                 Ok(parsed) => parsed,
                 Err(error) => {
-                    self.refund_parts(&parts[..g], cost, now).await;
+                    self.refund_parts(&parts[..g], now).await;
                     return Err(error);
                 }
             };
@@ -369,9 +380,9 @@ impl RedisStore {
                 outcomes[i] = Some(outcome);
             }
             if let Some(d) = denied {
-                self.refund_parts(&parts[..g], cost, now).await;
+                self.refund_parts(&parts[..g], now).await;
                 for (later, part) in parts.iter().enumerate().skip(g + 1) {
-                    let reply = self.run(PEEK, part, 0, now).await?;
+                    let reply = self.run(PEEK, part, now).await?;
                     let (peeked, _, _) = parse(part, &reply)?;
                     for (&i, outcome) in groups[later].iter().zip(peeked) {
                         outcomes[i] = Some(outcome);
@@ -385,29 +396,23 @@ impl RedisStore {
         Ok(MultiOutcome::new(outcomes, None))
     }
 
-    async fn refund_parts(&self, parts: &[Vec<Prepared>], cost: u64, now: Now) {
+    async fn refund_parts(&self, parts: &[Vec<Prepared>], now: Now) {
         for part in parts {
             // A refund that fails leaves the limit stricter, never looser.
-            let _ = self.run(REFUND, part, cost, now).await;
+            let _ = self.run(REFUND, part, now).await;
         }
     }
 
     /// Runs the script once over `prepared`, within the timeout: now, or
     /// with other calls when enough are running (see [`Batching`]).
-    async fn run(
-        &self,
-        op: u8,
-        prepared: &[Prepared],
-        cost: u64,
-        now: Now,
-    ) -> Result<Vec<i64>, StoreError> {
+    async fn run(&self, op: u8, prepared: &[Prepared], now: Now) -> Result<Vec<i64>, StoreError> {
         let inner = &*self.inner;
         if prepared.len() > MAX_LIMITS {
             return Err(StoreError::UnsupportedOperation(
                 "check more than 1,000 limits in one call",
             ));
         }
-        let arg = script_arg(op, prepared, cost, now);
+        let arg = script_arg(op, prepared, now);
         let Some(batcher) = &inner.batcher else {
             let keys: Vec<&[u8]> = prepared.iter().map(|p| &p.key[..]).collect();
             return inner.caller.call(&keys, &arg).await;
@@ -464,12 +469,8 @@ impl Store for RedisStore {
         self.refund_at(limit, key, units, None).await
     }
 
-    async fn check_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        self.check_all_at(checks, cost, None).await
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        self.check_all_at(checks, None).await
     }
 }
 
@@ -516,13 +517,7 @@ impl Store for Pinned<'_> {
             .await
     }
 
-    async fn check_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        self.store
-            .check_all_at(checks, cost, Some(self.now_us))
-            .await
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        self.store.check_all_at(checks, Some(self.now_us)).await
     }
 }

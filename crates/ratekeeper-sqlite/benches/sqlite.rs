@@ -10,6 +10,7 @@
 //! quarter of the iterations and times from the hand-out to the last
 //! `done`, so process start-up is not measured.
 
+use futures_executor::block_on;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -50,7 +51,7 @@ fn worker(path: &Path) {
         let n: u64 = line.unwrap().trim().parse().unwrap();
         for _ in 0..n {
             // Every worker on the same key: the worst case.
-            let outcome = store.check_blocking(&limit, b"k", 1).unwrap();
+            let outcome = block_on(store.check(&limit, b"k", 1)).unwrap();
             assert!(outcome.is_allowed());
         }
         writeln!(out, "done").unwrap();
@@ -95,18 +96,18 @@ fn single_process(c: &mut Criterion) {
     let store = open(&dir.path().join("one.db"));
     let huge = huge();
     let tight = Limit::new("tight", Gcra::per_hour(1).unwrap()).unwrap();
-    assert!(store.check_blocking(&tight, b"k", 1).unwrap().is_allowed());
+    assert!(block_on(store.check(&tight, b"k", 1)).unwrap().is_allowed());
 
     let mut group = c.benchmark_group("sqlite/1 process");
     group.throughput(Throughput::Elements(1));
     group.bench_function("check allowed (blocking)", |b| {
-        b.iter(|| store.check_blocking(&huge, b"k", 1).unwrap())
+        b.iter(|| block_on(store.check(&huge, b"k", 1)).unwrap())
     });
     group.bench_function("check denied (blocking)", |b| {
-        b.iter(|| store.check_blocking(&tight, b"k", 1).unwrap())
+        b.iter(|| block_on(store.check(&tight, b"k", 1)).unwrap())
     });
     group.bench_function("peek (blocking)", |b| {
-        b.iter(|| store.peek_blocking(&huge, b"k").unwrap())
+        b.iter(|| block_on(store.peek(&huge, b"k")).unwrap())
     });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

@@ -8,14 +8,14 @@
 //! Every ratekeeper policy works. SQLite is built in (rusqlite's `bundled`
 //! feature): there is nothing to install.
 //!
-//! The store implements [`ratekeeper::Store`] for async code (on a Tokio
-//! runtime; the work runs on [`tokio::task::spawn_blocking`]) and offers the
-//! same operations as blocking methods (`check_blocking`, ...) for programs
-//! without one.
+//! The store implements [`ratekeeper::Store`]: on a Tokio runtime the work
+//! runs on [`tokio::task::spawn_blocking`]; in a program without one, under
+//! any executor's `block_on`, it runs on the calling thread.
 //!
 //! # Example
 //!
 //! ```
+//! use futures_executor::block_on;
 //! use ratekeeper::{Clock, Gcra, Limit, Store};
 //! use ratekeeper_sqlite::SqliteStore;
 //!
@@ -26,10 +26,10 @@
 //! // Two stores on one file, as two processes would open it.
 //! let a = SqliteStore::open(&path)?;
 //! let b = SqliteStore::open(&path)?;
-//! assert!(a.check_blocking(&per_user, b"alice", 1)?.is_allowed());
-//! assert!(b.check_blocking(&per_user, b"alice", 1)?.is_allowed());
+//! assert!(block_on(a.check(&per_user, b"alice", 1))?.is_allowed());
+//! assert!(block_on(b.check(&per_user, b"alice", 1))?.is_allowed());
 //! // The quota is shared: the third request is denied, whoever asks.
-//! let third = a.check_blocking(&per_user, b"alice", 1)?;
+//! let third = block_on(a.check(&per_user, b"alice", 1))?;
 //! assert!(!third.is_allowed());
 //! assert!(third.retry_after().duration().is_some());
 //!
@@ -39,7 +39,7 @@
 //! assert!(bob.is_allowed());
 //!
 //! // Expired rows can be purged now and then.
-//! let purged = a.purge_blocking(a.clock().now())?;
+//! let purged = block_on(a.purge(a.clock().now()))?;
 //! assert_eq!(purged, 0); // both keys are still limited
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

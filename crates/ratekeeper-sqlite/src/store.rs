@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ratekeeper::{
     clock::UnixClock,
     policy::{Algorithm, State},
-    store::{MultiOutcome, StoreError},
+    store::{Check, MultiOutcome, StoreError},
     Clock, Decision, Limit, Outcome, Policy, Store, Timestamp,
 };
 use rusqlite::types::ValueRef;
@@ -140,16 +140,17 @@ struct Inner<C> {
 /// [`StoreError::Unavailable`]; a row whose state cannot be read is
 /// [`StoreError::InvalidReply`]. Nothing panics.
 ///
-/// # Blocking and async
+/// # Async, and without a runtime
 ///
-/// The `*_blocking` methods run on the caller's thread, for programs
-/// without an async runtime. The [`Store`] implementation and the other
-/// async methods need a **Tokio runtime**: they run the same work on
+/// Every operation is one async method (the [`Store`] trait's, and
+/// [`purge`](SqliteStore::purge), [`count`](SqliteStore::count),
+/// [`reset`](SqliteStore::reset)). On a **Tokio runtime** the work runs on
 /// [`tokio::task::spawn_blocking`], so the runtime's threads never wait for
-/// the file. (Polled outside a Tokio runtime, they run the work on the
-/// polling thread instead, blocking it, rather than panic.) A decision whose
-/// future is dropped still completes on the blocking pool, so a cancelled
-/// request may be counted.
+/// the file; a decision whose future is dropped still completes there, so a
+/// cancelled request may be counted. Polled outside a Tokio runtime (a
+/// program without one, under any executor's `block_on`), the work runs on
+/// the polling thread, which it blocks, and the future is ready at its
+/// first poll: there is no second, blocking API to keep in step.
 ///
 /// ```
 /// use ratekeeper::{FixedWindow, Limit, Store};
@@ -168,7 +169,8 @@ struct Inner<C> {
 ///     assert!(!store.check(&login, b"alice", 1).await?.is_allowed());
 ///     Ok::<_, ratekeeper::store::StoreError>(())
 /// })?;
-/// assert_eq!(store.count_blocking()?, 1);
+/// // Without a runtime: the work runs on this thread.
+/// assert_eq!(futures_executor::block_on(store.count())?, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SqliteStore<C = UnixClock> {
@@ -259,79 +261,26 @@ impl<C: Clock> SqliteStore<C> {
             }),
         })
     }
+}
 
-    /// Decides a request of `cost` for `key` under `limit` and records it if
-    /// allowed, on this thread. See [`Store::check`].
-    pub fn check_blocking(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<Outcome, StoreError> {
-        self.inner.check(limit, key, cost)
-    }
-
-    /// The status of `key` under `limit`, reading only, on this thread. See
-    /// [`Store::peek`].
-    pub fn peek_blocking(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
-        self.inner.peek(limit, key)
-    }
-
-    /// Gives `units` back to `key` under `limit` with the policy's
-    /// [`refund`](Algorithm::refund), on this thread. See [`Store::refund`].
-    pub fn refund_blocking(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
-        self.inner.refund(limit, key, units)
-    }
-
-    /// Decides one request against several limits in one transaction, all
-    /// or nothing, on this thread. See [`Store::check_all`].
-    ///
-    /// Each limit's outcome is reported; the first that denies is
-    /// [`denied_by`](MultiOutcome::denied_by), and then no row is written.
-    /// When one `(limit, key)` appears twice, the second decision sees the
-    /// first.
-    pub fn check_all_blocking(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        self.inner.check_all(checks, cost)
-    }
-
+impl<C: Clock + 'static> SqliteStore<C> {
     /// Deletes the rows whose state is fresh again at `now` (`expires_at`
-    /// not after `now`), on this thread, and returns how many.
+    /// not after `now`), and returns how many.
     ///
     /// Forgetting them changes no decision. It deletes in batches of a
     /// thousand rows, one transaction each, so decisions go on meanwhile.
     /// Call it now and then, with `store.clock().now()`.
-    pub fn purge_blocking(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.inner.purge(now)
-    }
-
-    /// How many rows the table holds, over all limits, on this thread.
-    pub fn count_blocking(&self) -> Result<usize, StoreError> {
-        self.inner.count()
-    }
-
-    /// Forgets `key` under `limit`, which starts fresh, on this thread;
-    /// whether it had a row.
-    pub fn reset_blocking(&self, limit: &Limit, key: &[u8]) -> Result<bool, StoreError> {
-        self.inner.reset(limit, key)
-    }
-}
-
-impl<C: Clock + 'static> SqliteStore<C> {
-    /// [`purge_blocking`](Self::purge_blocking) on Tokio's blocking pool.
     pub async fn purge(&self, now: Timestamp) -> Result<usize, StoreError> {
         self.run(move |inner| inner.purge(now)).await
     }
 
-    /// [`count_blocking`](Self::count_blocking) on Tokio's blocking pool.
+    /// How many rows the table holds, over all limits.
     pub async fn count(&self) -> Result<usize, StoreError> {
         self.run(|inner| inner.count()).await
     }
 
-    /// [`reset_blocking`](Self::reset_blocking) on Tokio's blocking pool.
+    /// Forgets `key` under `limit`, which starts fresh; whether it had a
+    /// row.
     pub async fn reset(&self, limit: &Limit, key: &[u8]) -> Result<bool, StoreError> {
         let (limit, key) = (limit.clone(), key.to_vec());
         self.run(move |inner| inner.reset(&limit, &key)).await
@@ -372,23 +321,22 @@ impl<C: Clock + 'static> Store for SqliteStore<C> {
             .await
     }
 
-    /// One transaction for all the limits; see
-    /// [`check_all_blocking`](SqliteStore::check_all_blocking).
-    async fn check_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        let owned: Vec<(Limit, Vec<u8>)> = checks
+    /// One transaction for all the limits: each limit's outcome is
+    /// reported; the first that denies is
+    /// [`denied_by`](MultiOutcome::denied_by), and then no row is written.
+    /// When one `(limit, key)` appears twice, the second decision sees the
+    /// first.
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        let owned: Vec<(Limit, Vec<u8>, u64)> = checks
             .iter()
-            .map(|&(limit, key)| (limit.clone(), key.to_vec()))
+            .map(|check| (check.limit.clone(), check.key.to_vec(), check.cost))
             .collect();
         self.run(move |inner| {
-            let checks: Vec<(&Limit, &[u8])> = owned
+            let checks: Vec<Check<'_>> = owned
                 .iter()
-                .map(|(limit, key)| (limit, key.as_slice()))
+                .map(|(limit, key, cost)| Check::new(limit, key, *cost))
                 .collect();
-            inner.check_all(&checks, cost)
+            inner.check_all(&checks)
         })
         .await
     }
@@ -598,7 +546,7 @@ impl<C: Clock> Inner<C> {
         })
     }
 
-    fn check_all(&self, checks: &[(&Limit, &[u8])], cost: u64) -> Result<MultiOutcome, StoreError> {
+    fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         /// One distinct `(limit name, key)` of the request.
         struct Row<'a> {
             name: &'a str,
@@ -608,15 +556,15 @@ impl<C: Clock> Inner<C> {
             next: Option<State>,
         }
 
-        let keys: Vec<_> = checks.iter().map(|&(_, key)| bounded(key)).collect();
+        let keys: Vec<_> = checks.iter().map(|check| bounded(check.key)).collect();
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = self.clock.now();
             let mut rows: Vec<Row<'_>> = Vec::with_capacity(checks.len());
             let mut outcomes = Vec::with_capacity(checks.len());
             let mut denied_by = None;
-            for (index, (&(limit, _), key)) in checks.iter().zip(&keys).enumerate() {
-                let key = &**key;
+            for (index, (check, key)) in checks.iter().zip(&keys).enumerate() {
+                let (limit, key) = (check.limit, &**key);
                 let policy = limit.policy();
                 let name = limit.name();
                 let slot = match rows.iter().position(|r| r.name == name && r.key == key) {
@@ -642,7 +590,7 @@ impl<C: Clock> Inner<C> {
                         &fresh
                     }
                 };
-                let (decision, next) = policy.decide(current, now, cost);
+                let (decision, next) = policy.decide(current, now, check.cost);
                 if denied_by.is_none() {
                     if decision.is_allowed() {
                         row.next = Some(next);

@@ -26,7 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{
-    policy::PolicyKind, store::StoreError, Limit, Outcome, Policy, Rate, RetryAfter, Store,
+    policy::PolicyKind,
+    store::{Check, StoreError},
+    Limit, Outcome, Policy, Rate, RetryAfter, Store,
 };
 
 use crate::policies::every_kind;
@@ -244,15 +246,49 @@ pub async fn several_limits_count_all_or_nothing<S: Store>(store: &S, supports: 
                 .unwrap(),
         )
         .unwrap();
-        let checks: [(&Limit, &[u8]); 2] = [(&wide, b"k"), (&tight, b"k")];
-        let first = store.check_all(&checks, 1).await.unwrap();
+        let checks = [Check::new(&wide, b"k", 1), Check::new(&tight, b"k", 1)];
+        let first = store.check_all(&checks).await.unwrap();
         assert!(first.is_allowed(), "{policy:?}");
-        let second = store.check_all(&checks, 1).await.unwrap();
+        let second = store.check_all(&checks).await.unwrap();
         assert!(!second.is_allowed(), "{policy:?}");
         assert_eq!(second.denied_by(), Some(1), "{policy:?}");
         assert_eq!(second.outcomes().len(), 2, "{policy:?}");
         // The wide limit kept the unit the refused request would have taken.
         assert_eq!(remaining(store, &wide, b"k").await, 1, "{policy:?}");
+    }
+}
+
+/// Several limits at once, each with its own cost (Envoy's descriptors
+/// carry their own hits): each takes its own, and a refusal by one gives
+/// the others theirs back.
+pub async fn several_limits_take_their_own_costs<S: Store>(store: &S, supports: &Supports) {
+    if !supports.refunds {
+        return;
+    }
+    for policy in supports.policies(10, PERIOD) {
+        let requests = limit("costs-requests", &policy);
+        let bytes = limit("costs-bytes", &policy);
+        let first = [Check::new(&requests, b"k", 1), Check::new(&bytes, b"k", 7)];
+        assert!(
+            store.check_all(&first).await.unwrap().is_allowed(),
+            "{policy:?}"
+        );
+        assert_eq!(remaining(store, &requests, b"k").await, 9, "{policy:?}");
+        assert_eq!(remaining(store, &bytes, b"k").await, 3, "{policy:?}");
+
+        let refused = [Check::new(&requests, b"k", 2), Check::new(&bytes, b"k", 4)];
+        let outcome = store.check_all(&refused).await.unwrap();
+        assert_eq!(outcome.denied_by(), Some(1), "{policy:?}");
+        assert_eq!(remaining(store, &requests, b"k").await, 9, "{policy:?}");
+        assert_eq!(remaining(store, &bytes, b"k").await, 3, "{policy:?}");
+
+        let fits = [Check::new(&requests, b"k", 6), Check::new(&bytes, b"k", 3)];
+        assert!(
+            store.check_all(&fits).await.unwrap().is_allowed(),
+            "{policy:?}"
+        );
+        assert_eq!(remaining(store, &requests, b"k").await, 3, "{policy:?}");
+        assert_eq!(remaining(store, &bytes, b"k").await, 0, "{policy:?}");
     }
 }
 
@@ -304,6 +340,7 @@ pub async fn all_on_one_store<S: Store + 'static>(store: Arc<S>, supports: &Supp
     costs_take_several_units(&*store, supports).await;
     refunds_give_units_back(&*store, supports).await;
     several_limits_count_all_or_nothing(&*store, supports).await;
+    several_limits_take_their_own_costs(&*store, supports).await;
     racing_requests_take_exactly_the_quota(store, supports).await;
 }
 
@@ -337,6 +374,7 @@ macro_rules! store_conformance {
                 costs_take_several_units,
                 refunds_give_units_back,
                 several_limits_count_all_or_nothing,
+                several_limits_take_their_own_costs,
             );
 
             #[test]

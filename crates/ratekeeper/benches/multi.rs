@@ -5,7 +5,7 @@
 //!
 //! - `ratekeeper_check_all`: [`check_all`] over three [`MemoryLimiter`]s.
 //! - `ratekeeper_store_check_all`: the same through [`MemoryStore`]'s
-//!   [`Store::check_all_now`] (what the middleware and the service call):
+//!   [`Immediate::check_all_now`](ratekeeper::store::Immediate::check_all_now) (what the middleware and the service call):
 //!   each limit's table found by name.
 //! - `ratekeeper_three_checks`: the three limiters checked one after
 //!   another, not all or nothing: the floor `check_all` adds to.
@@ -25,7 +25,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use ratekeeper::{
-    clock::MonotonicClock, memory::check_all, Gcra, Limit, MemoryLimiter, MemoryStore, Store,
+    clock::MonotonicClock, memory::check_all, store::Check, Gcra, Limit, MemoryLimiter,
+    MemoryStore, Store,
 };
 
 const ADDRESSES: usize = 1_000;
@@ -81,14 +82,11 @@ fn several_limits(c: &mut Criterion) {
         b.iter(|| {
             let [global, address, route] = keys.of(next);
             next += 1;
-            let outcome = check_all(
-                [
-                    (&limiters[0], global),
-                    (&limiters[1], address),
-                    (&limiters[2], route),
-                ],
-                1,
-            );
+            let outcome = check_all(&[
+                (&limiters[0], global, 1),
+                (&limiters[1], address, 1),
+                (&limiters[2], route, 1),
+            ]);
             assert!(outcome.is_allowed());
             black_box(outcome)
         })
@@ -102,17 +100,20 @@ fn several_limits(c: &mut Criterion) {
         .expect("a valid store");
     let limits =
         ["global", "per-address", "per-route"].map(|name| Limit::new(name, policy()).unwrap());
+    let immediate = store
+        .immediate()
+        .expect("the in-memory store decides at once");
     let mut next = 0;
     group.bench_function("ratekeeper_store_check_all", |b| {
         b.iter(|| {
             let [global, address, route] = keys.of(next);
             next += 1;
-            let checks: [(&Limit, &[u8]); 3] = [
-                (&limits[0], global.as_bytes()),
-                (&limits[1], address.as_bytes()),
-                (&limits[2], route.as_bytes()),
+            let checks = [
+                Check::new(&limits[0], global.as_bytes(), 1),
+                Check::new(&limits[1], address.as_bytes(), 1),
+                Check::new(&limits[2], route.as_bytes(), 1),
             ];
-            let outcome = store.check_all_now(&checks, 1).unwrap().unwrap();
+            let outcome = immediate.check_all_now(&checks).unwrap();
             assert!(outcome.is_allowed());
             black_box(outcome)
         })

@@ -1,24 +1,67 @@
 //! Several limits at once, all or nothing.
 //!
 //! A request is often under several limits: global, per address, per
-//! session, per route. [`check_all`] checks it against each and admits it
-//! only if every one allows; a request denied by one takes nothing from the
-//! others.
+//! session, per route. It is admitted only if every one allows, and a
+//! request refused by one takes nothing from the others.
 //!
-//! # How it stays all-or-nothing
+//! # The one algorithm
 //!
-//! First every limit is asked what it would decide, storing nothing: if any
-//! would deny, the request is denied and no state changed. Otherwise each
-//! limit takes the cost in turn. If another thread took a limit's last unit
-//! in between, that limit denies; the units already taken from the limits
-//! before it are refunded, and the request is denied. So the limits never
-//! admit more than their quotas, and a denied request keeps nothing; under
-//! contention a request that is rolled back may, for an instant, make
-//! another one see a limit as tighter than it ends up.
+//! Every path that checks several limits without a single atomic step of
+//! its own (the in-memory store, [`memory::check_all`](crate::memory::check_all),
+//! the [`Store::check_all`] default that custom stores inherit) runs
+//! [`all_or_nothing`] here:
+//!
+//! 1. each limit takes its cost in turn;
+//! 2. when one refuses (or its store fails), the limits before it are given
+//!    their units back, and the ones after it are only asked what they
+//!    would decide, taking nothing, so that the report names every limit
+//!    that refuses.
+//!
+//! So the limits never admit more than their quotas and a refused request
+//! keeps nothing. Between a charge and its refund another request may see a
+//! limit as tighter than it ends up, never looser. Stores that can decide
+//! the whole request in one atomic step (Redis's script, SQLite's
+//! transaction) do that instead, with the same results.
+//!
+//! Each limit has its own cost: Envoy's descriptors carry their own hits.
 
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use crate::store::{Limit, Store, StoreError};
 use crate::{Clock, Decision, MemoryLimiter, Outcome, RetryAfter};
 
-/// What [`check_all`] decided: one outcome per limit, in the order given.
+/// One limit a request is checked against: the limit, the key under it, and
+/// what the request costs there.
+///
+/// ```
+/// use ratekeeper::{Gcra, Limit, store::Check};
+///
+/// let per_user = Limit::new("per-user", Gcra::per_second(10)?)?;
+/// let check = Check::new(&per_user, b"alice", 1);
+/// assert_eq!(check.cost, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Check<'a> {
+    /// The limit.
+    pub limit: &'a Limit,
+    /// The key under the limit.
+    pub key: &'a [u8],
+    /// The units the request takes from this limit (0 only reads it).
+    pub cost: u64,
+}
+
+impl<'a> Check<'a> {
+    /// `cost` units of `limit` for `key`.
+    pub fn new(limit: &'a Limit, key: &'a [u8], cost: u64) -> Self {
+        Check { limit, key, cost }
+    }
+}
+
+/// What a check of several limits decided: one outcome per limit, in the
+/// order given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "an outcome says whether the request may proceed"]
 pub struct MultiOutcome {
@@ -72,9 +115,138 @@ impl MultiOutcome {
     }
 }
 
-/// Checks a request of `cost` against every `(limiter, key)` pair, all or
-/// nothing: it is counted in every limit if each allows it, and in none
-/// otherwise.
+/// The limits of one request, as [`all_or_nothing`] takes them: the `i`th
+/// limit charged, given back and read.
+pub(crate) trait Steps: Sync {
+    /// What a step fails with.
+    type Error;
+    /// How many limits.
+    fn len(&self) -> usize;
+    /// Takes the `i`th limit's cost, if it allows.
+    fn charge(&self, i: usize) -> impl Future<Output = Result<Outcome, Self::Error>> + Send;
+    /// Gives the `i`th limit's cost back.
+    fn give_back(&self, i: usize) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// What the `i`th limit would decide for its cost, taking nothing (a
+    /// store that cannot tell without taking gives the limit's status).
+    fn preview(&self, i: usize) -> impl Future<Output = Result<Outcome, Self::Error>> + Send;
+}
+
+/// Checks every limit of `steps`, all or nothing (see the module docs).
+pub(crate) async fn all_or_nothing<S: Steps>(steps: &S) -> Result<MultiOutcome, S::Error> {
+    let count = steps.len();
+    let mut outcomes = Vec::with_capacity(count);
+    for index in 0..count {
+        let outcome = match steps.charge(index).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                give_back(steps, index).await;
+                return Err(error);
+            }
+        };
+        outcomes.push(outcome);
+        if !outcome.is_allowed() {
+            give_back(steps, index).await;
+            // The limits before keep the outcome they reported before the
+            // refund: what they would have decided; the ones after say what
+            // they would decide, so that every limit that refuses is named.
+            for later in index + 1..count {
+                outcomes.push(steps.preview(later).await?);
+            }
+            return Ok(MultiOutcome::new(outcomes, Some(index)));
+        }
+    }
+    Ok(MultiOutcome::new(outcomes, None))
+}
+
+/// Gives back the first `taken` limits' costs, ignoring failures: the
+/// caller is already reporting a refusal or an error, and a refund that
+/// fails can only leave a limit stricter than it should be, never looser.
+async fn give_back<S: Steps>(steps: &S, taken: usize) {
+    for index in 0..taken {
+        let _ = steps.give_back(index).await;
+    }
+}
+
+/// A [`Store`]'s limits for one request: what the [`Store::check_all`]
+/// default runs.
+pub(crate) struct StoreSteps<'a, S: ?Sized> {
+    pub(crate) store: &'a S,
+    pub(crate) checks: &'a [Check<'a>],
+}
+
+impl<S: Store + ?Sized> Steps for StoreSteps<'_, S> {
+    type Error = StoreError;
+
+    fn len(&self) -> usize {
+        self.checks.len()
+    }
+
+    fn charge(&self, i: usize) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        let check = self.checks[i];
+        self.store.check(check.limit, check.key, check.cost)
+    }
+
+    fn give_back(&self, i: usize) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let check = self.checks[i];
+        self.store.refund(check.limit, check.key, check.cost)
+    }
+
+    async fn preview(&self, i: usize) -> Result<Outcome, StoreError> {
+        let check = self.checks[i];
+        self.store
+            .peek(check.limit, check.key)
+            .await
+            .map(Outcome::Decided)
+    }
+}
+
+/// In-memory limiters, each with its key and cost: they decide without
+/// waiting.
+pub(crate) struct LimiterSteps<'a, C, K> {
+    pub(crate) limits: &'a [(&'a MemoryLimiter<C>, K, u64)],
+}
+
+impl<C: Clock, K: AsRef<[u8]> + Sync> Steps for LimiterSteps<'_, C, K> {
+    type Error = std::convert::Infallible;
+
+    fn len(&self) -> usize {
+        self.limits.len()
+    }
+
+    fn charge(&self, i: usize) -> impl Future<Output = Result<Outcome, Self::Error>> + Send {
+        let (limiter, key, cost) = &self.limits[i];
+        std::future::ready(Ok(limiter.check(key, *cost)))
+    }
+
+    fn give_back(&self, i: usize) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let (limiter, key, cost) = &self.limits[i];
+        limiter.refund(key, *cost);
+        std::future::ready(Ok(()))
+    }
+
+    fn preview(&self, i: usize) -> impl Future<Output = Result<Outcome, Self::Error>> + Send {
+        let (limiter, key, cost) = &self.limits[i];
+        let now = limiter.clock().now();
+        std::future::ready(Ok(limiter.preview_at(key.as_ref(), now, *cost)))
+    }
+}
+
+/// Runs a future that never waits (every step in memory) to its end, here.
+pub(crate) fn without_waiting<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut context = Context::from_waker(Waker::noop());
+    loop {
+        // In-memory steps are ready at once; a pending poll would only mean
+        // a step yielded, and polling again goes on with it.
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Checks a request against every `(limiter, key, cost)`, all or nothing:
+/// it is counted in every limit if each allows it, and in none otherwise.
 ///
 /// ```
 /// use std::time::Duration;
@@ -91,61 +263,20 @@ impl MultiOutcome {
 /// let (global, per_ip) = (build(1_000), build(2));
 ///
 /// for _ in 0..2 {
-///     assert!(check_all([(&global, "all"), (&per_ip, "192.0.2.1")], 1).is_allowed());
+///     assert!(check_all(&[(&global, "all", 1), (&per_ip, "192.0.2.1", 1)]).is_allowed());
 /// }
-/// let third = check_all([(&global, "all"), (&per_ip, "192.0.2.1")], 1);
+/// let third = check_all(&[(&global, "all", 1), (&per_ip, "192.0.2.1", 1)]);
 /// assert_eq!(third.denied_by(), Some(1));
 /// // The denied request took nothing from the global limit.
 /// assert_eq!(global.peek("all").remaining(), 998);
 /// ```
-pub fn check_all<'a, C, K>(
-    limits: impl IntoIterator<Item = (&'a MemoryLimiter<C>, K)>,
-    cost: u64,
-) -> MultiOutcome
+pub fn check_all<C, K>(limits: &[(&MemoryLimiter<C>, K, u64)]) -> MultiOutcome
 where
-    C: Clock + 'a,
-    K: AsRef<[u8]>,
+    C: Clock,
+    K: AsRef<[u8]> + Sync,
 {
-    // Each limiter reads its own clock once: their epochs may differ.
-    let limits: Vec<_> = limits
-        .into_iter()
-        .map(|(limiter, key)| {
-            let now = limiter.clock().now();
-            (limiter, key, now)
-        })
-        .collect();
-
-    let previews: Vec<Outcome> = limits
-        .iter()
-        .map(|(limiter, key, now)| limiter.preview_at(key.as_ref(), *now, cost))
-        .collect();
-    if let Some(denied) = previews.iter().position(|outcome| !outcome.is_allowed()) {
-        return MultiOutcome {
-            outcomes: previews,
-            denied_by: Some(denied),
-        };
-    }
-
-    let mut outcomes = Vec::with_capacity(limits.len());
-    for (index, (limiter, key, now)) in limits.iter().enumerate() {
-        let outcome = limiter.check_at(key, *now, cost);
-        if !outcome.is_allowed() {
-            // Lost a race for this limit's last units: give back what the
-            // limits before it took.
-            for (limiter, key, now) in &limits[..index] {
-                limiter.refund_at(key, *now, cost);
-            }
-            let mut outcomes = previews;
-            outcomes[index] = outcome;
-            return MultiOutcome {
-                outcomes,
-                denied_by: Some(index),
-            };
-        }
-        outcomes.push(outcome);
-    }
-    MultiOutcome {
-        outcomes,
-        denied_by: None,
+    match without_waiting(all_or_nothing(&LimiterSteps { limits })) {
+        Ok(outcome) => outcome,
+        Err(never) => match never {},
     }
 }

@@ -6,7 +6,8 @@
 #[allow(dead_code)]
 mod example;
 
-use ratekeeper::{clock::ManualClock, Timestamp};
+use futures_executor::block_on;
+use ratekeeper::{clock::ManualClock, Store, Timestamp};
 use ratekeeper_sqlite::SqliteStore;
 
 #[test]
@@ -78,9 +79,7 @@ fn two_processes_share_one_sqlite_file() {
             .clock(ManualClock::new(key_time))
             .open()
             .unwrap();
-        let left = store
-            .peek_blocking(&example::shared_limit().unwrap(), b"alice")
-            .unwrap();
+        let left = block_on(store.peek(&example::shared_limit().unwrap(), b"alice")).unwrap();
         assert_eq!(left.remaining(), 0);
     }
 }

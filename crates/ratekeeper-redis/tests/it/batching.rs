@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use harness::RedisServer;
 use ratekeeper::{
-    store::StoreError, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
-    Timestamp, TokenBucket,
+    store::{Check, StoreError},
+    FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store, Timestamp,
+    TokenBucket,
 };
 use ratekeeper_redis::{Batching, RedisStore};
 
@@ -74,11 +75,11 @@ async fn apply(store: &RedisStore, limits: &[Limit], op: &Op) -> String {
             .await
             .map(|()| "refunded".to_owned()),
         Op::CheckAll(checks, cost) => {
-            let checks: Vec<(&Limit, &[u8])> = checks
+            let checks: Vec<Check<'_>> = checks
                 .iter()
-                .map(|(l, key)| (&limits[*l], key.as_bytes()))
+                .map(|(l, key)| Check::new(&limits[*l], key.as_bytes(), *cost))
                 .collect();
-            at.check_all(&checks, *cost).await.map(|o| format!("{o:?}"))
+            at.check_all(&checks).await.map(|o| format!("{o:?}"))
         }
     };
     result.unwrap_or_else(|error| match error {

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use harness::RedisCluster;
 use ratekeeper::{
-    store::StoreError, FixedWindow, Gcra, Limit, Outcome, Store, Timestamp, TokenBucket,
+    store::{Check, StoreError},
+    FixedWindow, Gcra, Limit, Outcome, Store, Timestamp, TokenBucket,
 };
 use ratekeeper_redis::internals::hash_slot;
 use ratekeeper_redis::{CrossSlot, RedisStore, RedisStoreBuilder};
@@ -85,16 +86,19 @@ async fn cluster_limits() {
         hash_slot(&store.key(&per_user, user_key)),
         hash_slot(&store.key(&per_route, route_key))
     );
-    let checks = [(&per_user, user_key), (&per_route, route_key)];
+    let checks = [
+        Check::new(&per_user, user_key, 1),
+        Check::new(&per_route, route_key, 1),
+    ];
     for _ in 0..3 {
         assert!(store
             .pinned(at)
-            .check_all(&checks, 1)
+            .check_all(&checks)
             .await
             .unwrap()
             .is_allowed());
     }
-    let denied = store.pinned(at).check_all(&checks, 1).await.unwrap();
+    let denied = store.pinned(at).check_all(&checks).await.unwrap();
     assert_eq!(denied.denied_by(), Some(0));
     // The denied request took nothing from the route's bucket: 2 left.
     let route = store.pinned(at).peek(&per_route, route_key).await.unwrap();
@@ -105,14 +109,14 @@ async fn cluster_limits() {
     let a = Limit::new("xa", FixedWindow::new(5, day).unwrap()).unwrap();
     let b = Limit::new("xb", FixedWindow::new(1, day).unwrap()).unwrap();
     let (ka, kb) = pick_keys_in_different_slots(&store, &a, &b);
-    let checks = [(&a, &ka[..]), (&b, &kb[..])];
+    let checks = [Check::new(&a, &ka, 1), Check::new(&b, &kb, 1)];
     assert!(store
         .pinned(at)
-        .check_all(&checks, 1)
+        .check_all(&checks)
         .await
         .unwrap()
         .is_allowed());
-    let denied = store.pinned(at).check_all(&checks, 1).await.unwrap();
+    let denied = store.pinned(at).check_all(&checks).await.unwrap();
     assert_eq!(denied.denied_by(), Some(1));
     assert!(matches!(denied.outcomes()[0], Outcome::Decided(d) if d.is_allowed()));
     let left = store.pinned(at).peek(&a, &ka).await.unwrap();
@@ -120,7 +124,7 @@ async fn cluster_limits() {
 
     // ...or refused, when asked.
     let strict = connect(&cluster, CrossSlot::Refuse).await;
-    let error = strict.pinned(at).check_all(&checks, 1).await.unwrap_err();
+    let error = strict.pinned(at).check_all(&checks).await.unwrap_err();
     assert!(
         matches!(error, StoreError::UnsupportedOperation(_)),
         "{error:?}"

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use harness::{RedisServer, Rng};
 use ratekeeper::{
-    policy::Algorithm, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog, SlidingWindow, Store,
-    Timestamp,
+    policy::Algorithm, store::Check, FixedWindow, Gcra, Limit, Outcome, Policy, SlidingLog,
+    SlidingWindow, Store, Timestamp,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,7 +34,6 @@ async fn check_all_matches_the_core_all_or_nothing() {
         .map(|(i, p)| Limit::new(format!("multi-{i}"), p.clone()).unwrap())
         .collect();
     let keys: [&[u8]; 4] = [b"global", b"ip", b"session", b"route"];
-    let checks: Vec<(&Limit, &[u8])> = limits.iter().zip(keys).collect();
     let mut states: Vec<_> = policies.iter().map(|p| p.fresh()).collect();
     let mut rng = Rng::new(7);
     let mut now = 1_760_000_000_000_000u64;
@@ -42,11 +41,15 @@ async fn check_all_matches_the_core_all_or_nothing() {
     for step in 0..300 {
         now += rng.below(120_000);
         let at = Timestamp::from_micros(now);
-        let cost = if rng.below(8) == 0 { 2 } else { 1 };
+        // each limit its own cost, as Envoy's descriptors carry their own
+        let costs: Vec<u64> = (0..4)
+            .map(|_| if rng.below(8) == 0 { 2 } else { 1 })
+            .collect();
         let decided: Vec<_> = policies
             .iter()
             .zip(&states)
-            .map(|(p, s)| p.decide(s, at, cost))
+            .zip(&costs)
+            .map(|((p, s), &cost)| p.decide(s, at, cost))
             .collect();
         let first_denied = decided.iter().position(|(d, _)| !d.is_allowed());
         if first_denied.is_none() {
@@ -55,7 +58,13 @@ async fn check_all_matches_the_core_all_or_nothing() {
         } else {
             denied += 1;
         }
-        let outcome = store.pinned(at).check_all(&checks, cost).await.unwrap();
+        let checks: Vec<Check<'_>> = limits
+            .iter()
+            .zip(keys)
+            .zip(&costs)
+            .map(|((limit, key), &cost)| Check::new(limit, key, cost))
+            .collect();
+        let outcome = store.pinned(at).check_all(&checks).await.unwrap();
         assert_eq!(outcome.denied_by(), first_denied, "step {step}");
         let expected: Vec<Outcome> = decided.iter().map(|(d, _)| Outcome::Decided(*d)).collect();
         assert_eq!(outcome.outcomes(), &expected[..], "step {step}");
@@ -79,14 +88,14 @@ async fn a_key_twice_counts_twice() {
     )
     .unwrap();
     let at = Timestamp::from_secs(1_760_000_000);
-    let checks = [(&limit, &b"k"[..]), (&limit, &b"k"[..])];
+    let checks = [Check::new(&limit, b"k", 1), Check::new(&limit, b"k", 1)];
     assert!(store
         .pinned(at)
-        .check_all(&checks, 1)
+        .check_all(&checks)
         .await
         .unwrap()
         .is_allowed());
-    let second = store.pinned(at).check_all(&checks, 1).await.unwrap();
+    let second = store.pinned(at).check_all(&checks).await.unwrap();
     assert_eq!(second.denied_by(), Some(1));
     // The denied request kept nothing: one unit is still left.
     assert_eq!(
@@ -98,10 +107,5 @@ async fn a_key_twice_counts_twice() {
             .remaining(),
         1
     );
-    assert!(store
-        .pinned(at)
-        .check_all(&[], 1)
-        .await
-        .unwrap()
-        .is_allowed());
+    assert!(store.pinned(at).check_all(&[]).await.unwrap().is_allowed());
 }

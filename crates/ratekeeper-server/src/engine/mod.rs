@@ -53,9 +53,12 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use ratekeeper::{
-    clock::UnixClock, stats::Stats, store::StoreError, Clock, Decision, Limit, Outcome, Store,
-    Timestamp,
+    clock::UnixClock,
+    stats::Stats,
+    store::{Check as StoreCheck, StoreError},
+    Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
+use smallvec::SmallVec;
 
 pub use describe::{LimitDescription, MatchDescription};
 pub use error::{DecideError, StartError};
@@ -271,21 +274,11 @@ impl Engine {
         verdict
     }
 
-    /// Whether deciding `checks` takes several round trips to a store that
-    /// answers later: enforced limits of different costs are charged one
-    /// at a time and given back when one refuses.
+    /// Whether deciding `checks` may take several calls to a store that
+    /// answers later (a charge, then a refund when a later limit refuses),
+    /// so that a caller who stops waiting could cut it short.
     fn takes_steps(&self, checks: &[Check]) -> bool {
-        if matches!(self.inner.store, AnyStore::Memory(_)) {
-            // Decides at once: no step waits, so none can be cut short.
-            return false;
-        }
-        let mut costs = checks
-            .iter()
-            .filter(|check| !check.limit.is_shadow())
-            .map(|check| check.cost);
-        costs
-            .next()
-            .is_some_and(|first| costs.any(|cost| cost != first))
+        checks.len() > 1 && !self.inner.store.decides_in_one_step()
     }
 
     /// [`Engine::decide`] in a task of its own: a caller that stops waiting
@@ -316,7 +309,7 @@ impl Engine {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
 
         let allowed = self
-            .check_enforced(&checks, &enforced, &mut outcomes)
+            .check_enforced(&checks, enforced, &mut outcomes)
             .await?;
         for &index in &shadow {
             let check = &checks[index];
@@ -352,79 +345,17 @@ impl Engine {
         Ok(Verdict { results })
     }
 
-    /// Decides the enforced checks all or nothing, filling `outcomes`; says
-    /// whether all allowed.
+    /// Decides the enforced checks all or nothing, by the store's
+    /// [`check_all`](Store::check_all) (each with its own cost), filling
+    /// `outcomes`; says whether all allowed.
+    ///
+    /// A limit whose store had no room for its key and that allows new
+    /// keys then (`on_saturated = "allow"`) counts nothing and refuses
+    /// nothing, so the others are decided again without it.
     async fn check_enforced(
         &self,
         checks: &[Check],
-        enforced: &[usize],
-        outcomes: &mut [Option<Outcome>],
-    ) -> Result<bool, StoreError> {
-        let store = &self.inner.store;
-        let Some(&first) = enforced.first() else {
-            return Ok(true);
-        };
-        if let [only] = *enforced {
-            // One limit (most requests): all or nothing is its own answer;
-            // a saturated store under `on_saturated = "allow"` does not
-            // refuse, as in the passes below.
-            let check = &checks[only];
-            let (limit, key) = (check.limit.limit(), check.key.as_slice());
-            let outcome = match store.check_now(limit, key, check.cost) {
-                Some(outcome) => outcome?,
-                None => store.check(limit, key, check.cost).await?,
-            };
-            outcomes[only] = Some(outcome);
-            return Ok(!refuses(check, &outcome));
-        }
-        let cost = checks[first].cost;
-        if enforced.iter().all(|&i| checks[i].cost == cost) {
-            return self
-                .check_enforced_together(checks, enforced.to_vec(), cost, outcomes)
-                .await;
-        }
-        // Costs differ (Envoy's per-descriptor hits): one at a time, giving
-        // back what was taken when one refuses or fails.
-        for (position, &index) in enforced.iter().enumerate() {
-            let check = &checks[index];
-            let outcome = match store
-                .check(check.limit.limit(), &check.key, check.cost)
-                .await
-            {
-                Ok(outcome) => outcome,
-                Err(error) => {
-                    self.refund_taken(checks, &enforced[..position]).await;
-                    return Err(error);
-                }
-            };
-            outcomes[index] = Some(outcome);
-            if refuses(check, &outcome) {
-                self.refund_taken(checks, &enforced[..position]).await;
-                for &taken in &enforced[..position] {
-                    outcomes[taken] = outcomes[taken].map(|o| given_back(o, checks[taken].cost));
-                }
-                for &rest in &enforced[position + 1..] {
-                    let check = &checks[rest];
-                    let decision = store.peek(check.limit.limit(), &check.key).await?;
-                    outcomes[rest] = Some(Outcome::Decided(decision));
-                }
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// [`check_enforced`](Engine::check_enforced) for checks of one `cost`:
-    /// the store's own all-or-nothing check (one script or transaction
-    /// where the store can). A limit whose store had no room for its key
-    /// and that allows new keys then (`on_saturated = "allow"`) counts
-    /// nothing and refuses nothing, so the others are decided again
-    /// without it.
-    async fn check_enforced_together(
-        &self,
-        checks: &[Check],
         mut active: Vec<usize>,
-        cost: u64,
         outcomes: &mut [Option<Outcome>],
     ) -> Result<bool, StoreError> {
         let store = &self.inner.store;
@@ -434,15 +365,18 @@ impl Engine {
         // A pass only repeats when a limit saturated since the last one, a
         // race; the bound keeps a request's work bounded regardless.
         for pass in 1..=MAX_SATURATED_PASSES {
-            let pairs: Vec<(&Limit, &[u8])> = active
+            if active.is_empty() {
+                return Ok(true);
+            }
+            let request: SmallVec<[StoreCheck<'_>; 4]> = active
                 .iter()
-                .map(|&i| (checks[i].limit.limit(), checks[i].key.as_slice()))
+                .map(|&i| StoreCheck::new(checks[i].limit.limit(), &checks[i].key, checks[i].cost))
                 .collect();
-            let multi = match store.check_all_now(&pairs, cost) {
-                Some(result) => result?,
-                None => store.check_all(&pairs, cost).await?,
+            let multi = match store.immediate() {
+                Some(store) => store.check_all_now(&request)?,
+                None => store.check_all(&request).await?,
             };
-            let results: Vec<(usize, Outcome)> = active
+            let results: SmallVec<[(usize, Outcome); 4]> = active
                 .iter()
                 .copied()
                 .zip(multi.outcomes().iter().copied())
@@ -461,7 +395,7 @@ impl Engine {
                     outcomes[index] = Some(if passes(index, &outcome) {
                         outcome
                     } else {
-                        given_back(outcome, cost)
+                        given_back(outcome, checks[index].cost)
                     });
                 }
                 return Ok(false);
@@ -474,24 +408,8 @@ impl Engine {
                     active.push(index);
                 }
             }
-            if active.is_empty() {
-                return Ok(true);
-            }
         }
-        Ok(false)
-    }
-
-    /// Gives back the cost of `taken`, ignoring failures: a refund that
-    /// fails can only leave a limit stricter than it should be.
-    async fn refund_taken(&self, checks: &[Check], taken: &[usize]) {
-        for &index in taken {
-            let check = &checks[index];
-            let _ = self
-                .inner
-                .store
-                .refund(check.limit.limit(), &check.key, check.cost)
-                .await;
-        }
+        Ok(active.is_empty())
     }
 
     /// The status of every check, taking nothing (their costs are ignored).
@@ -523,7 +441,7 @@ impl Engine {
     }
 }
 
-/// How many times [`Engine::check_enforced_together`] decides again
+/// How many times [`Engine::check_enforced`] decides again
 /// without the limits that let new keys through while saturated.
 const MAX_SATURATED_PASSES: usize = 3;
 

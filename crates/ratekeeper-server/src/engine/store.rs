@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use ratekeeper::{
-    store::{FailurePolicy, MultiOutcome, Resilient, ResilientStats, StoreError},
+    store::{Check, FailurePolicy, Immediate, MultiOutcome, Resilient, ResilientStats, StoreError},
     Clock, Decision, Limit, MemoryStore, Outcome, Store,
 };
 use ratekeeper_redis::{BatchStats, RedisStore};
@@ -158,6 +158,19 @@ impl AnyStore {
     }
 }
 
+impl AnyStore {
+    /// Whether [`check_all`](Store::check_all) decides in one step, with
+    /// nothing to cut short between a charge and its refund: in memory, in
+    /// one SQLite transaction, in one script on one Redis server (Redis
+    /// Cluster decides keys in different hash slots one slot at a time).
+    pub fn decides_in_one_step(&self) -> bool {
+        match self {
+            AnyStore::Memory(_) | AnyStore::Sqlite(_) => true,
+            AnyStore::Redis(store) => !store.inner().is_cluster(),
+        }
+    }
+}
+
 impl Store for AnyStore {
     async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
         match self {
@@ -183,38 +196,18 @@ impl Store for AnyStore {
         }
     }
 
-    fn check_now(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-        cost: u64,
-    ) -> Option<Result<Outcome, StoreError>> {
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         match self {
-            AnyStore::Memory(store) => store.check_now(limit, key, cost),
-            _ => None,
+            AnyStore::Memory(store) => store.check_all(checks).await,
+            AnyStore::Sqlite(store) => store.check_all(checks).await,
+            AnyStore::Redis(store) => store.check_all(checks).await,
         }
     }
 
-    fn check_all_now(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Option<Result<MultiOutcome, StoreError>> {
+    fn immediate(&self) -> Option<&dyn Immediate> {
         match self {
-            AnyStore::Memory(store) => store.check_all_now(checks, cost),
+            AnyStore::Memory(store) => Some(store),
             _ => None,
-        }
-    }
-
-    async fn check_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        match self {
-            AnyStore::Memory(store) => store.check_all(checks, cost).await,
-            AnyStore::Sqlite(store) => store.check_all(checks, cost).await,
-            AnyStore::Redis(store) => store.check_all(checks, cost).await,
         }
     }
 }

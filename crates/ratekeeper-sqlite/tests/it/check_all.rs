@@ -1,8 +1,11 @@
 //! Several limits in one transaction, all or nothing.
 
+use futures_executor::block_on;
 use std::time::Duration;
 
-use ratekeeper::{clock::ManualClock, FixedWindow, Gcra, Limit, SlidingLog, Store, Timestamp};
+use ratekeeper::{
+    clock::ManualClock, store::Check, FixedWindow, Gcra, Limit, SlidingLog, Store, Timestamp,
+};
 use ratekeeper_sqlite::SqliteStore;
 use rusqlite::Connection;
 
@@ -62,16 +65,13 @@ fn a_denied_request_changes_no_row() {
     let f = fixture();
     let checks = |ip: &'static [u8]| {
         [
-            (&f.global, b"all".as_slice()),
-            (&f.per_ip, ip),
-            (&f.per_route, b"/search".as_slice()),
+            Check::new(&f.global, b"all", 1),
+            Check::new(&f.per_ip, ip, 1),
+            Check::new(&f.per_route, b"/search", 1),
         ]
     };
     for _ in 0..2 {
-        let outcome = f
-            .store
-            .check_all_blocking(&checks(b"192.0.2.1"), 1)
-            .unwrap();
+        let outcome = block_on(f.store.check_all(&checks(b"192.0.2.1"))).unwrap();
         assert!(outcome.is_allowed());
         assert_eq!(outcome.outcomes().len(), 3);
     }
@@ -79,10 +79,7 @@ fn a_denied_request_changes_no_row() {
 
     // The per-IP limit (the second) denies: nothing is written anywhere.
     let before = rows(&f.raw);
-    let denied = f
-        .store
-        .check_all_blocking(&checks(b"192.0.2.1"), 1)
-        .unwrap();
+    let denied = block_on(f.store.check_all(&checks(b"192.0.2.1"))).unwrap();
     assert!(!denied.is_allowed());
     assert_eq!(denied.denied_by(), Some(1));
     // Every limit is reported: the others say what they would have done.
@@ -95,27 +92,19 @@ fn a_denied_request_changes_no_row() {
     assert_eq!(rows(&f.raw), before);
 
     // Another address passes per IP, takes the route's last unit...
-    let other = f
-        .store
-        .check_all_blocking(&checks(b"192.0.2.2"), 1)
-        .unwrap();
+    let other = block_on(f.store.check_all(&checks(b"192.0.2.2"))).unwrap();
     assert!(other.is_allowed());
     // ...so now the route (the third) denies, and the new address's row
     // and the global count stay as they were.
     let before = rows(&f.raw);
-    let denied = f
-        .store
-        .check_all_blocking(&checks(b"192.0.2.3"), 1)
-        .unwrap();
+    let denied = block_on(f.store.check_all(&checks(b"192.0.2.3"))).unwrap();
     assert_eq!(denied.denied_by(), Some(2));
     assert_eq!(rows(&f.raw), before);
     assert!(before.iter().all(|(_, key, _, _)| key != b"192.0.2.3"));
 
     // A minute later everything has room again.
     f.clock.advance(Duration::from_secs(60));
-    assert!(f
-        .store
-        .check_all_blocking(&checks(b"192.0.2.1"), 1)
+    assert!(block_on(f.store.check_all(&checks(b"192.0.2.1")))
         .unwrap()
         .is_allowed());
 }
@@ -124,16 +113,16 @@ fn a_denied_request_changes_no_row() {
 fn the_first_denying_limit_is_reported() {
     let f = fixture();
     let checks = [
-        (&f.per_ip, b"a".as_slice()),
-        (&f.per_route, b"r".as_slice()),
+        Check::new(&f.per_ip, b"a", 5),
+        Check::new(&f.per_route, b"r", 5),
     ];
     // A cost above both quotas: both deny, the first is named.
-    let denied = f.store.check_all_blocking(&checks, 5).unwrap();
+    let denied = block_on(f.store.check_all(&checks)).unwrap();
     assert_eq!(denied.denied_by(), Some(0));
     assert!(denied.outcomes().iter().all(|o| !o.is_allowed()));
-    assert_eq!(f.store.count_blocking().unwrap(), 0);
+    assert_eq!(block_on(f.store.count()).unwrap(), 0);
     // No limits at all: allowed, nothing written.
-    let empty = f.store.check_all_blocking(&[], 1).unwrap();
+    let empty = block_on(f.store.check_all(&[])).unwrap();
     assert!(empty.is_allowed() && empty.outcomes().is_empty());
 }
 
@@ -141,10 +130,10 @@ fn the_first_denying_limit_is_reported() {
 fn one_limit_and_key_twice_counts_twice() {
     let f = fixture();
     let twice = [
-        (&f.per_route, b"r".as_slice()),
-        (&f.per_route, b"r".as_slice()),
+        Check::new(&f.per_route, b"r", 1),
+        Check::new(&f.per_route, b"r", 1),
     ];
-    let outcome = f.store.check_all_blocking(&twice, 1).unwrap();
+    let outcome = block_on(f.store.check_all(&twice)).unwrap();
     assert!(outcome.is_allowed());
     let remaining: Vec<u64> = outcome
         .outcomes()
@@ -153,18 +142,16 @@ fn one_limit_and_key_twice_counts_twice() {
         .collect();
     assert_eq!(remaining, [2, 1]);
     assert_eq!(
-        f.store
-            .peek_blocking(&f.per_route, b"r")
+        block_on(f.store.peek(&f.per_route, b"r"))
             .unwrap()
             .remaining(),
         1
     );
     // 1 left: the second of the pair is denied and neither is counted.
-    let denied = f.store.check_all_blocking(&twice, 1).unwrap();
+    let denied = block_on(f.store.check_all(&twice)).unwrap();
     assert_eq!(denied.denied_by(), Some(1));
     assert_eq!(
-        f.store
-            .peek_blocking(&f.per_route, b"r")
+        block_on(f.store.peek(&f.per_route, b"r"))
             .unwrap()
             .remaining(),
         1
@@ -174,12 +161,15 @@ fn one_limit_and_key_twice_counts_twice() {
 #[tokio::test]
 async fn the_async_check_all_is_one_transaction_too() {
     let f = fixture();
-    let checks = [(&f.global, b"all".as_slice()), (&f.per_ip, b"x".as_slice())];
+    let checks = [
+        Check::new(&f.global, b"all", 1),
+        Check::new(&f.per_ip, b"x", 1),
+    ];
     for _ in 0..2 {
-        assert!(f.store.check_all(&checks, 1).await.unwrap().is_allowed());
+        assert!(f.store.check_all(&checks).await.unwrap().is_allowed());
     }
     let before = rows(&f.raw);
-    let denied = f.store.check_all(&checks, 1).await.unwrap();
+    let denied = f.store.check_all(&checks).await.unwrap();
     assert_eq!(denied.denied_by(), Some(1));
     assert_eq!(rows(&f.raw), before);
     assert_eq!(

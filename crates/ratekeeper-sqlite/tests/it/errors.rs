@@ -1,9 +1,14 @@
 //! Failures: bad options, unreadable rows, a locked database. None panics.
 
+use futures_executor::block_on;
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 
-use ratekeeper::{clock::ManualClock, store::StoreError, Gcra, Limit, Store, Timestamp};
+use ratekeeper::{
+    clock::ManualClock,
+    store::{Check, StoreError},
+    Gcra, Limit, Store, Timestamp,
+};
 use ratekeeper_sqlite::{SqliteError, SqliteStore, MAX_BUSY_TIMEOUT};
 use rusqlite::Connection;
 
@@ -21,7 +26,7 @@ fn unreadable_states_are_invalid_replies() {
         .unwrap();
     let raw = Connection::open(&path).unwrap();
     let limit = limit();
-    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+    assert!(block_on(store.check(&limit, b"k", 1)).unwrap().is_allowed());
 
     for garbage in [
         "'not json'",
@@ -35,7 +40,7 @@ fn unreadable_states_are_invalid_replies() {
         let garbage = if garbage == "NULL" { "''" } else { garbage };
         raw.execute(&format!("UPDATE ratekeeper SET state = {garbage}"), [])
             .unwrap();
-        let check = store.check_blocking(&limit, b"k", 1).unwrap_err();
+        let check = block_on(store.check(&limit, b"k", 1)).unwrap_err();
         assert!(
             matches!(check, StoreError::InvalidReply(_)),
             "{garbage}: {check:?}"
@@ -46,20 +51,19 @@ fn unreadable_states_are_invalid_replies() {
         // stores even the number as text)
         let reason = check.source().unwrap().source().unwrap().to_string();
         assert_eq!(reason, "its JSON does not hold a state", "{garbage}");
-        let peek = store.peek_blocking(&limit, b"k").unwrap_err();
+        let peek = block_on(store.peek(&limit, b"k")).unwrap_err();
         assert!(matches!(peek, StoreError::InvalidReply(_)), "{peek:?}");
-        let refund = store.refund_blocking(&limit, b"k", 1).unwrap_err();
+        let refund = block_on(store.refund(&limit, b"k", 1)).unwrap_err();
         assert!(matches!(refund, StoreError::InvalidReply(_)), "{refund:?}");
-        let all = store.check_all_blocking(&[(&limit, b"k")], 1).unwrap_err();
+        let all = block_on(store.check_all(&[Check::new(&limit, b"k", 1)])).unwrap_err();
         assert!(matches!(all, StoreError::InvalidReply(_)), "{all:?}");
     }
     // Other keys still work, and a reset clears the bad row.
-    assert!(store
-        .check_blocking(&limit, b"other", 1)
+    assert!(block_on(store.check(&limit, b"other", 1))
         .unwrap()
         .is_allowed());
-    assert!(store.reset_blocking(&limit, b"k").unwrap());
-    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+    assert!(block_on(store.reset(&limit, b"k")).unwrap());
+    assert!(block_on(store.check(&limit, b"k", 1)).unwrap().is_allowed());
 }
 
 #[tokio::test]
@@ -87,7 +91,7 @@ fn a_locked_database_is_busy_within_the_timeout() {
         .open()
         .unwrap();
     let limit = limit();
-    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+    assert!(block_on(store.check(&limit, b"k", 1)).unwrap().is_allowed());
 
     // Another connection (another process, as far as SQLite can tell)
     // holds the write lock.
@@ -96,7 +100,7 @@ fn a_locked_database_is_busy_within_the_timeout() {
 
     for _ in 0..2 {
         let started = Instant::now();
-        let error = store.check_blocking(&limit, b"k", 1).unwrap_err();
+        let error = block_on(store.check(&limit, b"k", 1)).unwrap_err();
         let waited = started.elapsed();
         assert!(
             matches!(error, StoreError::Busy(t) if t == timeout),
@@ -105,22 +109,22 @@ fn a_locked_database_is_busy_within_the_timeout() {
         assert!(waited >= timeout, "gave up after {waited:?}");
         assert!(waited < timeout * 10, "waited {waited:?}");
     }
-    let error = store.check_all_blocking(&[(&limit, b"k")], 1).unwrap_err();
+    let error = block_on(store.check_all(&[Check::new(&limit, b"k", 1)])).unwrap_err();
     assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
-    let error = store.refund_blocking(&limit, b"k", 1).unwrap_err();
+    let error = block_on(store.refund(&limit, b"k", 1)).unwrap_err();
     assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
-    let error = store.purge_blocking(Timestamp::MAX).unwrap_err();
+    let error = block_on(store.purge(Timestamp::MAX)).unwrap_err();
     assert!(matches!(error, StoreError::Busy(_)), "{error:?}");
     // In WAL mode readers do not wait for the writer.
-    assert_eq!(store.peek_blocking(&limit, b"k").unwrap().remaining(), 4);
-    assert_eq!(store.count_blocking().unwrap(), 1);
+    assert_eq!(block_on(store.peek(&limit, b"k")).unwrap().remaining(), 4);
+    assert_eq!(block_on(store.count()).unwrap(), 1);
 
     // Released within the timeout, the lock is waited for.
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         holder.execute_batch("COMMIT").unwrap();
     });
-    assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+    assert!(block_on(store.check(&limit, b"k", 1)).unwrap().is_allowed());
     release.join().unwrap();
 }
 
@@ -135,7 +139,7 @@ fn a_zero_busy_timeout_fails_at_once() {
     let holder = Connection::open(&path).unwrap();
     holder.execute_batch("BEGIN IMMEDIATE").unwrap();
     let started = Instant::now();
-    let error = store.check_blocking(&limit(), b"k", 1).unwrap_err();
+    let error = block_on(store.check(&limit(), b"k", 1)).unwrap_err();
     assert!(
         matches!(error, StoreError::Busy(Duration::ZERO)),
         "{error:?}"
@@ -205,8 +209,7 @@ fn bad_files_and_tables_are_refused() {
     );
     // Another table name in the same file works beside it.
     let store = SqliteStore::builder(&other).table("limits").open().unwrap();
-    assert!(store
-        .check_blocking(&limit(), b"k", 1)
+    assert!(block_on(store.check(&limit(), b"k", 1))
         .unwrap()
         .is_allowed());
 }

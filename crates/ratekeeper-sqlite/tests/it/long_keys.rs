@@ -2,8 +2,9 @@
 //! (`ratekeeper::key::bounded`): a 100 KB key costs a row what a 64-byte one
 //! does, and is still found as it was sent.
 
+use futures_executor::block_on;
 use ratekeeper::key::{bounded, MAX_KEY_LEN};
-use ratekeeper::{clock::ManualClock, Gcra, Limit, Timestamp};
+use ratekeeper::{clock::ManualClock, store::Check, Gcra, Limit, Store, Timestamp};
 use ratekeeper_sqlite::SqliteStore;
 use rusqlite::Connection;
 
@@ -33,19 +34,19 @@ fn a_long_key_keeps_a_bounded_row() {
     };
     let (a, b) = (long(b'a'), long(b'b'));
 
-    assert!(store.check_blocking(&limit, &a, 1).unwrap().is_allowed());
+    assert!(block_on(store.check(&limit, &a, 1)).unwrap().is_allowed());
     // the length first: a failure should not print 100 KB
     assert_eq!(keys(&raw)[0].len(), MAX_KEY_LEN);
     assert_eq!(keys(&raw), [bounded(&a).into_owned()]);
     // the same long key finds its row; one differing at its end has its own
-    assert!(store.check_blocking(&limit, &a, 1).unwrap().is_allowed());
-    assert!(!store.check_blocking(&limit, &a, 1).unwrap().is_allowed());
-    assert_eq!(store.peek_blocking(&limit, &a).unwrap().remaining(), 0);
-    assert!(store.check_blocking(&limit, &b, 1).unwrap().is_allowed());
+    assert!(block_on(store.check(&limit, &a, 1)).unwrap().is_allowed());
+    assert!(!block_on(store.check(&limit, &a, 1)).unwrap().is_allowed());
+    assert_eq!(block_on(store.peek(&limit, &a)).unwrap().remaining(), 0);
+    assert!(block_on(store.check(&limit, &b, 1)).unwrap().is_allowed());
     assert_eq!(keys(&raw).len(), 2);
-    let all = store.check_all_blocking(&[(&limit, &a[..]), (&limit, &b[..])], 1);
+    let all = block_on(store.check_all(&[Check::new(&limit, &a, 1), Check::new(&limit, &b, 1)]));
     assert_eq!(all.unwrap().denied_by(), Some(0));
-    store.refund_blocking(&limit, &b, 1).unwrap();
-    assert!(store.reset_blocking(&limit, &a).unwrap());
+    block_on(store.refund(&limit, &b, 1)).unwrap();
+    assert!(block_on(store.reset(&limit, &a)).unwrap());
     assert_eq!(keys(&raw), [bounded(&b).into_owned()]);
 }

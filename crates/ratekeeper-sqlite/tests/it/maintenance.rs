@@ -1,9 +1,10 @@
 //! purge, count and reset.
 
+use futures_executor::block_on;
 use std::time::Duration;
 
 use ratekeeper::{
-    clock::ManualClock, policy::Algorithm, Clock, FixedWindow, Gcra, Limit, SlidingWindow,
+    clock::ManualClock, policy::Algorithm, Clock, FixedWindow, Gcra, Limit, SlidingWindow, Store,
     Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
@@ -33,29 +34,29 @@ fn purge_deletes_exactly_the_expired_rows() {
     .unwrap();
     for key in 0..10u32 {
         let key = key.to_be_bytes();
-        assert!(store.check_blocking(&short, &key, 1).unwrap().is_allowed());
-        assert!(store.check_blocking(&long, &key, 1).unwrap().is_allowed());
+        assert!(block_on(store.check(&short, &key, 1)).unwrap().is_allowed());
+        assert!(block_on(store.check(&long, &key, 1)).unwrap().is_allowed());
     }
-    assert_eq!(store.count_blocking().unwrap(), 20);
+    assert_eq!(block_on(store.count()).unwrap(), 20);
     // Nothing has expired yet.
-    assert_eq!(store.purge_blocking(clock.now()).unwrap(), 0);
+    assert_eq!(block_on(store.purge(clock.now())).unwrap(), 0);
     // The fixed window's rows expire at its end (t = 1010 s).
     let end = Timestamp::from_secs(1_010);
     assert_eq!(
-        store.purge_blocking(end - Duration::from_nanos(1)).unwrap(),
+        block_on(store.purge(end - Duration::from_nanos(1))).unwrap(),
         0
     );
-    assert_eq!(store.purge_blocking(end).unwrap(), 10);
-    assert_eq!(store.count_blocking().unwrap(), 10);
+    assert_eq!(block_on(store.purge(end)).unwrap(), 10);
+    assert_eq!(block_on(store.count()).unwrap(), 10);
     // The sliding window's rows two windows after the start of theirs
     // (windows are aligned to the clock's epoch: it began at 960 s).
     let end = Timestamp::from_secs(960 + 120);
     assert_eq!(
-        store.purge_blocking(end - Duration::from_nanos(1)).unwrap(),
+        block_on(store.purge(end - Duration::from_nanos(1))).unwrap(),
         0
     );
-    assert_eq!(store.purge_blocking(end).unwrap(), 10);
-    assert_eq!(store.count_blocking().unwrap(), 0);
+    assert_eq!(block_on(store.purge(end)).unwrap(), 10);
+    assert_eq!(block_on(store.count()).unwrap(), 0);
 }
 
 #[test]
@@ -72,10 +73,10 @@ fn purging_changes_no_decision() {
         let cost = step % 3 + 1;
         let (expected, next) = bucket.decide(&state, now, cost);
         state = next;
-        let got = store.check_blocking(&limit, b"k", cost).unwrap();
+        let got = block_on(store.check(&limit, b"k", cost)).unwrap();
         assert_eq!(got.decision(), Some(&expected), "step {step}");
         // Purging at every step forgets only states that are whole again.
-        store.purge_blocking(now).unwrap();
+        block_on(store.purge(now)).unwrap();
     }
 }
 
@@ -86,17 +87,16 @@ fn purge_works_in_batches() {
     let store = store(&dir, &clock);
     let limit = Limit::new("many", Gcra::per_second(1).unwrap()).unwrap();
     for key in 0..2_500u32 {
-        assert!(store
-            .check_blocking(&limit, &key.to_be_bytes(), 1)
+        assert!(block_on(store.check(&limit, &key.to_be_bytes(), 1))
             .unwrap()
             .is_allowed());
     }
-    assert_eq!(store.count_blocking().unwrap(), 2_500);
+    assert_eq!(block_on(store.count()).unwrap(), 2_500);
     assert_eq!(
-        store.purge_blocking(Timestamp::from_secs(2)).unwrap(),
+        block_on(store.purge(Timestamp::from_secs(2))).unwrap(),
         2_500
     );
-    assert_eq!(store.count_blocking().unwrap(), 0);
+    assert_eq!(block_on(store.count()).unwrap(), 0);
 }
 
 #[test]
@@ -108,19 +108,19 @@ fn reset_forgets_one_key_of_one_limit() {
     let b = Limit::new("b", Gcra::per_hour(1).unwrap()).unwrap();
     for limit in [&a, &b] {
         for key in [b"x".as_slice(), b"y"] {
-            assert!(store.check_blocking(limit, key, 1).unwrap().is_allowed());
-            assert!(!store.check_blocking(limit, key, 1).unwrap().is_allowed());
+            assert!(block_on(store.check(limit, key, 1)).unwrap().is_allowed());
+            assert!(!block_on(store.check(limit, key, 1)).unwrap().is_allowed());
         }
     }
-    assert_eq!(store.count_blocking().unwrap(), 4);
-    assert!(store.reset_blocking(&a, b"x").unwrap());
-    assert!(!store.reset_blocking(&a, b"x").unwrap());
-    assert!(!store.reset_blocking(&a, b"never-seen").unwrap());
-    assert_eq!(store.count_blocking().unwrap(), 3);
+    assert_eq!(block_on(store.count()).unwrap(), 4);
+    assert!(block_on(store.reset(&a, b"x")).unwrap());
+    assert!(!block_on(store.reset(&a, b"x")).unwrap());
+    assert!(!block_on(store.reset(&a, b"never-seen")).unwrap());
+    assert_eq!(block_on(store.count()).unwrap(), 3);
     // The key starts fresh; the others are still limited.
-    assert!(store.check_blocking(&a, b"x", 1).unwrap().is_allowed());
-    assert!(!store.check_blocking(&a, b"y", 1).unwrap().is_allowed());
-    assert!(!store.check_blocking(&b, b"x", 1).unwrap().is_allowed());
+    assert!(block_on(store.check(&a, b"x", 1)).unwrap().is_allowed());
+    assert!(!block_on(store.check(&a, b"y", 1)).unwrap().is_allowed());
+    assert!(!block_on(store.check(&b, b"x", 1)).unwrap().is_allowed());
 }
 
 #[tokio::test]
@@ -130,7 +130,7 @@ async fn the_async_maintenance_methods() {
     let store = store(&dir, &clock);
     let limit = Limit::new("a", Gcra::per_second(1).unwrap()).unwrap();
     for key in [b"x".as_slice(), b"y", b"z"] {
-        assert!(store.check_blocking(&limit, key, 1).unwrap().is_allowed());
+        assert!(block_on(store.check(&limit, key, 1)).unwrap().is_allowed());
     }
     assert_eq!(store.count().await.unwrap(), 3);
     assert!(store.reset(&limit, b"x").await.unwrap());

@@ -2,9 +2,10 @@
 //! switches it to WAL and creates the table while the others wait, within
 //! the busy timeout, instead of failing with "database is locked".
 
+use futures_executor::block_on;
 use std::sync::{Arc, Barrier};
 
-use ratekeeper::{Gcra, Limit};
+use ratekeeper::{Gcra, Limit, Store};
 use ratekeeper_sqlite::SqliteStore;
 
 #[test]
@@ -28,7 +29,7 @@ fn many_connections_open_a_new_file_at_once() {
                 .join()
                 .unwrap()
                 .unwrap_or_else(|error| panic!("round {round}: {error:?}"));
-            assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+            assert!(block_on(store.check(&limit, b"k", 1)).unwrap().is_allowed());
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Every policy decides through the store exactly as the pure core does.
 
+use futures_executor::block_on;
 use std::time::Duration;
 
 use ratekeeper::{
@@ -105,15 +106,13 @@ fn each_policy_decides_as_the_core_does() {
                 clock.set(now);
                 let got = match op {
                     Op::Check(cost) => Some(decision(
-                        store.check_blocking(&limit, key.as_bytes(), cost).unwrap(),
+                        block_on(store.check(&limit, key.as_bytes(), cost)).unwrap(),
                     )),
                     Op::Refund(units) => {
-                        store
-                            .refund_blocking(&limit, key.as_bytes(), units)
-                            .unwrap();
+                        block_on(store.refund(&limit, key.as_bytes(), units)).unwrap();
                         None
                     }
-                    Op::Peek => Some(store.peek_blocking(&limit, key.as_bytes()).unwrap()),
+                    Op::Peek => Some(block_on(store.peek(&limit, key.as_bytes())).unwrap()),
                 };
                 assert_eq!(
                     &got, expected,
@@ -145,7 +144,7 @@ fn rows_hold_the_core_state_and_its_expiry() {
             let now = Timestamp::from_secs(1_000) + Duration::from_millis(step * 70);
             clock.set(now);
             state = policy.decide(&state, now, 1).1;
-            assert!(store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
+            assert!(block_on(store.check(&limit, b"k", 1)).unwrap().is_allowed());
             let (json, expires_at): (String, i64) = raw
                 .query_row(
                     "SELECT state, expires_at FROM ratekeeper WHERE name = ?1 AND key = ?2",
@@ -192,27 +191,27 @@ fn only_changed_states_are_written() {
         let limit = Limit::new(format!("p{index}"), policy).unwrap();
         // Cost 0 on a new key reports and writes nothing.
         let before = writes(&raw);
-        let rows = store.count_blocking().unwrap();
-        assert!(store.check_blocking(&limit, b"k", 0).unwrap().is_allowed());
-        assert_eq!(store.count_blocking().unwrap(), rows);
+        let rows = block_on(store.count()).unwrap();
+        assert!(block_on(store.check(&limit, b"k", 0)).unwrap().is_allowed());
+        assert_eq!(block_on(store.count()).unwrap(), rows);
         assert_eq!(writes(&raw), before);
         // Taking the whole quota writes one row.
-        assert!(store.check_blocking(&limit, b"k", 8).unwrap().is_allowed());
-        assert_eq!(store.count_blocking().unwrap(), rows + 1);
+        assert!(block_on(store.check(&limit, b"k", 8)).unwrap().is_allowed());
+        assert_eq!(block_on(store.count()).unwrap(), rows + 1);
         assert_eq!(writes(&raw), before + 1);
         // Denied requests (one now, one never possible), a cost of 0 and a
         // peek write nothing.
-        assert!(!store.check_blocking(&limit, b"k", 1).unwrap().is_allowed());
-        let never = store.check_blocking(&limit, b"k", 9).unwrap();
+        assert!(!block_on(store.check(&limit, b"k", 1)).unwrap().is_allowed());
+        let never = block_on(store.check(&limit, b"k", 9)).unwrap();
         assert!(never.retry_after().is_never());
-        let _ = store.check_blocking(&limit, b"k", 0).unwrap();
-        let _ = store.peek_blocking(&limit, b"k").unwrap();
+        let _ = block_on(store.check(&limit, b"k", 0)).unwrap();
+        let _ = block_on(store.peek(&limit, b"k")).unwrap();
         assert_eq!(writes(&raw), before + 1);
         // A refund is written (an update, or a delete when the state is
         // fresh again), and gives the quota back.
-        store.refund_blocking(&limit, b"k", 8).unwrap();
+        block_on(store.refund(&limit, b"k", 8)).unwrap();
         assert_eq!(writes(&raw), before + 2);
-        assert_eq!(store.peek_blocking(&limit, b"k").unwrap().remaining(), 8);
+        assert_eq!(block_on(store.peek(&limit, b"k")).unwrap().remaining(), 8);
     }
 }
 
@@ -232,16 +231,20 @@ fn another_policys_state_counts_as_fresh() {
     .unwrap();
     let gcra = Limit::new("changing", Gcra::per_minute(3).unwrap()).unwrap();
     for _ in 0..2 {
-        assert!(store.check_blocking(&window, b"k", 1).unwrap().is_allowed());
+        assert!(block_on(store.check(&window, b"k", 1))
+            .unwrap()
+            .is_allowed());
     }
-    assert!(!store.check_blocking(&window, b"k", 1).unwrap().is_allowed());
+    assert!(!block_on(store.check(&window, b"k", 1))
+        .unwrap()
+        .is_allowed());
     // The limit's policy changes under the same name: the key starts over.
-    let peek = store.peek_blocking(&gcra, b"k").unwrap();
+    let peek = block_on(store.peek(&gcra, b"k")).unwrap();
     assert_eq!(peek.remaining(), 3);
     for _ in 0..3 {
-        assert!(store.check_blocking(&gcra, b"k", 1).unwrap().is_allowed());
+        assert!(block_on(store.check(&gcra, b"k", 1)).unwrap().is_allowed());
     }
-    assert!(!store.check_blocking(&gcra, b"k", 1).unwrap().is_allowed());
+    assert!(!block_on(store.check(&gcra, b"k", 1)).unwrap().is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,7 +274,7 @@ async fn the_async_api_decides_as_the_blocking_one() {
     }
     assert_eq!(
         store.count().await.unwrap(),
-        store.count_blocking().unwrap()
+        block_on(store.count()).unwrap()
     );
 }
 

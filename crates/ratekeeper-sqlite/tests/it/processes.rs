@@ -11,6 +11,7 @@
 //! windows never roll over mid-test and nothing refills; the workers wait
 //! for a line on their standard input, so they start hammering together.
 
+use futures_executor::block_on;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use ratekeeper::{
     clock::ManualClock, store::StoreError, FixedWindow, Gcra, Limit, Policy, SlidingLog,
-    SlidingWindow, Timestamp, TokenBucket,
+    SlidingWindow, Store, Timestamp, TokenBucket,
 };
 use ratekeeper_sqlite::SqliteStore;
 
@@ -57,7 +58,7 @@ fn hammer(store: &SqliteStore<ManualClock>, limits: &[Limit]) -> Vec<(usize, usi
     let mut counts = vec![(0, 0); limits.len()];
     for _ in 0..CHECKS {
         for (limit, (allowed, errors)) in limits.iter().zip(&mut counts) {
-            match store.check_blocking(limit, b"the-key", 1) {
+            match block_on(store.check(limit, b"the-key", 1)) {
                 Ok(outcome) => *allowed += usize::from(outcome.is_allowed()),
                 Err(error) => {
                     eprintln!("{}: {error}", limit.name());

@@ -1,7 +1,7 @@
 //! The rate-limit response headers of a decision, as the layer writes them
 //! (its style, its ready-made `RateLimit-Policy`, partition keys).
 
-use ratekeeper::{Limit, Outcome};
+use ratekeeper::{store::Check, Outcome};
 
 use super::layer::Shared;
 use crate::headers::{write_headers, HeaderStyle, PolicyReport};
@@ -10,7 +10,7 @@ use crate::headers::{write_headers, HeaderStyle, PolicyReport};
 pub(super) fn add_rate_limit_headers<S>(
     shared: &Shared<S>,
     put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
-    checks: &[(&Limit, &[u8])],
+    checks: &[Check<'_>],
     outcomes: &[Outcome],
 ) {
     if shared.headers != HeaderStyle::None {
@@ -21,7 +21,7 @@ pub(super) fn add_rate_limit_headers<S>(
 pub(super) fn write_rate_limit_headers<S>(
     shared: &Shared<S>,
     put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
-    checks: &[(&Limit, &[u8])],
+    checks: &[Check<'_>],
     outcomes: &[Outcome],
 ) {
     // One limit (the usual): its report alone, no list to build.
@@ -44,7 +44,7 @@ pub(super) fn write_rate_limit_headers<S>(
 #[inline]
 fn report_of<'a, S>(
     shared: &Shared<S>,
-    &(limit, key): &(&'a Limit, &'a [u8]),
+    &Check { limit, key, .. }: &Check<'a>,
     outcome: &'a Outcome,
 ) -> Option<PolicyReport<'a>> {
     match outcome {

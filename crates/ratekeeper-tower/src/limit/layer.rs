@@ -385,7 +385,10 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             .then(|| policy_header(&self.rules))
             .flatten();
         let prepared = match self.rules.as_slice() {
-            [rule] => self.store.prepare(&rule.limit),
+            [rule] => self
+                .store
+                .immediate()
+                .and_then(|store| store.prepare(&rule.limit).ok()),
             _ => None,
         };
         let needs_parts =

@@ -7,8 +7,8 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use ratekeeper::{
-    store::{MultiOutcome, StoreError},
-    Limit, Outcome, Store,
+    store::{Check, MultiOutcome, StoreError},
+    Outcome, Store,
 };
 use tower::Service;
 
@@ -81,7 +81,7 @@ where
                 if let Some(IpAddr::V4(v4)) = peer_of(&request).map(canonical) {
                     let (text, len) = ipv4_text(v4);
                     let key = &text[..len];
-                    let outcome = prepared.check_now(key, 1);
+                    let outcome = prepared.check(key, 1);
                     if outcome.is_allowed() && shared.headers == HeaderStyle::None {
                         return ResponseFuture::plain(self.inner.call(request));
                     }
@@ -112,7 +112,7 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
         ResBody: RefusalBody + 'static,
     {
         let shared = &*self.shared;
-        let checks = [(&shared.rules[0].limit, key)];
+        let checks = [Check::new(&shared.rules[0].limit, key, 1)];
         if outcome.is_allowed() || shared.shadow {
             let future = self.inner.call(request);
             return passed(shared, &checks, std::slice::from_ref(&outcome), future);
@@ -148,7 +148,7 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
                     return ResponseFuture::plain(self.inner.call(request));
                 }
                 let decided = decide_one(shared, rule, &key.key, 1);
-                let checks = [(&rule.limit, key.key.as_slice())];
+                let checks = [Check::new(&rule.limit, key.key.as_slice(), 1)];
                 // The allowed request (the usual one) goes to the inner
                 // service from here: passed through `finish`, the request
                 // and the inner future were each copied once more.
@@ -167,7 +167,7 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
             }
             let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
             let decided = decide_one(shared, rule, &key.key, cost);
-            let checks = [(&rule.limit, key.key.as_slice())];
+            let checks = [Check::new(&rule.limit, key.key.as_slice(), cost)];
             let request = Request::from_parts(parts, body);
             return finish(&mut self.inner, &self.shared, decided, &checks, request);
         }
@@ -181,12 +181,12 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
             .rules
             .iter()
             .zip(&keys)
-            .map(|(rule, key)| (&rule.limit, key.key.as_slice()))
+            .map(|(rule, key)| Check::new(&rule.limit, key.key.as_slice(), cost))
             .collect();
         let decided = shared
             .store
-            .check_all_now(&checks, cost)
-            .map(|result| result.map(Decided::All));
+            .immediate()
+            .map(|store| store.check_all_now(&checks).map(Decided::All));
         let request = Request::from_parts(parts, body);
         finish(&mut self.inner, &self.shared, decided, &checks, request)
     }
@@ -202,8 +202,11 @@ fn decide_one<S: Store>(
     cost: u64,
 ) -> Option<Result<Decided, StoreError>> {
     match &shared.prepared {
-        Some(prepared) => Some(Ok(prepared.check_now(key, cost))),
-        None => shared.store.check_now(&rule.limit, key, cost),
+        Some(prepared) => Some(Ok(prepared.check(key, cost))),
+        None => shared.store.immediate().map(|store| {
+            let decided = store.check_all_now(&[Check::new(&rule.limit, key, cost)])?;
+            Ok(decided.outcomes()[0])
+        }),
     }
     .map(|result| result.map(Decided::One))
 }
@@ -214,7 +217,7 @@ fn finish<Inner, S, ReqBody, ResBody>(
     inner: &mut Inner,
     shared_arc: &Arc<Shared<S>>,
     decided: Option<Result<Decided, StoreError>>,
-    checks: &[(&Limit, &[u8])],
+    checks: &[Check<'_>],
     request: Request<ReqBody>,
 ) -> ResponseFuture<Inner::Future, ResBody, Inner::Error>
 where
@@ -297,7 +300,7 @@ impl Decided {
 #[inline]
 fn passed<S, F, B, E>(
     shared: &Shared<S>,
-    checks: &[(&Limit, &[u8])],
+    checks: &[Check<'_>],
     outcomes: &[Outcome],
     future: F,
 ) -> ResponseFuture<F, B, E> {
@@ -314,7 +317,7 @@ fn passed<S, F, B, E>(
 type Keys = smallvec::SmallVec<[Extracted; 2]>;
 
 /// Each rule's limit and key, as the store takes them.
-type Checks<'a> = smallvec::SmallVec<[(&'a Limit, &'a [u8]); 4]>;
+type Checks<'a> = smallvec::SmallVec<[Check<'a>; 4]>;
 
 /// Each rule's key for the request, counting (and logging once) a missing
 /// peer.
@@ -390,21 +393,13 @@ where
         return inner.call(Request::from_parts(parts, body)).await;
     }
     let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
-    let checks: Vec<(&Limit, &[u8])> = shared
+    let checks: Vec<Check<'_>> = shared
         .rules
         .iter()
         .zip(&keys)
-        .map(|(rule, key)| (&rule.limit, key.key.as_slice()))
+        .map(|(rule, key)| Check::new(&rule.limit, key.key.as_slice(), cost))
         .collect();
-    let decided = match checks.as_slice() {
-        // One limit (the usual case): one store call, no all-or-nothing
-        // bookkeeping.
-        [(limit, key)] => shared.store.check(limit, key, cost).await.map(|outcome| {
-            let denied = (!outcome.is_allowed()).then_some(0);
-            MultiOutcome::new(vec![outcome], denied)
-        }),
-        _ => shared.store.check_all(&checks, cost).await,
-    };
+    let decided = shared.store.check_all(&checks).await;
     let multi = match decided {
         Ok(multi) => multi,
         Err(error) => {
@@ -453,12 +448,12 @@ fn skipped<B>(shared: &Shared<impl Sized>, request: &Request<B>) -> bool {
             .any(|prefix| request.uri().path().starts_with(prefix.as_str()))
 }
 
-fn violated(checks: &[(&Limit, &[u8])], multi: &MultiOutcome) -> Vec<String> {
+fn violated(checks: &[Check<'_>], multi: &MultiOutcome) -> Vec<String> {
     checks
         .iter()
         .zip(multi.outcomes())
         .filter(|(_, outcome)| !outcome.is_allowed())
-        .map(|((limit, _), _)| limit.name().to_owned())
+        .map(|(check, _)| check.limit.name().to_owned())
         .collect()
 }
 
@@ -466,7 +461,7 @@ fn refuse<S, B: RefusalBody>(
     shared: &Shared<S>,
     refusal: &Refusal,
     grpc: bool,
-    checks: &[(&Limit, &[u8])],
+    checks: &[Check<'_>],
     multi: Option<&MultiOutcome>,
 ) -> Response<B> {
     let mut response = shared

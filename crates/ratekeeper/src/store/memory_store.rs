@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
-use super::{Limit, PreparedLimit, Store, StoreError};
+use super::{Check, Immediate, Limit, PreparedLimit, Store, StoreError};
 use crate::{
     clock::MonotonicClock,
     memory::{check_all, check_max_keys, BuildError, DEFAULT_MAX_KEYS},
@@ -260,80 +260,65 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
         self.with_limiter(limit, |limiter| limiter.refund(key, units))
     }
 
-    fn check_now(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-        cost: u64,
-    ) -> Option<Result<Outcome, StoreError>> {
-        Some(self.with_limiter(limit, |limiter| limiter.check(key, cost)))
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        self.decide_all(checks)
     }
 
-    fn check_all_now(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Option<Result<MultiOutcome, StoreError>> {
-        Some(self.decide_all(checks, cost))
+    fn immediate(&self) -> Option<&dyn Immediate> {
+        Some(self)
+    }
+}
+
+impl<C: Clock + Clone + 'static> Immediate for MemoryStore<C> {
+    fn check_all_now(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        self.decide_all(checks)
     }
 
-    fn prepare(&self, limit: &Limit) -> Option<Arc<dyn PreparedLimit>> {
-        // A limiter that cannot be built is left to `check_now`, which
-        // reports the error on each request.
-        let limiter = self.limiter(limit).ok()?;
-        Some(Arc::new(limiter))
-    }
-
-    async fn check_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        self.decide_all(checks, cost)
+    fn prepare(&self, limit: &Limit) -> Result<Arc<dyn PreparedLimit>, StoreError> {
+        Ok(Arc::new(self.limiter(limit)?))
     }
 }
 
 /// A limit's table is its own prepared handle: a check skips finding the
 /// table by name.
 impl<C: Clock + Clone + 'static> PreparedLimit for MemoryLimiter<C> {
-    fn check_now(&self, key: &[u8], cost: u64) -> Outcome {
-        self.check(key, cost)
+    fn check(&self, key: &[u8], cost: u64) -> Outcome {
+        MemoryLimiter::check(self, key, cost)
     }
 }
 
 impl<C: Clock + Clone + 'static> MemoryStore<C> {
-    /// Several limits at once, all or nothing; one limit without the
-    /// bookkeeping.
-    fn decide_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        if let [(limit, key)] = checks {
-            let outcome = self.with_limiter(limit, |limiter| limiter.check(key, cost))?;
-            let denied = (!outcome.is_allowed()).then_some(0);
-            return Ok(MultiOutcome::new(vec![outcome], denied));
-        }
-        let keys = checks.iter().map(|&(_, key)| key);
+    /// Several limits at once, all or nothing, by the crate's one
+    /// algorithm over each limit's table.
+    fn decide_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         {
             // Every table made already (the usual case): borrowed from one
             // snapshot of the map, nothing cloned.
             let limiters = self.inner.limiters.load();
-            let found: Option<SmallVec<[&MemoryLimiter<C>; 4]>> = checks
+            let found: Option<SmallVec<[_; 4]>> = checks
                 .iter()
-                .map(|&(limit, _)| {
-                    let entry = limiters.get(limit.name())?;
-                    (entry.policy == *limit.policy()).then_some(&entry.limiter)
+                .map(|check| {
+                    let entry = limiters.get(check.limit.name())?;
+                    (entry.policy == *check.limit.policy()).then_some((
+                        &entry.limiter,
+                        check.key,
+                        check.cost,
+                    ))
                 })
                 .collect();
             if let Some(found) = found {
-                return Ok(check_all(found.into_iter().zip(keys), cost));
+                return Ok(check_all(&found));
             }
         }
         let limiters = checks
             .iter()
-            .map(|&(limit, _)| self.limiter(limit))
+            .map(|check| self.limiter(check.limit))
             .collect::<Result<SmallVec<[_; 4]>, _>>()?;
-        Ok(check_all(limiters.iter().zip(keys), cost))
+        let limits: SmallVec<[_; 4]> = limiters
+            .iter()
+            .zip(checks)
+            .map(|(limiter, check)| (limiter, check.key, check.cost))
+            .collect();
+        Ok(check_all(&limits))
     }
 }

@@ -5,8 +5,10 @@
 //! and Redis stores in their own crates. Putting a limiter on another
 //! database takes one of:
 //!
-//! - [`Store`] itself: four methods, for a database that can run a whole
-//!   decision atomically (a script, a transaction);
+//! - [`Store`] itself: three methods (and a fourth, [`Store::check_all`],
+//!   for a database that can decide several limits in one atomic step), for
+//!   a database that can run a whole decision atomically (a script, a
+//!   transaction);
 //! - [`WindowCounter`]: one method, an atomic "add to this key's count in
 //!   window N", enough for fixed windows on almost anything;
 //!
@@ -28,7 +30,9 @@ pub use memory_store::{MemoryStore, MemoryStoreBuilder};
 pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};
 pub use window_counter::{CounterStore, WindowCounter};
 
-pub use crate::multi::MultiOutcome;
+pub use crate::multi::{Check, MultiOutcome};
+
+use crate::multi::{all_or_nothing, StoreSteps};
 
 use crate::{Decision, Outcome};
 
@@ -66,27 +70,63 @@ pub trait Store: Send + Sync {
         units: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Decides one limit at once, without waiting, when this store can:
-    /// [`check_all_now`](Store::check_all_now) for the most common request,
-    /// under a single limit, without the list of outcomes. `None` (the
-    /// default) means the caller must use [`check`](Store::check).
-    fn check_now(
+    /// Decides one request against several limits, all or nothing: it is
+    /// recorded in every limit if each allows it, and in none otherwise.
+    /// Each limit takes its own check's cost.
+    ///
+    /// The default is the crate's one algorithm (see [`MultiOutcome`]'s
+    /// module): each limit takes its cost in turn; when one refuses, the
+    /// ones before it are given their units back and the rest only read.
+    /// Stores that can decide the whole request in one atomic step (a
+    /// script, a transaction) override it.
+    ///
+    /// ```
+    /// use ratekeeper::{Gcra, Limit, MemoryStore, Store, store::Check};
+    ///
+    /// # futures_executor::block_on(async {
+    /// let store = MemoryStore::new();
+    /// let global = Limit::new("global", Gcra::per_second(1_000)?)?;
+    /// let per_user = Limit::new("per-user", Gcra::per_second(1)?)?;
+    /// let request = [Check::new(&global, b"*", 1), Check::new(&per_user, b"alice", 1)];
+    /// assert!(store.check_all(&request).await?.is_allowed());
+    /// let refused = store.check_all(&request).await?;
+    /// assert_eq!(refused.denied_by(), Some(1));
+    /// // The refused request took nothing from the global limit.
+    /// assert_eq!(store.peek(&global, b"*").await?.remaining(), 999);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    fn check_all(
         &self,
-        limit: &Limit,
-        key: &[u8],
-        cost: u64,
-    ) -> Option<Result<Outcome, StoreError>> {
-        let _ = (limit, key, cost);
-        None
+        checks: &[Check<'_>],
+    ) -> impl Future<Output = Result<MultiOutcome, StoreError>> + Send {
+        async move {
+            all_or_nothing(&StoreSteps {
+                store: self,
+                checks,
+            })
+            .await
+        }
     }
 
+    /// This store as one that decides without waiting, if it is one (an
+    /// in-memory store is; a networked one is not). Front ends ask it once
+    /// and skip the asynchronous path where nothing would wait.
+    fn immediate(&self) -> Option<&dyn Immediate> {
+        None
+    }
+}
+
+/// A store that decides without waiting: what [`Store::immediate`] gives.
+///
+/// The fast path of front ends that check on every request: the tower
+/// layer prepares its fixed limits once and checks them here.
+pub trait Immediate: Send + Sync {
+    /// [`Store::check_all`], at once.
+    fn check_all_now(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError>;
+
     /// `limit` looked up once, for a caller that checks the same limit on
-    /// every request (a middleware's fixed rules): its checks then decide at
-    /// once without the store finding the limit by name each time. `None`
-    /// (the default) means this store cannot decide without waiting, or
-    /// cannot take the limit; the caller keeps using
-    /// [`check_now`](Store::check_now) and [`check`](Store::check), which
-    /// also report why.
+    /// every request: its checks then skip finding the limit by name.
     ///
     /// The handle keeps deciding on the state it was prepared on: if the
     /// store later replaces that limit's state (the same name with another
@@ -97,80 +137,18 @@ pub trait Store: Send + Sync {
     ///
     /// let store = MemoryStore::new();
     /// let per_user = Limit::new("per-user", Gcra::per_second(1)?)?;
-    /// let prepared = store.prepare(&per_user).expect("the in-memory store decides at once");
-    /// assert!(prepared.check_now(b"alice", 1).is_allowed());
-    /// assert!(!prepared.check_now(b"alice", 1).is_allowed());
+    /// let immediate = store.immediate().expect("the in-memory store decides at once");
+    /// let prepared = immediate.prepare(&per_user)?;
+    /// assert!(prepared.check(b"alice", 1).is_allowed());
+    /// assert!(!prepared.check(b"alice", 1).is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    fn prepare(&self, limit: &Limit) -> Option<Arc<dyn PreparedLimit>> {
-        let _ = limit;
-        None
-    }
-
-    /// Decides at once, without waiting, when this store can: an in-memory
-    /// store can, a networked one cannot. `None` (the default) means the
-    /// caller must use [`check_all`](Store::check_all). Front ends try this
-    /// first, to skip the asynchronous path where nothing would wait.
-    fn check_all_now(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Option<Result<MultiOutcome, StoreError>> {
-        let _ = (checks, cost);
-        None
-    }
-
-    /// Decides one request against several limits, all or nothing: it is
-    /// recorded in every limit if each allows it, and in none otherwise.
-    ///
-    /// The default checks the limits in order, refunds the ones already
-    /// charged when one denies, and peeks the rest for the report. Stores
-    /// that can do better in one round trip (a script, a transaction)
-    /// override it.
-    fn check_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> impl Future<Output = Result<MultiOutcome, StoreError>> + Send {
-        async move {
-            let mut outcomes = Vec::with_capacity(checks.len());
-            for (index, &(limit, key)) in checks.iter().enumerate() {
-                let outcome = match self.check(limit, key, cost).await {
-                    Ok(outcome) => outcome,
-                    Err(error) => {
-                        refund_all(self, &checks[..index], cost).await;
-                        return Err(error);
-                    }
-                };
-                if !outcome.is_allowed() {
-                    refund_all(self, &checks[..index], cost).await;
-                    // The limits before keep the outcome they reported
-                    // before the refund; the ones after are only peeked.
-                    outcomes.push(outcome);
-                    for &(limit, key) in &checks[index + 1..] {
-                        outcomes.push(Outcome::Decided(self.peek(limit, key).await?));
-                    }
-                    return Ok(MultiOutcome::new(outcomes, Some(index)));
-                }
-                outcomes.push(outcome);
-            }
-            Ok(MultiOutcome::new(outcomes, None))
-        }
-    }
+    fn prepare(&self, limit: &Limit) -> Result<Arc<dyn PreparedLimit>, StoreError>;
 }
 
 /// One limit of a store that decides at once, looked up once by
-/// [`Store::prepare`].
+/// [`Immediate::prepare`].
 pub trait PreparedLimit: Send + Sync {
     /// Decides a request of `cost` for `key`, and records it if allowed.
-    fn check_now(&self, key: &[u8], cost: u64) -> Outcome;
-}
-
-/// Refunds `cost` to every check, ignoring failures: the caller is already
-/// reporting a denial or an error, and a refund that fails can only leave a
-/// limit stricter than it should be, never looser.
-async fn refund_all<S: Store + ?Sized>(store: &S, checks: &[(&Limit, &[u8])], cost: u64) {
-    for &(limit, key) in checks {
-        let _ = store.refund(limit, key, cost).await;
-    }
+    fn check(&self, key: &[u8], cost: u64) -> Outcome;
 }

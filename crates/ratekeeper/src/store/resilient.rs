@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Limit, MemoryStore, Store, StoreError};
+use super::{Check, Limit, MemoryStore, Store, StoreError};
 use crate::{
     clock::MonotonicClock, policy::Algorithm, store::MultiOutcome, Clock, Decision, Outcome,
 };
@@ -268,24 +268,20 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
         }
     }
 
-    async fn check_all(
-        &self,
-        checks: &[(&Limit, &[u8])],
-        cost: u64,
-    ) -> Result<MultiOutcome, StoreError> {
-        match self.attempt(self.store.check_all(checks, cost)).await {
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        match self.attempt(self.store.check_all(checks)).await {
             Ok(outcome) => Ok(outcome),
             Err(error) => {
                 if let Some(fallback) = &self.fallback {
                     self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
-                    return fallback.check_all(checks, cost).await;
+                    return fallback.check_all(checks).await;
                 }
                 match self.policy.mode {
                     FailureMode::Open => {
                         self.failed_open.fetch_add(1, Ordering::Relaxed);
                         let outcomes = checks
                             .iter()
-                            .map(|&(limit, _)| Outcome::Decided(unknown_but_allowed(limit)))
+                            .map(|check| Outcome::Decided(unknown_but_allowed(check.limit)))
                             .collect();
                         Ok(MultiOutcome::new(outcomes, None))
                     }

@@ -206,7 +206,7 @@ fn sweeps_on_demand_run_at_most_once_per_shard_until_a_key_may_be_fresh() {
     for _ in 0..59 {
         clock.advance(Duration::from_millis(10));
         assert!(limiter.check("late", 1).is_saturated());
-        let _ = ratekeeper::memory::check_all([(&limiter, "multi")], 1);
+        let _ = ratekeeper::memory::check_all(&[(&limiter, "multi", 1)]);
     }
     assert_eq!(limiter.demand_sweeps(), first);
     clock.advance(Duration::from_millis(10));

@@ -10,7 +10,7 @@ use futures_executor::block_on;
 use ratekeeper::{
     clock::ManualClock,
     store::{
-        CounterStore, FailureMode, FailurePolicy, LimitNameError, Resilient, StoreError,
+        Check, CounterStore, FailureMode, FailurePolicy, LimitNameError, Resilient, StoreError,
         WindowCounter,
     },
     Decision, FixedWindow, Gcra, Limit, MemoryStore, Outcome, Store, Timestamp,
@@ -77,17 +77,21 @@ fn a_prepared_limit_decides_on_the_store_s_own_state() {
     block_on(async {
         let (store, clock) = manual_store();
         let api = limit("api", 3);
-        let prepared = store.prepare(&api).expect("the memory store prepares");
+        let prepared = store
+            .immediate()
+            .expect("the memory store decides at once")
+            .prepare(&api)
+            .unwrap();
         assert!(store.check(&api, b"k", 2).await.unwrap().is_allowed());
         // One unit left: the handle sees what the store took, and the store
         // what the handle takes.
-        assert!(prepared.check_now(b"k", 1).is_allowed());
-        assert!(!prepared.check_now(b"k", 1).is_allowed());
+        assert!(prepared.check(b"k", 1).is_allowed());
+        assert!(!prepared.check(b"k", 1).is_allowed());
         assert_eq!(store.peek(&api, b"k").await.unwrap().remaining(), 0);
-        assert!(prepared.check_now(b"other", 3).is_allowed());
+        assert!(prepared.check(b"other", 3).is_allowed());
         clock.advance(Duration::from_secs(20));
-        assert!(prepared.check_now(b"k", 1).is_allowed());
-        assert!(!prepared.check_now(b"k", 1).is_allowed());
+        assert!(prepared.check(b"k", 1).is_allowed());
+        assert!(!prepared.check(b"k", 1).is_allowed());
     });
 }
 
@@ -95,26 +99,30 @@ fn a_prepared_limit_decides_on_the_store_s_own_state() {
 fn a_prepared_limit_keeps_its_state_when_the_store_replaces_it() {
     block_on(async {
         let (store, _) = manual_store();
-        let prepared = store.prepare(&limit("api", 1)).unwrap();
-        assert!(prepared.check_now(b"k", 1).is_allowed());
+        let prepared = store
+            .immediate()
+            .unwrap()
+            .prepare(&limit("api", 1))
+            .unwrap();
+        assert!(prepared.check(b"k", 1).is_allowed());
         // A reload with another policy under the same name: the store starts
         // over, the handle keeps deciding on what it was prepared on.
         let reloaded = limit("api", 5);
         assert_eq!(store.peek(&reloaded, b"k").await.unwrap().remaining(), 5);
-        assert!(!prepared.check_now(b"k", 1).is_allowed());
-        let again = store.prepare(&reloaded).unwrap();
-        assert!(again.check_now(b"k", 5).is_allowed());
+        assert!(!prepared.check(b"k", 1).is_allowed());
+        let again = store.immediate().unwrap().prepare(&reloaded).unwrap();
+        assert!(again.check(b"k", 5).is_allowed());
     });
 }
 
 /// A store that implements only the required methods (one that waits, or
-/// may fail) prepares nothing, and neither does a failure policy around
-/// one: its callers keep the paths that report errors.
+/// may fail) is not immediate, and neither is a failure policy around one:
+/// its callers keep the paths that report errors.
 #[test]
-fn stores_that_may_wait_or_fail_prepare_nothing() {
-    assert!(Flaky::new().prepare(&limit("api", 1)).is_none());
+fn stores_that_may_wait_or_fail_are_not_immediate() {
+    assert!(Flaky::new().immediate().is_none());
     let resilient = Resilient::new(Flaky::new(), FailurePolicy::new(FailureMode::Closed));
-    assert!(resilient.prepare(&limit("api", 1)).is_none());
+    assert!(resilient.immediate().is_none());
 }
 
 #[test]
@@ -122,9 +130,12 @@ fn memory_store_checks_several_limits_all_or_nothing() {
     block_on(async {
         let (store, _) = manual_store();
         let (global, per_ip) = (limit("global", 100), limit("per-ip", 1));
-        let checks = [(&global, &b"all"[..]), (&per_ip, &b"192.0.2.1"[..])];
-        assert!(store.check_all(&checks, 1).await.unwrap().is_allowed());
-        let denied = store.check_all(&checks, 1).await.unwrap();
+        let checks = [
+            Check::new(&global, b"all", 1),
+            Check::new(&per_ip, b"192.0.2.1", 1),
+        ];
+        assert!(store.check_all(&checks).await.unwrap().is_allowed());
+        let denied = store.check_all(&checks).await.unwrap();
         assert_eq!(denied.denied_by(), Some(1));
         assert_eq!(store.peek(&global, b"all").await.unwrap().remaining(), 99);
     });
@@ -259,7 +270,7 @@ fn the_fallback_limits_in_memory_while_the_store_is_down() {
         }
         assert_eq!(allowed, 2, "the fallback still limits");
         assert_eq!(store.stats().fallback, 4);
-        let multi = store.check_all(&[(&l, &b"k"[..])], 1).await.unwrap();
+        let multi = store.check_all(&[Check::new(&l, b"k", 1)]).await.unwrap();
         assert!(!multi.is_allowed());
     });
 }
