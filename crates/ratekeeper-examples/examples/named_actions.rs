@@ -447,7 +447,7 @@ impl<C: Clock + Clone + 'static> RateLimits<C> {
     /// blocked counters of keys not denied for a window.
     pub(crate) fn cleanup(&self) -> Cleaned {
         let now = self.clock.now();
-        let buckets = self.exact.sweep_at(now);
+        let buckets = self.exact.sweep();
         let mut doors = 0;
         for hot in self.hot.iter().flatten() {
             let mut map = hot
@@ -457,7 +457,7 @@ impl<C: Clock + Clone + 'static> RateLimits<C> {
             let before = map.len();
             // A door nobody holds and whose window is whole is the same as
             // no door.
-            map.retain(|_, window| window.remaining_at(now) < window.limit());
+            map.retain(|_, window| window.remaining() < window.limit());
             doors += before - map.len();
         }
         let blocked = self.blocked.iter().map(|stats| stats.reap(now)).sum();

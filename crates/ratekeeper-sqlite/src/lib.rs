@@ -45,8 +45,10 @@
 //! ```
 
 mod builder;
+mod connection;
 mod error;
 mod store;
+mod transaction;
 
 pub use builder::{
     SqliteStoreBuilder, DEFAULT_BUSY_TIMEOUT, DEFAULT_TABLE, MAX_BUSY_TIMEOUT, MAX_TABLE_NAME,

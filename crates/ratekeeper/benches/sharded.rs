@@ -15,11 +15,12 @@
 //!   so every check sees a full window (the sharded one sweeps every shard).
 //! - `*/sharded_check`: [`ShardedWindow::check`], reading the monotonic clock
 //!   each time, as a server would call it.
-//! - `*/sharded_check_at`: [`ShardedWindow::check_at`] with a precomputed
-//!   time, to isolate the counter from the clock.
-//! - `*/sharded_admit` and `*/sharded_admit_at`: the same decisions through
-//!   [`ShardedWindow::admit`] and [`ShardedWindow::admit_at`], which return
-//!   only a bool and so skip reading every shard for `remaining`.
+//! - `*/sharded_check_fixed_clock`: [`ShardedWindow::check`] on a
+//!   [`ManualClock`] that stays put (one atomic load per read), to isolate
+//!   the counter from the clock.
+//! - `*/sharded_admit` and `*/sharded_admit_fixed_clock`: the same
+//!   decisions through [`ShardedWindow::admit`], which returns only a bool
+//!   and so skips reading every shard for `remaining`.
 //! - `*/single_word_*`: the exact serialized baseline, a fixed window kept
 //!   in one `AtomicU64` (window index and count packed, one CAS loop) that
 //!   every thread updates, on the clock or at a precomputed time.
@@ -40,7 +41,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ratekeeper::{
-    clock::MonotonicClock, memory::ShardedWindow, Clock, Decision, RetryAfter, Timestamp,
+    clock::{ManualClock, MonotonicClock},
+    memory::ShardedWindow,
+    Clock, Decision, RetryAfter, Timestamp,
 };
 
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -156,6 +159,13 @@ fn allow(c: &mut Criterion) {
         let limit = limiter.limit();
         (limiter, limit)
     };
+    let fixed = || {
+        let limiter = ShardedWindow::new(sharded_max_limit(), HOUR)
+            .unwrap()
+            .with_clock(ManualClock::new(now));
+        let limit = limiter.limit();
+        (limiter, limit)
+    };
     let single = || (SingleWord::new(u64::MAX, HOUR), u64::MAX);
     let mut group = c.benchmark_group("allow");
     group.throughput(Throughput::Elements(1));
@@ -163,15 +173,27 @@ fn allow(c: &mut Criterion) {
         allow_on(&mut group, "sharded_check", threads, sharded, |l| {
             black_box(l.check(black_box(1)));
         });
-        allow_on(&mut group, "sharded_check_at", threads, sharded, |l| {
-            black_box(l.check_at(black_box(now), black_box(1)));
-        });
+        allow_on(
+            &mut group,
+            "sharded_check_fixed_clock",
+            threads,
+            fixed,
+            |l| {
+                black_box(l.check(black_box(1)));
+            },
+        );
         allow_on(&mut group, "sharded_admit", threads, sharded, |l| {
             black_box(l.admit(black_box(1)));
         });
-        allow_on(&mut group, "sharded_admit_at", threads, sharded, |l| {
-            black_box(l.admit_at(black_box(now), black_box(1)));
-        });
+        allow_on(
+            &mut group,
+            "sharded_admit_fixed_clock",
+            threads,
+            fixed,
+            |l| {
+                black_box(l.admit(black_box(1)));
+            },
+        );
         allow_on(&mut group, "single_word_check", threads, single, |l| {
             black_box(l.check(black_box(1)));
         });
@@ -184,8 +206,10 @@ fn allow(c: &mut Criterion) {
 
 fn deny(c: &mut Criterion) {
     let now = Timestamp::from_secs(1);
-    let sharded = ShardedWindow::new(100, HOUR).unwrap();
-    while sharded.check_at(now, 1).is_allowed() {}
+    let sharded = ShardedWindow::new(100, HOUR)
+        .unwrap()
+        .with_clock(ManualClock::new(now));
+    while sharded.check(1).is_allowed() {}
     let single = SingleWord::new(100, HOUR);
     while single.check_at(now, 1).is_allowed() {}
 
@@ -193,12 +217,12 @@ fn deny(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     for threads in [1, 2] {
         group.bench_with_input(
-            BenchmarkId::new("sharded_check_at", threads),
+            BenchmarkId::new("sharded_check_fixed_clock", threads),
             &threads,
             |b, &threads| {
                 b.iter_custom(|iters| {
                     run_threads(threads, iters, || {
-                        black_box(sharded.check_at(black_box(now), black_box(1)));
+                        black_box(sharded.check(black_box(1)));
                     })
                 })
             },

@@ -10,7 +10,7 @@ use crate::{
     clock::MonotonicClock,
     memory::{BuildError, DEFAULT_MAX_KEYS},
     policy::{PolicyError, PolicyKind},
-    Clock, MemoryLimiter, Outcome, Policy, Rate, Timestamp,
+    Clock, MemoryLimiter, Outcome, Policy, Rate,
 };
 
 /// Why a set of [`Actions`] could not be built.
@@ -107,25 +107,9 @@ impl<C: Clock> Actions<C> {
             .map(|limiter| limiter.check(key, cost))
     }
 
-    /// [`check`](Actions::check) at `now`.
-    pub fn check_at(
-        &self,
-        action: &str,
-        key: impl AsRef<[u8]>,
-        now: Timestamp,
-        cost: u64,
-    ) -> Option<Outcome> {
-        self.limiters
-            .get(action)
-            .map(|limiter| limiter.check_at(key, now, cost))
-    }
-
-    /// Sweeps every action's table at `now`: the keys evicted.
-    pub fn sweep_at(&self, now: Timestamp) -> usize {
-        self.limiters
-            .values()
-            .map(|limiter| limiter.sweep_at(now))
-            .sum()
+    /// Sweeps every action's table now: the keys evicted.
+    pub fn sweep(&self) -> usize {
+        self.limiters.values().map(MemoryLimiter::sweep).sum()
     }
 }
 

@@ -354,12 +354,18 @@ impl<C: Clock> ShardedWindow<C> {
         self.check_at(self.inner.clock.now(), cost)
     }
 
-    /// The status now without taking anything.
+    /// The status now without taking anything: the same as `check(0)`.
     pub fn peek(&self) -> Decision {
-        self.peek_at(self.inner.clock.now())
+        self.check(0)
     }
 
-    /// Decides a request of `cost` units at `now`.
+    /// Units left in the current window: a snapshot under contention.
+    pub fn remaining(&self) -> u64 {
+        let inner = &*self.inner;
+        inner.remaining_in(inner.window_at(inner.clock.now()).index)
+    }
+
+    /// [`check`](ShardedWindow::check) at `now`.
     ///
     /// The request takes from this thread's home shard, and when that shard
     /// cannot cover it, from the other shards in turn. A cost of 0 only
@@ -372,8 +378,8 @@ impl<C: Clock> ShardedWindow<C> {
     /// The decision's [`remaining`](Decision::remaining) adds up every shard
     /// while other threads may change them: under contention it is a
     /// snapshot. Reading every shard costs cache traffic on a busy key;
-    /// [`admit_at`](ShardedWindow::admit_at) decides the same way without it.
-    pub fn check_at(&self, now: Timestamp, cost: u64) -> Decision {
+    /// [`admit`](ShardedWindow::admit) decides the same way without it.
+    fn check_at(&self, now: Timestamp, cost: u64) -> Decision {
         let inner = &*self.inner;
         let window = inner.window_at(now);
         if cost == 0 {
@@ -402,36 +408,21 @@ impl<C: Clock> ShardedWindow<C> {
         }
     }
 
-    /// Decides a request of `cost` units now, by the limiter's clock, and
-    /// returns only whether it was allowed.
-    #[inline]
-    pub fn admit(&self, cost: u64) -> bool {
-        self.admit_at(self.inner.clock.now(), cost)
-    }
-
-    /// Decides a request of `cost` units at `now` exactly as
-    /// [`check_at`](ShardedWindow::check_at) does, and returns only whether
-    /// it was allowed.
+    /// Decides a request of `cost` units now, by the limiter's clock,
+    /// exactly as [`check`](ShardedWindow::check) does, and returns only
+    /// whether it was allowed.
     ///
     /// This is the fastest path: a [`Decision`]'s `remaining` adds up every
     /// shard, which reads the cache lines the other cores are writing, while
-    /// an allowed `admit_at` touches only the shard it takes from.
+    /// an allowed `admit` touches only the shard it takes from. Give the
+    /// limiter a [`CoarseClock`](crate::clock::CoarseClock) to take the
+    /// clock read off it too.
     #[inline]
-    pub fn admit_at(&self, now: Timestamp, cost: u64) -> bool {
+    pub fn admit(&self, cost: u64) -> bool {
         let inner = &*self.inner;
-        cost == 0 || (cost <= inner.limit && inner.acquire(inner.window_at(now).index, cost))
-    }
-
-    /// The status at `now` without taking anything: the same as
-    /// `check_at(now, 0)`.
-    pub fn peek_at(&self, now: Timestamp) -> Decision {
-        self.check_at(now, 0)
-    }
-
-    /// Units left in the window holding `now`: a snapshot under contention.
-    pub fn remaining_at(&self, now: Timestamp) -> u64 {
-        let inner = &*self.inner;
-        inner.remaining_in(inner.window_at(now).index)
+        cost == 0
+            || (cost <= inner.limit
+                && inner.acquire(inner.window_at(inner.clock.now()).index, cost))
     }
 }
 

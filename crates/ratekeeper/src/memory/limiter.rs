@@ -258,13 +258,6 @@ impl<C: Clock> MemoryLimiter<C> {
         self.decide(key.as_ref(), &mut Now::Unread(&self.shared.clock), cost)
     }
 
-    /// Decides a request of `cost` for `key` at `now`, a time of this
-    /// limiter's clock.
-    #[inline]
-    pub fn check_at(&self, key: impl AsRef<[u8]>, now: Timestamp, cost: u64) -> Outcome {
-        self.decide(key.as_ref(), &mut Now::<C>::Read(now), cost)
-    }
-
     #[inline]
     fn decide(&self, key: &[u8], now: &mut Now<'_, C>, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key);
@@ -316,7 +309,7 @@ impl<C: Clock> MemoryLimiter<C> {
     }
 
     /// Gives `units` back to `key` at `now`.
-    pub fn refund_at(&self, key: impl AsRef<[u8]>, now: Timestamp, units: u64) {
+    pub(crate) fn refund_at(&self, key: impl AsRef<[u8]>, now: Timestamp, units: u64) {
         let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
         // A refund never needs a new row: an untracked key is already whole.
         let _ = match &self.shared.table {
@@ -330,7 +323,7 @@ impl<C: Clock> MemoryLimiter<C> {
         };
     }
 
-    /// What `check_at` would decide, without storing anything: the decision,
+    /// What a check at `now` would decide, without storing anything: the decision,
     /// or saturated if the key is new, would need a row, and there is none.
     pub(crate) fn preview_at(&self, key: &[u8], now: Timestamp, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key);
@@ -363,7 +356,7 @@ impl<C: Clock> MemoryLimiter<C> {
 
     /// The status of `key` at `now`, taking nothing. An untracked key
     /// reports a fresh quota.
-    pub fn peek_at(&self, key: impl AsRef<[u8]>, now: Timestamp) -> Decision {
+    pub(crate) fn peek_at(&self, key: impl AsRef<[u8]>, now: Timestamp) -> Decision {
         let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
         match &self.shared.table {
             Table::Slots { policy, slots } => policy.decide(slots.get(fingerprint), now, 0).0,
@@ -397,7 +390,7 @@ impl<C: Clock> MemoryLimiter<C> {
     }
 
     /// Evicts the keys whose state is the same as a fresh one at `now`.
-    pub fn sweep_at(&self, now: Timestamp) -> usize {
+    pub(crate) fn sweep_at(&self, now: Timestamp) -> usize {
         self.shared.sweep_at(now)
     }
 
@@ -576,9 +569,8 @@ impl<C> MemoryLimiterBuilder<C> {
     ///     .build()?;
     ///
     /// for _ in 0..2 {
-    ///     let now = clock.now();
-    ///     let outcome = limiter.check_at("carol", now, 1);
-    ///     stats.record(now, outcome.is_allowed(), "carol");
+    ///     let outcome = limiter.check("carol", 1);
+    ///     stats.record(clock.now(), outcome.is_allowed(), "carol");
     /// }
     /// assert_eq!(stats.denied_for("carol"), Some(1));
     ///
@@ -594,7 +586,7 @@ impl<C> MemoryLimiterBuilder<C> {
     }
 
     /// Whether a background thread sweeps the table (default: yes). Turn it
-    /// off to sweep by hand with [`MemoryLimiter::sweep_at`], as tests on a
+    /// off to sweep by hand with [`MemoryLimiter::sweep`], as tests on a
     /// [`ManualClock`](crate::clock::ManualClock) do.
     pub fn background_sweep(mut self, enabled: bool) -> Self {
         self.background_sweep = enabled;

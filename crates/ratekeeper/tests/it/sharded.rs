@@ -8,7 +8,7 @@ use ratekeeper::{
     clock::ManualClock,
     memory::ShardedWindow,
     policy::{PolicyError, MAX_QUOTA},
-    Clock, RetryAfter, Timestamp,
+    RetryAfter, Timestamp,
 };
 use ratekeeper_test_support::ms;
 
@@ -54,7 +54,7 @@ fn one_thread_gets_the_whole_limit_through_the_sweep() {
         (1_000, 2),
     ] {
         let (l, _clock) = limiter(limit, shards, ms(1_200));
-        assert_eq!(l.remaining_at(ms(1_200)), limit, "{limit}/{shards}");
+        assert_eq!(l.remaining(), limit, "{limit}/{shards}");
         let mut expected = limit;
         for _ in 0..limit {
             let d = l.check(1);
@@ -77,7 +77,7 @@ fn one_request_can_take_the_whole_limit_from_every_shard() {
     assert!(!l.check(1).is_allowed());
 
     // Three requests of 2 fit three shards whole; the fourth finds one unit.
-    let (l, clock) = limiter(7, 4, ms(0));
+    let (l, _clock) = limiter(7, 4, ms(0));
     for _ in 0..3 {
         assert!(l.check(2).is_allowed());
     }
@@ -85,7 +85,7 @@ fn one_request_can_take_the_whole_limit_from_every_shard() {
     assert!(!d.is_allowed());
     assert_eq!(d.remaining(), 1);
     assert!(l.check(1).is_allowed());
-    assert_eq!(l.remaining_at(clock.now()), 0);
+    assert_eq!(l.remaining(), 0);
 }
 
 #[test]
@@ -103,10 +103,9 @@ fn a_request_that_cannot_be_gathered_gives_back_what_it_took() {
 }
 
 /// Runs 200 threads, started together, each making `attempts` requests at
-/// the same `now` with costs from `cost`, and returns the units admitted.
+/// the clock's time with costs from `cost`, and returns the units admitted.
 fn contend(
     l: &ShardedWindow<ManualClock>,
-    now: Timestamp,
     attempts: u64,
     cost: impl Fn(u64, u64) -> u64 + Sync,
 ) -> u64 {
@@ -120,7 +119,7 @@ fn contend(
                 barrier.wait();
                 for a in 0..attempts {
                     let c = cost(t, a);
-                    if l.check_at(now, c).is_allowed() {
+                    if l.check(c).is_allowed() {
                         admitted.fetch_add(c, Ordering::Relaxed);
                     }
                 }
@@ -132,15 +131,14 @@ fn contend(
 
 #[test]
 fn exactly_the_limit_under_contention() {
-    let now = ms(5_500);
     for shards in [1, 2, 8, 64] {
         for limit in [137, 3, 64, 600] {
-            let (l, _clock) = limiter(limit, shards, ms(0));
+            let (l, _clock) = limiter(limit, shards, ms(5_500));
             // 200 threads x 4 attempts always ask for more than the limit.
-            let admitted = contend(&l, now, 4, |_, _| 1);
+            let admitted = contend(&l, 4, |_, _| 1);
             assert_eq!(admitted, limit, "limit {limit} over {shards} shards");
-            assert_eq!(l.remaining_at(now), 0);
-            assert!(!l.check_at(now, 1).is_allowed());
+            assert_eq!(l.remaining(), 0);
+            assert!(!l.check(1).is_allowed());
         }
     }
 }
@@ -158,16 +156,15 @@ fn random_cost(thread: u64, attempt: u64) -> u64 {
 
 #[test]
 fn mixed_costs_never_exceed_the_limit_and_lose_nothing() {
-    let now = ms(5_500);
     for shards in [1, 2, 8, 64] {
         for limit in [137, 3, 600] {
-            let (l, _clock) = limiter(limit, shards, ms(0));
-            let admitted = contend(&l, now, 4, random_cost);
+            let (l, _clock) = limiter(limit, shards, ms(5_500));
+            let admitted = contend(&l, 4, random_cost);
             assert!(admitted <= limit, "limit {limit} over {shards} shards");
             // Every unit not admitted is still there: rollbacks gave back all
             // they took, and nothing was counted twice.
             let mut rest = 0;
-            while l.check_at(now, 1).is_allowed() {
+            while l.check(1).is_allowed() {
                 rest += 1;
             }
             assert_eq!(admitted + rest, limit, "limit {limit} over {shards} shards");
@@ -209,7 +206,8 @@ fn a_clock_going_back_does_not_restore_the_quota() {
     assert_eq!(d.remaining(), 0);
     // Counted in the later window, measured from its start.
     assert_eq!(d.retry_after(), RetryAfter::After(SECOND));
-    assert_eq!(l.remaining_at(ms(0)), 0);
+    clock.set(ms(0));
+    assert_eq!(l.remaining(), 0);
     // Forward again into the same window: still spent.
     clock.set(ms(1_900));
     assert!(!l.check(1).is_allowed());
@@ -249,7 +247,7 @@ fn cost_zero_only_reports() {
         assert_eq!(d.reset(), Duration::from_millis(300));
         assert_eq!(d.retry_after(), RetryAfter::NOW);
     }
-    assert_eq!(l.peek_at(ms(1_700)), l.check(0));
+    assert_eq!(l.peek(), l.check(0));
     assert!(l.admit(0));
     assert_eq!(drain(&l), 3);
     // Reporting on a spent window is still "allowed": it asks for nothing.
@@ -304,8 +302,9 @@ fn admit_decides_like_check() {
     }
     assert_eq!(allowed, 7);
     assert!(!l.check(1).is_allowed());
-    assert!(l.admit_at(ms(2_000), 7));
-    assert!(!l.admit_at(ms(2_000), 1));
+    clock.set(ms(2_000));
+    assert!(l.admit(7));
+    assert!(!l.admit(1));
     clock.set(ms(2_500));
     assert_eq!(l.peek().remaining(), 0);
 }

@@ -492,7 +492,7 @@ fn a_limiter_forgets_per_key_counts_with_its_keys() {
             .unwrap();
         for key in ["a", "a", "a", "b", "b", "c", "c"] {
             let now = clock.now();
-            let allowed = limiter.check_at(key, now, 1).is_allowed();
+            let allowed = limiter.check(key, 1).is_allowed();
             stats.record(now, allowed, key);
         }
         assert_eq!(stats.denied_for("a"), Some(2), "{policy:?}");

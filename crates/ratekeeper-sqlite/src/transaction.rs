@@ -1,0 +1,392 @@
+//! One transaction per decision: the state shared by a store's clones,
+//! its SQL, and reading, deciding and writing rows.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use ratekeeper::{
+    policy::{Algorithm, State},
+    store::{Check, MultiOutcome, StoreError},
+    Clock, Decision, Limit, Outcome, Policy, Timestamp,
+};
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
+
+use ratekeeper::key::bounded;
+
+/// How many expired rows one transaction of [`SqliteStore::purge`] deletes,
+/// so that a large purge does not hold the write lock for long.
+const PURGE_BATCH: i64 = 1_000;
+
+/// The SQL of a store, made once for its table.
+pub(crate) struct Sql {
+    pub(crate) create: String,
+    pub(crate) select: String,
+    pub(crate) upsert: String,
+    pub(crate) delete: String,
+    pub(crate) count: String,
+    pub(crate) purge: String,
+}
+
+impl Sql {
+    pub(crate) fn new(table: &str) -> Self {
+        // `table` was checked to be a plain identifier; it is quoted anyway.
+        Sql {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS \"{table}\" (
+                    name TEXT NOT NULL,
+                    key BLOB NOT NULL,
+                    state TEXT NOT NULL,
+                    expires_at INTEGER NOT NULL,
+                    PRIMARY KEY (name, key)
+                 ) WITHOUT ROWID;
+                 CREATE INDEX IF NOT EXISTS \"{table}_expires_at\" ON \"{table}\" (expires_at);"
+            ),
+            select: format!("SELECT state FROM \"{table}\" WHERE name = ?1 AND key = ?2"),
+            upsert: format!(
+                "INSERT INTO \"{table}\" (name, key, state, expires_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name, key)
+                 DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at"
+            ),
+            delete: format!("DELETE FROM \"{table}\" WHERE name = ?1 AND key = ?2"),
+            count: format!("SELECT COUNT(*) FROM \"{table}\""),
+            purge: format!(
+                "DELETE FROM \"{table}\" WHERE (name, key) IN
+                 (SELECT name, key FROM \"{table}\" WHERE expires_at <= ?1 LIMIT ?2)"
+            ),
+        }
+    }
+
+    /// The statements decisions run, prepared at open to check the table.
+    pub(crate) fn statements(&self) -> [&str; 5] {
+        [
+            &self.select,
+            &self.upsert,
+            &self.delete,
+            &self.count,
+            &self.purge,
+        ]
+    }
+}
+
+/// What a store shares between its clones.
+pub(crate) struct Inner<C> {
+    /// The one connection; see [`SqliteStore`] for why one is enough.
+    pub(crate) conn: Mutex<Connection>,
+    pub(crate) clock: C,
+    pub(crate) sql: Sql,
+    pub(crate) path: PathBuf,
+    pub(crate) table: String,
+    pub(crate) busy_timeout: Duration,
+}
+
+/// Why one operation failed, before it becomes a [`StoreError`].
+enum Failure {
+    Sql(rusqlite::Error),
+    Unreadable(UnreadableState),
+    Encode(serde_json::Error),
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(error: rusqlite::Error) -> Self {
+        Failure::Sql(error)
+    }
+}
+
+impl Failure {
+    fn into_store_error(self, busy_timeout: Duration) -> StoreError {
+        match self {
+            Failure::Sql(error) => match error.sqlite_error_code() {
+                Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                    StoreError::Busy(busy_timeout)
+                }
+                _ => StoreError::unavailable(error),
+            },
+            Failure::Unreadable(error) => StoreError::invalid_reply(error),
+            Failure::Encode(error) => StoreError::unavailable(error),
+        }
+    }
+}
+
+/// A row whose state column is not a state.
+#[derive(Debug, thiserror::Error)]
+#[error("the state of key {key:?} under limit {limit:?} is unreadable")]
+struct UnreadableState {
+    limit: String,
+    key: String,
+    #[source]
+    reason: Unreadable,
+}
+
+/// What is wrong with a row's state column.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    /// Text or bytes that are not a state's JSON.
+    #[error("its JSON does not hold a state")]
+    Json(#[from] serde_json::Error),
+    /// A number or NULL where the JSON should be.
+    #[error("the state column holds {0}")]
+    ColumnType(rusqlite::types::Type),
+}
+
+impl<C: Clock> Inner<C> {
+    /// Runs `work` on the connection, holding the mutex.
+    fn with_conn<R>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<R, Failure>,
+    ) -> Result<R, StoreError> {
+        // A panic while the lock was held (there is none to expect) cannot
+        // leave a transaction open: rusqlite's transactions roll back when
+        // dropped. Make sure anyway.
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        work(&mut conn).map_err(|failure| failure.into_store_error(self.busy_timeout))
+    }
+
+    pub(crate) fn check(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<Outcome, StoreError> {
+        self.update(limit, key, |policy, current, now| {
+            let (decision, next) = policy.decide(current, now, cost);
+            (Outcome::Decided(decision), next)
+        })
+    }
+
+    /// Reads `key`'s state under `limit` (fresh if it has none), lets
+    /// `change` compute a result and the next state, and writes that state
+    /// back, all in one immediate transaction.
+    pub(crate) fn update<R>(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        change: impl FnOnce(&Policy, &State, ratekeeper::Timestamp) -> (R, State),
+    ) -> Result<R, StoreError> {
+        let key = &*bounded(key);
+        self.with_conn(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = self.clock.now();
+            let policy = limit.policy();
+            let stored = read(&tx, &self.sql, limit.name(), key)?;
+            let fresh;
+            let current = match &stored {
+                Some(state) => state,
+                None => {
+                    fresh = policy.fresh();
+                    &fresh
+                }
+            };
+            let (result, next) = change(policy, current, now);
+            write(
+                &tx,
+                &self.sql,
+                policy,
+                limit.name(),
+                key,
+                stored.as_ref(),
+                &next,
+            )?;
+            tx.commit()?;
+            Ok(result)
+        })
+    }
+
+    pub(crate) fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        let key = &*bounded(key);
+        self.with_conn(|conn| {
+            // One statement reads atomically; no transaction needed.
+            let stored = read(conn, &self.sql, limit.name(), key)?;
+            let now = self.clock.now();
+            let policy = limit.policy();
+            Ok(match &stored {
+                Some(state) => policy.peek(state, now),
+                None => policy.peek(&policy.fresh(), now),
+            })
+        })
+    }
+
+    pub(crate) fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        self.update(limit, key, |policy, current, now| {
+            ((), policy.refund(current, now, units))
+        })
+    }
+
+    pub(crate) fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        /// One distinct `(limit name, key)` of the request.
+        struct Row<'a> {
+            name: &'a str,
+            key: &'a [u8],
+            policy: &'a Policy,
+            stored: Option<State>,
+            next: Option<State>,
+        }
+
+        let keys: Vec<_> = checks.iter().map(|check| bounded(check.key)).collect();
+        self.with_conn(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = self.clock.now();
+            let mut rows: Vec<Row<'_>> = Vec::with_capacity(checks.len());
+            let mut outcomes = Vec::with_capacity(checks.len());
+            let mut denied_by = None;
+            for (index, (check, key)) in checks.iter().zip(&keys).enumerate() {
+                let (limit, key) = (check.limit, &**key);
+                let policy = limit.policy();
+                let name = limit.name();
+                let slot = match rows.iter().position(|r| r.name == name && r.key == key) {
+                    Some(slot) => slot,
+                    None => {
+                        let stored = read(&tx, &self.sql, name, key)?;
+                        rows.push(Row {
+                            name,
+                            key,
+                            policy,
+                            stored,
+                            next: None,
+                        });
+                        rows.len() - 1
+                    }
+                };
+                let row = &mut rows[slot];
+                let fresh;
+                let current = match row.next.as_ref().or(row.stored.as_ref()) {
+                    Some(state) => state,
+                    None => {
+                        fresh = policy.fresh();
+                        &fresh
+                    }
+                };
+                let (decision, next) = policy.decide(current, now, check.cost);
+                if denied_by.is_none() {
+                    if decision.is_allowed() {
+                        row.next = Some(next);
+                        row.policy = policy;
+                    } else {
+                        denied_by = Some(index);
+                    }
+                }
+                outcomes.push(Outcome::Decided(decision));
+            }
+            if denied_by.is_none() {
+                for row in &rows {
+                    if let Some(next) = &row.next {
+                        write(
+                            &tx,
+                            &self.sql,
+                            row.policy,
+                            row.name,
+                            row.key,
+                            row.stored.as_ref(),
+                            next,
+                        )?;
+                    }
+                }
+                tx.commit()?;
+            }
+            // Denied: the transaction rolls back on drop; it wrote nothing.
+            Ok(MultiOutcome::new(outcomes, denied_by))
+        })
+    }
+
+    pub(crate) fn purge(&self, now: Timestamp) -> Result<usize, StoreError> {
+        let mut purged = 0;
+        loop {
+            // One batch per transaction and per hold of the mutex.
+            let deleted = self.with_conn(|conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let deleted = tx
+                    .prepare_cached(&self.sql.purge)?
+                    .execute(params![sql_time(now), PURGE_BATCH])?;
+                tx.commit()?;
+                Ok(deleted)
+            })?;
+            purged += deleted;
+            if (deleted as i64) < PURGE_BATCH {
+                return Ok(purged);
+            }
+        }
+    }
+
+    pub(crate) fn count(&self) -> Result<usize, StoreError> {
+        self.with_conn(|conn| {
+            let count: i64 = conn
+                .prepare_cached(&self.sql.count)?
+                .query_row([], |row| row.get(0))?;
+            Ok(usize::try_from(count).unwrap_or(usize::MAX))
+        })
+    }
+
+    pub(crate) fn reset(&self, limit: &Limit, key: &[u8]) -> Result<bool, StoreError> {
+        let key = &*bounded(key);
+        self.with_conn(|conn| {
+            let deleted = conn
+                .prepare_cached(&self.sql.delete)?
+                .execute(params![limit.name(), key])?;
+            Ok(deleted > 0)
+        })
+    }
+}
+
+/// The stored state of `(name, key)`, if it has a row.
+fn read(conn: &Connection, sql: &Sql, name: &str, key: &[u8]) -> Result<Option<State>, Failure> {
+    let mut statement = conn.prepare_cached(&sql.select)?;
+    let mut rows = statement.query(params![name, key])?;
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    let parsed = match row.get_ref(0)? {
+        ValueRef::Text(json) | ValueRef::Blob(json) => {
+            serde_json::from_slice::<State>(json).map_err(Unreadable::from)
+        }
+        other => Err(Unreadable::ColumnType(other.data_type())),
+    };
+    parsed.map(Some).map_err(|reason| {
+        Failure::Unreadable(UnreadableState {
+            limit: name.to_owned(),
+            key: String::from_utf8_lossy(key).into_owned(),
+            reason,
+        })
+    })
+}
+
+/// Writes `next` as the state of `(name, key)`, which was `stored`: nothing
+/// if it is unchanged, a delete if it is fresh, an upsert otherwise.
+fn write(
+    conn: &Connection,
+    sql: &Sql,
+    policy: &Policy,
+    name: &str,
+    key: &[u8],
+    stored: Option<&State>,
+    next: &State,
+) -> Result<(), Failure> {
+    if stored == Some(next) {
+        return Ok(());
+    }
+    if *next == policy.fresh() {
+        // A fresh state is the same as no row.
+        if stored.is_some() {
+            conn.prepare_cached(&sql.delete)?
+                .execute(params![name, key])?;
+        }
+        return Ok(());
+    }
+    let json = serde_json::to_string(next).map_err(Failure::Encode)?;
+    conn.prepare_cached(&sql.upsert)?.execute(params![
+        name,
+        key,
+        json,
+        sql_time(policy.expires_at(next))
+    ])?;
+    Ok(())
+}
+
+/// A timestamp as an SQLite integer, saturating at `i64::MAX` (past the year
+/// 2262 in Unix time).
+fn sql_time(t: Timestamp) -> i64 {
+    i64::try_from(t.as_nanos()).unwrap_or(i64::MAX)
+}
