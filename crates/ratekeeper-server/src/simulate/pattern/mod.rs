@@ -74,7 +74,7 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// A parsed pattern: its phases, in the order written.
 ///
 /// Parse one with [`str::parse`]; [`Pattern::requests`] makes its requests.
-/// Its [`Display`](fmt::Display) writes a canonical form that parses back
+/// Its [`Display`](std::fmt::Display) writes a canonical form that parses back
 /// to the same pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pattern {

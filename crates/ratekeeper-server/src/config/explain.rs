@@ -1,0 +1,269 @@
+//! `ratekeeper check --explain`: the configuration in words.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Method;
+use ratekeeper::store::FailureMode;
+use ratekeeper_tower::client::ClientIp;
+
+use super::{
+    available_cpus, redact_url, redact_urls, tls, AccessConfig, Backend, Config, ConnectionConfig,
+    KeyPart, Match, OnSaturated, RequestCaps, ValueMatch, WorkerThreads,
+};
+
+impl Config {
+    /// A description for `ratekeeper check`: the store, the addresses, the
+    /// request caps when not the defaults, which doors need a token (when
+    /// any does; how many tokens from where, never a token), then one line
+    /// per limit with its name, policy, rate, key and match, and the
+    /// permissions it refuses.
+    ///
+    /// ```
+    /// use ratekeeper_server::Config;
+    ///
+    /// let text = Config::default().explain();
+    /// assert!(text.contains("limit per-client: gcra 100/minute, key client_ip"));
+    /// ```
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let store = &self.store;
+        let backend = match &store.backend {
+            Backend::Memory => "memory".to_owned(),
+            Backend::Sqlite { path } => format!("sqlite {}", path.display()),
+            Backend::Redis {
+                url,
+                prefix,
+                timeout,
+                batching,
+            } => {
+                let batching = if batching.is_on() {
+                    format!(
+                        "{} scripts in flight, up to {} decisions each",
+                        batching.in_flight(),
+                        batching.max_calls()
+                    )
+                } else {
+                    "no batching".to_owned()
+                };
+                format!(
+                    "redis {} (prefix {prefix:?}, timeout {}ms, {batching})",
+                    redact_url(url),
+                    timeout.as_millis()
+                )
+            }
+            Backend::RedisCluster {
+                urls,
+                prefix,
+                timeout,
+            } => format!(
+                "redis-cluster {} (prefix {prefix:?}, timeout {}ms)",
+                redact_urls(urls),
+                timeout.as_millis()
+            ),
+        };
+        let _ = write!(out, "store: {backend}, max_keys {}", store.max_keys);
+        if !matches!(store.backend, Backend::Memory) {
+            let mode = match store.on_failure {
+                FailureMode::Open => "open",
+                _ => "closed",
+            };
+            let fallback = if store.fallback { "on" } else { "off" };
+            let _ = write!(out, ", on failure {mode}, fallback {fallback}");
+        }
+        if let Some(tls) = &store.tls {
+            let _ = write!(out, ", {tls}");
+        }
+        out.push('\n');
+        let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
+        let _ = writeln!(
+            out,
+            "listen: http {}, grpc {}, admin {}",
+            addr(&self.listen.http),
+            addr(&self.listen.grpc),
+            addr(&self.listen.admin)
+        );
+        if let Some(line) = tls::explain(&self.listen) {
+            let _ = writeln!(out, "{line}");
+        }
+        let conns = &self.listen.connections;
+        if *conns != ConnectionConfig::default() {
+            let h2 = &conns.http2;
+            let every =
+                |d: Option<Duration>| d.map_or_else(|| "off".to_owned(), |d| format!("{d:?}"));
+            let _ = writeln!(
+                out,
+                "connections: at most {} per door and {} on admin; head within {:?}, idle {:?}, \
+                 requests {:?}, heads up to {} bytes, {:?} to finish at shutdown; http2: {} streams, \
+                 ping every {} within {:?}, max age {}",
+                conns.max_connections,
+                conns.max_admin_connections,
+                conns.header_timeout,
+                conns.idle_timeout,
+                conns.request_timeout,
+                conns.max_header_bytes,
+                conns.shutdown_grace,
+                h2.max_concurrent_streams,
+                every(h2.keepalive_interval),
+                h2.keepalive_timeout,
+                every(h2.max_connection_age),
+            );
+        }
+        let caps = &self.requests;
+        if *caps != RequestCaps::default() {
+            let _ = writeln!(
+                out,
+                "requests: at most {} descriptors of {} entries, values up to {} bytes, \
+                 {} override rates, bodies up to {} bytes",
+                caps.max_descriptors,
+                caps.max_entries,
+                caps.max_value_bytes,
+                caps.max_override_rates,
+                caps.max_body_bytes
+            );
+        }
+        if let WorkerThreads::Fixed(n) = self.runtime.worker_threads {
+            let _ = writeln!(
+                out,
+                "runtime: {n} worker thread{} ({} CPUs available)",
+                if n == 1 { "" } else { "s" },
+                available_cpus()
+            );
+        }
+        if let Some(line) = explain_access(&self.access) {
+            let _ = writeln!(out, "{line}");
+        }
+        for limit in &self.limits {
+            let key: Vec<String> = limit.key.iter().map(ToString::to_string).collect();
+            let _ = write!(
+                out,
+                "limit {}: {} {}, key {}",
+                limit.limit.name(),
+                limit.limit.policy().kind(),
+                limit.rate,
+                key.join(" + ")
+            );
+            let _ = write!(out, ", match {}", explain_match(&limit.matcher));
+            if limit.shadow {
+                out.push_str(" (shadow)");
+            }
+            if limit.on_saturated == OnSaturated::Allow {
+                out.push_str(" (allows new keys while the store is full)");
+            }
+            if !limit.allow_overrides {
+                out.push_str(" (Envoy overrides ignored)");
+            }
+            if !limit.allow_refunds {
+                out.push_str(" (refunds refused)");
+            }
+            out.push('\n');
+            for line in limit.key.iter().filter_map(explain_address) {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+        out
+    }
+}
+
+/// Who may ask, when any door needs a token: which doors, and how many
+/// tokens from where (never the tokens).
+fn explain_access(access: &AccessConfig) -> Option<String> {
+    if access.decisions.is_none() && access.admin.is_none() {
+        return None;
+    }
+    let door = |doors: &str, need: &str, set: &Option<crate::access::TokenSet>| match set {
+        None => format!("{doors} open to anyone who reaches them"),
+        Some(set) => {
+            let tokens = if set.len() == 1 { "token" } else { "tokens" };
+            format!(
+                "{doors} {need} a bearer token ({} {tokens} from {})",
+                set.len(),
+                set.source()
+            )
+        }
+    };
+    Some(format!(
+        "access: {}; {}",
+        door("http and grpc", "need", &access.decisions),
+        door("admin (but /healthz, /readyz)", "needs", &access.admin)
+    ))
+}
+
+/// Where an address part of a key comes from and what it is keyed by, in
+/// words: the trust `ratekeeper check` shows for `client_ip` and `peer`.
+fn explain_address(part: &KeyPart) -> Option<String> {
+    let (source, prefixes) = match part {
+        KeyPart::Peer(prefixes) => ("the socket peer".to_owned(), prefixes),
+        KeyPart::ClientIp(rule, prefixes) => (explain_client_ip(rule), prefixes),
+        _ => return None,
+    };
+    Some(format!("{part}: {source}; {prefixes}"))
+}
+
+/// How `rule` finds the client.
+fn explain_client_ip(rule: &ClientIp) -> String {
+    let untrusted = |header: &str| {
+        format!("the socket peer (no trusted proxies: {header} is ignored, set trusted_proxies to believe it)")
+    };
+    let nets = |trusted: &[ipnet::IpNet]| {
+        if trusted == ratekeeper_tower::client::private_networks().as_slice() {
+            "private networks".to_owned()
+        } else {
+            let nets: Vec<String> = trusted.iter().map(ToString::to_string).collect();
+            nets.join(", ")
+        }
+    };
+    match rule {
+        ClientIp::XForwardedFor { trusted } if trusted.is_empty() => untrusted("X-Forwarded-For"),
+        ClientIp::XForwardedFor { trusted } => format!(
+            "from X-Forwarded-For behind {} (the rightmost address not among them); any other peer is the client",
+            nets(trusted)
+        ),
+        ClientIp::Forwarded { trusted } if trusted.is_empty() => untrusted("Forwarded"),
+        ClientIp::Forwarded { trusted } => format!(
+            "from Forwarded (RFC 7239) behind {} (the rightmost for= not among them); any other peer is the client",
+            nets(trusted)
+        ),
+        ClientIp::Hops(hops) => format!(
+            "from X-Forwarded-For, entry {hops} from the right, from any peer (every request must pass {hops} proxies of yours)"
+        ),
+        ClientIp::Header { name, trusted } if trusted.is_empty() => untrusted(name.as_str()),
+        ClientIp::Header { name, trusted } => format!(
+            "from {name} when the peer is in {}; any other peer is the client",
+            nets(trusted)
+        ),
+        _ => "the socket peer".to_owned(),
+    }
+}
+
+/// `match` in words.
+fn explain_match(matcher: &Match) -> String {
+    if matcher.is_any() {
+        return "every request".to_owned();
+    }
+    let mut parts = Vec::new();
+    if let Some(domain) = &matcher.domain {
+        parts.push(format!("domain {domain}"));
+    }
+    if !matcher.descriptors.is_empty() {
+        let entries: Vec<String> = matcher
+            .descriptors
+            .iter()
+            .map(|d| match &d.value {
+                ValueMatch::Any => d.key.clone(),
+                ValueMatch::Exact(value) => format!("{}={value}", d.key),
+                ValueMatch::Prefix(prefix) => format!("{}={prefix}*", d.key),
+            })
+            .collect();
+        parts.push(format!("descriptors [{}]", entries.join(", ")));
+    }
+    if !matcher.methods.is_empty() {
+        let methods: Vec<&str> = matcher.methods.iter().map(Method::as_str).collect();
+        parts.push(format!("methods {}", methods.join(" ")));
+    }
+    if let Some(prefix) = &matcher.path_prefix {
+        parts.push(format!("path {prefix}*"));
+    }
+    parts.join(", ")
+}

@@ -1,0 +1,147 @@
+//! A `[[limits]]` entry: its policy, key, matches and shadow flag.
+
+use http::{HeaderName, Method};
+use ratekeeper::{Limit, Rate};
+use ratekeeper_tower::client::ClientIp;
+
+use super::Prefixes;
+
+/// One named limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitConfig {
+    /// The name and policy.
+    pub limit: Limit,
+    /// The rate the policy was built from.
+    pub rate: Rate,
+    /// The parts of the key, in order; never empty.
+    pub key: Vec<KeyPart>,
+    /// Decide and report, but let every request through.
+    pub shadow: bool,
+    /// What a new key gets while the store's table is full.
+    pub on_saturated: OnSaturated,
+    /// Whether an Envoy descriptor's `limit` override may replace this
+    /// limit (`allow_overrides`, default `true`, as Envoy's service does).
+    pub allow_overrides: bool,
+    /// Whether callers may give units back (`/v1/refund`, Envoy's
+    /// `is_negative_hits`; `allow_refunds`, default `true`).
+    pub allow_refunds: bool,
+    /// Which requests the limit applies to.
+    pub matcher: Match,
+}
+
+/// What a limit answers a request whose key is new while the in-memory
+/// table (the store, or the fallback) already holds `max_keys` keys: the
+/// key cannot be counted, so the limit cannot decide it.
+///
+/// Every door tells such an answer apart: the JSON API's `saturated: true`,
+/// and an `X-RateKeeper-Saturated` header naming the limits (HTTP, the
+/// nginx endpoint, the proxy, and gRPC's `response_headers_to_add`); and
+/// `/metrics` counts them in `ratekeeper_saturated_total{limit}`. Either
+/// way it lasts only until known keys are fresh again: a full table sweeps
+/// for a new key on demand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnSaturated {
+    /// Refuse the request (the default), as over the limit, with a
+    /// `Retry-After` of when room can return. An attacker who fills the
+    /// table with made-up keys then cannot switch the limit off for new
+    /// keys, and it shuts newcomers out only until the flood's keys are
+    /// idle.
+    #[default]
+    Deny,
+    /// Let the request through uncounted: a newcomer is never refused for
+    /// saturation, but while the table is full every new key is
+    /// unlimited, which someone minting keys can arrange.
+    Allow,
+}
+
+/// One part of a limit's key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyPart {
+    /// The socket peer's address (`peer`), keyed by its network
+    /// (`ipv4_prefix`, `ipv6_prefix`).
+    Peer(Prefixes),
+    /// The client's address (`client_ip`): how it is found (from which
+    /// header, behind which proxies), and the network it is keyed by.
+    ClientIp(ClientIp, Prefixes),
+    /// The request's route or path (`route`).
+    Route,
+    /// One key for every request (`global`).
+    Global,
+    /// A request header's value (`header:NAME`).
+    Header(HeaderName),
+    /// An Envoy descriptor entry's value (`descriptor:KEY`).
+    Descriptor(String),
+}
+
+impl std::fmt::Display for KeyPart {
+    /// The part as written in the file (`client_ip`, `header:x-api-key`);
+    /// `ratekeeper check` explains the trust of `client_ip` on a line of
+    /// its own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyPart::Peer(_) => f.write_str("peer"),
+            KeyPart::ClientIp(..) => f.write_str("client_ip"),
+            KeyPart::Route => f.write_str("route"),
+            KeyPart::Global => f.write_str("global"),
+            KeyPart::Header(name) => write!(f, "header:{name}"),
+            KeyPart::Descriptor(key) => write!(f, "descriptor:{key}"),
+        }
+    }
+}
+
+/// Which requests a limit applies to; every condition given must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Match {
+    /// Envoy's domain.
+    pub domain: Option<String>,
+    /// Envoy descriptor entries, in order.
+    pub descriptors: Vec<DescriptorMatch>,
+    /// HTTP methods (upper case); empty means any.
+    pub methods: Vec<Method>,
+    /// The start of the request's path.
+    pub path_prefix: Option<String>,
+}
+
+impl Match {
+    /// Whether nothing is required: the limit applies to every request.
+    pub fn is_any(&self) -> bool {
+        *self == Match::default()
+    }
+}
+
+/// One descriptor entry a limit requires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DescriptorMatch {
+    /// The entry's key.
+    pub key: String,
+    /// What its value must be.
+    pub value: ValueMatch,
+}
+
+/// What a descriptor entry's value must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ValueMatch {
+    /// Anything (no `value` given): each value counts separately.
+    Any,
+    /// Exactly this.
+    Exact(String),
+    /// Starting with this (a `value` ending in `*`).
+    Prefix(String),
+}
+
+impl ValueMatch {
+    /// Whether `value` matches.
+    pub fn matches(&self, value: &str) -> bool {
+        match self {
+            ValueMatch::Any => true,
+            ValueMatch::Exact(exact) => value == exact,
+            ValueMatch::Prefix(prefix) => value.starts_with(prefix.as_str()),
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The `[store]` section: which store, and how to reach it.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ratekeeper::store::FailureMode;
+
+use super::{redact_url, StoreTls};
+
+/// The store and what to do when it fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// Which store.
+    pub backend: Backend,
+    /// How many keys the in-memory table (the store, or the fallback) keeps,
+    /// in `1..=`[`ratekeeper::memory::MAX_KEYS`].
+    pub max_keys: usize,
+    /// Whether requests pass while a remote store fails.
+    pub on_failure: FailureMode,
+    /// Whether to decide in memory while a remote store fails.
+    pub fallback: bool,
+    /// The Redis stores' TLS files (`[store.tls]`), only with `rediss://`
+    /// URLs; `None` otherwise, and for a `rediss://` URL verified by the
+    /// system's roots without a client certificate.
+    pub tls: Option<StoreTls>,
+}
+
+/// Which store keeps the counts.
+///
+/// Its `Debug` hides the passwords in Redis URLs (see [`redact_url`]), so a
+/// configuration can be logged.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// This process's memory.
+    Memory,
+    /// A SQLite database file.
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// One Redis server.
+    Redis {
+        /// Its URL.
+        url: String,
+        /// The prefix of every key.
+        prefix: String,
+        /// The timeout of each call.
+        timeout: Duration,
+        /// How concurrent decisions share scripts.
+        batching: ratekeeper_redis::Batching,
+    },
+    /// A Redis Cluster.
+    RedisCluster {
+        /// The URLs of some of its nodes.
+        urls: Vec<String>,
+        /// The prefix of every key.
+        prefix: String,
+        /// The timeout of each call.
+        timeout: Duration,
+    },
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Memory => f.write_str("Memory"),
+            Backend::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
+            Backend::Redis {
+                url,
+                prefix,
+                timeout,
+                batching,
+            } => f
+                .debug_struct("Redis")
+                .field("url", &redact_url(url))
+                .field("prefix", prefix)
+                .field("timeout", timeout)
+                .field("batching", batching)
+                .finish(),
+            Backend::RedisCluster {
+                urls,
+                prefix,
+                timeout,
+            } => {
+                let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+                f.debug_struct("RedisCluster")
+                    .field("urls", &urls)
+                    .field("prefix", prefix)
+                    .field("timeout", timeout)
+                    .finish()
+            }
+        }
+    }
+}
+
+impl Backend {
+    /// The kind's name in the file: `memory`, `sqlite`, `redis` or
+    /// `redis-cluster`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Sqlite { .. } => "sqlite",
+            Backend::Redis { .. } => "redis",
+            Backend::RedisCluster { .. } => "redis-cluster",
+        }
+    }
+}
