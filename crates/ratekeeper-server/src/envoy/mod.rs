@@ -140,6 +140,7 @@
 mod error;
 mod overrides;
 pub mod proto;
+mod response;
 mod service;
 mod unary;
 pub mod units;

@@ -1,13 +1,12 @@
 //! `ShouldRateLimit`: Envoy's request turned into the engine's checks, and
 //! the engine's verdict into Envoy's response.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{Decision, FixedWindow, Limit, Rate};
-use ratekeeper_tower::headers::{self, PolicyReport};
+use ratekeeper_tower::headers::{self};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 use tower::Layer;
@@ -17,9 +16,8 @@ use super::overrides::OverrideLimits;
 use super::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::rate_limit_service_server::RateLimitService;
-use super::proto::{
-    HeaderValue, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
-};
+use super::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit};
+use super::response::{add_headers, by_descriptor, descriptor_status, header, zero_status};
 use super::unary::EnvoyServer;
 use super::units;
 use crate::access::{self, RequireTokenService};
@@ -44,13 +42,13 @@ pub struct EnvoyService {
 }
 
 /// One check of the request, and what it belongs to.
-struct Planned {
+pub(super) struct Planned {
     /// The request descriptor it comes from.
-    descriptor: usize,
+    pub(super) descriptor: usize,
     /// Whether its hits are given back (`is_negative_hits`).
-    refund: bool,
+    pub(super) refund: bool,
     /// The limit as Envoy's `current_limit` shows it.
-    shown: RateLimit,
+    pub(super) shown: RateLimit,
 }
 
 /// What a descriptor's override asks for.
@@ -409,201 +407,6 @@ fn override_key(domain: &str, entries: &[Entry]) -> Vec<u8> {
     key
 }
 
-/// The status of a descriptor whose override allows nothing.
-fn zero_status(shown: RateLimit, window: Duration) -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::OverLimit as i32,
-        current_limit: Some(shown),
-        limit_remaining: 0,
-        duration_until_reset: Some(duration(window)),
-    }
-}
-
-/// The status of one descriptor from the results of its limits: OK with no
-/// limit when none applied; otherwise the limit that refused it, or else
-/// the tightest (least remaining, then longest reset). Shadow limits are
-/// shown only when no other limit applied, and never refuse; refunds never
-/// refuse.
-fn descriptor_status<'a>(
-    results: impl Iterator<Item = &'a (&'a LimitResult, &'a Planned, Decision)>,
-) -> DescriptorStatus {
-    let mine: Vec<&(&LimitResult, &Planned, Decision)> = results
-        .inspect(|_| {
-            #[cfg(test)]
-            work::step();
-        })
-        .collect();
-    let enforced: Vec<_> = mine
-        .iter()
-        .copied()
-        .filter(|(result, _, _)| !result.check.limit.is_shadow())
-        .collect();
-    let pool = if enforced.is_empty() { mine } else { enforced };
-    let refusing = pool.iter().copied().find(|(result, plan, _)| {
-        !plan.refund && !result.check.limit.is_shadow() && result.refused()
-    });
-    let chosen = refusing.or_else(|| {
-        pool.iter().copied().min_by(|(_, _, a), (_, _, b)| {
-            a.remaining()
-                .cmp(&b.remaining())
-                .then(b.reset().cmp(&a.reset()))
-        })
-    });
-    let Some((_, plan, decision)) = chosen else {
-        return DescriptorStatus {
-            code: Code::Ok as i32,
-            ..DescriptorStatus::default()
-        };
-    };
-    DescriptorStatus {
-        code: if refusing.is_some() {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        } as i32,
-        current_limit: Some(plan.shown.clone()),
-        limit_remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
-        duration_until_reset: Some(duration(decision.reset())),
-    }
-}
-
-/// The draft's `RateLimit-Policy` (every limit that applied, not in shadow
-/// mode, once per name: its tightest key) and `RateLimit` (the tightest).
-fn add_headers(out: &mut Vec<HeaderValue>, results: &[(&LimitResult, &Planned, Decision)]) {
-    /// Up to this many names, finding a name's report by looking through
-    /// them costs less than hashing it.
-    const SEARCHED: usize = 8;
-    let mut reports: Vec<PolicyReport<'_>> = Vec::new();
-    // Where each name's report is, past SEARCHED names: overrides make as
-    // many names as descriptors, so searching them all would be quadratic.
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (result, _, decision) in results {
-        #[cfg(test)]
-        work::step();
-        if result.check.limit.is_shadow() {
-            continue;
-        }
-        let report = PolicyReport {
-            name: result.check.limit.name(),
-            window: result.check.limit.window(),
-            decision,
-            partition_key: None,
-        };
-        let found = if reports.len() <= SEARCHED {
-            reports.iter().position(|kept| kept.name == report.name)
-        } else {
-            if seen.is_empty() {
-                seen.extend(reports.iter().enumerate().map(|(at, kept)| (kept.name, at)));
-            }
-            seen.get(report.name).copied()
-        };
-        match found {
-            Some(at) => {
-                let kept = &mut reports[at];
-                if report.decision.remaining() < kept.decision.remaining() {
-                    *kept = report;
-                }
-            }
-            None => {
-                if !seen.is_empty() {
-                    seen.insert(report.name, reports.len());
-                }
-                reports.push(report);
-            }
-        }
-    }
-    let Some(tightest) = headers::tightest(&reports) else {
-        return;
-    };
-    out.push(header(
-        headers::RATELIMIT_POLICY.as_str(),
-        headers::ratelimit_policy_value(&reports),
-    ));
-    out.push(header(
-        headers::RATELIMIT.as_str(),
-        headers::ratelimit_value(tightest),
-    ));
-}
-
-/// Positions grouped by the descriptor they belong to, in one pass each
-/// way (a counting sort): [`ByDescriptor::of`] gives one descriptor's.
-struct ByDescriptor {
-    /// Positions, descriptor by descriptor.
-    order: Vec<usize>,
-    /// Where each descriptor's positions start in `order`, and one past
-    /// the last descriptor's end.
-    starts: Vec<usize>,
-}
-
-impl ByDescriptor {
-    /// The positions of descriptor `index`, in their original order.
-    fn of(&self, index: usize) -> &[usize] {
-        let end = index.checked_add(1).and_then(|next| self.starts.get(next));
-        match (self.starts.get(index), end) {
-            (Some(&start), Some(&end)) => self.order.get(start..end).unwrap_or_default(),
-            _ => &[],
-        }
-    }
-}
-
-/// Groups positions by descriptor: `descriptors` gives, for each position,
-/// the descriptor (below `count`) it belongs to; others are left out.
-fn by_descriptor(count: usize, descriptors: impl Iterator<Item = usize> + Clone) -> ByDescriptor {
-    // starts[d + 1] counts descriptor d's positions, then the running sum
-    // makes starts[d] where d's run begins.
-    let mut starts = vec![0usize; count + 1];
-    for descriptor in descriptors.clone().filter(|&d| d < count) {
-        starts[descriptor + 1] += 1;
-    }
-    for index in 1..starts.len() {
-        starts[index] += starts[index - 1];
-    }
-    let mut next = starts.clone();
-    let mut order = vec![0usize; starts[count]];
-    for (position, descriptor) in descriptors.enumerate().filter(|&(_, d)| d < count) {
-        order[next[descriptor]] = position;
-        next[descriptor] += 1;
-    }
-    ByDescriptor { order, starts }
-}
-
-fn header(key: &str, value: String) -> HeaderValue {
-    HeaderValue {
-        key: key.to_owned(),
-        value,
-        raw_value: Vec::new(),
-    }
-}
-
-/// A protobuf duration, clamped to its range.
-fn duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration::try_from(d).unwrap_or(prost_types::Duration {
-        seconds: i64::MAX,
-        nanos: 999_999_999,
-    })
-}
-
-/// A count of the results each request's answer looks at, for the test
-/// that the work is linear.
-#[cfg(test)]
-mod work {
-    use std::cell::Cell;
-
-    thread_local! {
-        static STEPS: Cell<u64> = const { Cell::new(0) };
-    }
-
-    /// One result looked at.
-    pub(super) fn step() {
-        STEPS.with(|steps| steps.set(steps.get() + 1));
-    }
-
-    /// The steps so far on this thread, starting the count again.
-    pub(super) fn take() -> u64 {
-        STEPS.with(|steps| steps.replace(0))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,14 +557,14 @@ mod tests {
                 descriptors: configured.chain(overridden).collect(),
                 hits_addend: 0,
             };
-            work::take();
+            crate::envoy::response::work::take();
             let response = service.decide(&request).await.unwrap();
             assert_eq!(response.statuses.len(), 2 * count);
             assert!(response
                 .statuses
                 .iter()
                 .all(|status| status.code == Code::Ok as i32));
-            work::take()
+            crate::envoy::response::work::take()
         })
     }
 

@@ -11,175 +11,23 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::sign::CertifiedKey;
-use rustls::{InconsistentKeys, RootCertStore, ServerConfig};
-use thiserror::Error;
+use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 
 use crate::config::{ListenConfig, TlsFiles};
 
-/// Which of a door's files a [`TlsError`] is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TlsFileKind {
-    /// `cert`: the certificate chain, the server's own certificate first.
-    Cert,
-    /// `key`: the private key of the server's certificate.
-    Key,
-    /// `client_ca`: the CA that client certificates must be signed by.
-    ClientCa,
-}
+mod build;
+mod error;
 
-impl TlsFileKind {
-    /// The field's name in a `[listen.tls.*]` table.
-    pub fn field(self) -> &'static str {
-        match self {
-            TlsFileKind::Cert => "cert",
-            TlsFileKind::Key => "key",
-            TlsFileKind::ClientCa => "client_ca",
-        }
-    }
-}
-
-impl fmt::Display for TlsFileKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TlsFileKind::Cert => "certificate",
-            TlsFileKind::Key => "private key",
-            TlsFileKind::ClientCa => "client CA",
-        })
-    }
-}
-
-/// Why a door's TLS files do not make a server configuration. Each message
-/// names the file.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum TlsError {
-    /// A file could not be read.
-    #[error("cannot read the {file} file {}: {source}", path.display())]
-    Read {
-        /// Which file.
-        file: TlsFileKind,
-        /// Its path.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A file is not valid PEM.
-    #[error("the {file} file {} is not valid PEM: {message}", path.display())]
-    Pem {
-        /// Which file.
-        file: TlsFileKind,
-        /// Its path.
-        path: PathBuf,
-        /// What the PEM parser said.
-        message: String,
-    },
-    /// The certificate file (or the client CA file) holds no
-    /// `CERTIFICATE` block.
-    #[error("the {file} file {} holds no PEM CERTIFICATE", path.display())]
-    NoCertificate {
-        /// Which file.
-        file: TlsFileKind,
-        /// Its path.
-        path: PathBuf,
-    },
-    /// The certificate cannot be parsed as X.509.
-    #[error("the certificate in {} is not a valid X.509 certificate: {message}", path.display())]
-    InvalidCertificate {
-        /// The certificate file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The key file holds no private key block.
-    #[error(
-        "the key file {} holds no PEM private key (PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)",
-        path.display()
-    )]
-    NoKey {
-        /// The key file.
-        path: PathBuf,
-    },
-    /// The private key is not one rustls can sign with.
-    #[error("the private key in {} is not usable: {message}", path.display())]
-    InvalidKey {
-        /// The key file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The private key is not the key of the certificate.
-    #[error(
-        "the private key in {} does not match the certificate in {}",
-        key.display(),
-        cert.display()
-    )]
-    KeyMismatch {
-        /// The certificate file.
-        cert: PathBuf,
-        /// The key file.
-        key: PathBuf,
-    },
-    /// The client CA file's certificates cannot be trust anchors.
-    #[error("the client CA file {} is not usable: {message}", path.display())]
-    BadCa {
-        /// The client CA file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// rustls refused the configuration for another reason.
-    #[error("cannot build a TLS configuration from {}: {message}", cert.display())]
-    Build {
-        /// The certificate file.
-        cert: PathBuf,
-        /// What rustls said.
-        message: String,
-    },
-}
-
-impl TlsError {
-    /// Which file the error is about, so a configuration check can point at
-    /// its field.
-    pub fn file(&self) -> TlsFileKind {
-        match self {
-            TlsError::Read { file, .. }
-            | TlsError::Pem { file, .. }
-            | TlsError::NoCertificate { file, .. } => *file,
-            TlsError::InvalidCertificate { .. } | TlsError::Build { .. } => TlsFileKind::Cert,
-            TlsError::NoKey { .. } | TlsError::InvalidKey { .. } | TlsError::KeyMismatch { .. } => {
-                TlsFileKind::Key
-            }
-            TlsError::BadCa { .. } => TlsFileKind::ClientCa,
-        }
-    }
-}
-
-/// Why one connection's TLS handshake failed: that connection is closed,
-/// and the listener goes on.
-#[derive(Debug, Error)]
-pub(crate) enum HandshakeError {
-    /// The client did not finish the handshake in time.
-    #[error("the TLS handshake did not finish within {0:?}")]
-    Timeout(Duration),
-    /// The handshake failed: not TLS, no protocol in common, a client
-    /// certificate missing or not signed by the CA.
-    #[error("the TLS handshake failed: {0}")]
-    Failed(#[source] std::io::Error),
-}
+use build::build;
+pub(crate) use error::HandshakeError;
+pub use error::{TlsError, TlsFileKind};
 
 /// The protocols a door offers in ALPN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -432,110 +280,6 @@ impl TlsDoors {
             listener.reload_logged(door);
         }
     }
-}
-
-/// The provider every TLS configuration of the service uses: ring, so no C
-/// crypto library is built and the process-wide default is never needed.
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn build(files: &TlsFiles, contents: &Contents, alpn: Alpn) -> Result<ServerConfig, TlsError> {
-    let provider = provider();
-    let certs = certificates(TlsFileKind::Cert, &files.cert, &contents.cert)?;
-    let key = private_key(&files.key, &contents.key)?;
-    let signing_key = provider
-        .key_provider
-        .load_private_key(key.clone_key())
-        .map_err(|error| TlsError::InvalidKey {
-            path: files.key.clone(),
-            message: error.to_string(),
-        })?;
-    match CertifiedKey::new(certs.clone(), signing_key).keys_match() {
-        // A key that cannot tell its public half is checked by the first
-        // handshake instead, as rustls itself does.
-        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
-        Err(rustls::Error::InconsistentKeys(_)) => {
-            return Err(TlsError::KeyMismatch {
-                cert: files.cert.clone(),
-                key: files.key.clone(),
-            })
-        }
-        Err(error) => {
-            return Err(TlsError::InvalidCertificate {
-                path: files.cert.clone(),
-                message: error.to_string(),
-            })
-        }
-    }
-    let build_error = |error: rustls::Error| TlsError::Build {
-        cert: files.cert.clone(),
-        message: error.to_string(),
-    };
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(build_error)?;
-    let builder = match (&files.client_ca, &contents.client_ca) {
-        (Some(path), Some(pem)) => {
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(path, pem)?), provider)
-                    .build()
-                    .map_err(|error| TlsError::BadCa {
-                        path: path.clone(),
-                        message: error.to_string(),
-                    })?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        _ => builder.with_no_client_auth(),
-    };
-    let mut config = builder.with_single_cert(certs, key).map_err(build_error)?;
-    config.alpn_protocols = alpn.protocols();
-    Ok(config)
-}
-
-fn certificates(
-    file: TlsFileKind,
-    path: &Path,
-    pem: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, pem::Error>>()
-        .map_err(|error| TlsError::Pem {
-            file,
-            path: path.to_owned(),
-            message: error.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            file,
-            path: path.to_owned(),
-        });
-    }
-    Ok(certs)
-}
-
-fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_slice(pem).map_err(|error| match error {
-        pem::Error::NoItemsFound => TlsError::NoKey {
-            path: path.to_owned(),
-        },
-        other => TlsError::Pem {
-            file: TlsFileKind::Key,
-            path: path.to_owned(),
-            message: other.to_string(),
-        },
-    })
-}
-
-fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for cert in certificates(TlsFileKind::ClientCa, path, pem)? {
-        roots.add(cert).map_err(|error| TlsError::BadCa {
-            path: path.to_owned(),
-            message: error.to_string(),
-        })?;
-    }
-    Ok(roots)
 }
 
 #[cfg(test)]

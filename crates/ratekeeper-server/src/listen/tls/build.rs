@@ -1,0 +1,123 @@
+//! A door's files turned into a rustls server configuration: the chain,
+//! the key, and the client CA when there is one.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::sign::CertifiedKey;
+use rustls::{InconsistentKeys, RootCertStore, ServerConfig};
+
+use super::{Alpn, Contents, TlsError, TlsFileKind};
+use crate::config::TlsFiles;
+
+/// The provider every TLS configuration of the service uses: ring, so no C
+/// crypto library is built and the process-wide default is never needed.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+pub(super) fn build(
+    files: &TlsFiles,
+    contents: &Contents,
+    alpn: Alpn,
+) -> Result<ServerConfig, TlsError> {
+    let provider = provider();
+    let certs = certificates(TlsFileKind::Cert, &files.cert, &contents.cert)?;
+    let key = private_key(&files.key, &contents.key)?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|error| TlsError::InvalidKey {
+            path: files.key.clone(),
+            message: error.to_string(),
+        })?;
+    match CertifiedKey::new(certs.clone(), signing_key).keys_match() {
+        // A key that cannot tell its public half is checked by the first
+        // handshake instead, as rustls itself does.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        Err(rustls::Error::InconsistentKeys(_)) => {
+            return Err(TlsError::KeyMismatch {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+            })
+        }
+        Err(error) => {
+            return Err(TlsError::InvalidCertificate {
+                path: files.cert.clone(),
+                message: error.to_string(),
+            })
+        }
+    }
+    let build_error = |error: rustls::Error| TlsError::Build {
+        cert: files.cert.clone(),
+        message: error.to_string(),
+    };
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(build_error)?;
+    let builder = match (&files.client_ca, &contents.client_ca) {
+        (Some(path), Some(pem)) => {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(path, pem)?), provider)
+                    .build()
+                    .map_err(|error| TlsError::BadCa {
+                        path: path.clone(),
+                        message: error.to_string(),
+                    })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(build_error)?;
+    config.alpn_protocols = alpn.protocols();
+    Ok(config)
+}
+
+fn certificates(
+    file: TlsFileKind,
+    path: &Path,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, pem::Error>>()
+        .map_err(|error| TlsError::Pem {
+            file,
+            path: path.to_owned(),
+            message: error.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            file,
+            path: path.to_owned(),
+        });
+    }
+    Ok(certs)
+}
+
+fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|error| match error {
+        pem::Error::NoItemsFound => TlsError::NoKey {
+            path: path.to_owned(),
+        },
+        other => TlsError::Pem {
+            file: TlsFileKind::Key,
+            path: path.to_owned(),
+            message: other.to_string(),
+        },
+    })
+}
+
+fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(TlsFileKind::ClientCa, path, pem)? {
+        roots.add(cert).map_err(|error| TlsError::BadCa {
+            path: path.to_owned(),
+            message: error.to_string(),
+        })?;
+    }
+    Ok(roots)
+}
