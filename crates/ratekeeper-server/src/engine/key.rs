@@ -13,7 +13,18 @@ use crate::config::KeyPart;
 /// descriptor entries...). Each front door has its own.
 pub trait KeySource {
     /// The value of `part`, or `None` when this request does not have it.
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>>;
+    ///
+    /// Values are bytes: a header's value is keyed as it was sent, UTF-8 or
+    /// not, as the tower layer keys it.
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>>;
+}
+
+/// Text as a part's value.
+pub(crate) fn text(value: Cow<'_, str>) -> Cow<'_, [u8]> {
+    match value {
+        Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
+        Cow::Owned(text) => Cow::Owned(text.into_bytes()),
+    }
 }
 
 /// The value every request shares when a part is missing and the front door
@@ -36,16 +47,13 @@ pub fn compose<'p>(parts: &'p [KeyPart], source: &dyn KeySource) -> Result<Vec<u
     let mut missing = None;
     let key = ratekeeper::key::compose(parts.iter().map_while(|part| {
         let value = match part {
-            KeyPart::Global => Some(Cow::Borrowed(GLOBAL)),
+            KeyPart::Global => Some(Cow::Borrowed(GLOBAL.as_bytes())),
             _ => source.part(part),
         };
         if value.is_none() {
             missing = Some(part);
         }
-        value.map(|value| match value {
-            Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
-            Cow::Owned(text) => Cow::Owned(text.into_bytes()),
-        })
+        value
     }));
     match missing {
         Some(part) => Err(part),
@@ -69,21 +77,24 @@ pub struct HttpSource<'a> {
 }
 
 impl KeySource for HttpSource<'_> {
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
         match part {
-            KeyPart::Peer(prefixes) => self.peer.map(|ip| Cow::Owned(prefixes.key(ip))),
+            KeyPart::Peer(prefixes) => self
+                .peer
+                .map(|ip| Cow::Owned(prefixes.key(ip).into_bytes())),
             // The rule makes a trusted peer that names no client the client,
             // and any peer it does not trust the client too.
             KeyPart::ClientIp(rule, prefixes) => rule
                 .find(self.headers, self.peer)
-                .map(|ip| Cow::Owned(prefixes.key(ip))),
-            KeyPart::Route => Some(Cow::Owned(format!("{} {}", self.method, self.path))),
+                .map(|ip| Cow::Owned(prefixes.key(ip).into_bytes())),
+            KeyPart::Route => Some(Cow::Owned(
+                format!("{} {}", self.method, self.path).into_bytes(),
+            )),
             KeyPart::Header(name) => self
                 .headers
                 .get(name)
-                .and_then(|value| value.to_str().ok())
-                .map(Cow::Borrowed),
-            KeyPart::Global => Some(Cow::Borrowed(GLOBAL)),
+                .map(|value| Cow::Borrowed(value.as_bytes())),
+            KeyPart::Global => Some(Cow::Borrowed(GLOBAL.as_bytes())),
             KeyPart::Descriptor(_) => None,
         }
     }
@@ -96,21 +107,24 @@ impl KeySource for HttpSource<'_> {
 pub struct NamedParts<'a>(pub &'a HashMap<String, String>);
 
 impl KeySource for NamedParts<'_> {
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
         let value = match part {
             // An address given as text is keyed by its network too.
             KeyPart::Peer(prefixes) => {
-                return self.0.get("peer").map(|v| prefixes.key_of_text(v));
+                return self.0.get("peer").map(|v| text(prefixes.key_of_text(v)));
             }
             KeyPart::ClientIp(_, prefixes) => {
-                return self.0.get("client_ip").map(|v| prefixes.key_of_text(v));
+                return self
+                    .0
+                    .get("client_ip")
+                    .map(|v| text(prefixes.key_of_text(v)));
             }
             KeyPart::Route => self.0.get("route"),
             KeyPart::Header(name) => self.0.get(&format!("header:{name}")),
             KeyPart::Descriptor(key) => self.0.get(&format!("descriptor:{key}")),
-            KeyPart::Global => return Some(Cow::Borrowed(GLOBAL)),
+            KeyPart::Global => return Some(Cow::Borrowed(GLOBAL.as_bytes())),
         };
-        value.map(|v| Cow::Borrowed(v.as_str()))
+        value.map(|v| Cow::Borrowed(v.as_bytes()))
     }
 }
 
@@ -119,8 +133,12 @@ impl KeySource for NamedParts<'_> {
 pub struct OrUnknown<S>(pub S);
 
 impl<S: KeySource> KeySource for OrUnknown<S> {
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
-        Some(self.0.part(part).unwrap_or(Cow::Borrowed(UNKNOWN)))
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
+        Some(
+            self.0
+                .part(part)
+                .unwrap_or(Cow::Borrowed(UNKNOWN.as_bytes())),
+        )
     }
 }
 
@@ -133,11 +151,11 @@ mod tests {
     struct Values(Vec<&'static str>);
 
     impl KeySource for Values {
-        fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+        fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
             match part {
                 KeyPart::Descriptor(key) => {
                     let index: usize = key.parse().ok()?;
-                    self.0.get(index).map(|v| Cow::Borrowed(*v))
+                    self.0.get(index).map(|v| Cow::Borrowed(v.as_bytes()))
                 }
                 _ => None,
             }
@@ -177,7 +195,31 @@ mod tests {
             headers,
             peer: Some(peer.parse().unwrap()),
         };
-        source.part(part).map(Cow::into_owned)
+        source
+            .part(part)
+            .map(|value| String::from_utf8(value.into_owned()).unwrap())
+    }
+
+    /// A header's value is keyed as sent, UTF-8 or not, as the tower
+    /// layer keys it: the same request, the same key at both.
+    #[test]
+    fn a_header_that_is_not_utf8_is_keyed_by_its_bytes() {
+        let mut headers = HeaderMap::new();
+        let raw = [0xff, b'a', b'|'];
+        headers.insert("x-api-key", http::HeaderValue::from_bytes(&raw).unwrap());
+        let method = Method::GET;
+        let source = HttpSource {
+            method: &method,
+            path: "/",
+            headers: &headers,
+            peer: None,
+        };
+        let parts = [KeyPart::Header(http::HeaderName::from_static("x-api-key"))];
+        assert_eq!(
+            compose(&parts, &source).unwrap(),
+            ratekeeper::key::compose([&raw[..]])
+        );
+        assert_eq!(compose(&parts, &source).unwrap(), [0xff, b'a', b'\\', b'|']);
     }
 
     #[test]
@@ -243,7 +285,7 @@ mod tests {
         let named: HashMap<String, String> = [("client_ip".to_owned(), peer.to_owned())].into();
         assert_eq!(
             NamedParts(&named).part(&client_ip).as_deref(),
-            Some("2001:db8:1:2::/64")
+            Some(&b"2001:db8:1:2::/64"[..])
         );
     }
 

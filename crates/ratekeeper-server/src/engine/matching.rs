@@ -129,14 +129,14 @@ impl<E: Entry> DescriptorSource<'_, E> {
 }
 
 impl<E: Entry> KeySource for DescriptorSource<'_, E> {
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
         match part {
-            KeyPart::Descriptor(key) => self.value(key).map(Cow::Borrowed),
+            KeyPart::Descriptor(key) => self.value(key).map(|v| Cow::Borrowed(v.as_bytes())),
             // Keyed by its network, as at every door: an IPv6 client by its /64.
             KeyPart::Peer(prefixes) | KeyPart::ClientIp(_, prefixes) => self
                 .value(REMOTE_ADDRESS)
-                .map(|value| prefixes.key_of_text(value)),
-            KeyPart::Global => Some(Cow::Borrowed("*")),
+                .map(|value| super::key::text(prefixes.key_of_text(value))),
+            KeyPart::Global => Some(Cow::Borrowed(b"*")),
             KeyPart::Route | KeyPart::Header(_) => None,
         }
     }
@@ -341,7 +341,7 @@ match = { domain = "d", descriptors = [{ key = "plan", value = "free" }] }
         assert_eq!(source.part(&KeyPart::Peer(Default::default())), None);
         assert_eq!(
             source.part(&KeyPart::Descriptor("user".into())).as_deref(),
-            Some("bob")
+            Some(&b"bob"[..])
         );
     }
 }

@@ -243,13 +243,13 @@ struct ApiSource<'a> {
 }
 
 impl KeySource for ApiSource<'_> {
-    fn part(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
+    fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
         if let Some(value) = self.parts.part(part) {
             return Some(value);
         }
         match (part, self.method, self.path) {
             (KeyPart::Route, Some(method), Some(path)) => {
-                Some(Cow::Owned(format!("{method} {path}")))
+                Some(Cow::Owned(format!("{method} {path}").into_bytes()))
             }
             _ => None,
         }
