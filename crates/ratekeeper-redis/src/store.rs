@@ -178,7 +178,8 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-/// One limit of a call: its key, script parameters and quota.
+/// One limit of a call: its key, script parameters, quota and cost.
+#[derive(Clone)]
 pub(crate) struct Prepared {
     key: Vec<u8>,
     pub(crate) params: Params,
@@ -352,18 +353,10 @@ impl RedisStore {
         // One script per slot; refund the slots already charged if a later
         // one denies or fails.
         let mut outcomes: Vec<Option<Outcome>> = vec![None; prepared.len()];
-        let pick = |group: &[usize]| -> Vec<Prepared> {
-            group
-                .iter()
-                .map(|&i| Prepared {
-                    key: prepared[i].key.clone(),
-                    params: prepared[i].params,
-                    quota: prepared[i].quota,
-                    cost: prepared[i].cost,
-                })
-                .collect()
-        };
-        let parts: Vec<Vec<Prepared>> = groups.iter().map(|g| pick(g)).collect();
+        let parts: Vec<Vec<Prepared>> = groups
+            .iter()
+            .map(|group| group.iter().map(|&i| prepared[i].clone()).collect())
+            .collect();
         for (g, part) in parts.iter().enumerate() {
             let result = match self.run(CHECK, part, now).await {
                 Ok(reply) => parse(part, &reply),
