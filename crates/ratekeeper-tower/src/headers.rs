@@ -26,6 +26,31 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// `X-RateLimit-Limit`.
 pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateKeeper-Saturated`: the limits whose store had no room for the
+/// request's key (an in-memory table at its `max_keys`), as a Structured
+/// Fields list of strings (`"per-ip", "per-user"`). Such a limit counted
+/// nothing: it refused the request, or let it through uncounted where it
+/// was told to. Shadow limits are left out.
+pub const X_RATEKEEPER_SATURATED: HeaderName = HeaderName::from_static("x-ratekeeper-saturated");
+/// The value of [`X_RATEKEEPER_SATURATED`] for the limits named `names`;
+/// `None` when there are none.
+pub fn saturated_value<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<HeaderValue> {
+    let mut value = String::new();
+    for name in names {
+        if !value.is_empty() {
+            value.push_str(", ");
+        }
+        // Limit names have no quotes or backslashes to escape.
+        value.push('"');
+        value.push_str(name);
+        value.push('"');
+    }
+    // Limit names are printable ASCII, so this cannot fail; leaving the
+    // header out beats a panic if it somehow did.
+    (!value.is_empty())
+        .then(|| HeaderValue::try_from(value).ok())
+        .flatten()
+}
 /// `X-RateLimit-Remaining`.
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.

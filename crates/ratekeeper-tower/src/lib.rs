@@ -52,6 +52,8 @@
 //!
 //! - [`RateLimitLayer::builder`]: limits, keys, skips, headers, refusals,
 //!   shadow mode, and the warnings of [`RateLimitLayerBuilder::build`].
+//! - [`Rule`]: a limit that applies to some methods or paths, or that only
+//!   reports (shadow mode).
 //! - [`Key`]: what a request is counted under; [`client`]: finding the
 //!   client behind proxies ([`client::ClientIp`]).
 //! - [`headers`]: the rate-limit response headers, for other front ends.
@@ -64,7 +66,7 @@ mod limit;
 
 pub use limit::{
     ConfigWarning, Key, LayerError, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    Refusal, RefusalBody, ResponseFormat, ResponseFuture, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
+    Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
 };
 
 /// Compiles and runs the examples of the workspace's README.md (the core's

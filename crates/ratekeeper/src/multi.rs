@@ -158,6 +158,55 @@ pub(crate) async fn all_or_nothing<S: Steps>(steps: &S) -> Result<MultiOutcome, 
     Ok(MultiOutcome::new(outcomes, None))
 }
 
+/// Decides the limits of a request that only report (shadow mode: a limit
+/// tried on real traffic before it is enforced), once the enforced limits
+/// have decided: with `request_allowed`, each takes its cost as if it were
+/// enforced; without, each is only read. Each is decided on its own, never
+/// all or nothing with the others.
+///
+/// So a shadow limit never changes what happens to a request (it cannot
+/// refuse it, and a request the enforced limits refused costs it nothing,
+/// as it costs them nothing), while what it reports is what it would have
+/// decided. The tower layer and the service both decide shadow limits
+/// here.
+///
+/// Shadow limits must not go in the same [`Store::check_all`] as the
+/// enforced ones: their refusal would give back what the enforced limits
+/// took for a request that passes.
+///
+/// ```
+/// use ratekeeper::{Gcra, Limit, MemoryStore, Store, store::{check_shadow, Check}};
+///
+/// # futures_executor::block_on(async {
+/// let store = MemoryStore::new();
+/// let enforced = Limit::new("per-user", Gcra::per_minute(10)?)?;
+/// let trial = Limit::new("per-user-strict", Gcra::per_minute(1)?)?;
+/// for expected in [true, false] {
+///     let decided = store.check_all(&[Check::new(&enforced, b"alice", 1)]).await?;
+///     let shadow = check_shadow(&store, &[Check::new(&trial, b"alice", 1)], decided.is_allowed()).await?;
+///     // Both requests pass; the second would have been refused by the trial.
+///     assert!(decided.is_allowed());
+///     assert_eq!(shadow[0].is_allowed(), expected);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+pub async fn check_shadow<S: Store + ?Sized>(
+    store: &S,
+    checks: &[Check<'_>],
+    request_allowed: bool,
+) -> Result<Vec<Outcome>, StoreError> {
+    let mut outcomes = Vec::with_capacity(checks.len());
+    for check in checks {
+        outcomes.push(if request_allowed {
+            store.check(check.limit, check.key, check.cost).await?
+        } else {
+            Outcome::Decided(store.peek(check.limit, check.key).await?)
+        });
+    }
+    Ok(outcomes)
+}
+
 /// Gives back the first `taken` limits' costs, ignoring failures: the
 /// caller is already reporting a refusal or an error, and a refund that
 /// fails can only leave a limit stricter than it should be, never looser.

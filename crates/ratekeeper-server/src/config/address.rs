@@ -6,7 +6,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::net::IpAddr;
 
-use ratekeeper_tower::client::{canonical, network};
 /// The default IPv6 prefix length: one key per /64, what one subscriber
 /// usually holds; the tower layer's, so both key a client alike.
 pub use ratekeeper_tower::DEFAULT_IPV6_PREFIX;
@@ -51,16 +50,7 @@ impl Prefixes {
     /// as `ipnet` writes it (`2001:db8:1:2::/64`, `192.0.2.0/24`).
     /// IPv4-mapped IPv6 addresses are keyed as IPv4.
     pub fn key(&self, ip: IpAddr) -> String {
-        let ip = canonical(ip);
-        let full = match ip {
-            IpAddr::V4(_) => self.ipv4 >= 32,
-            IpAddr::V6(_) => self.ipv6 >= 128,
-        };
-        if full {
-            ip.to_string()
-        } else {
-            network(ip, self.ipv4, self.ipv6).to_string()
-        }
+        ratekeeper_tower::client::address_key(ip, self.ipv4, self.ipv6)
     }
 
     /// [`key`](Prefixes::key) of a value that a caller gave as text (the

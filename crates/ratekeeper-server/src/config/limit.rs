@@ -3,6 +3,7 @@
 use http::{HeaderName, Method};
 use ratekeeper::{Limit, Rate};
 use ratekeeper_tower::client::ClientIp;
+use ratekeeper_tower::{Key, Rule};
 
 use super::Prefixes;
 
@@ -28,6 +29,56 @@ pub struct LimitConfig {
     pub allow_refunds: bool,
     /// Which requests the limit applies to.
     pub matcher: Match,
+}
+
+impl LimitConfig {
+    /// The limit as the tower layer's [`Rule`]: its key read from an HTTP
+    /// request, its shadow flag, and the methods and path it applies to.
+    /// The proxy limits requests with these rules, and `check` warns about
+    /// them as a layer would.
+    ///
+    /// A `descriptor:KEY` part is never in an HTTP request: it is the
+    /// shared `unknown` there, as on the service's other HTTP doors.
+    pub fn rule(&self) -> Rule {
+        let mut keys: Vec<Key> = self.key.iter().map(KeyPart::http_key).collect();
+        let key = match keys.len() {
+            1 => keys.remove(0),
+            _ => Key::compose(keys),
+        };
+        let mut rule = Rule::new(self.limit.clone(), key)
+            .shadow(self.shadow)
+            .methods(self.matcher.methods.iter().cloned());
+        if let Some(prefix) = &self.matcher.path_prefix {
+            rule = rule.path_prefix(prefix.clone());
+        }
+        rule
+    }
+
+    /// Whether the limit applies to HTTP requests at all: its `match`
+    /// names no Envoy domain or descriptors.
+    pub fn applies_to_http(&self) -> bool {
+        self.matcher.domain.is_none() && self.matcher.descriptors.is_empty()
+    }
+}
+
+impl KeyPart {
+    /// This part of a key, read from an HTTP request by the tower layer:
+    /// the same text as the service's own doors make of it.
+    fn http_key(&self) -> Key {
+        let network =
+            |strategy: ClientIp, prefixes: &Prefixes| match *prefixes == Prefixes::default() {
+                true => Key::client_ip(strategy),
+                false => Key::client_network(strategy, prefixes.ipv4, prefixes.ipv6),
+            };
+        match self {
+            KeyPart::Peer(prefixes) => network(ClientIp::Peer, prefixes),
+            KeyPart::ClientIp(strategy, prefixes) => network(strategy.clone(), prefixes),
+            KeyPart::Route => Key::route(),
+            KeyPart::Global => Key::global(),
+            KeyPart::Header(name) => Key::header(name.clone()),
+            KeyPart::Descriptor(_) => Key::from_fn(|_| None),
+        }
+    }
 }
 
 /// What a limit answers a request whose key is new while the in-memory

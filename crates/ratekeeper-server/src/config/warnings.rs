@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use ratekeeper_tower::client::ClientIp;
-
 use super::{Config, KeyPart, LimitConfig};
 
 /// A limit that works, but probably not as meant.
@@ -29,15 +27,12 @@ pub enum ConfigWarning {
         /// The part, as written.
         part: String,
     },
-    /// `client_ip` trusts a network that covers every address, so any
-    /// client can name its own key in the header it reads.
-    TrustsEveryProxy {
-        /// The limit.
-        limit: String,
-        /// The header `client_ip` reads (`X-Forwarded-For`, `Forwarded`,
-        /// or the `client_ip_from` header).
-        header: String,
-    },
+    /// What the tower layer warns about in a limit's rule
+    /// ([`Rule::warnings`](ratekeeper_tower::Rule::warnings)): a
+    /// `client_ip` that trusts every address as a proxy, a key read from a
+    /// header any client can set. The service and the layer find these in
+    /// one place.
+    Rule(ratekeeper_tower::ConfigWarning),
     /// A `[listen.tls.*]` table names a door that is off: its files are
     /// not read and nothing serves them.
     TlsForClosedDoor {
@@ -59,11 +54,7 @@ impl fmt::Display for ConfigWarning {
                 "limit {limit} matches HTTP methods or paths, but its key part {part} comes only \
                  from Envoy descriptors: every request shares the key \"unknown\""
             ),
-            ConfigWarning::TrustsEveryProxy { limit, header } => write!(
-                f,
-                "limit {limit} trusts every address as a proxy (a /0 network in trusted_proxies): \
-                 any client can choose its own key with {header}"
-            ),
+            ConfigWarning::Rule(warning) => warning.fmt(f),
             ConfigWarning::TlsForClosedDoor { door } => write!(
                 f,
                 "listen.tls.{door} is set but listen.{door} is off: the table is ignored"
@@ -123,25 +114,18 @@ fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
                     part: part.to_string(),
                 });
             }
-            KeyPart::ClientIp(strategy, _)
-                if strategy.trusted().iter().any(|net| net.prefix_len() == 0) =>
-            {
-                warnings.push(ConfigWarning::TrustsEveryProxy {
-                    limit: name.clone(),
-                    header: header_label(strategy),
-                });
-            }
             _ => {}
         }
     }
+    // A header part of a limit on descriptors is warned about above: it
+    // is never in a descriptor, whoever could set it.
+    let rule_warnings = limit.rule().warnings().into_iter().filter(|warning| {
+        !(by_descriptors
+            && matches!(
+                warning,
+                ratekeeper_tower::ConfigWarning::SpoofableHeader { .. }
+            ))
+    });
+    warnings.extend(rule_warnings.map(ConfigWarning::Rule));
     warnings
-}
-
-/// The header `strategy` reads, as people write it.
-fn header_label(strategy: &ClientIp) -> String {
-    match strategy {
-        ClientIp::Forwarded { .. } => "Forwarded".to_owned(),
-        ClientIp::Header { name, .. } => name.to_string(),
-        _ => "X-Forwarded-For".to_owned(),
-    }
 }

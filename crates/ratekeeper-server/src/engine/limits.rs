@@ -2,7 +2,7 @@
 //! requests and build keys. Replaced whole on a reload.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::Method;
@@ -11,6 +11,7 @@ use ratekeeper::{
     stats::{LimitStats, Stats, StatsConfig},
     Limit,
 };
+use ratekeeper_tower::Rule;
 
 use super::key::{compose, KeySource};
 use crate::config::{KeyPart, LimitConfig};
@@ -20,6 +21,9 @@ use crate::config::{KeyPart, LimitConfig};
 pub struct ActiveLimit {
     config: LimitConfig,
     stats: Option<LimitStats>,
+    /// The limit as the tower layer's rule, made when first asked for:
+    /// the per-request limits Envoy's overrides build never need it.
+    rule: OnceLock<Option<Rule>>,
 }
 
 impl ActiveLimit {
@@ -33,6 +37,7 @@ impl ActiveLimit {
         ActiveLimit {
             config,
             stats: None,
+            rule: OnceLock::new(),
         }
     }
 
@@ -84,18 +89,21 @@ impl ActiveLimit {
         compose(&self.config.key, source)
     }
 
+    /// The limit as the tower layer's [`Rule`] for HTTP requests
+    /// ([`LimitConfig::rule`]); `None` when its `match` names an Envoy
+    /// domain or descriptors, which no HTTP request has.
+    pub fn http_rule(&self) -> Option<&Rule> {
+        self.rule
+            .get_or_init(|| self.config.applies_to_http().then(|| self.config.rule()))
+            .as_ref()
+    }
+
     /// Whether the limit applies to an HTTP request with `method` and
-    /// `path`: its `match` names no Envoy domain or descriptors, and its
+    /// `path`: it has an [`http_rule`](ActiveLimit::http_rule), whose
     /// methods and path prefix (if any) agree.
     pub fn matches_http(&self, method: &Method, path: &str) -> bool {
-        let matcher = &self.config.matcher;
-        matcher.domain.is_none()
-            && matcher.descriptors.is_empty()
-            && (matcher.methods.is_empty() || matcher.methods.contains(method))
-            && matcher
-                .path_prefix
-                .as_deref()
-                .is_none_or(|prefix| path.starts_with(prefix))
+        self.http_rule()
+            .is_some_and(|rule| rule.applies_to(method, path))
     }
 }
 
@@ -142,6 +150,7 @@ impl LimitSet {
                 Arc::new(ActiveLimit {
                     config: config.clone(),
                     stats: Some(limit_stats),
+                    rule: OnceLock::new(),
                 })
             })
             .collect();

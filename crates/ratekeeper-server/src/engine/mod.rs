@@ -55,7 +55,7 @@ use arc_swap::ArcSwap;
 use ratekeeper::{
     clock::UnixClock,
     stats::Stats,
-    store::{Check as StoreCheck, StoreError},
+    store::{check_shadow, Check as StoreCheck, StoreError},
     Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
 use smallvec::SmallVec;
@@ -259,7 +259,9 @@ impl Engine {
     ///
     /// Shadow limits are decided after the others, and charged only when
     /// the others let the request through (otherwise only read): they
-    /// report what they would have done without changing what happens.
+    /// report what they would have done without changing what happens
+    /// ([`check_shadow`], which the tower layer decides its shadow rules
+    /// by too).
     ///
     /// Its latency, failed or not, goes to
     /// [`decision_metrics`](Engine::decision_metrics).
@@ -311,16 +313,13 @@ impl Engine {
         let allowed = self
             .check_enforced(&checks, enforced, &mut outcomes)
             .await?;
-        for &index in &shadow {
-            let check = &checks[index];
-            let outcome = if allowed {
-                store
-                    .check(check.limit.limit(), &check.key, check.cost)
-                    .await?
-            } else {
-                Outcome::Decided(store.peek(check.limit.limit(), &check.key).await?)
-            };
-            outcomes[index] = Some(outcome);
+        if !shadow.is_empty() {
+            let request: SmallVec<[StoreCheck<'_>; 4]> =
+                shadow.iter().map(|&i| store_check(&checks[i])).collect();
+            let reported = check_shadow(store, &request, allowed).await?;
+            for (&index, outcome) in shadow.iter().zip(reported) {
+                outcomes[index] = Some(outcome);
+            }
         }
 
         let now = self.inner.wall_clock.now();
@@ -368,10 +367,8 @@ impl Engine {
             if active.is_empty() {
                 return Ok(true);
             }
-            let request: SmallVec<[StoreCheck<'_>; 4]> = active
-                .iter()
-                .map(|&i| StoreCheck::new(checks[i].limit.limit(), &checks[i].key, checks[i].cost))
-                .collect();
+            let request: SmallVec<[StoreCheck<'_>; 4]> =
+                active.iter().map(|&i| store_check(&checks[i])).collect();
             let multi = match store.immediate() {
                 Some(store) => store.check_all_now(&request)?,
                 None => store.check_all(&request).await?,
@@ -439,6 +436,11 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// `check` as the store takes it.
+fn store_check(check: &Check) -> StoreCheck<'_> {
+    StoreCheck::new(check.limit.limit(), &check.key, check.cost)
 }
 
 /// How many times [`Engine::check_enforced`] decides again

@@ -78,7 +78,9 @@ pub(crate) fn refuses(check: &Check, outcome: &Outcome) -> bool {
 /// The header every door adds when a limit's store was saturated: the
 /// names of those limits (not in shadow mode) as a structured-field list
 /// of strings, such as `"per-ip"`. The request was refused by them, or
-/// let through uncounted by those with `on_saturated = "allow"`.
+/// let through uncounted by those with `on_saturated = "allow"`. The tower
+/// layer's [`X_RATEKEEPER_SATURATED`](ratekeeper_tower::headers::X_RATEKEEPER_SATURATED),
+/// as text for the Envoy door's header lists.
 pub const SATURATED_HEADER: &str = "x-ratekeeper-saturated";
 
 /// The decisions of every limit a request was checked against.
@@ -134,20 +136,13 @@ impl Verdict {
     /// The value of [`SATURATED_HEADER`] (`"a", "b"`): the limits, not in
     /// shadow mode, whose store had no room for the key; `None` when none.
     pub fn saturated_header(&self) -> Option<String> {
-        let mut value = String::new();
-        for result in &self.results {
-            if result.check.limit.is_shadow() || !result.saturated() {
-                continue;
-            }
-            if !value.is_empty() {
-                value.push_str(", ");
-            }
-            // Limit names have no quotes or backslashes to escape.
-            value.push('"');
-            value.push_str(result.check.limit.name());
-            value.push('"');
-        }
-        (!value.is_empty()).then_some(value)
+        let names = self
+            .results
+            .iter()
+            .filter(|result| !result.check.limit.is_shadow() && result.saturated())
+            .map(|result| result.check.limit.name());
+        let value = ratekeeper_tower::headers::saturated_value(names)?;
+        value.to_str().ok().map(str::to_owned)
     }
 
     /// The decisions, for the header functions of

@@ -1,31 +1,105 @@
-//! The proxy's rate limit: a tower layer that decides every request through
-//! the [`Engine`] before the inner service sees it.
+//! The proxy's rate limit: the tower layer's [`RateLimitLayer`] over the
+//! engine's rules, rebuilt when a reload replaces them.
+//!
+//! The layer keys each request, picks the rules that apply to it, decides
+//! (shadow rules after the others), and answers with its refusals and
+//! headers. It decides through [`EngineStore`], which hands each check to
+//! the [`Engine`] under the configured limit of that name: the counts,
+//! statistics, metrics and `on_saturated` passes are the engine's, shared
+//! with every other door.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
-use ratekeeper_tower::headers::{insert_headers, HeaderStyle, ResetStyle};
-use ratekeeper_tower::{Refusal, ResponseFormat};
+use ratekeeper::store::{Check as StoreCheck, MultiOutcome, StoreError};
+use ratekeeper::{Decision, Limit, Outcome, Store};
+use ratekeeper_tower::headers::{HeaderStyle, ResetStyle};
+use ratekeeper_tower::{RateLimitLayer, ResponseFormat};
 use tower::{Layer, Service};
 
-use crate::engine::{Check, Engine, HttpSource, OrUnknown, Verdict, UNKNOWN};
+use crate::engine::{Check, Engine, LimitSet, Verdict};
 
-/// Decides each request through the engine: the limits whose `match` fits
-/// its method and path, keyed from its peer, headers and route.
+/// Rate-limits each request by the engine's limits in force.
 #[derive(Clone, Debug)]
 pub(crate) struct LimitLayer {
     engine: Engine,
+    current: Arc<ArcSwap<Current>>,
+}
+
+/// The layer of one set of limits.
+struct Current {
+    limits: Arc<LimitSet>,
+    /// `None` when no limit applies to HTTP requests.
+    layer: Option<RateLimitLayer<EngineStore>>,
+}
+
+impl std::fmt::Debug for Current {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Current")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LimitLayer {
     pub(crate) fn new(engine: Engine) -> LimitLayer {
-        LimitLayer { engine }
+        let current = Current::of(&engine, engine.limits());
+        LimitLayer {
+            engine,
+            current: Arc::new(ArcSwap::from_pointee(current)),
+        }
+    }
+
+    /// The layer of the limits in force, rebuilt first if a reload
+    /// replaced them.
+    fn current(&self) -> Arc<Current> {
+        let current = self.current.load_full();
+        let limits = self.engine.limits();
+        if Arc::ptr_eq(&current.limits, &limits) {
+            return current;
+        }
+        let fresh = Arc::new(Current::of(&self.engine, limits));
+        // Requests racing a reload may each build one; the last stored
+        // wins, and all of them are of the same limits.
+        self.current.store(Arc::clone(&fresh));
+        fresh
+    }
+}
+
+impl Current {
+    fn of(engine: &Engine, limits: Arc<LimitSet>) -> Current {
+        let rules: Vec<_> = limits
+            .iter()
+            .filter_map(|limit| limit.http_rule().cloned())
+            .collect();
+        let store = EngineStore {
+            engine: engine.clone(),
+            limits: Arc::clone(&limits),
+        };
+        let mut builder = RateLimitLayer::builder(store)
+            .headers(HeaderStyle::Draft)
+            .reset_style(ResetStyle::DeltaSeconds)
+            .format(ResponseFormat::Text)
+            // Every method counts, OPTIONS included: a limit that should
+            // skip preflights says so in its `match.methods`.
+            .skip_methods([]);
+        for rule in rules {
+            builder = builder.rule(rule);
+        }
+        // The configuration's names are unique, so the only error is
+        // having no limit for HTTP at all: then nothing is limited.
+        Current {
+            layer: builder.build().ok(),
+            limits,
+        }
     }
 }
 
@@ -35,7 +109,7 @@ impl<S> Layer<S> for LimitLayer {
     fn layer(&self, inner: S) -> Limited<S> {
         Limited {
             inner,
-            engine: self.engine.clone(),
+            layer: self.clone(),
         }
     }
 }
@@ -44,7 +118,7 @@ impl<S> Layer<S> for LimitLayer {
 #[derive(Clone, Debug)]
 pub(crate) struct Limited<S> {
     inner: S,
-    engine: Engine,
+    layer: LimitLayer,
 }
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -70,82 +144,100 @@ where
         // a clone stays for the next one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let engine = self.engine.clone();
-        Box::pin(async move {
-            let checks = checks(&engine, &request);
-            if checks.is_empty() {
-                return inner.call(request).await;
-            }
-            let verdict = match engine.check(checks).await {
-                Ok(verdict) => verdict,
-                Err(error) => {
-                    tracing::warn!(%error, "proxy: the rate-limit store failed closed");
-                    let refusal = Refusal::StoreUnavailable {
-                        reason: error.to_string(),
-                    };
-                    let response = refusal.response(ResponseFormat::Text, request.headers());
-                    return Ok(response.map(Body::new));
-                }
-            };
-            if verdict.is_allowed() {
-                let mut response = inner.call(request).await?;
-                insert_fields(response.headers_mut(), &verdict);
-                return Ok(response);
-            }
-            let refusal = Refusal::Limited {
-                violated: verdict
-                    .results
-                    .iter()
-                    .filter(|result| !result.check.limit.is_shadow() && result.refused())
-                    .map(|result| result.check.limit.name().to_owned())
-                    .collect(),
-                retry_after: verdict.retry_after(),
-            };
-            let mut response = refusal
-                .response(ResponseFormat::Text, request.headers())
-                .map(Body::new);
-            insert_fields(response.headers_mut(), &verdict);
-            Ok(response)
-        })
+        let current = self.layer.current();
+        watch_forwarding(&self.layer.engine, &current.limits, &request);
+        match &current.layer {
+            Some(layer) => Box::pin(Service::call(&mut layer.layer(inner), request)),
+            None => Box::pin(inner.call(request)),
+        }
     }
 }
 
-/// The checks of the limits that apply to `request`, one unit each.
-fn checks(engine: &Engine, request: &Request<Body>) -> Vec<Check> {
+/// Counts and logs, once per limit, a forwarding header that a limit
+/// keyed by `client_ip` ignored because the peer is not a proxy it
+/// trusts: the layer ignores such headers without a word.
+fn watch_forwarding(engine: &Engine, limits: &LimitSet, request: &Request<Body>) {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
-    let source = HttpSource {
-        method: request.method(),
-        path: request.uri().path(),
-        headers: request.headers(),
-        peer,
-    };
-    engine
-        .limits()
-        .for_http(request.method(), request.uri().path())
-        .map(|limit| {
-            engine.watch_forwarding(limit, request.headers(), peer, &[]);
-            // `OrUnknown` gives every part, so `key` cannot fail; the
-            // shared "unknown" key is the safe answer if it ever did.
-            let key = limit
-                .key(&OrUnknown(source))
-                .unwrap_or_else(|_| UNKNOWN.as_bytes().to_vec());
-            Check::new(limit.clone(), key, 1)
-        })
-        .collect()
+    let (method, path) = (request.method(), request.uri().path());
+    for limit in limits.for_http(method, path) {
+        engine.watch_forwarding(limit, request.headers(), peer, &[]);
+    }
 }
 
-/// The draft's `RateLimit-Policy` and `RateLimit` fields of `verdict`.
-fn insert_fields(headers: &mut axum::http::HeaderMap, verdict: &Verdict) {
-    let decisions = verdict.decisions();
-    let reports = verdict.reports(&decisions);
-    insert_headers(
-        headers,
-        HeaderStyle::Draft,
-        ResetStyle::DeltaSeconds,
-        &reports,
-    );
-    crate::engine::headers::insert_saturated(headers, verdict);
+/// The engine as a [`Store`] for the layer: each check goes to the engine
+/// under the configured limit of its name, in the set the layer was built
+/// from.
+#[derive(Debug)]
+pub(crate) struct EngineStore {
+    engine: Engine,
+    limits: Arc<LimitSet>,
+}
+
+impl EngineStore {
+    /// The engine's checks for the layer's.
+    fn checks(&self, checks: &[StoreCheck<'_>]) -> Result<Vec<Check>, StoreError> {
+        checks
+            .iter()
+            .map(|check| self.check(check.limit, check.key, check.cost))
+            .collect()
+    }
+
+    fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Check, StoreError> {
+        // The layer's rules are made from this set: every name is in it.
+        let active = self.limits.get(limit.name()).ok_or_else(|| {
+            StoreError::unavailable(format!("limit {} is not configured", limit.name()))
+        })?;
+        Ok(Check::new(Arc::clone(active), key.to_vec(), cost))
+    }
+}
+
+/// The engine's verdict as the layer takes it: one outcome per check, and
+/// the first limit that refused (as the engine judges it: a saturated
+/// table refuses only under `on_saturated = "deny"`).
+fn multi_outcome(verdict: Verdict) -> MultiOutcome {
+    let denied_by = verdict
+        .results
+        .iter()
+        .position(|result| !result.check.limit.is_shadow() && result.refused());
+    let outcomes = verdict
+        .results
+        .iter()
+        .map(|result| result.outcome)
+        .collect();
+    MultiOutcome::new(outcomes, denied_by)
+}
+
+impl Store for EngineStore {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        let check = EngineStore::check(self, limit, key, cost)?;
+        let verdict = self.engine.check(vec![check]).await?;
+        verdict
+            .results
+            .first()
+            .map(|result| result.outcome)
+            .ok_or_else(|| StoreError::unavailable("the engine decided no limit"))
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        let check = EngineStore::check(self, limit, key, 0)?;
+        let verdict = self.engine.peek(vec![check]).await?;
+        verdict
+            .results
+            .first()
+            .map(|result| result.decision())
+            .ok_or_else(|| StoreError::unavailable("the engine decided no limit"))
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        let check = EngineStore::check(self, limit, key, units)?;
+        self.engine.refund(&[check]).await
+    }
+
+    async fn check_all(&self, checks: &[StoreCheck<'_>]) -> Result<MultiOutcome, StoreError> {
+        let checks = self.checks(checks)?;
+        Ok(multi_outcome(self.engine.check(checks).await?))
+    }
 }

@@ -43,14 +43,14 @@
 //!
 //! # The middleware
 //!
-//! The limits come from the configuration: chosen per request by their
-//! `match`, each with its own key and shadow mode, and replaced on reload.
-//! [`RateLimitLayer`](ratekeeper_tower::RateLimitLayer) takes a fixed list
-//! of limits and keys when it is built, so the proxy's layer decides
-//! through the service's [`Engine`] instead (the same engine, and the same
-//! counts, as the other front doors) and answers with the middleware's
-//! refusals ([`Refusal::response`](ratekeeper_tower::Refusal::response))
-//! and header fields ([`ratekeeper_tower::headers`]).
+//! The proxy is the tower layer,
+//! [`RateLimitLayer`](ratekeeper_tower::RateLimitLayer), over the
+//! configuration's limits: each limit that applies to HTTP requests is a
+//! [`Rule`](ratekeeper_tower::Rule) (its key, its `match` methods and path
+//! prefix, its shadow flag; [`LimitConfig::rule`](crate::config::LimitConfig::rule)),
+//! and the layer decides through the service's [`Engine`], so the counts,
+//! statistics and metrics are those of the other front doors. A reload
+//! that replaces the limits rebuilds the layer for the next request.
 //!
 //! # Example
 //!

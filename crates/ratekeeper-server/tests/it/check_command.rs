@@ -174,6 +174,11 @@ key = ["client_ip"]
 trusted_proxies = ["0.0.0.0/0"]
 
 [[limits]]
+name = "by-real-ip"
+rate = "5/minute"
+key = ["header:x-real-ip"]
+
+[[limits]]
 name = "fine"
 rate = "5/minute"
 key = ["client_ip", "route"]
@@ -192,8 +197,10 @@ key = ["client_ip", "route"]
              never in one: every gRPC request shares the key \"unknown\"",
             "warning: limit login matches HTTP methods or paths, but its key part descriptor:user \
              comes only from Envoy descriptors: every request shares the key \"unknown\"",
-            "warning: limit open-door trusts every address as a proxy (a /0 network in \
-             trusted_proxies): any client can choose its own key with X-Forwarded-For",
+            "warning: limit open-door trusts every address as a proxy (a /0 network among its \
+             trusted proxies): any client can choose its own key with X-Forwarded-For",
+            "warning: limit by-real-ip is keyed by the x-real-ip header, which any client can \
+             set unless a proxy overwrites it",
         ]
     );
 }

@@ -1015,7 +1015,7 @@ fn trusting_every_address_is_a_warning_naming_the_header_read() {
         assert_eq!(
             warnings,
             [format!(
-                "limit open trusts every address as a proxy (a /0 network in trusted_proxies): \
+                "limit open trusts every address as a proxy (a /0 network among its trusted proxies): \
                  any client can choose its own key with {header}"
             )],
             "{from}"

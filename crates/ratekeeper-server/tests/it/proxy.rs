@@ -487,6 +487,46 @@ async fn over_the_limit_is_a_429_that_never_reaches_the_upstream() {
     proxy.stop().await;
 }
 
+/// The proxy's limits are the tower layer's rules: a limit on some methods
+/// counts only those, a shadow limit counts and reports but never refuses,
+/// and takes nothing from a request the others refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_limits_and_shadow_limits_in_the_proxy() {
+    let toml = "[[limits]]\nname = \"writes\"\nrate = \"1/minute\"\nkey = [\"client_ip\"]\n\
+                [limits.match]\nmethods = [\"POST\"]\n\
+                [[limits]]\nname = \"trial\"\nrate = \"2/minute\"\nkey = [\"client_ip\"]\n\
+                shadow = true\n";
+    let (upstream_addr, upstream) = start_upstream().await;
+    let proxy = Proxy::start(toml, &format!("http://{upstream_addr}")).await;
+    let client = client();
+    let send = |method: reqwest::Method| client.request(method, proxy.url("/echo/x")).send();
+
+    let get = send(reqwest::Method::GET).await.expect("the proxy answers");
+    assert_eq!(get.status(), 201);
+    assert_eq!(get.headers()["ratelimit-policy"], "\"trial\";q=2;w=60");
+    let post = send(reqwest::Method::POST)
+        .await
+        .expect("the proxy answers");
+    assert_eq!(post.status(), 201);
+    assert_eq!(
+        post.headers()["ratelimit-policy"],
+        "\"writes\";q=1;w=60, \"trial\";q=2;w=60"
+    );
+    // The trial is spent: it would refuse, and only reports.
+    let over_trial = send(reqwest::Method::GET).await.expect("the proxy answers");
+    assert_eq!(over_trial.status(), 201);
+    let refused = send(reqwest::Method::POST)
+        .await
+        .expect("the proxy answers");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        refused.text().await.expect("a body"),
+        "Too Many Requests: retry in 60 s\n"
+    );
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 3);
+    proxy.stop().await;
+}
+
 /// 20 requests from this host, each naming another client in
 /// `X-Forwarded-For`, under 5 a minute; how many passed, and the
 /// untrusted-header count `/metrics` shows.

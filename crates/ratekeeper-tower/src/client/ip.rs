@@ -53,6 +53,32 @@ pub fn network(ip: IpAddr, v4_prefix: u8, v6_prefix: u8) -> IpNet {
     }
 }
 
+/// The key of a client at `ip`, cut to `v4_prefix` or `v6_prefix` bits (after
+/// [`canonical`]): the bare address when the prefix is the whole address
+/// (`/32`, `/128`), else the network as `ipnet` writes it
+/// (`192.0.2.0/24`, `2001:db8:1:2::/64`). The tower layer's keys and the
+/// service's are this text, so both count a client under one key.
+///
+/// ```
+/// use ratekeeper_tower::client::address_key;
+///
+/// let ip = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+/// assert_eq!(address_key(ip, 32, 64), "2001:db8:1:2::/64");
+/// assert_eq!(address_key(ip, 32, 128), "2001:db8:1:2:3:4:5:6");
+/// assert_eq!(address_key("::ffff:192.0.2.7".parse().unwrap(), 32, 64), "192.0.2.7");
+/// ```
+pub fn address_key(ip: IpAddr, v4_prefix: u8, v6_prefix: u8) -> String {
+    let ip = canonical(ip);
+    let whole = match ip {
+        IpAddr::V4(_) => v4_prefix >= 32,
+        IpAddr::V6(_) => v6_prefix >= 128,
+    };
+    match whole {
+        true => ip.to_string(),
+        false => network(ip, v4_prefix, v6_prefix).to_string(),
+    }
+}
+
 /// The networks proxies usually sit in: loopback, private (RFC 1918,
 /// RFC 4193), link-local and carrier-grade NAT.
 ///

@@ -30,7 +30,7 @@ use http::HeaderMap;
 use ipnet::IpNet;
 
 pub use forwarded::{parse_forwarded, parse_node, ForwardedElement, ForwardedError, Node};
-pub use ip::{canonical, network, private_networks};
+pub use ip::{address_key, canonical, network, private_networks};
 
 /// The `X-Forwarded-For` header.
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");

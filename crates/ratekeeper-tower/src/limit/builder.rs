@@ -13,8 +13,9 @@ use ratekeeper::{Limit, Store};
 use thiserror::Error;
 
 use super::key::{Key, WithoutPeer};
-use super::layer::{CostFn, CustomResponse, RateLimitLayer, Rule, Shared};
+use super::layer::{CostFn, CustomResponse, RateLimitLayer, Shared};
 use super::response::{Refusal, ResponseFormat};
+use super::rule::Rule;
 use super::warnings::ConfigWarning;
 use super::warnings::{ipv6_allow_key_warnings, warnings_for};
 use crate::headers::{HeaderStyle, ResetStyle};
@@ -77,10 +78,18 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         }
     }
 
-    /// Adds a limit, counted per `key`. A request must pass every limit,
-    /// all or nothing.
-    pub fn limit(mut self, limit: Limit, key: Key) -> Self {
-        self.rules.push(Rule { limit, key });
+    /// Adds a limit, counted per `key`, on every request: the short form
+    /// of [`rule`](Self::rule) with [`Rule::new`]. A request must pass
+    /// every limit, all or nothing.
+    pub fn limit(self, limit: Limit, key: Key) -> Self {
+        self.rule(Rule::new(limit, key))
+    }
+
+    /// Adds a limit with its key, the requests it applies to, and whether
+    /// it is in shadow mode. A request must pass every enforced limit that
+    /// applies to it, all or nothing.
+    pub fn rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
         self
     }
 
@@ -125,8 +134,9 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         self
     }
 
-    /// Shadow mode: decide, count and send the headers, but never refuse;
-    /// to try limits on real traffic before enforcing them.
+    /// Shadow mode for every rule (see [`Rule::shadow`]): decide, count and
+    /// send the headers, but never refuse; to try limits on real traffic
+    /// before enforcing them.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
         self
@@ -185,14 +195,21 @@ impl<S: Store> RateLimitLayerBuilder<S> {
     }
 
     /// Builds the layer, logging any [`ConfigWarning`].
-    pub fn build(self) -> Result<RateLimitLayer<S>, LayerError> {
+    pub fn build(mut self) -> Result<RateLimitLayer<S>, LayerError> {
+        if self.shadow {
+            self.rules = self
+                .rules
+                .into_iter()
+                .map(|rule| rule.shadow(true))
+                .collect();
+        }
         if self.rules.is_empty() {
             return Err(LayerError::NoLimits);
         }
         let mut names = HashSet::new();
         for rule in &self.rules {
-            if !names.insert(rule.limit.name()) {
-                return Err(LayerError::DuplicateLimit(rule.limit.name().to_owned()));
+            if !names.insert(rule.limit().name()) {
+                return Err(LayerError::DuplicateLimit(rule.limit().name().to_owned()));
             }
         }
         let mut warnings: Vec<ConfigWarning> = self
@@ -200,7 +217,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             .iter()
             .flat_map(|rule| warnings_for(rule, self.without_peer))
             .collect();
-        if self.rules.iter().any(|rule| rule.key.is_client_address()) {
+        if self.rules.iter().any(|rule| rule.key().is_client_address()) {
             warnings.extend(ipv6_allow_key_warnings(&self.allow_keys));
         }
         for warning in warnings.iter() {
@@ -213,14 +230,18 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             [rule] => self
                 .store
                 .immediate()
-                .and_then(|store| store.prepare(&rule.limit).ok()),
+                .and_then(|store| store.prepare(rule.limit()).ok()),
             _ => None,
         };
         let needs_parts =
-            self.cost.is_some() || self.rules.iter().any(|rule| rule.key.needs_parts());
+            self.cost.is_some() || self.rules.iter().any(|rule| rule.key().needs_parts());
         let peer_only = prepared.is_some()
             && self.cost.is_none()
-            && matches!(self.rules.as_slice(), [rule] if rule.key.is_peer());
+            && matches!(self.rules.as_slice(), [rule] if rule.key().is_peer() && rule.applies_to_all());
+        let uniform = self
+            .rules
+            .iter()
+            .all(|rule| rule.applies_to_all() && !rule.is_shadow());
         let shared = Shared {
             peer_only,
             policy_value,
@@ -234,7 +255,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             skip_paths: self.skip_paths,
             skip_methods: self.skip_methods,
             allow_keys: self.allow_keys,
-            shadow: self.shadow,
+            uniform,
             partition_keys: self.partition_keys,
             custom: self.custom,
             cost: self.cost,
@@ -257,7 +278,7 @@ fn policy_header(rules: &[Rule]) -> Option<http::HeaderValue> {
     let decisions: Vec<ratekeeper::Decision> = rules
         .iter()
         .map(|rule| {
-            let quota = rule.limit.policy().quota();
+            let quota = rule.limit().policy().quota();
             ratekeeper::Decision::allowed(quota, quota, std::time::Duration::ZERO)
         })
         .collect();
@@ -265,8 +286,8 @@ fn policy_header(rules: &[Rule]) -> Option<http::HeaderValue> {
         .iter()
         .zip(&decisions)
         .map(|(rule, decision)| crate::headers::PolicyReport {
-            name: rule.limit.name(),
-            window: rule.limit.policy().window(),
+            name: rule.limit().name(),
+            window: rule.limit().policy().window(),
             decision,
             partition_key: None,
         })
@@ -301,10 +322,7 @@ mod tests {
                 decision: &decision,
                 partition_key: None,
             };
-            let rules = [Rule {
-                limit,
-                key: Key::global(),
-            }];
+            let rules = [Rule::new(limit, Key::global())];
             assert_eq!(
                 policy_header(&rules).unwrap(),
                 crate::headers::ratelimit_policy_value(&[report]).as_str(),

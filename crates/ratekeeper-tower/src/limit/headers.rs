@@ -24,6 +24,9 @@ pub(super) fn write_rate_limit_headers<S>(
     checks: &[Check<'_>],
     outcomes: &[Outcome],
 ) {
+    if outcomes.iter().any(Outcome::is_saturated) {
+        put_saturated(shared, put, checks, outcomes);
+    }
     // One limit (the usual): its report alone, no list to build.
     if let ([check], [outcome]) = (checks, outcomes) {
         if let Some(report) = report_of(shared, check, outcome) {
@@ -37,6 +40,31 @@ pub(super) fn write_rate_limit_headers<S>(
         .filter_map(|(check, outcome)| report_of(shared, check, outcome))
         .collect();
     write_with_policy(shared, put, &reports);
+}
+
+/// `X-RateKeeper-Saturated`, naming the limits (not in shadow mode) whose
+/// store had no room for the key.
+#[cold]
+fn put_saturated<S>(
+    shared: &Shared<S>,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
+    checks: &[Check<'_>],
+    outcomes: &[Outcome],
+) {
+    let is_shadow = |check: &Check<'_>| {
+        shared
+            .rules
+            .iter()
+            .any(|rule| std::ptr::eq(rule.limit(), check.limit) && rule.is_shadow())
+    };
+    let names = checks
+        .iter()
+        .zip(outcomes)
+        .filter(|(check, outcome)| outcome.is_saturated() && !is_shadow(check))
+        .map(|(check, _)| check.limit.name());
+    if let Some(value) = crate::headers::saturated_value(names) {
+        put(crate::headers::X_RATEKEEPER_SATURATED, value);
+    }
 }
 
 /// One limit's part in the headers; `None` when it decided nothing (a

@@ -9,7 +9,7 @@ use http::header::HeaderName;
 use http::request::Parts;
 use http::{Extensions, HeaderMap, Method, Request, Uri};
 
-use crate::client::{network, ClientIp};
+use crate::client::{address_key, network, ClientIp};
 
 /// The key every request whose client cannot be found shares: such
 /// requests are limited together, never let through unlimited.
@@ -184,7 +184,9 @@ impl Key {
     /// and `v6_prefix` for IPv6 (64 or 56 are usual: one subscriber; 128
     /// keys each IPv6 address alone), after IPv4-mapped addresses are
     /// unmapped. The key is the network as `ipnet` writes it, prefix
-    /// included (`203.0.113.0/24`, `2001:db8:1::/56`, `2001:db8::1/128`).
+    /// included (`203.0.113.0/24`, `2001:db8:1::/56`), or the bare address
+    /// at the whole length (`203.0.113.7` for 32, `2001:db8::1` for 128):
+    /// [`address_key`](crate::client::address_key), the service's rule too.
     pub fn client_network(strategy: ClientIp, v4_prefix: u8, v6_prefix: u8) -> Self {
         Key(Kind::Client {
             strategy,
@@ -239,12 +241,23 @@ impl Key {
         }
     }
 
-    /// The proxy networks this key trusts, if any.
-    pub(crate) fn trusted_networks(&self) -> Vec<&ipnet::IpNet> {
+    /// The header in which any client can name its own key, because this
+    /// key trusts every address as a proxy (a /0 network), if it does; as
+    /// people write it (`X-Forwarded-For`, `Forwarded`, or the header's
+    /// name).
+    pub(crate) fn header_trusting_everyone(&self) -> Option<String> {
         match &self.0 {
-            Kind::Client { strategy, .. } => strategy.trusted().iter().collect(),
-            Kind::Compose(parts) => parts.iter().flat_map(Key::trusted_networks).collect(),
-            _ => Vec::new(),
+            Kind::Client { strategy, .. }
+                if strategy.trusted().iter().any(|net| net.prefix_len() == 0) =>
+            {
+                Some(match strategy {
+                    ClientIp::Forwarded { .. } => "Forwarded".to_owned(),
+                    ClientIp::Header { name, .. } => name.to_string(),
+                    _ => "X-Forwarded-For".to_owned(),
+                })
+            }
+            Kind::Compose(parts) => parts.iter().find_map(Key::header_trusting_everyone),
+            _ => None,
         }
     }
 
@@ -333,9 +346,7 @@ impl Key {
                     },
                 };
                 Some(match prefixes {
-                    Some((v4, v6)) => {
-                        KeyBytes::from_vec(network(ip, *v4, *v6).to_string().into_bytes())
-                    }
+                    Some((v4, v6)) => KeyBytes::from_vec(address_key(ip, *v4, *v6).into_bytes()),
                     None => client_text(ip),
                 })
             }

@@ -9,25 +9,19 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, Response};
 use http_body_util::Full;
-use ratekeeper::{store::PreparedLimit, Limit, Store};
+use ratekeeper::{store::PreparedLimit, Store};
 use tower::Layer;
 
 use super::builder::RateLimitLayerBuilder;
-use super::key::{Key, WithoutPeer};
+use super::key::WithoutPeer;
 use super::response::{Refusal, ResponseFormat};
+use super::rule::Rule;
 use super::service::RateLimit;
 use super::warnings::ConfigWarning;
 use crate::headers::{HeaderStyle, ResetStyle};
 
 pub(crate) type CustomResponse = dyn Fn(&Refusal) -> Option<Response<Full<Bytes>>> + Send + Sync;
 pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
-
-/// One limit and what it counts by.
-#[derive(Clone, Debug)]
-pub(crate) struct Rule {
-    pub(crate) limit: Limit,
-    pub(crate) key: Key,
-}
 
 /// Everything the services of one layer share.
 pub(crate) struct Shared<S> {
@@ -39,7 +33,9 @@ pub(crate) struct Shared<S> {
     pub(crate) skip_paths: Vec<String>,
     pub(crate) skip_methods: Vec<Method>,
     pub(crate) allow_keys: HashSet<Vec<u8>>,
-    pub(crate) shadow: bool,
+    /// Every rule applies to every request and none is in shadow mode:
+    /// each request is checked against all of them, all or nothing.
+    pub(crate) uniform: bool,
     pub(crate) partition_keys: bool,
     pub(crate) custom: Option<Arc<CustomResponse>>,
     pub(crate) cost: Option<Arc<CostFn>>,
@@ -90,7 +86,6 @@ impl<S> fmt::Debug for RateLimitLayer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("rules", &self.shared.rules)
-            .field("shadow", &self.shared.shadow)
             .finish_non_exhaustive()
     }
 }

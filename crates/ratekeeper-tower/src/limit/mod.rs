@@ -7,6 +7,7 @@ mod headers;
 mod key;
 mod layer;
 mod response;
+mod rule;
 mod service;
 mod warnings;
 
@@ -16,5 +17,6 @@ pub use future::ResponseFuture;
 pub use key::{Key, PeerAddr, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY};
 pub use layer::RateLimitLayer;
 pub use response::{Refusal, ResponseFormat};
+pub use rule::Rule;
 pub use service::RateLimit;
 pub use warnings::ConfigWarning;

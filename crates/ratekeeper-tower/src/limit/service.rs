@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use ratekeeper::{
-    store::{Check, MultiOutcome, StoreError},
+    store::{check_shadow, Check, MultiOutcome, StoreError},
     Outcome, Store,
 };
 use tower::Service;
@@ -16,8 +16,9 @@ use super::body::RefusalBody;
 use super::future::{PendingHeaders, ResponseFuture};
 use super::headers::{add_rate_limit_headers, write_rate_limit_headers};
 use super::key::{ipv4_text, peer_of, Extracted, Head};
-use super::layer::{Rule, Shared};
+use super::layer::Shared;
 use super::response::{is_grpc, refusal_response, Refusal};
+use super::rule::Rule;
 use crate::client::canonical;
 use crate::headers::HeaderStyle;
 
@@ -112,13 +113,21 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
         ResBody: RefusalBody + 'static,
     {
         let shared = &*self.shared;
-        let checks = [Check::new(&shared.rules[0].limit, key, 1)];
-        if outcome.is_allowed() || shared.shadow {
+        let rule = &shared.rules[0];
+        let checks = [Check::new(rule.limit(), key, 1)];
+        if outcome.is_allowed() || rule.is_shadow() {
             let future = self.inner.call(request);
             return passed(shared, &checks, std::slice::from_ref(&outcome), future);
         }
         let decided = Some(Ok(Decided::One(outcome)));
-        finish(&mut self.inner, &self.shared, decided, &checks, request)
+        finish(
+            &mut self.inner,
+            &self.shared,
+            decided,
+            false,
+            &checks,
+            request,
+        )
     }
 
     /// Every request the per-address path does not take.
@@ -142,23 +151,34 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
         // checks or outcomes, and reads the request where it is unless a
         // function needs its `Parts`.
         if let [rule] = shared.rules.as_slice() {
+            if !rule.applies_to(request.method(), request.uri().path()) {
+                return ResponseFuture::plain(self.inner.call(request));
+            }
+            let shadow = rule.is_shadow();
             if !shared.needs_parts {
                 let key = extract_key(shared, rule, &request);
                 if is_allow_listed(shared, &key.key) {
                     return ResponseFuture::plain(self.inner.call(request));
                 }
                 let decided = decide_one(shared, rule, &key.key, 1);
-                let checks = [Check::new(&rule.limit, key.key.as_slice(), 1)];
+                let checks = [Check::new(rule.limit(), key.key.as_slice(), 1)];
                 // The allowed request (the usual one) goes to the inner
                 // service from here: passed through `finish`, the request
                 // and the inner future were each copied once more.
                 if let Some(Ok(decision)) = &decided {
-                    if decision.is_allowed() || shared.shadow {
+                    if decision.is_allowed() || shadow {
                         let future = self.inner.call(request);
                         return passed(shared, &checks, decision.outcomes(), future);
                     }
                 }
-                return finish(&mut self.inner, &self.shared, decided, &checks, request);
+                return finish(
+                    &mut self.inner,
+                    &self.shared,
+                    decided,
+                    shadow,
+                    &checks,
+                    request,
+                );
             }
             let (parts, body) = request.into_parts();
             let key = extract_key(shared, rule, &parts);
@@ -167,28 +187,50 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
             }
             let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
             let decided = decide_one(shared, rule, &key.key, cost);
-            let checks = [Check::new(&rule.limit, key.key.as_slice(), cost)];
+            let checks = [Check::new(rule.limit(), key.key.as_slice(), cost)];
             let request = Request::from_parts(parts, body);
-            return finish(&mut self.inner, &self.shared, decided, &checks, request);
+            return finish(
+                &mut self.inner,
+                &self.shared,
+                decided,
+                shadow,
+                &checks,
+                request,
+            );
         }
         let (parts, body) = request.into_parts();
-        let keys = extract_keys(shared, &parts);
+        let rules = applicable(shared, &parts);
+        if rules.is_empty() {
+            return ResponseFuture::plain(self.inner.call(Request::from_parts(parts, body)));
+        }
+        let keys = extract_keys(shared, &rules, &parts);
         if keys.iter().any(|key| is_allow_listed(shared, &key.key)) {
             return ResponseFuture::plain(self.inner.call(Request::from_parts(parts, body)));
         }
         let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
-        let checks: Checks<'_> = shared
-            .rules
+        let checks: Checks<'_> = rules
             .iter()
             .zip(&keys)
-            .map(|(rule, key)| Check::new(&rule.limit, key.key.as_slice(), cost))
+            .map(|(rule, key)| Check::new(rule.limit(), key.key.as_slice(), cost))
             .collect();
-        let decided = shared
-            .store
-            .immediate()
-            .map(|store| store.check_all_now(&checks).map(Decided::All));
+        // Shadow limits are decided after the enforced ones, on the
+        // asynchronous path; without any, the store may decide at once.
+        let decided = match rules.iter().any(|rule| rule.is_shadow()) {
+            true => None,
+            false => shared
+                .store
+                .immediate()
+                .map(|store| store.check_all_now(&checks).map(Decided::All)),
+        };
         let request = Request::from_parts(parts, body);
-        finish(&mut self.inner, &self.shared, decided, &checks, request)
+        finish(
+            &mut self.inner,
+            &self.shared,
+            decided,
+            false,
+            &checks,
+            request,
+        )
     }
 }
 
@@ -204,19 +246,21 @@ fn decide_one<S: Store>(
     match &shared.prepared {
         Some(prepared) => Some(Ok(prepared.check(key, cost))),
         None => shared.store.immediate().map(|store| {
-            let decided = store.check_all_now(&[Check::new(&rule.limit, key, cost)])?;
+            let decided = store.check_all_now(&[Check::new(rule.limit(), key, cost)])?;
             Ok(decided.outcomes()[0])
         }),
     }
     .map(|result| result.map(Decided::One))
 }
 
-/// Acts on what the store decided at once, or hands the request to the
-/// asynchronous path when it could not decide without waiting.
+/// Acts on what the store decided at once (`shadow`: for a rule that only
+/// reports), or hands the request to the asynchronous path when it could
+/// not decide without waiting.
 fn finish<Inner, S, ReqBody, ResBody>(
     inner: &mut Inner,
     shared_arc: &Arc<Shared<S>>,
     decided: Option<Result<Decided, StoreError>>,
+    shadow: bool,
     checks: &[Check<'_>],
     request: Request<ReqBody>,
 ) -> ResponseFuture<Inner::Future, ResBody, Inner::Error>
@@ -232,13 +276,13 @@ where
     match decided {
         // Decided at once: call the inner service here, with no clone
         // and no boxed future.
-        Some(Ok(decided)) if decided.is_allowed() || shared.shadow => {
+        Some(Ok(decided)) if decided.is_allowed() || shadow => {
             passed(shared, checks, decided.outcomes(), inner.call(request))
         }
         Some(Ok(decided)) => {
             let multi = decided.into_multi();
             let refusal = Refusal::Limited {
-                violated: violated(checks, &multi),
+                violated: violated(checks, &multi, &[]),
                 retry_after: multi.retry_after(),
             };
             let response = refuse(
@@ -319,30 +363,45 @@ type Keys = smallvec::SmallVec<[Extracted; 2]>;
 /// Each rule's limit and key, as the store takes them.
 type Checks<'a> = smallvec::SmallVec<[Check<'a>; 4]>;
 
-/// Each rule's key for the request, counting (and logging once) a missing
-/// peer.
-fn extract_keys<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Keys {
-    let keys = keys_of(shared, parts);
+/// The rules that apply to a request, in the layer's order.
+type Rules<'a> = smallvec::SmallVec<[&'a Rule; 4]>;
+
+/// The rules that apply to the request with `parts`: every rule, unless
+/// some name methods or a path.
+fn applicable<'a, S>(shared: &'a Shared<S>, parts: &http::request::Parts) -> Rules<'a> {
+    let all = shared.rules.iter();
+    if shared.uniform {
+        return all.collect();
+    }
+    let path = parts.uri.path();
+    all.filter(|rule| rule.applies_to(&parts.method, path))
+        .collect()
+}
+
+/// Each of `rules`' key for the request, counting (and logging once) a
+/// missing peer.
+fn extract_keys<S>(shared: &Shared<S>, rules: &[&Rule], parts: &http::request::Parts) -> Keys {
+    let keys = keys_of(shared, rules, parts);
     if keys.iter().any(|key| key.missing_peer) {
         log_missing_peer(shared);
     }
     keys
 }
 
-/// Each rule's key for the request, with no count: for the asynchronous
-/// path, whose request `call` has already keyed (and counted) once.
-fn keys_of<S>(shared: &Shared<S>, parts: &http::request::Parts) -> Keys {
-    shared
-        .rules
+/// Each of `rules`' key for the request, with no count: for the
+/// asynchronous path, whose request `call` has already keyed (and counted)
+/// once.
+fn keys_of<S>(shared: &Shared<S>, rules: &[&Rule], parts: &http::request::Parts) -> Keys {
+    rules
         .iter()
-        .map(|rule| rule.key.extract(parts, shared.without_peer))
+        .map(|rule| rule.key().extract(parts, shared.without_peer))
         .collect()
 }
 
 /// One rule's key for the request, logging once if the peer is missing.
 #[inline]
 fn extract_key<S>(shared: &Shared<S>, rule: &Rule, parts: &impl Head) -> Extracted {
-    let key = rule.key.extract(parts, shared.without_peer);
+    let key = rule.key().extract(parts, shared.without_peer);
     if key.missing_peer {
         log_missing_peer(shared);
     }
@@ -388,36 +447,43 @@ where
         return inner.call(request).await;
     }
     let (parts, body) = request.into_parts();
-    let keys = keys_of(&shared, &parts);
+    let rules = applicable(&shared, &parts);
+    let keys = keys_of(&shared, &rules, &parts);
     if keys.iter().any(|key| is_allow_listed(&shared, &key.key)) {
         return inner.call(Request::from_parts(parts, body)).await;
     }
     let cost = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
-    let checks: Vec<Check<'_>> = shared
-        .rules
+    let checks: Checks<'_> = rules
         .iter()
         .zip(&keys)
-        .map(|(rule, key)| Check::new(&rule.limit, key.key.as_slice(), cost))
+        .map(|(rule, key)| Check::new(rule.limit(), key.key.as_slice(), cost))
         .collect();
-    let decided = shared.store.check_all(&checks).await;
-    let multi = match decided {
-        Ok(multi) => multi,
+    let shadow: smallvec::SmallVec<[bool; 4]> = rules.iter().map(|rule| rule.is_shadow()).collect();
+    let grpc = is_grpc(&parts.headers);
+    let decided = match decide(&shared.store, &checks, &shadow).await {
+        Ok(decided) => decided,
+        Err(error) if !shadow.contains(&false) => {
+            tracing::warn!(%error, "rate-limit store failed (shadow mode: request passed)");
+            return inner.call(Request::from_parts(parts, body)).await;
+        }
         Err(error) => {
-            if shared.shadow {
-                tracing::warn!(%error, "rate-limit store failed (shadow mode: request passed)");
-                return inner.call(Request::from_parts(parts, body)).await;
-            }
             tracing::warn!(%error, "rate-limit store failed closed");
             let refusal = Refusal::StoreUnavailable {
                 reason: error.to_string(),
             };
-            let grpc = is_grpc(&parts.headers);
             return Ok(refuse(&shared, &refusal, grpc, &checks, None));
         }
     };
-    if multi.is_allowed() || shared.shadow {
-        if !multi.is_allowed() {
-            tracing::info!(limits = ?violated(&checks, &multi), "shadow mode: request over a limit passed");
+    let Decision {
+        checks: reported,
+        all,
+        allowed,
+        retry_after,
+    } = decided;
+    if allowed {
+        let refused = violated(&reported, &all, &[]);
+        if !refused.is_empty() {
+            tracing::info!(limits = ?refused, "shadow mode: request over a limit passed");
         }
         let mut response = inner.call(Request::from_parts(parts, body)).await?;
         let headers = response.headers_mut();
@@ -426,17 +492,103 @@ where
             &mut |name, value| {
                 headers.insert(name, value);
             },
-            &checks,
-            multi.outcomes(),
+            &reported,
+            all.outcomes(),
         );
         return Ok(response);
     }
-    let refusal = Refusal::Limited {
-        violated: violated(&checks, &multi),
-        retry_after: multi.retry_after(),
+    // Without the shadow checks (their store failed), every check
+    // reported is enforced.
+    let flags: &[bool] = match reported.len() == shadow.len() {
+        true => &shadow,
+        false => &[],
     };
-    let grpc = is_grpc(&parts.headers);
-    Ok(refuse(&shared, &refusal, grpc, &checks, Some(&multi)))
+    let refusal = Refusal::Limited {
+        violated: violated(&reported, &all, flags),
+        retry_after,
+    };
+    Ok(refuse(&shared, &refusal, grpc, &reported, Some(&all)))
+}
+
+/// What the limits of one request decided.
+struct Decision<'a> {
+    /// The checks reported: every one, in order, unless the store failed
+    /// while deciding the shadow ones, which are then left out.
+    checks: Checks<'a>,
+    /// Their outcomes, in the same order.
+    all: MultiOutcome,
+    /// Whether the enforced limits let the request through.
+    allowed: bool,
+    /// When the enforced limits would let it through.
+    retry_after: ratekeeper::RetryAfter,
+}
+
+/// Decides `checks`: the enforced ones all or nothing, then those marked in
+/// `shadow`, which only report ([`check_shadow`]).
+async fn decide<'a, S: Store>(
+    store: &S,
+    checks: &[Check<'a>],
+    shadow: &[bool],
+) -> Result<Decision<'a>, StoreError> {
+    if !shadow.contains(&true) {
+        let enforced = store.check_all(checks).await?;
+        return Ok(Decision {
+            checks: checks.iter().copied().collect(),
+            allowed: enforced.is_allowed(),
+            retry_after: enforced.retry_after(),
+            all: enforced,
+        });
+    }
+    let mut enforced = Checks::new();
+    let mut shadowed = Checks::new();
+    for (check, &is_shadow) in checks.iter().zip(shadow) {
+        match is_shadow {
+            true => shadowed.push(*check),
+            false => enforced.push(*check),
+        }
+    }
+    let enforced_decided = match enforced.is_empty() {
+        true => MultiOutcome::new(Vec::new(), None),
+        false => store.check_all(&enforced).await?,
+    };
+    let allowed = enforced_decided.is_allowed();
+    let retry_after = enforced_decided.retry_after();
+    let reported = match check_shadow(store, &shadowed, allowed).await {
+        Ok(outcomes) => outcomes,
+        // They only report, so their failure refuses nothing: the request
+        // goes on as the enforced limits decided, reported without them.
+        Err(_) if !enforced.is_empty() => {
+            return Ok(Decision {
+                checks: enforced,
+                all: enforced_decided,
+                allowed,
+                retry_after,
+            });
+        }
+        Err(error) => return Err(error),
+    };
+    let mut enforced_outcomes = enforced_decided.outcomes().iter().copied();
+    let mut shadow_outcomes = reported.into_iter();
+    let mut denied_by = None;
+    let mut outcomes = Vec::with_capacity(checks.len());
+    for (index, &is_shadow) in shadow.iter().enumerate() {
+        let next = match is_shadow {
+            true => shadow_outcomes.next(),
+            false => enforced_outcomes.next(),
+        };
+        // Each store gives one outcome per check.
+        let Some(outcome) = next else { break };
+        if !is_shadow && denied_by.is_none() && !outcome.is_allowed() {
+            denied_by = Some(index);
+        }
+        outcomes.push(outcome);
+    }
+    Ok(Decision {
+        checks: checks.iter().copied().collect(),
+        all: MultiOutcome::new(outcomes, denied_by),
+        allowed,
+        retry_after,
+    })
 }
 
 #[inline]
@@ -448,12 +600,17 @@ fn skipped<B>(shared: &Shared<impl Sized>, request: &Request<B>) -> bool {
             .any(|prefix| request.uri().path().starts_with(prefix.as_str()))
 }
 
-fn violated(checks: &[Check<'_>], multi: &MultiOutcome) -> Vec<String> {
+/// The limits that refused, but those marked in `shadow` (which only
+/// report; an empty `shadow` marks none).
+fn violated(checks: &[Check<'_>], multi: &MultiOutcome, shadow: &[bool]) -> Vec<String> {
     checks
         .iter()
         .zip(multi.outcomes())
-        .filter(|(_, outcome)| !outcome.is_allowed())
-        .map(|(check, _)| check.limit.name().to_owned())
+        .enumerate()
+        .filter(|(index, (_, outcome))| {
+            !outcome.is_allowed() && !shadow.get(*index).copied().unwrap_or(false)
+        })
+        .map(|(_, (check, _))| check.limit.name().to_owned())
         .collect()
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use super::key::{WithoutPeer, DEFAULT_IPV6_PREFIX};
-use super::layer::Rule;
+use super::rule::Rule;
 
 /// A configuration that works but is probably not what was meant; logged
 /// when the layer is built (as express-rate-limit's validations do) and
@@ -13,11 +13,14 @@ use super::layer::Rule;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigWarning {
-    /// A trusted proxy network covers every address, so any client can
-    /// name its own key in `X-Forwarded-For` or `Forwarded`.
+    /// A trusted proxy network covers every address (a /0), so any client
+    /// can name its own key in the header the key reads.
     TrustsEveryProxy {
         /// The limit concerned.
         limit: String,
+        /// The header the key reads the client from (`X-Forwarded-For`,
+        /// `Forwarded`, or the named header).
+        header: String,
     },
     /// A limit is keyed by a header a client can send itself. Fine behind a
     /// proxy that always overwrites it; otherwise each client picks its own
@@ -50,13 +53,14 @@ pub enum ConfigWarning {
 impl fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigWarning::TrustsEveryProxy { limit } => write!(
+            ConfigWarning::TrustsEveryProxy { limit, header } => write!(
                 f,
-                "limit {limit:?} trusts every address as a proxy: any client can choose its key with X-Forwarded-For or Forwarded"
+                "limit {limit} trusts every address as a proxy (a /0 network among its trusted proxies): \
+                 any client can choose its own key with {header}"
             ),
             ConfigWarning::SpoofableHeader { limit, header } => write!(
                 f,
-                "limit {limit:?} is keyed by the {header} header, which any client can set unless a proxy overwrites it"
+                "limit {limit} is keyed by the {header} header, which any client can set unless a proxy overwrites it"
             ),
             ConfigWarning::Ipv6AllowKey { key, network } => write!(
                 f,
@@ -64,7 +68,7 @@ impl fmt::Display for ConfigWarning {
             ),
             ConfigWarning::TrustsHeadersWithoutPeer { limit } => write!(
                 f,
-                "limit {limit:?} believes the forwarding headers of requests without a socket peer (trust_headers_without_peer): any client can choose its key unless the platform's edge strips and sets them"
+                "limit {limit} believes the forwarding headers of requests without a socket peer (trust_headers_without_peer): any client can choose its key unless the platform's edge strips and sets them"
             ),
         }
     }
@@ -104,24 +108,20 @@ pub(crate) fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<Conf
 }
 
 pub(crate) fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<ConfigWarning> {
-    let limit = rule.limit.name().to_owned();
+    let limit = rule.limit().name().to_owned();
     let mut warnings = Vec::new();
-    if rule
-        .key
-        .trusted_networks()
-        .iter()
-        .any(|net| net.prefix_len() == 0)
-    {
+    if let Some(header) = rule.key().header_trusting_everyone() {
         warnings.push(ConfigWarning::TrustsEveryProxy {
             limit: limit.clone(),
+            header,
         });
     }
-    if without_peer == WithoutPeer::TrustHeaders && rule.key.reads_forwarding_headers() {
+    if without_peer == WithoutPeer::TrustHeaders && rule.key().reads_forwarding_headers() {
         warnings.push(ConfigWarning::TrustsHeadersWithoutPeer {
             limit: limit.clone(),
         });
     }
-    if let Some(header) = rule.key.spoofable_header() {
+    if let Some(header) = rule.key().spoofable_header() {
         if SPOOFABLE.contains(&header.as_str()) {
             warnings.push(ConfigWarning::SpoofableHeader {
                 limit,

@@ -336,7 +336,8 @@ async fn custom_refusals_and_config_warnings() {
         layer.warnings(),
         [
             ConfigWarning::TrustsEveryProxy {
-                limit: "per-ip".into()
+                limit: "per-ip".into(),
+                header: "X-Forwarded-For".into(),
             },
             ConfigWarning::SpoofableHeader {
                 limit: "per-real-ip".into(),

@@ -11,4 +11,5 @@ mod hyper;
 mod no_peer;
 mod peer_key;
 mod readme;
+mod rules;
 mod tonic;

@@ -20,13 +20,10 @@ use std::sync::{Arc, Mutex};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use common::Http;
+use common::{Http, Waiting};
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
-use ratekeeper::{
-    clock::ManualClock, store::StoreError, Decision, Gcra, Limit, MemoryStore, Outcome, Store,
-    Timestamp,
-};
+use ratekeeper::{clock::ManualClock, Gcra, Limit, MemoryStore, Store, Timestamp};
 use ratekeeper_tower::client::{private_networks, ClientIp, X_REAL_IP};
 use ratekeeper_tower::{ConfigWarning, Key, RateLimitLayer, RateLimitLayerBuilder};
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -223,23 +220,6 @@ async fn with_the_opt_in_the_forwarding_headers_key_requests_without_a_peer() {
     );
     assert_eq!(layer.missing_peer_requests(), 0);
     assert_eq!(logs.errors(), Vec::<String>::new());
-}
-
-/// A store that never decides at once, so the layer takes its
-/// asynchronous path.
-#[derive(Clone)]
-struct Waiting(MemoryStore<ManualClock>);
-
-impl Store for Waiting {
-    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
-        self.0.check(limit, key, cost).await
-    }
-    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
-        self.0.peek(limit, key).await
-    }
-    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
-        self.0.refund(limit, key, units).await
-    }
 }
 
 fn one_a_minute(name: &str) -> Limit {

@@ -184,8 +184,13 @@ async fn an_ipv6_prefix_of_128_keys_each_address_alone() {
         StatusCode::OK,
         "another address of the /64 is another key"
     );
-    let spent = store.peek(&limit, b"2001:db8:1:2::1/128").await.unwrap();
+    // At the whole length the key is the bare address, as the service's.
+    let spent = store.peek(&limit, b"2001:db8:1:2::1").await.unwrap();
     assert_eq!(spent.remaining(), 0);
+    assert_eq!(
+        ratekeeper_tower::client::address_key("2001:db8:1:2::1".parse().unwrap(), 32, 128),
+        "2001:db8:1:2::1"
+    );
 }
 
 #[tokio::test]

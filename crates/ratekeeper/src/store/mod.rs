@@ -30,7 +30,7 @@ pub use memory_store::{MemoryStore, MemoryStoreBuilder};
 pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};
 pub use window_counter::{CounterStore, WindowCounter};
 
-pub use crate::multi::{Check, MultiOutcome};
+pub use crate::multi::{check_shadow, Check, MultiOutcome};
 
 use crate::multi::{all_or_nothing, StoreSteps};
 

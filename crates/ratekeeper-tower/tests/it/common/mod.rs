@@ -63,3 +63,36 @@ impl Http {
         self.send(Method::GET, path, headers).await
     }
 }
+
+/// A store that never decides at once, so the layer takes its
+/// asynchronous path.
+#[derive(Clone)]
+pub(crate) struct Waiting<C: ratekeeper::Clock + Clone = ratekeeper::clock::ManualClock>(
+    pub(crate) ratekeeper::MemoryStore<C>,
+);
+
+impl<C: ratekeeper::Clock + Clone + 'static> ratekeeper::Store for Waiting<C> {
+    async fn check(
+        &self,
+        limit: &ratekeeper::Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<ratekeeper::Outcome, ratekeeper::store::StoreError> {
+        self.0.check(limit, key, cost).await
+    }
+    async fn peek(
+        &self,
+        limit: &ratekeeper::Limit,
+        key: &[u8],
+    ) -> Result<ratekeeper::Decision, ratekeeper::store::StoreError> {
+        self.0.peek(limit, key).await
+    }
+    async fn refund(
+        &self,
+        limit: &ratekeeper::Limit,
+        key: &[u8],
+        units: u64,
+    ) -> Result<(), ratekeeper::store::StoreError> {
+        self.0.refund(limit, key, units).await
+    }
+}
