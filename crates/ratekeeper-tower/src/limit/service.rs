@@ -474,7 +474,7 @@ where
             return Ok(refuse(&shared, &refusal, grpc, &checks, None));
         }
     };
-    let Decision {
+    let Reported {
         checks: reported,
         all,
         allowed,
@@ -510,8 +510,8 @@ where
     Ok(refuse(&shared, &refusal, grpc, &reported, Some(&all)))
 }
 
-/// What the limits of one request decided.
-struct Decision<'a> {
+/// What the limits of one request decided, as the response reports it.
+struct Reported<'a> {
     /// The checks reported: every one, in order, unless the store failed
     /// while deciding the shadow ones, which are then left out.
     checks: Checks<'a>,
@@ -529,10 +529,10 @@ async fn decide<'a, S: Store>(
     store: &S,
     checks: &[Check<'a>],
     shadow: &[bool],
-) -> Result<Decision<'a>, StoreError> {
+) -> Result<Reported<'a>, StoreError> {
     if !shadow.contains(&true) {
         let enforced = store.check_all(checks).await?;
-        return Ok(Decision {
+        return Ok(Reported {
             checks: checks.iter().copied().collect(),
             allowed: enforced.is_allowed(),
             retry_after: enforced.retry_after(),
@@ -558,7 +558,7 @@ async fn decide<'a, S: Store>(
         // They only report, so their failure refuses nothing: the request
         // goes on as the enforced limits decided, reported without them.
         Err(_) if !enforced.is_empty() => {
-            return Ok(Decision {
+            return Ok(Reported {
                 checks: enforced,
                 all: enforced_decided,
                 allowed,
@@ -583,7 +583,7 @@ async fn decide<'a, S: Store>(
         }
         outcomes.push(outcome);
     }
-    Ok(Decision {
+    Ok(Reported {
         checks: checks.iter().copied().collect(),
         all: MultiOutcome::new(outcomes, denied_by),
         allowed,
