@@ -38,7 +38,8 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
-/// A monotonic clock whose epoch is the moment it was created.
+/// A monotonic clock whose epoch is the moment it was created, or, made by
+/// [`MonotonicClock::since_unix_epoch`], the Unix epoch.
 ///
 /// It never goes backwards and ignores changes to the system time, so it is
 /// the right clock for limits kept in one process. Clones share the epoch.
@@ -50,17 +51,49 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
-    /// The epoch, as a raw reading of `clock`: a reading is scaled to
-    /// nanoseconds once, as a difference, without a `Duration` between.
+    /// The moment the clock was made, as a raw reading of `clock`: a
+    /// reading is scaled to nanoseconds once, as a difference, without a
+    /// `Duration` between.
     origin: u64,
+    /// What the clock reads at `origin`, in nanoseconds: 0, or the Unix
+    /// time then.
+    start: u64,
 }
 
 impl MonotonicClock {
-    /// A clock whose epoch is now.
+    /// A clock whose epoch is now: it reads zero when made.
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
         let origin = clock.raw();
-        MonotonicClock { clock, origin }
+        MonotonicClock {
+            clock,
+            origin,
+            start: 0,
+        }
+    }
+
+    /// A clock that counts from the Unix epoch: it reads the system's wall
+    /// clock once, when made, and goes on from there monotonically.
+    ///
+    /// Fixed windows (whose boundaries fall on multiples of the window
+    /// since the epoch) then start on the wall clock's minutes, hours and
+    /// days, as they do in a store that runs on its server's wall clock
+    /// (Redis): a minute limit resets on the minute. A later change of the
+    /// system time moves nothing.
+    ///
+    /// ```
+    /// use std::time::{SystemTime, UNIX_EPOCH};
+    /// use ratekeeper::{Clock, clock::MonotonicClock};
+    ///
+    /// let before = SystemTime::now().duration_since(UNIX_EPOCH)?;
+    /// let clock = MonotonicClock::since_unix_epoch();
+    /// assert!(clock.now().as_duration() >= before);
+    /// # Ok::<(), std::time::SystemTimeError>(())
+    /// ```
+    pub fn since_unix_epoch() -> Self {
+        let clock = MonotonicClock::new();
+        let start = UnixClock.now().as_nanos();
+        MonotonicClock { start, ..clock }
     }
 }
 
@@ -75,7 +108,8 @@ impl Clock for MonotonicClock {
     fn now(&self) -> Timestamp {
         // Zero for a reading at or before the epoch (quanta's rule for a
         // counter that differs between cores): never before it.
-        Timestamp::from_nanos(self.clock.delta_as_nanos(self.origin, self.clock.raw()))
+        let elapsed = self.clock.delta_as_nanos(self.origin, self.clock.raw());
+        Timestamp::from_nanos(self.start.saturating_add(elapsed))
     }
 }
 

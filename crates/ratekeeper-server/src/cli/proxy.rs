@@ -61,7 +61,8 @@ pub(super) fn proxy(
     };
     let result: Result<(), Box<dyn std::error::Error>> = runtime.block_on(async move {
         use crate::engine::Engine;
-        let clock = std::sync::Arc::new(ratekeeper::clock::MonotonicClock::new());
+        // Fixed windows on the wall clock's minutes, as `serve`'s.
+        let clock = std::sync::Arc::new(ratekeeper::clock::MonotonicClock::since_unix_epoch());
         let engine = Engine::start(&config, clock).await?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await

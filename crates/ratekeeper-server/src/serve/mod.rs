@@ -96,13 +96,15 @@ pub struct Options {
 }
 
 impl Default for Options {
-    /// No file, a 1 s watch interval, the monotonic clock for the store and
-    /// the system's clock for statistics.
+    /// No file, a 1 s watch interval, a monotonic clock counting from the
+    /// Unix epoch for the store (so fixed windows start on the wall
+    /// clock's minutes and hours, as on Redis) and the system's clock for
+    /// statistics.
     fn default() -> Self {
         Options {
             config_path: None,
             watch_interval: Some(Duration::from_secs(1)),
-            clock: Arc::new(MonotonicClock::new()),
+            clock: Arc::new(MonotonicClock::since_unix_epoch()),
             wall_clock: Arc::new(UnixClock),
         }
     }

@@ -514,3 +514,48 @@ key = ["header:x-user"]
     }
     service.stop().await;
 }
+
+/// The service's in-memory store runs on a clock that counts from the Unix
+/// epoch, so a fixed minute window resets on the wall clock's minute, as
+/// on Redis (whose clock is its server's), not a minute after the process
+/// started.
+#[tokio::test]
+async fn fixed_windows_start_on_the_wall_clocks_minutes() {
+    use ratekeeper::{clock::UnixClock, Clock};
+    use ratekeeper_server::engine::{Check, Engine, NamedParts, OrUnknown};
+    let config = ratekeeper_server::Config::from_toml_str(
+        "[[limits]]\nname = \"minute\"\nrate = \"5/minute\"\npolicy = \"fixed_window\"\n\
+         key = [\"global\"]\n",
+        "minute.toml",
+    )
+    .unwrap();
+    let clock = ratekeeper_server::serve::Options::default().clock;
+    let before = UnixClock.now();
+    assert!(
+        clock.now() >= before && clock.now() < before.saturating_add(Duration::from_secs(86_400)),
+        "the store's clock reads Unix time"
+    );
+    let engine = Engine::start(&config, clock).await.unwrap();
+    let limits = engine.limits();
+    let limit = limits.get("minute").unwrap();
+    let key = limit
+        .key(&OrUnknown(NamedParts(&Default::default())))
+        .unwrap();
+    let verdict = engine
+        .check(vec![Check::new(std::sync::Arc::clone(limit), key, 1)])
+        .await
+        .unwrap();
+    let after = UnixClock.now().as_duration();
+    let reset = verdict.results[0].decision().reset();
+    // The window ends on the next minute of the wall clock: from the time
+    // read after the decision, at most the time the decision took earlier.
+    let into_the_minute = Duration::from_nanos((after.as_nanos() % 60_000_000_000) as u64);
+    let to_the_minute = Duration::from_secs(60) - into_the_minute;
+    // On a circle of a minute: a decision just before the minute and a
+    // read just after it are close too.
+    let gap = to_the_minute.abs_diff(reset);
+    assert!(
+        gap < Duration::from_secs(2) || gap > Duration::from_secs(58),
+        "reset {reset:?}, the wall clock's minute in {to_the_minute:?}"
+    );
+}

@@ -33,6 +33,27 @@ fn monotonic_clock_never_goes_back() {
     assert!(last < Timestamp::from_secs(3_600));
 }
 
+/// Anchored to the Unix epoch, the monotonic clock reads the wall time it
+/// was made at plus what elapsed since: fixed windows then fall on the wall
+/// clock's minutes. Never backwards, whatever the system time does later.
+#[test]
+fn a_monotonic_clock_since_the_unix_epoch_reads_unix_time() {
+    let before = UnixClock.now();
+    let clock = MonotonicClock::since_unix_epoch();
+    let mut last = clock.now();
+    assert!(last >= before, "{last:?} before {before:?}");
+    for _ in 0..1_000 {
+        let now = clock.now();
+        assert!(now >= last);
+        last = now;
+    }
+    // Elapsed time only: the readings are the wall time's, not a count
+    // from the clock's creation (a day of slack for the slowest machine).
+    assert!(last < before.saturating_add(Duration::from_secs(86_400)));
+    let clone = clock.clone();
+    assert!(clone.now() >= last, "clones share the epoch");
+}
+
 #[test]
 fn unix_clock_reads_the_system_time() {
     let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
