@@ -30,7 +30,7 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 18] = [
+const TEXT_FIELDS: [&str; 22] = [
     "kind",
     "path",
     "url",
@@ -48,6 +48,10 @@ const TEXT_FIELDS: [&str; 18] = [
     "client_ip_from",
     "token_file",
     "token_env",
+    "response_headers",
+    "limit_header",
+    "remaining_header",
+    "reset_header",
     // Refused whatever it holds; as text, no number or boolean in it is
     // ever parsed or shown.
     "token",

@@ -131,6 +131,22 @@ impl Config {
                 available_cpus()
             );
         }
+        if self.envoy != super::EnvoyDoorConfig::default() {
+            let envoy = &self.envoy;
+            let _ = write!(
+                out,
+                "envoy: response headers {}",
+                envoy.response_headers.as_str()
+            );
+            if envoy.response_headers.envoy_ratelimit() {
+                let _ = write!(
+                    out,
+                    " ({}, {}, {})",
+                    envoy.limit_header, envoy.remaining_header, envoy.reset_header
+                );
+            }
+            let _ = writeln!(out);
+        }
         if let Some(line) = explain_access(&self.access) {
             let _ = writeln!(out, "{line}");
         }

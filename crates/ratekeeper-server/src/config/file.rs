@@ -22,6 +22,7 @@ pub(crate) struct FileConfig {
     pub(crate) limits: Option<Spanned<Vec<Spanned<FileLimit>>>>,
     pub(crate) access: Option<Spanned<super::access::FileAccess>>,
     pub(crate) runtime: Option<Spanned<super::runtime::FileRuntime>>,
+    pub(crate) envoy: Option<Spanned<super::envoy_door::FileEnvoy>>,
 }
 
 /// `[store]`.

@@ -48,6 +48,13 @@
 //! [runtime]
 //! worker_threads = "auto"    # one per CPU the process may use (affinity, cgroup quota), or a number
 //!
+//! [envoy]                    # what the gRPC door asks Envoy to add to a response
+//! response_headers = "draft" # "draft" (RateLimit-Policy, RateLimit), "envoy_ratelimit"
+//!                            # (RateLimit-Limit, -Remaining, -Reset, as envoyproxy/ratelimit), "both", "none"
+//! limit_header = "RateLimit-Limit"          # envoyproxy/ratelimit's LIMIT_LIMIT_HEADER
+//! remaining_header = "RateLimit-Remaining"  # its LIMIT_REMAINING_HEADER
+//! reset_header = "RateLimit-Reset"          # its LIMIT_RESET_HEADER
+//!
 //! [[limits]]
 //! name = "per-ip"
 //! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
@@ -226,6 +233,7 @@ mod access;
 mod address;
 mod connections;
 mod env;
+mod envoy_door;
 mod error;
 mod explain;
 mod file;
@@ -247,6 +255,7 @@ use ratekeeper::store::FailureMode;
 pub use access::AccessConfig;
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use connections::{ConnectionConfig, Http2Config};
+pub use envoy_door::{EnvoyDoorConfig, ResponseHeaders};
 pub use error::{ConfigError, Location};
 pub use limit::{DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
 pub use listen::ListenConfig;
@@ -297,6 +306,15 @@ max_body_bytes = 65536
 # One thread per CPU this process may use (its affinity mask and cgroup CPU
 # quota); a number sets it.
 worker_threads = "auto"
+
+[envoy]
+# The fields the gRPC door asks Envoy to add to a response: "draft"
+# (RateLimit-Policy and RateLimit), "envoy_ratelimit" (envoyproxy/ratelimit's
+# RateLimit-Limit, -Remaining and -Reset, named below), "both" or "none".
+response_headers = "draft"
+limit_header = "RateLimit-Limit"
+remaining_header = "RateLimit-Remaining"
+reset_header = "RateLimit-Reset"
 
 [[limits]]
 name = "per-client"
@@ -354,6 +372,8 @@ pub struct Config {
     pub access: AccessConfig,
     /// The threads that serve the doors (`[runtime]`).
     pub runtime: RuntimeConfig,
+    /// What the Envoy gRPC door adds to its answers (`[envoy]`).
+    pub envoy: EnvoyDoorConfig,
 }
 
 impl Default for Config {
@@ -374,6 +394,7 @@ impl Default for Config {
             limits: Vec::new(),
             access: AccessConfig::default(),
             runtime: RuntimeConfig::default(),
+            envoy: EnvoyDoorConfig::default(),
         })
     }
 }

@@ -72,7 +72,7 @@ pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
 use verdict::refuses;
 
 use crate::access::Access;
-use crate::config::{Config, RequestCaps, StoreConfig};
+use crate::config::{Config, EnvoyDoorConfig, RequestCaps, StoreConfig};
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,6 +94,8 @@ struct Inner {
     limits: ArcSwap<LimitSet>,
     /// What one request may hold; replaced with the limits.
     requests: ArcSwap<RequestCaps>,
+    /// What the Envoy door adds to its answers; replaced with the limits.
+    envoy_door: ArcSwap<EnvoyDoorConfig>,
     store: AnyStore,
     store_config: StoreConfig,
     /// The limit `/readyz` reads through to ask the store if it answers.
@@ -150,6 +152,7 @@ impl Engine {
             inner: Arc::new(Inner {
                 limits: ArcSwap::from_pointee(LimitSet::with_stats(&config.limits, &stats)),
                 requests: ArcSwap::from_pointee(config.requests),
+                envoy_door: ArcSwap::from_pointee(config.envoy.clone()),
                 store,
                 store_config: config.store.clone(),
                 probe,
@@ -173,12 +176,19 @@ impl Engine {
         **self.inner.requests.load()
     }
 
-    /// Puts `config`'s limits, request caps and access tokens in force.
+    /// What the Envoy gRPC door adds to its answers now (`[envoy]`).
+    pub fn envoy_door(&self) -> Arc<EnvoyDoorConfig> {
+        self.inner.envoy_door.load_full()
+    }
+
+    /// Puts `config`'s limits, request caps, `[envoy]` options and access
+    /// tokens in force.
     /// The store cannot change without a restart: `false` says `config`
     /// names another store, whose section was ignored.
     pub fn replace_limits(&self, config: &Config) -> bool {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
+        self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
             &self.inner.stats,

@@ -10,6 +10,7 @@ use ratekeeper_tower::headers::{self, PolicyReport};
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::HeaderValue;
 use super::service::Planned;
+use crate::config::EnvoyDoorConfig;
 use crate::engine::LimitResult;
 
 /// The status of a descriptor whose override allows nothing.
@@ -129,6 +130,44 @@ pub(super) fn add_headers(
         headers::RATELIMIT.as_str(),
         headers::ratelimit_value(tightest),
     ));
+}
+
+/// envoyproxy/ratelimit's `RateLimit-Limit`, `RateLimit-Remaining` and
+/// `RateLimit-Reset` (named by `door`) of the descriptor closest to its
+/// limit, as that service picks it: the last one over its limit if any,
+/// else the first with the least remaining; none when no descriptor had a
+/// limit. The reset is in whole seconds, rounded up.
+pub(super) fn add_envoy_ratelimit_headers(
+    out: &mut Vec<HeaderValue>,
+    statuses: &[DescriptorStatus],
+    door: &EnvoyDoorConfig,
+) {
+    let limited = statuses
+        .iter()
+        .filter(|status| status.current_limit.is_some());
+    let over = limited
+        .clone()
+        .filter(|status| status.code == Code::OverLimit as i32)
+        .last();
+    let chosen = over.or_else(|| limited.min_by_key(|status| status.limit_remaining));
+    let Some(status) = chosen else { return };
+    let limit = status
+        .current_limit
+        .as_ref()
+        .map_or(0, |limit| limit.requests_per_unit);
+    let reset = status.duration_until_reset.as_ref().map_or(0, |reset| {
+        let seconds = reset.seconds.max(0);
+        match reset.nanos > 0 {
+            true => seconds.saturating_add(1),
+            false => seconds,
+        }
+    });
+    out.push(header(&door.limit_header, limit.to_string()));
+    out.push(header(
+        &door.remaining_header,
+        status.limit_remaining.to_string(),
+    ));
+    out.push(header(&door.reset_header, reset.to_string()));
 }
 
 /// Positions grouped by the descriptor they belong to, in one pass each

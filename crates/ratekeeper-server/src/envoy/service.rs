@@ -17,7 +17,9 @@ use super::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::rate_limit_service_server::RateLimitService;
 use super::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit};
-use super::response::{add_headers, by_descriptor, descriptor_status, header, zero_status};
+use super::response::{
+    add_envoy_ratelimit_headers, add_headers, by_descriptor, descriptor_status, header, zero_status,
+};
 use super::unary::EnvoyServer;
 use super::units;
 use crate::access::{self, RequireTokenService};
@@ -264,7 +266,17 @@ impl EnvoyService {
             statuses,
             ..RateLimitResponse::default()
         };
-        add_headers(&mut response.response_headers_to_add, &results);
+        let door = self.engine.envoy_door();
+        if door.response_headers.draft() {
+            add_headers(&mut response.response_headers_to_add, &results);
+        }
+        if door.response_headers.envoy_ratelimit() {
+            add_envoy_ratelimit_headers(
+                &mut response.response_headers_to_add,
+                &response.statuses,
+                &door,
+            );
+        }
         if let Some(names) = taken.saturated_header() {
             response
                 .response_headers_to_add

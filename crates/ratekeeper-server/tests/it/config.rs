@@ -252,7 +252,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err("[stores]\n"),
-        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`, `runtime`"
+        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`, `runtime`, `envoy`"
     );
 }
 
@@ -1113,6 +1113,50 @@ fn runtime_worker_threads_are_auto_by_default_or_a_number_within_bounds() {
     let vars = [("RATEKEEPER_RUNTIME__WORKER_THREADS", "auto")];
     let auto = Config::from_toml_str_with_env(base, "ratekeeper.toml", vars).unwrap();
     assert_eq!(auto.runtime.worker_threads, WorkerThreads::Auto);
+}
+
+#[test]
+fn the_envoy_door_sends_the_draft_fields_by_default_or_envoy_ratelimits() {
+    use ratekeeper_server::config::{EnvoyDoorConfig, ResponseHeaders};
+    let base = "[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"peer\"]\n";
+    let parse = |envoy: &str| Config::from_toml_str(&format!("{envoy}{base}"), "ratekeeper.toml");
+    assert_eq!(parse("").unwrap().envoy, EnvoyDoorConfig::default());
+    assert_eq!(
+        parse("").unwrap().envoy.response_headers,
+        ResponseHeaders::Draft
+    );
+    let chosen = parse(
+        "[envoy]\nresponse_headers = \"envoy_ratelimit\"\nreset_header = \"X-RateLimit-Reset\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        chosen.envoy.response_headers,
+        ResponseHeaders::EnvoyRatelimit
+    );
+    assert_eq!(chosen.envoy.reset_header, "X-RateLimit-Reset");
+    assert_eq!(chosen.envoy.limit_header, "RateLimit-Limit");
+    assert!(
+        chosen.explain().contains(
+            "envoy: response headers envoy_ratelimit (RateLimit-Limit, RateLimit-Remaining, X-RateLimit-Reset)"
+        ),
+        "{}",
+        chosen.explain()
+    );
+    assert_eq!(
+        parse("[envoy]\nresponse_headers = \"legacy\"\n")
+            .unwrap_err()
+            .to_string(),
+        "ratekeeper.toml:2:20: envoy.response_headers: unknown response_headers \"legacy\"; expected draft, envoy_ratelimit, both or none"
+    );
+    assert_eq!(
+        parse("[envoy]\nlimit_header = \"Rate Limit\"\n")
+            .unwrap_err()
+            .to_string(),
+        "ratekeeper.toml:2:16: envoy.limit_header: \"Rate Limit\" is not a header name"
+    );
+    let vars = [("RATEKEEPER_ENVOY__RESPONSE_HEADERS", "both")];
+    let set = Config::from_toml_str_with_env(base, "ratekeeper.toml", vars).unwrap();
+    assert_eq!(set.envoy.response_headers, ResponseHeaders::Both);
 }
 
 /// Every ```toml block of the project's documents, and every example

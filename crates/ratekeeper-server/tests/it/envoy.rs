@@ -421,6 +421,61 @@ async fn responses_carry_the_draft_headers_and_retry_after_when_over() {
     assert!(response.response_headers_to_add.is_empty(), "{response:?}");
 }
 
+/// `[envoy] response_headers`: envoyproxy/ratelimit's three fields, named
+/// as configured, of the descriptor closest to its limit (one over its
+/// limit first), instead of or beside the draft's.
+#[tokio::test]
+async fn responses_can_carry_envoy_ratelimits_headers_by_their_configured_names() {
+    let two_limits = |headers: &str| {
+        format!(
+            "[envoy]\n{headers}\n\
+             [[limits]]\nname = \"per-ip\"\nrate = \"3/minute\"\npolicy = \"fixed_window\"\n\
+             key = [\"client_ip\"]\nmatch = {{ domain = \"edge\", descriptors = [{{ key = \"remote_address\" }}] }}\n\
+             [[limits]]\nname = \"per-user\"\nrate = \"10/hour\"\npolicy = \"fixed_window\"\n\
+             key = [\"descriptor:user\"]\nmatch = {{ domain = \"edge\", descriptors = [{{ key = \"user\" }}] }}\n"
+        )
+    };
+    let ask = || {
+        request(
+            "edge",
+            vec![
+                descriptor(&[("user", "alice")]),
+                descriptor(&[("remote_address", "10.0.0.1")]),
+            ],
+        )
+    };
+    let names = "response_headers = \"envoy_ratelimit\"\nlimit_header = \"X-Limit\"\n\
+                 remaining_header = \"X-Remaining\"\nreset_header = \"X-Reset\"";
+    let mut rls = start(&two_limits(names)).await;
+    let response = rls.ask(ask()).await;
+    // The per-ip limit has 2 of 3 left, the per-user 9 of 10: per-ip is
+    // the closest; its window (from t=960) ends in 20 s.
+    assert_eq!(header(&response, "x-limit"), Some("3"));
+    assert_eq!(header(&response, "x-remaining"), Some("2"));
+    assert_eq!(header(&response, "x-reset"), Some("20"));
+    assert_eq!(header(&response, "ratelimit"), None);
+    assert_eq!(header(&response, "ratelimit-policy"), None);
+    rls.ask(ask()).await;
+    rls.ask(ask()).await;
+    rls.clock.advance(Duration::from_millis(4_500));
+    // Over the per-ip limit: that descriptor is reported, reset rounded up.
+    let response = rls.ask(ask()).await;
+    assert_eq!(response.overall_code, OVER);
+    assert_eq!(header(&response, "x-remaining"), Some("0"));
+    assert_eq!(header(&response, "x-limit"), Some("3"));
+    assert_eq!(header(&response, "x-reset"), Some("16"));
+
+    let mut both = start(&two_limits("response_headers = \"both\"")).await;
+    let response = both.ask(ask()).await;
+    assert_eq!(header(&response, "RateLimit-Limit"), Some("3"));
+    assert_eq!(header(&response, "RateLimit-Remaining"), Some("2"));
+    assert!(header(&response, "ratelimit").is_some());
+
+    let mut none = start(&two_limits("response_headers = \"none\"")).await;
+    let response = none.ask(ask()).await;
+    assert!(response.response_headers_to_add.is_empty(), "{response:?}");
+}
+
 #[tokio::test]
 async fn descriptors_are_decided_all_or_nothing() {
     let mut rls = start(

@@ -218,6 +218,7 @@ impl Checker<'_> {
         let listen = self.listen(file.listen)?;
         let requests = self.requests(file.requests)?;
         let runtime = self.runtime(file.runtime)?;
+        let envoy = self.envoy(file.envoy)?;
         let limits = match file.limits {
             Some(limits) if !limits.get_ref().is_empty() => limits.into_inner(),
             other => {
@@ -259,6 +260,7 @@ impl Checker<'_> {
             limits: checked,
             access,
             runtime,
+            envoy,
         })
     }
 
