@@ -147,8 +147,7 @@ pub(super) fn add_envoy_ratelimit_headers(
         .filter(|status| status.current_limit.is_some());
     let over = limited
         .clone()
-        .filter(|status| status.code == Code::OverLimit as i32)
-        .last();
+        .rfind(|status| status.code == Code::OverLimit as i32);
     let chosen = over.or_else(|| limited.min_by_key(|status| status.limit_remaining));
     let Some(status) = chosen else { return };
     let limit = status
