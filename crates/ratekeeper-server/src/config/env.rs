@@ -30,7 +30,7 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 22] = [
+const TEXT_FIELDS: [&str; 23] = [
     "kind",
     "path",
     "url",
@@ -52,6 +52,7 @@ const TEXT_FIELDS: [&str; 22] = [
     "limit_header",
     "remaining_header",
     "reset_header",
+    "counting",
     // Refused whatever it holds; as text, no number or boolean in it is
     // ever parsed or shown.
     "token",

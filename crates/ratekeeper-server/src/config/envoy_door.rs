@@ -27,6 +27,24 @@ pub struct EnvoyDoorConfig {
     /// `envoy.reset_header`: whole seconds until its quota is whole again
     /// (the end of its window, for a fixed window).
     pub reset_header: String,
+    /// `envoy.counting`: whether a request's descriptors are counted all or
+    /// nothing, or each on its own.
+    pub counting: Counting,
+}
+
+/// How the enforced limits of one request are charged (`envoy.counting`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Counting {
+    /// `"all_or_nothing"`: a request one limit refuses takes nothing from
+    /// the others (the default, and what every other door does).
+    #[default]
+    AllOrNothing,
+    /// `"each_descriptor"`: each limit on its own, so a descriptor whose
+    /// limit allows is counted even when another descriptor's refuses the
+    /// request, as envoyproxy/ratelimit counts every descriptor it
+    /// matched: identical counts while migrating from it.
+    EachDescriptor,
 }
 
 impl Default for EnvoyDoorConfig {
@@ -36,6 +54,7 @@ impl Default for EnvoyDoorConfig {
             limit_header: "RateLimit-Limit".to_owned(),
             remaining_header: "RateLimit-Remaining".to_owned(),
             reset_header: "RateLimit-Reset".to_owned(),
+            counting: Counting::default(),
         }
     }
 }
@@ -96,6 +115,7 @@ pub(crate) struct FileEnvoy {
     limit_header: Option<Spanned<String>>,
     remaining_header: Option<Spanned<String>>,
     reset_header: Option<Spanned<String>>,
+    counting: Option<Spanned<String>>,
 }
 
 impl Checker<'_> {
@@ -121,6 +141,21 @@ impl Checker<'_> {
                         format!(
                             "unknown response_headers {:?}; expected draft, envoy_ratelimit, both or none",
                             word.get_ref()
+                        ),
+                    )
+                }
+            };
+        }
+        if let Some(word) = envoy.counting {
+            config.counting = match word.get_ref().as_str() {
+                "all_or_nothing" => Counting::AllOrNothing,
+                "each_descriptor" => Counting::EachDescriptor,
+                other => {
+                    return self.fail(
+                        word.span(),
+                        "envoy.counting",
+                        format!(
+                            "unknown counting {other:?}; expected all_or_nothing or each_descriptor"
                         ),
                     )
                 }

@@ -145,6 +145,9 @@ impl Config {
                     envoy.limit_header, envoy.remaining_header, envoy.reset_header
                 );
             }
+            if envoy.counting == super::Counting::EachDescriptor {
+                let _ = write!(out, ", each descriptor counted on its own");
+            }
             let _ = writeln!(out);
         }
         if let Some(line) = explain_access(&self.access) {

@@ -54,6 +54,8 @@
 //! limit_header = "RateLimit-Limit"          # envoyproxy/ratelimit's LIMIT_LIMIT_HEADER
 //! remaining_header = "RateLimit-Remaining"  # its LIMIT_REMAINING_HEADER
 //! reset_header = "RateLimit-Reset"          # its LIMIT_RESET_HEADER
+//! counting = "all_or_nothing" # or "each_descriptor": count every descriptor's limit that allows,
+//!                            # even when another refuses the request (envoyproxy/ratelimit's counts)
 //!
 //! [[limits]]
 //! name = "per-ip"
@@ -255,7 +257,7 @@ use ratekeeper::store::FailureMode;
 pub use access::AccessConfig;
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use connections::{ConnectionConfig, Http2Config};
-pub use envoy_door::{EnvoyDoorConfig, ResponseHeaders};
+pub use envoy_door::{Counting, EnvoyDoorConfig, ResponseHeaders};
 pub use error::{ConfigError, Location};
 pub use limit::{DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
 pub use listen::ListenConfig;
@@ -315,6 +317,9 @@ response_headers = "draft"
 limit_header = "RateLimit-Limit"
 remaining_header = "RateLimit-Remaining"
 reset_header = "RateLimit-Reset"
+# A request refused by one descriptor's limit takes nothing from the others;
+# "each_descriptor" counts each on its own, as envoyproxy/ratelimit does.
+counting = "all_or_nothing"
 
 [[limits]]
 name = "per-client"

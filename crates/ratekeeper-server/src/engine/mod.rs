@@ -72,7 +72,7 @@ pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
 use verdict::refuses;
 
 use crate::access::Access;
-use crate::config::{Config, EnvoyDoorConfig, RequestCaps, StoreConfig};
+use crate::config::{Config, Counting, EnvoyDoorConfig, RequestCaps, StoreConfig};
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,11 +276,22 @@ impl Engine {
     /// Its latency, failed or not, goes to
     /// [`decision_metrics`](Engine::decision_metrics).
     pub async fn check(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+        self.check_counting(checks, Counting::AllOrNothing).await
+    }
+
+    /// [`Engine::check`], counting as `counting` says: all or nothing, or
+    /// each limit on its own, as envoyproxy/ratelimit counts every
+    /// descriptor of a request (`[envoy] counting = "each_descriptor"`).
+    pub async fn check_counting(
+        &self,
+        checks: Vec<Check>,
+        counting: Counting,
+    ) -> Result<Verdict, StoreError> {
         let started = std::time::Instant::now();
-        let verdict = if self.takes_steps(&checks) {
+        let verdict = if counting == Counting::AllOrNothing && self.takes_steps(&checks) {
             self.decide_detached(checks).await
         } else {
-            self.decide(checks).await
+            self.decide(checks, counting).await
         };
         self.inner.metrics.observe(started.elapsed());
         verdict
@@ -299,11 +310,11 @@ impl Engine {
     /// or a refused request would keep what it took.
     async fn decide_detached(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return self.decide(checks).await;
+            return self.decide(checks, Counting::AllOrNothing).await;
         };
         let engine = self.clone();
         match runtime
-            .spawn(async move { engine.decide(checks).await })
+            .spawn(async move { engine.decide(checks, Counting::AllOrNothing).await })
             .await
         {
             Ok(verdict) => verdict,
@@ -313,16 +324,20 @@ impl Engine {
         }
     }
 
-    /// [`Engine::check`], unmeasured.
-    async fn decide(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+    /// [`Engine::check_counting`], unmeasured.
+    async fn decide(&self, checks: Vec<Check>, counting: Counting) -> Result<Verdict, StoreError> {
         let store = &self.inner.store;
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| checks[i].limit.is_shadow());
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
 
-        let allowed = self
-            .check_enforced(&checks, enforced, &mut outcomes)
-            .await?;
+        let allowed = match counting {
+            Counting::AllOrNothing => {
+                self.check_enforced(&checks, enforced, &mut outcomes)
+                    .await?
+            }
+            Counting::EachDescriptor => self.check_each(&checks, &enforced, &mut outcomes).await?,
+        };
         if !shadow.is_empty() {
             let request: SmallVec<[StoreCheck<'_>; 4]> =
                 shadow.iter().map(|&i| store_check(&checks[i])).collect();
@@ -417,6 +432,29 @@ impl Engine {
             }
         }
         Ok(active.is_empty())
+    }
+
+    /// Decides each enforced check on its own, filling `outcomes`: a limit
+    /// that allows takes its cost even when another refuses. Says whether
+    /// all allowed.
+    async fn check_each(
+        &self,
+        checks: &[Check],
+        enforced: &[usize],
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<bool, StoreError> {
+        let mut allowed = true;
+        for &index in enforced {
+            let check = &checks[index];
+            let outcome = self
+                .inner
+                .store
+                .check(check.limit.limit(), &check.key, check.cost)
+                .await?;
+            allowed &= !refuses(check, &outcome);
+            outcomes[index] = Some(outcome);
+        }
+        Ok(allowed)
     }
 
     /// The status of every check, taking nothing (their costs are ignored).

@@ -220,11 +220,12 @@ impl EnvoyService {
             self.engine.refund(&refunds).await?;
         }
         let asked = takes.len();
+        let door = self.engine.envoy_door();
         // A zero override refuses the request: the others only report.
         let taken = if blocked {
             self.engine.peek(takes).await?
         } else {
-            self.engine.check(takes).await?
+            self.engine.check_counting(takes, door.counting).await?
         };
         let retry_after = taken.retry_after();
         let refunded = if refund_plans.is_empty() {
@@ -266,7 +267,6 @@ impl EnvoyService {
             statuses,
             ..RateLimitResponse::default()
         };
-        let door = self.engine.envoy_door();
         if door.response_headers.draft() {
             add_headers(&mut response.response_headers_to_add, &results);
         }

@@ -1154,6 +1154,21 @@ fn the_envoy_door_sends_the_draft_fields_by_default_or_envoy_ratelimits() {
             .to_string(),
         "ratekeeper.toml:2:16: envoy.limit_header: \"Rate Limit\" is not a header name"
     );
+    let each = parse("[envoy]\ncounting = \"each_descriptor\"\n").unwrap();
+    assert_eq!(
+        each.envoy.counting,
+        ratekeeper_server::config::Counting::EachDescriptor
+    );
+    assert!(
+        each.explain()
+            .contains("each descriptor counted on its own"),
+        "{}",
+        each.explain()
+    );
+    assert_eq!(
+        parse("[envoy]\ncounting = \"all\"\n").unwrap_err().to_string(),
+        "ratekeeper.toml:2:12: envoy.counting: unknown counting \"all\"; expected all_or_nothing or each_descriptor"
+    );
     let vars = [("RATEKEEPER_ENVOY__RESPONSE_HEADERS", "both")];
     let set = Config::from_toml_str_with_env(base, "ratekeeper.toml", vars).unwrap();
     assert_eq!(set.envoy.response_headers, ResponseHeaders::Both);

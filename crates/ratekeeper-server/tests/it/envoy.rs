@@ -476,6 +476,41 @@ async fn responses_can_carry_envoy_ratelimits_headers_by_their_configured_names(
     assert!(response.response_headers_to_add.is_empty(), "{response:?}");
 }
 
+/// `[envoy] counting = "each_descriptor"`: as envoyproxy/ratelimit, a
+/// descriptor whose limit allows is counted even when another refuses the
+/// request; by default the refused request takes nothing from it.
+#[tokio::test]
+async fn descriptors_can_be_counted_each_on_its_own_as_envoy_ratelimit_counts() {
+    let toml = |counting: &str| {
+        format!(
+            "[envoy]\ncounting = \"{counting}\"\n\
+             [[limits]]\nname = \"strict\"\nrate = \"1/minute\"\npolicy = \"fixed_window\"\n\
+             key = [\"descriptor:user\"]\nmatch = {{ domain = \"edge\", descriptors = [{{ key = \"user\" }}] }}\n\
+             [[limits]]\nname = \"wide\"\nrate = \"5/minute\"\npolicy = \"fixed_window\"\n\
+             key = [\"descriptor:path\"]\nmatch = {{ domain = \"edge\", descriptors = [{{ key = \"path\" }}] }}\n"
+        )
+    };
+    let both = || {
+        request(
+            "edge",
+            vec![
+                descriptor(&[("user", "alice")]),
+                descriptor(&[("path", "/a")]),
+            ],
+        )
+    };
+    for (counting, wide_left) in [("all_or_nothing", 3), ("each_descriptor", 2)] {
+        let mut rls = start(&toml(counting)).await;
+        assert_eq!(rls.ask(both()).await.overall_code, OK);
+        let refused = rls.ask(both()).await;
+        assert_eq!(refused.overall_code, OVER, "{counting}");
+        assert_eq!(refused.statuses[0].code, OVER);
+        assert_eq!(refused.statuses[1].code, OK);
+        let wide = rls.one("edge", descriptor(&[("path", "/a")])).await;
+        assert_eq!(wide.limit_remaining, wide_left, "{counting}");
+    }
+}
+
 #[tokio::test]
 async fn descriptors_are_decided_all_or_nothing() {
     let mut rls = start(
