@@ -226,6 +226,7 @@ mod access;
 mod address;
 mod connections;
 mod env;
+pub mod envoy;
 mod error;
 mod explain;
 mod file;
