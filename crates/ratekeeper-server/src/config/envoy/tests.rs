@@ -1028,3 +1028,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn many_siblings_load_and_match() {
+    let mut text = String::from("domain: big\ndescriptors:\n");
+    for i in 0..5_000 {
+        text.push_str(&format!(
+            "  - key: user\n    value: u{i}\n    rate_limit: {{unit: second, requests_per_unit: {i}}}\n"
+        ));
+    }
+    text.push_str(
+        "  - key: user\n    value: admin*\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+    );
+    let c = EnvoyConfig::from_yaml_str(&text, "big.yaml").unwrap();
+    assert_eq!(
+        limit_of(&c, "big", &[("user", "u4999")]),
+        Some((4_999, Some(Unit::Second)))
+    );
+    assert_eq!(
+        limit_of(&c, "big", &[("user", "admin-7")]),
+        Some((1, Some(Unit::Hour)))
+    );
+    assert!(get(&c, "big", &[("user", "nobody")]).is_none());
+}

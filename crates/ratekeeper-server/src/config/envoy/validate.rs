@@ -430,15 +430,19 @@ impl<'a> Reader<'a> {
             ),
             Value::Map(entries) => {
                 let mut out: Vec<(String, Metadata)> = Vec::with_capacity(entries.len());
+                let mut index: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
                 for (key, value) in entries {
                     let Some((text, _)) = key.scalar() else {
                         return Err(self.wrong(key, "metadata", "a map with scalar keys"));
                     };
                     let value = self.metadata(value)?;
                     // As in a Go map, a repeated key keeps its last value.
-                    match out.iter_mut().find(|(k, _)| k == text) {
-                        Some(slot) => slot.1 = value,
-                        None => out.push((text.to_owned(), value)),
+                    match index.get(text) {
+                        Some(&slot) => out[slot].1 = value,
+                        None => {
+                            index.insert(text, out.len());
+                            out.push((text.to_owned(), value));
+                        }
                     }
                 }
                 Metadata::Map(out)

@@ -55,6 +55,11 @@ pub(crate) struct Node {
     /// Nodes in this subtree, itself included: what expanding an alias
     /// to it costs.
     size: usize,
+    /// Collections on the longest path down from here (0 for a scalar),
+    /// aliases followed: an alias may not nest a tree deeper than
+    /// [`MAX_DEPTH`] where it stands, or chained anchors could build one
+    /// as deep as the file is long.
+    height: usize,
 }
 
 /// A node's content.
@@ -214,11 +219,21 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
                         ..
                     } => (start, anchor, Value::Map(merge_keys(entries)), size),
                 };
+                let height = 1 + match &value {
+                    Value::Seq(items) => items.iter().map(|i| i.height).max().unwrap_or(0),
+                    Value::Map(entries) => entries
+                        .iter()
+                        .map(|(k, v)| k.height.max(v.height))
+                        .max()
+                        .unwrap_or(0),
+                    Value::Scalar(..) => 0,
+                };
                 let node = Rc::new(Node {
                     line: start.start.line(),
                     column: start.start.col() + 1,
                     value,
                     size,
+                    height,
                 });
                 if anchor != 0 {
                     anchors.insert(anchor, Rc::clone(&node));
@@ -242,6 +257,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
                     column: span.start.col() + 1,
                     value: Value::Scalar(text.into_owned(), kind),
                     size: 1,
+                    height: 0,
                 });
                 if anchor != 0 {
                     anchors.insert(anchor, Rc::clone(&node));
@@ -250,6 +266,12 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
             }
             Event::Alias(anchor) => match anchors.get(&anchor) {
                 Some(node) => {
+                    if stack.len() + node.height > MAX_DEPTH {
+                        return Err(EnvoyConfigError::TooDeep {
+                            at: at(&span),
+                            max: MAX_DEPTH,
+                        });
+                    }
                     expanded = expanded.saturating_add(node.size);
                     if expanded > budget {
                         return Err(EnvoyConfigError::TooManyNodes {
@@ -513,6 +535,16 @@ mod tests {
         let error = parse(&text, "deep.yaml").unwrap_err();
         assert!(matches!(error, EnvoyConfigError::TooDeep { .. }), "{error}");
         assert_eq!(error.position().map(|p| p.line), Some(MAX_DEPTH + 1));
+    }
+
+    #[test]
+    fn chained_aliases_cannot_nest_deeper_than_the_cap() {
+        let mut text = String::from("a0: &a0 x\n");
+        for i in 1..200 {
+            text.push_str(&format!("a{i}: &a{i} [[[*a{}]]]\n", i - 1));
+        }
+        let error = parse(&text, "chain.yaml").unwrap_err();
+        assert!(matches!(error, EnvoyConfigError::TooDeep { .. }), "{error}");
     }
 
     #[test]
