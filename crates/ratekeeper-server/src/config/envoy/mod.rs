@@ -49,18 +49,46 @@
 //! # Differences from envoyproxy/ratelimit
 //!
 //! The same files load and the same files fail, for the same reasons; the
-//! messages differ (they name the file, line and column). What else
-//! differs: names in the wrong place (`unit` beside `key`), repeated
-//! names, documents after the first and ignored `unit`s of unlimited
-//! limits load as there, each with an [`EnvoyWarning`]; a file or
-//! directory that cannot be read fails the load instead of being skipped
-//! with a log line; files larger than [`MAX_FILE_BYTES`], collections
-//! nested deeper than [`MAX_DEPTH`] and aliases expanding past a budget
-//! linear in the file's size are refused.
+//! messages differ (they name the file, line and column). Beyond that:
 //!
-//! Matching ([`Domain::get_limit`]) follows envoyproxy/ratelimit's
-//! `GetLimit`; the request's own limit override (`RateLimitDescriptor.limit`)
-//! is for the caller to apply, as it bypasses the tree.
+//! - what it accepts and silently ignores loads here too, each with an
+//!   [`EnvoyWarning`]: a field name in the wrong place (`unit` beside
+//!   `key`, `shadow_mode` inside `rate_limit`), a repeated name (the last
+//!   wins, as in yaml.v2), documents after the first, the `unit` or
+//!   `requests_per_unit` of an unlimited limit;
+//! - a file or directory that cannot be read fails the load, where its
+//!   runtime loader logs and skips it;
+//! - files are taken in a fixed order (see [`EnvoyConfig::load_dir_with`]),
+//!   where it takes them in a Go map's order;
+//! - files larger than [`MAX_FILE_BYTES`], collections nested deeper than
+//!   [`MAX_DEPTH`], and aliases expanding past a budget linear in the
+//!   file's size are refused;
+//! - the parser is a YAML 1.2 one with YAML 1.1's scalars (see `yaml.rs`):
+//!   syntax where the two versions differ may be read differently, and a
+//!   syntax error may be placed elsewhere (at an unterminated quote's
+//!   start, where yaml.v2 names the end of the stream).
+//!
+//! # Matching
+//!
+//! [`Domain::get_limit`] follows envoyproxy/ratelimit's `GetLimit`. It
+//! gives the limit, the counter's key ([`CounterKey`]) and the stats name
+//! ([`Matched::stats_key`]). Left to the caller, as in envoyproxy/ratelimit
+//! they are outside the tree:
+//!
+//! - a descriptor's own limit (`RateLimitDescriptor.limit` in the request)
+//!   replaces the tree's answer whenever the domain exists, with the
+//!   request's entries as the key and no shadow mode;
+//! - counting: a fixed window is `Unit::seconds` long and starts at a
+//!   multiple of it from the Unix epoch (the window's start, in seconds,
+//!   ends its cache key); every hit is added, refused ones included, and a
+//!   hit is refused once the count after it passes `requests_per_unit`;
+//!   a hit weighs the descriptor's `hits_addend` when set (0 then only
+//!   checks), else the request's, 0 counting as 1;
+//! - across one request's descriptors: a limit whose `name` is in any
+//!   matched limit's `replaces` is dropped (an unlimited limit's
+//!   `replaces` count too); unlimited ones answer OK without counting;
+//!   `shadow_mode` ones count but answer OK; with `quota_mode`, the
+//!   request is refused only if every quota descriptor is over.
 
 mod error;
 mod model;
