@@ -928,14 +928,29 @@ fn load_dir_reads_files_as_the_runtime_does() {
 
     std::fs::write(root.join("sub/dup.yaml"), limit("a")).unwrap();
     let e = EnvoyConfig::load_dir(root).unwrap_err();
+    assert!(matches!(e, EnvoyConfigError::DuplicateDomain { .. }), "{e}");
+    assert!(e.to_string().contains("dup.yaml:1:9: "), "{e}");
+    let merge = LoadOptions::default().merge_domains(true);
+    let e = EnvoyConfig::load_dir_with(root, &merge).unwrap_err();
     assert!(
-        matches!(
-            e,
-            EnvoyConfigError::DuplicateDescriptor { .. } | EnvoyConfigError::DuplicateDomain { .. }
-        ),
+        matches!(e, EnvoyConfigError::DuplicateDescriptor { .. }),
         "{e}"
     );
-    assert!(e.to_string().contains("dup.yaml:1:9"), "{e}");
+    assert!(e.to_string().contains("dup.yaml:3:10: "), "{e}");
+    std::fs::write(
+        root.join("sub/dup.yaml"),
+        "domain: a\ndescriptors:\n  - key: other\n    rate_limit: {unit: day, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    let c = EnvoyConfig::load_dir_with(root, &merge).unwrap();
+    assert_eq!(
+        limit_of(&c, "a", &[("k", "1")]),
+        Some((1, Some(Unit::Second)))
+    );
+    assert_eq!(
+        limit_of(&c, "a", &[("other", "1")]),
+        Some((2, Some(Unit::Day)))
+    );
 
     let missing = EnvoyConfig::load_dir(root.join("nope")).unwrap_err();
     assert!(
@@ -1050,4 +1065,135 @@ fn many_siblings_load_and_match() {
         Some((1, Some(Unit::Hour)))
     );
     assert!(get(&c, "big", &[("user", "nobody")]).is_none());
+}
+
+#[test]
+fn stats_keys_of_detailed_and_value_to_metric_as_envoy_names_them() {
+    let realistic = inline(
+        "domain: nested
+descriptors:
+  - key: key_1
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 500}
+  - key: key_1
+    value: some-value-for-key-1
+    rate_limit: {unit: minute, requests_per_unit: 500}
+  - key: key_2
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5000}
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: key_2
+    value: specific-id
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 50000}
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+",
+    );
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("key_1", "value-for-key-1")],
+            "nested.key_1_value-for-key-1",
+        ),
+        (&[("key_2", "key-2-value")], "nested.key_2_key-2-value"),
+        (
+            &[("key_2", "key-2-value"), ("key_3", "requested-key3-value")],
+            "nested.key_2_key-2-value.key_3_requested-key3-value",
+        ),
+    ];
+    for (entries, expected) in cases {
+        assert_eq!(stats_key(&realistic, "nested", entries), *expected);
+    }
+    assert_eq!(
+        limit_of(
+            &realistic,
+            "nested",
+            &[("key_2", "specific-id"), ("key_3", "requested-key3-value")]
+        ),
+        Some((100, Some(Unit::Minute)))
+    );
+    // key_3 alone has no limit: the request ends on it.
+    assert!(get(&realistic, "nested", &[("key_2", "x"), ("key_3", "y")]).is_none());
+
+    let flags = inline(
+        "domain: d
+descriptors:
+  - key: k1
+    value_to_metric: true
+    descriptors:
+      - key: k2
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: m1
+    descriptors:
+      - key: m2
+        value_to_metric: true
+        descriptors:
+          - key: m3
+            rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: n1
+    descriptors:
+      - key: n2
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            detailed_metric: true
+            rate_limit: {unit: minute, requests_per_unit: 1}
+      - key: http_method
+        value: POST
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 30}
+",
+    );
+    assert_eq!(
+        stats_key(&flags, "d", &[("k1", "A"), ("k2", "foo")]),
+        "d.k1_A.k2"
+    );
+    assert_eq!(
+        stats_key(&flags, "d", &[("m1", "X"), ("m2", "Y"), ("m3", "Z")]),
+        "d.m1.m2_Y.m3"
+    );
+    assert_eq!(
+        stats_key(&flags, "d", &[("n1", "X"), ("n2", "Y")]),
+        "d.n1.n2"
+    );
+    assert_eq!(
+        stats_key(
+            &flags,
+            "d",
+            &[
+                ("route", "draw"),
+                ("http_method", "GET"),
+                ("subject_id", "123")
+            ]
+        ),
+        "d.route_draw.http_method_GET.subject_id_123"
+    );
+    let post = [
+        ("route", "api"),
+        ("http_method", "POST"),
+        ("subject_id", "user456"),
+    ];
+    assert_eq!(limit_of(&flags, "d", &post), Some((30, Some(Unit::Minute))));
+    assert_eq!(
+        stats_key(&flags, "d", &post),
+        "d.route_api.http_method_POST.subject_id"
+    );
 }
