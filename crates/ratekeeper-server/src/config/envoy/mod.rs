@@ -179,6 +179,12 @@ impl EnvoyConfig {
             let mut reader = validate::Reader::new(name);
             let spec = reader.file(document.root.as_ref())?;
             config.warnings.append(&mut reader.warnings);
+            for (line, column, key) in &document.repeated {
+                config.warnings.push(EnvoyWarning {
+                    at: Position::new(name, *line, *column),
+                    message: format!("`{key}` is repeated in its map: this last one is used"),
+                });
+            }
             if let Some((line, column)) = document.extra_document {
                 config.warnings.push(EnvoyWarning {
                     at: Position::new(name, line, column),

@@ -904,6 +904,27 @@ descriptors:
         limit_of(&c, "d", &[("b", "x")]),
         Some((7, Some(Unit::Minute)))
     );
+    // Overriding a merged key is what merges are for: no warning.
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+
+    // A key written twice by hand: the last wins, with a warning.
+    let c = inline(
+        "domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5, requests_per_unit: 6}
+",
+    );
+    assert_eq!(
+        limit_of(&c, "d", &[("a", "x")]),
+        Some((6, Some(Unit::Minute)))
+    );
+    let text: Vec<String> = c.warnings().iter().map(ToString::to_string).collect();
+    assert_eq!(text.len(), 1, "{text:?}");
+    assert!(
+        text[0].starts_with("inline.yaml:4:54: `requests_per_unit` is repeated"),
+        "{text:?}"
+    );
 }
 
 #[test]

@@ -227,8 +227,9 @@ impl Domain {
     {
         let mut level = &self.root;
         let mut composite = String::new();
-        let mut shared: Vec<(usize, &'a str)> = Vec::new();
-        let mut metric: Vec<MetricPart<'a>> = Vec::with_capacity(entries.len());
+        // Grown on the first match only: most descriptors of a request
+        // miss at the first level and should cost no allocation for it.
+        let mut metric: Vec<MetricPart<'a>> = Vec::new();
         let mut found: Option<&'a RateLimit> = None;
         for (index, (key, value)) in entries.iter().enumerate() {
             let (key, value) = (key.as_ref(), value.as_ref());
@@ -267,7 +268,6 @@ impl Domain {
                         .and_then(|rest| rest.strip_prefix('_'))
                         .unwrap_or(&w.composite);
                     if descriptor.share_threshold {
-                        shared.push((index, pattern));
                         part.shared = true;
                         part.shown = pattern;
                     } else if descriptor.value_to_metric {
@@ -290,14 +290,13 @@ impl Domain {
             level = &descriptor.level;
         }
         let limit = found?;
+        // A limit is found only on the last entry, so every entry has its
+        // part.
         let parts = entries
             .iter()
-            .enumerate()
-            .map(|(index, (key, value))| {
-                let value = shared
-                    .iter()
-                    .find(|(i, _)| *i == index)
-                    .map_or(value.as_ref(), |(_, pattern)| *pattern);
+            .zip(&metric)
+            .map(|((key, _), part)| {
+                let value = if part.shared { part.shown } else { part.raw };
                 (key.as_ref(), value)
             })
             .collect();

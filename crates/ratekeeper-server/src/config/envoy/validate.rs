@@ -227,8 +227,8 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    /// A map's fields by name, the last of a repeated name winning (as in
-    /// yaml.v2); names that mean nothing at this level are warned about.
+    /// A map's fields by name (the parser left one entry per name); names
+    /// that mean nothing at this level are warned about.
     fn fields<'n>(
         &mut self,
         map: &'n Node,
@@ -250,9 +250,7 @@ impl<'a> Reader<'a> {
                 );
                 continue;
             }
-            if fields.insert(name, value).is_some() {
-                self.warn(key, format!("`{name}` is repeated: the last one is used"));
-            }
+            fields.insert(name, value);
         }
         fields
     }

@@ -115,6 +115,9 @@ pub(crate) struct Document {
     /// Where a second document starts, if there is one (yaml.v2 reads
     /// only the first).
     pub(crate) extra_document: Option<(usize, usize)>,
+    /// Keys written twice in one map, where the second stands: yaml.v2
+    /// keeps the last value without a word.
+    pub(crate) repeated: Vec<(usize, usize, String)>,
 }
 
 /// A collection being built.
@@ -149,6 +152,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
     let mut stack: Vec<Open> = Vec::new();
     let mut root: Option<Rc<Node>> = None;
     let mut documents = 0usize;
+    let mut repeated = Vec::new();
     let at = |span: &Span| Position::new(file, span.start.line(), span.start.col() + 1);
     loop {
         let (event, span) = match parser.next_event() {
@@ -170,6 +174,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
                     return Ok(Document {
                         root,
                         extra_document: Some((span.start.line(), span.start.col() + 1)),
+                        repeated,
                     });
                 }
                 continue;
@@ -217,7 +222,12 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
                         entries,
                         size,
                         ..
-                    } => (start, anchor, Value::Map(merge_keys(entries)), size),
+                    } => (
+                        start,
+                        anchor,
+                        Value::Map(resolve_map(entries, &mut repeated)),
+                        size,
+                    ),
                 };
                 let height = 1 + match &value {
                     Value::Seq(items) => items.iter().map(|i| i.height).max().unwrap_or(0),
@@ -313,38 +323,75 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
     Ok(Document {
         root,
         extra_document: None,
+        repeated,
     })
 }
 
-/// Expands YAML 1.1 merge keys (`<<: *base`, or a list of them) in place,
-/// as yaml.v2 does: the merged map's entries stand where the `<<` stood,
-/// so a later key overrides them and they override an earlier one.
-fn merge_keys(entries: Vec<(Rc<Node>, Rc<Node>)>) -> Vec<(Rc<Node>, Rc<Node>)> {
-    let is_merge =
-        |key: &Node| matches!(&key.value, Value::Scalar(text, ScalarKind::Str) if text == "<<");
-    if !entries.iter().any(|(key, _)| is_merge(key)) {
-        return entries;
-    }
-    let mut out = Vec::with_capacity(entries.len());
-    for (key, value) in entries {
-        if !is_merge(&key) {
-            out.push((key, value));
-            continue;
+/// A map's entries as yaml.v2 leaves them: one per key, the last
+/// assignment winning, with YAML 1.1 merge keys (`<<: *base`, or a list of
+/// them) applied where they stand: the merged map's keys are assigned
+/// there, so a later key overrides them and they override an earlier one
+/// (and in a list, the first map wins). Keys written twice by hand are
+/// reported in `repeated`; those a merge overrides are not, as overriding
+/// is what a merge is for.
+fn resolve_map(
+    entries: Vec<(Rc<Node>, Rc<Node>)>,
+    repeated: &mut Vec<(usize, usize, String)>,
+) -> Vec<(Rc<Node>, Rc<Node>)> {
+    let mut out: Vec<(Rc<Node>, Rc<Node>)> = Vec::with_capacity(entries.len());
+    // A key's slot in `out`, by its text and whether it is a string (an
+    // integer key `1` and a string key `"1"` differ).
+    // Where each key's entry is in `out`, and whether it was written by
+    // hand (not merged).
+    let mut slots: HashMap<(bool, String), (usize, bool)> = HashMap::new();
+    // Assigns `key`; true when it replaces a hand-written entry by hand.
+    let mut assign = |key: &Rc<Node>, value: &Rc<Node>, explicit: bool, out: &mut Vec<_>| -> bool {
+        let Some((text, kind)) = key.scalar() else {
+            out.push((Rc::clone(key), Rc::clone(value)));
+            return false;
+        };
+        let id = (kind == ScalarKind::Str, text.to_owned());
+        match slots.get_mut(&id) {
+            Some((slot, was_explicit)) => {
+                out[*slot] = (Rc::clone(key), Rc::clone(value));
+                let twice = explicit && *was_explicit;
+                *was_explicit = explicit;
+                twice
+            }
+            None => {
+                slots.insert(id, (out.len(), explicit));
+                out.push((Rc::clone(key), Rc::clone(value)));
+                false
+            }
         }
-        match &value.value {
-            Value::Map(merged) => out.extend(merged.iter().cloned()),
-            Value::Seq(items) if items.iter().all(|i| matches!(i.value, Value::Map(_))) => {
-                // yaml.v2 applies the list's maps last to first, so that the
-                // first one wins among them.
-                for item in items.iter().rev() {
-                    if let Value::Map(merged) = &item.value {
-                        out.extend(merged.iter().cloned());
+    };
+    for (key, value) in &entries {
+        let is_merge = matches!(&key.value, Value::Scalar(text, ScalarKind::Str) if text == "<<");
+        let sources: Vec<&Rc<Node>> = match &value.value {
+            Value::Map(_) if is_merge => vec![value],
+            Value::Seq(items)
+                if is_merge && items.iter().all(|i| matches!(i.value, Value::Map(_))) =>
+            {
+                items.iter().rev().collect()
+            }
+            // Not a merge, or not a mergeable value: an ordinary key (the
+            // field check then refuses `<<` as unknown, as yaml.v2 refuses
+            // the merge).
+            _ => {
+                if assign(key, value, true, &mut out) {
+                    if let Some((text, _)) = key.scalar() {
+                        repeated.push((key.line, key.column, text.to_owned()));
                     }
                 }
+                continue;
             }
-            // Not a mergeable value: left as an ordinary key, which the key
-            // check then refuses as unknown.
-            _ => out.push((key, value)),
+        };
+        for source in sources {
+            if let Value::Map(merged) = &source.value {
+                for (k, v) in merged {
+                    assign(k, v, false, &mut out);
+                }
+            }
         }
     }
     out
@@ -365,7 +412,15 @@ pub(crate) fn resolve_plain(text: &str) -> ScalarKind {
         _ => {}
     }
     let first = text.as_bytes()[0];
-    if !(first.is_ascii_digit() || first == b'+' || first == b'-' || first == b'.') {
+    if first == b'.' {
+        // yaml.v2 tries these as floats as written, underscores included.
+        return if is_float(text) {
+            ScalarKind::OtherNumber
+        } else {
+            ScalarKind::Str
+        };
+    }
+    if !(first.is_ascii_digit() || first == b'+' || first == b'-') {
         return ScalarKind::Str;
     }
     let plain: String = text.chars().filter(|&c| c != '_').collect();
@@ -482,6 +537,13 @@ mod tests {
         assert_eq!(resolve_plain("minute"), ScalarKind::Str);
         assert_eq!(resolve_plain("1.2.3"), ScalarKind::Str);
         assert_eq!(resolve_plain("-"), ScalarKind::Str);
+        assert_eq!(resolve_plain(".5"), ScalarKind::OtherNumber);
+        assert_eq!(resolve_plain(".5_0"), ScalarKind::Str);
+        assert_eq!(resolve_plain("_1"), ScalarKind::Str);
+        assert_eq!(resolve_plain("09"), ScalarKind::OtherNumber);
+        assert_eq!(resolve_plain("012"), ScalarKind::Int(10));
+        assert_eq!(resolve_plain("0b101"), ScalarKind::Int(5));
+        assert_eq!(resolve_plain("2001-12-14"), ScalarKind::Str);
     }
 
     #[test]
