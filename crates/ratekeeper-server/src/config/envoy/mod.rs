@@ -27,15 +27,17 @@
 //! ```
 //!
 //! [`EnvoyConfig::from_yaml_str`] reads one file; [`EnvoyConfig::load_dir`]
-//! reads a directory as envoyproxy/ratelimit reads its runtime directory
-//! (`RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`): every
-//! regular file in it and in its subdirectories, whatever its extension,
-//! dot files included unless [`LoadOptions::ignore_dot_files`] (its
-//! `RUNTIME_IGNOREDOTFILES`), in lexical order. A domain in two files is
-//! refused unless [`LoadOptions::merge_domains`] (its
-//! `MERGE_DOMAIN_CONFIG`), which adds the second file's top-level
-//! descriptors to the first's, a descriptor defined in both still being a
-//! duplicate.
+//! reads a directory as envoyproxy/ratelimit reads its app directory
+//! (`RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`, with
+//! `RUNTIME_WATCH_ROOT=false`): every file in it and in its
+//! subdirectories, whatever its extension (its README says `*.yaml`, its
+//! code reads them all), dot files included unless
+//! [`LoadOptions::ignore_dot_files`] (its `RUNTIME_IGNOREDOTFILES`).
+//! [`EnvoyConfig::load_runtime`] selects files as its default
+//! `RUNTIME_WATCH_ROOT=true` does. A domain in two files is refused unless
+//! [`LoadOptions::merge_domains`] (its `MERGE_DOMAIN_CONFIG`), which adds
+//! the second file's top-level descriptors to the first's, a descriptor
+//! defined in both still being a duplicate.
 //!
 //! # The `policy` extension
 //!
@@ -233,8 +235,51 @@ impl EnvoyConfig {
     ) -> Result<EnvoyConfig, EnvoyConfigError> {
         let mut warnings = Vec::new();
         let files = list_files(path.as_ref(), options, &mut warnings)?;
+        EnvoyConfig::load_files(&files, options, warnings)
+    }
+
+    /// The files envoyproxy/ratelimit reads with its default
+    /// `RUNTIME_WATCH_ROOT=true`: it watches
+    /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY`, names each file under it by its
+    /// relative path with `/` turned into `.`, and keeps those whose name
+    /// starts with `RUNTIME_APPDIRECTORY.`. That is every file under the
+    /// app directory, and also any file or directory beside it whose name
+    /// starts with the app directory's and a dot (`config.yaml` next to
+    /// `config/`). With `RUNTIME_WATCH_ROOT=false` it reads the app
+    /// directory alone: [`EnvoyConfig::load_dir_with`] on it.
+    pub fn load_runtime(
+        runtime_root: impl AsRef<Path>,
+        subdirectory: impl AsRef<Path>,
+        app_directory: &str,
+        options: &LoadOptions,
+    ) -> Result<EnvoyConfig, EnvoyConfigError> {
+        let watched = runtime_root.as_ref().join(subdirectory);
+        let mut warnings = Vec::new();
+        let prefix = format!("{app_directory}.");
+        let files: Vec<PathBuf> = list_files(&watched, options, &mut warnings)?
+            .into_iter()
+            .filter(|file| {
+                let Ok(relative) = file.strip_prefix(&watched) else {
+                    return false;
+                };
+                let name: Vec<String> = relative
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                name.join(".").starts_with(&prefix)
+            })
+            .collect();
+        EnvoyConfig::load_files(&files, options, warnings)
+    }
+
+    /// Reads `files` and loads them, `warnings` first.
+    fn load_files(
+        files: &[PathBuf],
+        options: &LoadOptions,
+        mut warnings: Vec<EnvoyWarning>,
+    ) -> Result<EnvoyConfig, EnvoyConfigError> {
         let mut texts = Vec::with_capacity(files.len());
-        for file in &files {
+        for file in files {
             let read = |source| EnvoyConfigError::Read {
                 path: file.clone(),
                 source,

@@ -1218,3 +1218,24 @@ descriptors:
         "d.route_api.http_method_POST.subject_id"
     );
 }
+
+#[test]
+fn load_runtime_selects_files_as_the_watch_root_filter_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("ratelimit");
+    std::fs::create_dir_all(sub.join("config/nested")).unwrap();
+    std::fs::create_dir_all(sub.join("other")).unwrap();
+    let limit = |domain: &str| {
+        format!("domain: {domain}\ndescriptors:\n  - key: k\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n")
+    };
+    std::fs::write(sub.join("config/a.yaml"), limit("a")).unwrap();
+    std::fs::write(sub.join("config/nested/b.yaml"), limit("b")).unwrap();
+    std::fs::write(sub.join("config.extra.yaml"), limit("beside")).unwrap();
+    std::fs::write(sub.join("other/c.yaml"), limit("c")).unwrap();
+    std::fs::write(sub.join("configuration.yaml"), limit("d")).unwrap();
+    let c = EnvoyConfig::load_runtime(dir.path(), "ratelimit", "config", &LoadOptions::default())
+        .unwrap();
+    let mut names: Vec<&str> = c.domains().map(Domain::name).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b", "beside"]);
+}
