@@ -75,10 +75,12 @@ pub enum EnvoyConfigError {
         /// The cap.
         max: usize,
     },
-    /// Aliases that would expand into too large a tree.
-    #[error("{at}: aliases expand to more than {max} nodes")]
+    /// A tree too large: more nodes than
+    /// [`MAX_NODES`](super::MAX_NODES), or than twice the file's length
+    /// once aliases are expanded.
+    #[error("{at}: more than {max} nodes, aliases expanded")]
     TooManyNodes {
-        /// The alias that went past the budget.
+        /// The node that went past the budget.
         at: Position,
         /// The budget.
         max: usize,

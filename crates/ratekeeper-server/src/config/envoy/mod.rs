@@ -63,8 +63,8 @@
 //! - files are taken in a fixed order (see [`EnvoyConfig::load_dir_with`]),
 //!   where it takes them in a Go map's order;
 //! - files larger than [`MAX_FILE_BYTES`], collections nested deeper than
-//!   [`MAX_DEPTH`], and aliases expanding past a budget linear in the
-//!   file's size are refused;
+//!   [`MAX_DEPTH`], and trees of more than [`MAX_NODES`] nodes or (aliases
+//!   expanded) twice the file's length are refused;
 //! - the parser is a YAML 1.2 one with YAML 1.1's scalars (see `yaml.rs`):
 //!   syntax where the two versions differ may be read differently, and a
 //!   syntax error may be placed elsewhere (at an unterminated quote's
@@ -107,7 +107,7 @@ use std::path::{Path, PathBuf};
 pub use error::{EnvoyConfigError, EnvoyWarning, Position};
 pub use model::{Metadata, RateLimit, Unit};
 pub use tree::{CounterKey, Domain, Matched};
-pub use yaml::MAX_DEPTH;
+pub use yaml::{MAX_DEPTH, MAX_NODES};
 
 /// The largest file read: far above any real configuration, low enough
 /// that a mistaken path (a log, a dump) is refused before it is parsed.

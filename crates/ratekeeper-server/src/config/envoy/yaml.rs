@@ -26,6 +26,13 @@ use super::error::{EnvoyConfigError, Position};
 /// over the tree shallow.
 pub const MAX_DEPTH: usize = 64;
 
+/// Nodes (scalars, lists and maps, aliases counted as the nodes they
+/// stand for) one file may have: a 16 MiB file of descriptors has about
+/// 1.6 million, and a tree costs about a hundred bytes a node, so this
+/// keeps a file of one-character nodes (`[a,a,a,...]`) from costing more
+/// memory than a real configuration does.
+pub const MAX_NODES: usize = 2_000_000;
+
 /// What a scalar resolves to, as yaml.v2 would decode it into an
 /// `interface{}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,7 +152,17 @@ enum Open {
 /// exponentially large tree (at most twice the text's length plus a
 /// constant).
 pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError> {
-    let budget = text.len().saturating_mul(2).saturating_add(10_000);
+    parse_capped(text, file, MAX_NODES)
+}
+
+/// [`parse`] with a node cap of `max_nodes` instead of [`MAX_NODES`].
+fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, EnvoyConfigError> {
+    let budget = text
+        .len()
+        .saturating_mul(2)
+        .saturating_add(10_000)
+        .min(max_nodes);
+    // Nodes so far, aliases counted as what they stand for.
     let mut expanded = 0usize;
     let mut parser = Parser::new_from_str(text);
     let mut anchors: HashMap<usize, Rc<Node>> = HashMap::new();
@@ -166,6 +183,18 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError
                 });
             }
         };
+        if matches!(
+            event,
+            Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..)
+        ) {
+            expanded += 1;
+            if expanded > budget {
+                return Err(EnvoyConfigError::TooManyNodes {
+                    at: at(&span),
+                    max: budget,
+                });
+            }
+        }
         let node = match event {
             Event::StreamEnd => break,
             Event::DocumentStart(_) => {
@@ -572,6 +601,17 @@ mod tests {
         let error = parse(&text, "bomb.yaml").unwrap_err();
         assert!(
             matches!(error, EnvoyConfigError::TooManyNodes { .. }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn node_count_is_capped() {
+        let text = format!("[{}]", "a,".repeat(1_000));
+        assert!(parse_capped(&text, "wide.yaml", 1_001).is_ok());
+        let error = parse_capped(&text, "wide.yaml", 1_000).unwrap_err();
+        assert!(
+            matches!(error, EnvoyConfigError::TooManyNodes { max: 1_000, .. }),
             "{error}"
         );
     }
