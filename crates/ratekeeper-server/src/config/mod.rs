@@ -235,6 +235,7 @@ mod access;
 mod address;
 mod connections;
 mod env;
+pub mod envoy;
 mod envoy_door;
 mod error;
 mod explain;
