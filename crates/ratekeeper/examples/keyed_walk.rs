@@ -12,7 +12,9 @@
 //! of each, eleven times, each on its own limiter warmed with every key),
 //! and prints the fastest and the median round per check: on a machine
 //! whose speed changes from minute to minute, rounds side by side compare
-//! where a benchmark run after another does not.
+//! where a benchmark run after another does not. Each round also times the
+//! table on a `CoarseClock` (1 ms), the same check without the clock read
+//! on its path (`ratekeeper-coarse`), to show what the read costs.
 //!
 //! ```sh
 //! cargo run --release -p ratekeeper --example keyed_walk -- time 2 4000000
@@ -23,7 +25,8 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use ratekeeper::{Gcra, MemoryLimiter};
+use ratekeeper::clock::CoarseClock;
+use ratekeeper::{Clock, Gcra, MemoryLimiter};
 
 /// Distinct keys walked round-robin, as the criterion bench's "100k keys".
 const KEYS: usize = 100_000;
@@ -35,7 +38,7 @@ trait Check: Sync {
     fn check(&self, key: &String) -> bool;
 }
 
-impl Check for MemoryLimiter {
+impl<C: Clock> Check for MemoryLimiter<C> {
     fn check(&self, key: &String) -> bool {
         MemoryLimiter::check(self, key, 1).is_allowed()
     }
@@ -62,23 +65,29 @@ fn walk(limiter: &dyn Check, keys: &[String], start: usize, checks: usize) -> us
 
 /// A limiter by name, with every key of the walk known to it.
 fn limiter(which: &str, keys: &[String]) -> Box<dyn Check> {
+    let gcra =
+        || Gcra::new(1_000_000_000, Duration::from_secs(1), 1_000_000_000).expect("a valid rate");
     let limiter: Box<dyn Check> = match which {
-        "ratekeeper" => {
-            let gcra = Gcra::new(1_000_000_000, Duration::from_secs(1), 1_000_000_000)
-                .expect("a valid rate");
-            Box::new(
-                MemoryLimiter::builder(gcra)
-                    .max_keys(200_000)
-                    .background_sweep(false)
-                    .build()
-                    .expect("a valid limiter"),
-            )
-        }
+        "ratekeeper" => Box::new(
+            MemoryLimiter::builder(gcra())
+                .max_keys(200_000)
+                .background_sweep(false)
+                .build()
+                .expect("a valid limiter"),
+        ),
+        "ratekeeper-coarse" => Box::new(
+            MemoryLimiter::builder(gcra())
+                .max_keys(200_000)
+                .background_sweep(false)
+                .clock(CoarseClock::new(Duration::from_millis(1)).expect("the clock's thread"))
+                .build()
+                .expect("a valid limiter"),
+        ),
         "governor" => Box::new(Governor(RateLimiter::keyed(Quota::per_second(
             NonZeroU32::MAX,
         )))),
         other => {
-            eprintln!("usage: keyed_walk ratekeeper|governor [checks] | time [threads] [checks], not {other:?}");
+            eprintln!("usage: keyed_walk ratekeeper|ratekeeper-coarse|governor [checks] | time [threads] [checks], not {other:?}");
             std::process::exit(2);
         }
     };
@@ -111,8 +120,8 @@ fn timed(limiter: &dyn Check, keys: &[String], threads: usize, checks: usize) ->
 
 fn time(threads: usize, checks: usize, keys: &[String]) {
     const ROUNDS: usize = 11;
-    let names = ["ratekeeper", "governor"];
-    let mut rounds = [Vec::new(), Vec::new()];
+    let names = ["ratekeeper", "governor", "ratekeeper-coarse"];
+    let mut rounds = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..ROUNDS {
         for (times, name) in rounds.iter_mut().zip(names) {
             times.push(timed(limiter(name, keys).as_ref(), keys, threads, checks));
@@ -121,7 +130,7 @@ fn time(threads: usize, checks: usize, keys: &[String]) {
     for (name, mut times) in names.iter().zip(rounds) {
         times.sort_by(f64::total_cmp);
         println!(
-            "{name:<10} {threads} thread(s): fastest {:6.1} ns, median {:6.1} ns per check",
+            "{name:<17} {threads} thread(s): fastest {:6.1} ns, median {:6.1} ns per check",
             times[0],
             times[ROUNDS / 2]
         );

@@ -1,5 +1,6 @@
 //! The answer to one request.
 
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -56,25 +57,62 @@ impl RetryAfter {
 /// assert_eq!(d.retry_after(), RetryAfter::After(Duration::from_millis(500)));
 /// assert_eq!(d.reset(), Duration::from_secs(1));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// Its times are kept in whole nanoseconds, as every policy computes them:
+/// a reset or wait given to [`allowed`](Decision::allowed) or
+/// [`denied`](Decision::denied) longer than `u64::MAX` nanoseconds (584
+/// years) reads back as that.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "DecisionFields", into = "DecisionFields")]
 pub struct Decision {
     allowed: bool,
     limit: u64,
     remaining: u64,
-    reset: Duration,
-    retry_after: RetryAfter,
+    // Nanoseconds, not `Duration`s: a keyed check builds a decision on
+    // every call, and a `Duration` costs a division by 10^9 to make and
+    // twice the bytes to move through the table's layers.
+    reset_nanos: u64,
+    /// [`RETRY_NEVER`] for [`RetryAfter::Never`].
+    retry_nanos: u64,
+}
+
+/// `retry_nanos` of a request that can never succeed; a wait is saturated
+/// below it.
+const RETRY_NEVER: u64 = u64::MAX;
+
+/// `duration` in nanoseconds, saturated to `max`.
+const fn saturating_nanos(duration: Duration, max: u64) -> u64 {
+    let nanos = duration.as_nanos();
+    if nanos > max as u128 {
+        max
+    } else {
+        nanos as u64
+    }
+}
+
+const fn retry_nanos(retry_after: RetryAfter) -> u64 {
+    match retry_after {
+        RetryAfter::After(wait) => saturating_nanos(wait, RETRY_NEVER - 1),
+        RetryAfter::Never => RETRY_NEVER,
+    }
 }
 
 impl Decision {
     /// An allowed request: `remaining` units are left of `limit` after it,
     /// and the quota is whole again after `reset`.
     pub const fn allowed(limit: u64, remaining: u64, reset: Duration) -> Self {
+        Self::allowed_nanos(limit, remaining, saturating_nanos(reset, u64::MAX))
+    }
+
+    /// [`allowed`](Decision::allowed) with the reset in nanoseconds.
+    #[inline]
+    pub(crate) const fn allowed_nanos(limit: u64, remaining: u64, reset_nanos: u64) -> Self {
         Decision {
             allowed: true,
             limit,
             remaining,
-            reset,
-            retry_after: RetryAfter::NOW,
+            reset_nanos,
+            retry_nanos: 0,
         }
     }
 
@@ -91,8 +129,30 @@ impl Decision {
             allowed: false,
             limit,
             remaining,
-            reset,
-            retry_after,
+            reset_nanos: saturating_nanos(reset, u64::MAX),
+            retry_nanos: retry_nanos(retry_after),
+        }
+    }
+
+    /// [`denied`](Decision::denied) with the reset and the wait in
+    /// nanoseconds, `None` for a request that can never succeed.
+    #[inline]
+    pub(crate) const fn denied_nanos(
+        limit: u64,
+        remaining: u64,
+        reset_nanos: u64,
+        retry_nanos: Option<u64>,
+    ) -> Self {
+        Decision {
+            allowed: false,
+            limit,
+            remaining,
+            reset_nanos,
+            retry_nanos: match retry_nanos {
+                Some(wait) if wait < RETRY_NEVER => wait,
+                Some(_) => RETRY_NEVER - 1,
+                None => RETRY_NEVER,
+            },
         }
     }
 
@@ -113,12 +173,126 @@ impl Decision {
 
     /// The time until the whole quota is available again.
     pub const fn reset(&self) -> Duration {
-        self.reset
+        Duration::from_nanos(self.reset_nanos)
     }
 
     /// [`RetryAfter::NOW`] when allowed; otherwise the wait after which the
     /// same cost can succeed, or [`RetryAfter::Never`].
     pub const fn retry_after(&self) -> RetryAfter {
-        self.retry_after
+        match self.retry_nanos {
+            RETRY_NEVER => RetryAfter::Never,
+            wait => RetryAfter::After(Duration::from_nanos(wait)),
+        }
+    }
+}
+
+/// What `Debug` showed when the fields were the accessors' types.
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining)
+            .field("reset", &self.reset())
+            .field("retry_after", &self.retry_after())
+            .finish()
+    }
+}
+
+/// The serialized form of a [`Decision`]: the fields it had as `Duration`s,
+/// so that what was written before reads the same, and is written the same.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "Decision")]
+struct DecisionFields {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    reset: Duration,
+    retry_after: RetryAfter,
+}
+
+impl From<Decision> for DecisionFields {
+    fn from(decision: Decision) -> Self {
+        DecisionFields {
+            allowed: decision.allowed,
+            limit: decision.limit,
+            remaining: decision.remaining,
+            reset: decision.reset(),
+            retry_after: decision.retry_after(),
+        }
+    }
+}
+
+impl From<DecisionFields> for Decision {
+    fn from(fields: DecisionFields) -> Self {
+        Decision {
+            allowed: fields.allowed,
+            limit: fields.limit,
+            remaining: fields.remaining,
+            reset_nanos: saturating_nanos(fields.reset, u64::MAX),
+            retry_nanos: retry_nanos(fields.retry_after),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The serialized form is part of the API (the service and clients may
+    /// keep or send decisions): it stays what the derived implementation of
+    /// the struct's original fields wrote, whatever the fields are now.
+    #[test]
+    fn the_serialized_form_is_the_derived_one_of_the_documented_fields() {
+        let cases = [
+            (
+                Decision::allowed(2, 1, Duration::from_millis(1_500)),
+                r#"{"allowed":true,"limit":2,"remaining":1,"reset":{"secs":1,"nanos":500000000},"retry_after":{"after":{"secs":0,"nanos":0}}}"#,
+            ),
+            (
+                Decision::denied(
+                    5,
+                    0,
+                    Duration::from_nanos(7),
+                    RetryAfter::After(Duration::new(3, 25)),
+                ),
+                r#"{"allowed":false,"limit":5,"remaining":0,"reset":{"secs":0,"nanos":7},"retry_after":{"after":{"secs":3,"nanos":25}}}"#,
+            ),
+            (
+                Decision::denied(1, 0, Duration::ZERO, RetryAfter::Never),
+                r#"{"allowed":false,"limit":1,"remaining":0,"reset":{"secs":0,"nanos":0},"retry_after":"never"}"#,
+            ),
+        ];
+        for (decision, json) in cases {
+            assert_eq!(serde_json::to_string(&decision).unwrap(), json);
+            let back: Decision = serde_json::from_str(json).unwrap();
+            assert_eq!(back, decision);
+            assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        }
+    }
+
+    #[test]
+    fn accessors_give_back_what_the_constructors_took() {
+        let d = Decision::denied(
+            9,
+            3,
+            Duration::new(12, 345),
+            RetryAfter::After(Duration::new(0, 999_999_999)),
+        );
+        assert!(!d.is_allowed());
+        assert_eq!(d.limit(), 9);
+        assert_eq!(d.remaining(), 3);
+        assert_eq!(d.reset(), Duration::new(12, 345));
+        assert_eq!(
+            d.retry_after(),
+            RetryAfter::After(Duration::new(0, 999_999_999))
+        );
+        let a = Decision::allowed(4, 4, Duration::ZERO);
+        assert!(a.is_allowed());
+        assert_eq!(a.retry_after(), RetryAfter::NOW);
+        assert_eq!(
+            format!("{a:?}"),
+            "Decision { allowed: true, limit: 4, remaining: 4, reset: 0ns, retry_after: After(0ns) }"
+        );
     }
 }

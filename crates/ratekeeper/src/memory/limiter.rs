@@ -11,10 +11,11 @@ use thiserror::Error;
 use super::demand::{DemandGates, ShardSwept};
 use super::key::KeyHasher;
 use super::locked_table::LockedTable;
-use super::one_word::OneWord;
-use super::slot_table::{SlotTable, Update};
+use super::one_word::{self, OneWord};
+use super::slot_table::{Decide, SlotTable, Update};
 use crate::{
-    clock::MonotonicClock, policy::Algorithm, Clock, Decision, Outcome, Policy, Timestamp,
+    clock::MonotonicClock, policy::Algorithm, Clock, Decision, FixedWindow, Gcra, Outcome, Policy,
+    Timestamp,
 };
 
 /// How many keys a limiter tracks unless told otherwise.
@@ -238,7 +239,7 @@ enum Now<'a, C> {
 }
 
 impl<C: Clock> Now<'_, C> {
-    #[inline]
+    #[inline(always)]
     fn get(&mut self) -> Timestamp {
         match *self {
             Now::Read(now) => now,
@@ -248,6 +249,38 @@ impl<C: Clock> Now<'_, C> {
                 now
             }
         }
+    }
+}
+
+/// A GCRA check of `cost` at `now` on the lock-free table.
+struct GcraCheck<'a, 'c, C> {
+    gcra: &'a Gcra,
+    now: &'a mut Now<'c, C>,
+    cost: u64,
+}
+
+impl<C: Clock> Decide for GcraCheck<'_, '_, C> {
+    type Result = Decision;
+
+    #[inline(always)]
+    fn decide(&mut self, word: Option<u64>) -> (Decision, Option<u64>) {
+        one_word::decide_gcra(self.gcra, word, self.now.get(), self.cost)
+    }
+}
+
+/// A fixed-window check of `cost` at `now` on the lock-free table.
+struct WindowCheck<'a, 'c, C> {
+    window: &'a FixedWindow,
+    now: &'a mut Now<'c, C>,
+    cost: u64,
+}
+
+impl<C: Clock> Decide for WindowCheck<'_, '_, C> {
+    type Result = Decision;
+
+    #[inline(always)]
+    fn decide(&mut self, word: Option<u64>) -> (Decision, Option<u64>) {
+        one_word::decide_window(self.window, word, self.now.get(), self.cost)
     }
 }
 
@@ -261,10 +294,18 @@ impl<C: Clock> MemoryLimiter<C> {
     #[inline]
     fn decide(&self, key: &[u8], now: &mut Now<'_, C>, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key);
-        if let Update::Done(decision) = self.update_at(fingerprint, now, cost) {
-            return Outcome::Decided(decision);
+        match self.update_at(fingerprint, now, cost) {
+            Update::Done(decision) => Outcome::Decided(decision),
+            Update::Saturated => self.decide_when_full(fingerprint, now, cost),
         }
-        // Full: sweep for room, then try once more.
+    }
+
+    /// A new key that found the table full: sweeps for room, then tries
+    /// once more. Out of line, so that the table's update is inlined once,
+    /// into every check's path, and not a second time here.
+    #[cold]
+    #[inline(never)]
+    fn decide_when_full(&self, fingerprint: u64, now: &mut Now<'_, C>, cost: u64) -> Outcome {
         if self.shared.make_room(now.get()) {
             if let Update::Done(decision) = self.update_at(fingerprint, now, cost) {
                 return Outcome::Decided(decision);
@@ -276,29 +317,54 @@ impl<C: Clock> MemoryLimiter<C> {
     /// One decision on the table: the state's update, or saturated. The
     /// clock is read once the key's row is found: at 100,000 keys and more
     /// the row is a cache miss, and the read then runs while it loads.
-    #[inline]
+    ///
+    /// Always inlined into `decide`, so that the time read once and the
+    /// decision stay in registers; the locked table's path is a call.
+    #[inline(always)]
     fn update_at(&self, fingerprint: u64, now: &mut Now<'_, C>, cost: u64) -> Update<Decision> {
         match &self.shared.table {
-            Table::Slots { policy, slots } => {
-                slots.update(fingerprint, |word| policy.decide(word, now.get(), cost))
-            }
-            Table::Locked { rows } => rows.update(fingerprint, |state| {
-                let policy = &self.shared.policy;
-                let now = now.get();
-                let (decision, next) = match state {
-                    Some(state) => {
-                        let (decision, next) = policy.decide(state, now, cost);
-                        (decision, (next != *state).then_some(next))
-                    }
-                    None => {
-                        let fresh = policy.fresh();
-                        let (decision, next) = policy.decide(&fresh, now, cost);
-                        (decision, (next != fresh).then_some(next))
-                    }
-                };
-                (decision, next)
-            }),
+            // One update loop for each one-word policy, each with its
+            // arithmetic inlined, rather than one loop matching on the
+            // policy inside.
+            Table::Slots {
+                policy: OneWord::Gcra(gcra),
+                slots,
+            } => slots.update(fingerprint, GcraCheck { gcra, now, cost }),
+            Table::Slots {
+                policy: OneWord::FixedWindow(window),
+                slots,
+            } => slots.update(fingerprint, WindowCheck { window, now, cost }),
+            Table::Locked { rows } => self.update_locked(rows, fingerprint, now, cost),
         }
+    }
+
+    /// [`update_at`](MemoryLimiter::update_at) for the sliding policies,
+    /// whose decisions take a lock: out of line, as a call costs them
+    /// little and keeps the one-word policies' path short.
+    #[inline(never)]
+    fn update_locked(
+        &self,
+        rows: &LockedTable,
+        fingerprint: u64,
+        now: &mut Now<'_, C>,
+        cost: u64,
+    ) -> Update<Decision> {
+        rows.update(fingerprint, |state| {
+            let policy = &self.shared.policy;
+            let now = now.get();
+            let (decision, next) = match state {
+                Some(state) => {
+                    let (decision, next) = policy.decide(state, now, cost);
+                    (decision, (next != *state).then_some(next))
+                }
+                None => {
+                    let fresh = policy.fresh();
+                    let (decision, next) = policy.decide(&fresh, now, cost);
+                    (decision, (next != fresh).then_some(next))
+                }
+            };
+            (decision, next)
+        })
     }
 
     /// Gives `units` back to `key` now, for requests that should not count

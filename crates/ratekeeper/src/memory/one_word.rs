@@ -44,23 +44,9 @@ impl OneWord {
         now: Timestamp,
         cost: u64,
     ) -> (Decision, Option<u64>) {
-        let word = word.unwrap_or(0);
         match self {
-            OneWord::Gcra(gcra) => {
-                let state = GcraState {
-                    tat: Timestamp::from_nanos(word),
-                };
-                let (decision, next) = gcra.decide(&state, now, cost);
-                (decision, (next != state).then_some(next.tat.as_nanos()))
-            }
-            OneWord::FixedWindow(window) => {
-                let state = unpack_window(window, word, now);
-                let (decision, next) = window.decide(&state, now, cost);
-                (
-                    decision,
-                    (next != state).then(|| pack_window(window, &next)),
-                )
-            }
+            OneWord::Gcra(gcra) => decide_gcra(gcra, word, now, cost),
+            OneWord::FixedWindow(window) => decide_window(window, word, now, cost),
         }
     }
 
@@ -98,6 +84,37 @@ impl OneWord {
             OneWord::FixedWindow(window) => window.expires_at(&unpack_window(window, word, now)),
         }
     }
+}
+
+/// [`OneWord::decide`] for GCRA. Always inlined: the table's update loop
+/// is specialized for each policy (see `MemoryLimiter::update_at`), and
+/// this is all of a GCRA check's arithmetic.
+#[inline(always)]
+pub(crate) fn decide_gcra(
+    gcra: &Gcra,
+    word: Option<u64>,
+    now: Timestamp,
+    cost: u64,
+) -> (Decision, Option<u64>) {
+    let tat = word.unwrap_or(0);
+    let (decision, next) = gcra.decide_tat(tat, now.as_nanos(), cost);
+    (decision, (next != tat).then_some(next))
+}
+
+/// [`OneWord::decide`] for a fixed window.
+#[inline]
+pub(crate) fn decide_window(
+    window: &FixedWindow,
+    word: Option<u64>,
+    now: Timestamp,
+    cost: u64,
+) -> (Decision, Option<u64>) {
+    let state = unpack_window(window, word.unwrap_or(0), now);
+    let (decision, next) = window.decide(&state, now, cost);
+    (
+        decision,
+        (next != state).then(|| pack_window(window, &next)),
+    )
 }
 
 fn window_nanos(window: &FixedWindow) -> u64 {

@@ -53,6 +53,30 @@ pub(crate) enum Update<R> {
     Saturated,
 }
 
+/// What an update computes from a key's state (`None` for a new key): its
+/// result, and the next state when it changed (`None` leaves the slot as
+/// it is, and a new key without a row).
+///
+/// A trait rather than only a closure so that the policies' hot paths can
+/// implement it with an always-inlined method: a closure's body is inlined
+/// or not as the optimizer judges, and the checks' was not.
+pub(crate) trait Decide {
+    /// What the update returns.
+    type Result;
+
+    /// Decides on `state`; may run more than once when threads race.
+    fn decide(&mut self, state: Option<u64>) -> (Self::Result, Option<u64>);
+}
+
+impl<R, F: FnMut(Option<u64>) -> (R, Option<u64>)> Decide for F {
+    type Result = R;
+
+    #[inline]
+    fn decide(&mut self, state: Option<u64>) -> (R, Option<u64>) {
+        self(state)
+    }
+}
+
 #[inline]
 const fn pack(key: u64, state: u64) -> u128 {
     ((key as u128) << 64) | state as u128
@@ -141,13 +165,22 @@ impl SlotTable {
     /// lock; `None` once an empty slot ends the probe.
     #[inline]
     fn find(&self, fingerprint: u64) -> Option<(usize, u128)> {
-        for index in self.probe(fingerprint) {
+        // The same sequence as `probe`, written out: every check runs this,
+        // and the iterator's adapters cost it a dozen instructions a step.
+        let base = self.shard_of(fingerprint) * self.shard_len;
+        let mask = self.shard_len - 1;
+        let mut home = fingerprint as usize;
+        for _ in 0..self.shard_len {
+            let index = base + (home & mask);
             let slot = self.slots[index].load(Ordering::Acquire);
-            match key_of(slot) {
-                key if key == fingerprint => return Some((index, slot)),
-                EMPTY => return None,
-                _ => {}
+            let key = key_of(slot);
+            if key == fingerprint {
+                return Some((index, slot));
             }
+            if key == EMPTY {
+                return None;
+            }
+            home = home.wrapping_add(1);
         }
         None
     }
@@ -160,18 +193,18 @@ impl SlotTable {
     /// Runs `decide` on the key's state (`None` for a new key) and stores
     /// the state it returns, atomically: `decide` may run more than once
     /// when other threads race, and only its last result counts.
-    #[inline]
-    pub(crate) fn update<R>(
-        &self,
-        fingerprint: u64,
-        mut decide: impl FnMut(Option<u64>) -> (R, Option<u64>),
-    ) -> Update<R> {
+    ///
+    /// Always inlined: into every check's path, where the closure and
+    /// its result then live in registers instead of being passed through
+    /// memory.
+    #[inline(always)]
+    pub(crate) fn update<D: Decide>(&self, fingerprint: u64, mut decide: D) -> Update<D::Result> {
         debug_assert!(fingerprint >= MIN_FINGERPRINT);
         // One call of `decide` in the loop, so that it is inlined here: this
         // is every check's path.
         loop {
             let found = self.find(fingerprint);
-            let (result, next) = decide(found.map(|(_, slot)| state_of(slot)));
+            let (result, next) = decide.decide(found.map(|(_, slot)| state_of(slot)));
             let Some(next) = next else {
                 // Unchanged, or nothing to remember for a new key (a report,
                 // a denial): no row needed.
@@ -227,6 +260,10 @@ impl SlotTable {
     }
 
     /// Gives `fingerprint` a slot holding `state`, under the shard's lock.
+    /// Out of line: a key's first request takes it once, and inlined it
+    /// would crowd every check's path with its registers and spills.
+    #[cold]
+    #[inline(never)]
     fn claim(&self, fingerprint: u64, state: u64) -> Claim {
         let _guard = lock(&self.locks[self.shard_of(fingerprint)]);
         let mut free = None;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{check_period, check_quota, Algorithm, MAX_SCALED};
-use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp, TokenBucket};
+use crate::{policy::PolicyError, Decision, Rate, Timestamp, TokenBucket};
 
 /// GCRA: `limit` requests per `period`, at most `burst` at once.
 ///
@@ -132,6 +132,41 @@ impl Gcra {
         Duration::from_nanos(self.interval)
     }
 
+    /// [`decide`](Algorithm::decide) on the TAT and `now` in nanoseconds:
+    /// the decision and the next TAT. Always inlined: the in-memory table
+    /// runs it on every check, with the TAT straight from its slot.
+    #[inline(always)]
+    pub(crate) fn decide_tat(&self, tat: u64, now: u64, cost: u64) -> (Decision, u64) {
+        // A clock that went back sees the TAT further ahead: it can only deny
+        // more, never less.
+        let current = tat.saturating_sub(now);
+        if cost > self.burst {
+            let decision =
+                Decision::denied_nanos(self.burst, self.remaining(current), current, None);
+            return (decision, tat);
+        }
+        // cost <= burst, so the product is at most the tolerance (<= 2^62),
+        // and `current` can exceed it only by a corrupt or foreign state.
+        let ahead = current.saturating_add(cost * self.interval);
+        if ahead <= self.tolerance {
+            let next = if cost == 0 {
+                tat
+            } else {
+                now.saturating_add(ahead)
+            };
+            let decision = Decision::allowed_nanos(self.burst, self.remaining(ahead), ahead);
+            (decision, next)
+        } else {
+            let decision = Decision::denied_nanos(
+                self.burst,
+                self.remaining(current),
+                current,
+                Some(ahead - self.tolerance),
+            );
+            (decision, tat)
+        }
+    }
+
     /// Remaining units when the TAT is `ahead` nanoseconds past now.
     #[inline]
     fn remaining(&self, ahead: u64) -> u64 {
@@ -148,45 +183,13 @@ impl Algorithm for Gcra {
 
     #[inline]
     fn decide(&self, state: &GcraState, now: Timestamp, cost: u64) -> (Decision, GcraState) {
-        // A clock that went back sees the TAT further ahead: it can only deny
-        // more, never less.
-        let current = state.tat.as_nanos().saturating_sub(now.as_nanos());
-        if cost > self.burst {
-            let decision = Decision::denied(
-                self.burst,
-                self.remaining(current),
-                Duration::from_nanos(current),
-                RetryAfter::Never,
-            );
-            return (decision, *state);
-        }
-        // cost <= burst, so the product is at most the tolerance (<= 2^62),
-        // and `current` can exceed it only by a corrupt or foreign state.
-        let ahead = current.saturating_add(cost * self.interval);
-        if ahead <= self.tolerance {
-            let next = if cost == 0 {
-                *state
-            } else {
-                GcraState {
-                    tat: Timestamp::from_nanos(now.as_nanos().saturating_add(ahead)),
-                }
-            };
-            let decision = Decision::allowed(
-                self.burst,
-                self.remaining(ahead),
-                Duration::from_nanos(ahead),
-            );
-            (decision, next)
-        } else {
-            let retry = RetryAfter::After(Duration::from_nanos(ahead - self.tolerance));
-            let decision = Decision::denied(
-                self.burst,
-                self.remaining(current),
-                Duration::from_nanos(current),
-                retry,
-            );
-            (decision, *state)
-        }
+        let (decision, tat) = self.decide_tat(state.tat.as_nanos(), now.as_nanos(), cost);
+        (
+            decision,
+            GcraState {
+                tat: Timestamp::from_nanos(tat),
+            },
+        )
     }
 
     fn refund(&self, state: &GcraState, now: Timestamp, units: u64) -> GcraState {
