@@ -10,22 +10,30 @@ use ratekeeper::policy::PolicyKind;
 
 use super::*;
 
-/// `shared/compat/envoy-ratelimit`, found by walking up from the crate, so
-/// that it resolves from a worktree and from CI's clone alike. Missing is
-/// a failure, not a skip.
+/// `shared/compat/envoy-ratelimit`: under `RATEKEEPER_COMPAT_DIR` when
+/// set, else found by walking up from the crate (a worktree, the
+/// checkout beside `shared/`), else the machines' `/work/shared` (a clone
+/// made elsewhere). Missing is a failure, not a skip.
 fn compat_dir() -> PathBuf {
-    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf();
-    loop {
-        let candidate = dir.join("shared/compat/envoy-ratelimit");
-        if candidate.is_dir() {
-            return candidate;
-        }
-        assert!(
-            dir.pop(),
-            "no shared/compat/envoy-ratelimit above {}",
-            env!("CARGO_MANIFEST_DIR")
-        );
+    const FIXTURES: &str = "envoy-ratelimit";
+    if let Some(dir) = std::env::var_os("RATEKEEPER_COMPAT_DIR") {
+        let candidate = PathBuf::from(dir).join(FIXTURES);
+        assert!(candidate.is_dir(), "no {}", candidate.display());
+        return candidate;
     }
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let above = crate_dir.ancestors().map(|dir| dir.join("shared/compat"));
+    above
+        .chain([PathBuf::from("/work/shared/compat")])
+        .map(|compat| compat.join(FIXTURES))
+        .find(|candidate| candidate.is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "no shared/compat/{FIXTURES} above {} or in /work/shared; \
+                 set RATEKEEPER_COMPAT_DIR to the compat directory",
+                crate_dir.display()
+            )
+        })
 }
 
 fn fixture_text(path: &str) -> String {
