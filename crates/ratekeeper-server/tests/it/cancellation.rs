@@ -62,7 +62,10 @@ async fn a_dropped_request_across_cluster_slots_still_gives_back_what_it_took() 
     // poll, while the store is still working.
     let mut request = Box::pin(engine.check(vec![check(wide, 2), check(narrow, 1)]));
     let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
-    assert!(request.as_mut().poll(&mut cx).is_pending());
+    // Almost always pending; a thread descheduled between the spawn and
+    // the poll may find the detached task done already, and the counts
+    // below must hold either way.
+    let _ = request.as_mut().poll(&mut cx);
     drop(request);
 
     // The request goes on without its caller: it has finished when
