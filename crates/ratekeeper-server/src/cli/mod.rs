@@ -47,6 +47,11 @@ enum Command {
         /// the check off (SIGHUP still reloads).
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
         watch: f64,
+        /// A Kuadrant Limitador limits file to serve beside the limits
+        /// (the file's `[limitador] config_file`, which this overrides);
+        /// reloaded when it changes.
+        #[arg(long, value_name = "FILE")]
+        limitador_config: Option<PathBuf>,
     },
     /// Run as a reverse proxy in front of an HTTP app: every request is
     /// decided against the limits, then forwarded to the upstream (bodies
@@ -91,7 +96,11 @@ enum Command {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config, watch } => serve(config, watch),
+        Command::Serve {
+            config,
+            watch,
+            limitador_config,
+        } => serve(config, watch, limitador_config),
         Command::Proxy {
             upstream,
             config,

@@ -10,8 +10,17 @@ use crate::serve::{Options, Service};
 /// Rate limiting as a service.
 use super::{error_chain, init_logging, load};
 
-pub(super) fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
+/// The variable `--limitador-config` sets: `[limitador] config_file`.
+const LIMITADOR_VARIABLE: &str = "RATEKEEPER_LIMITADOR__CONFIG_FILE";
+
+pub(super) fn serve(path: Option<PathBuf>, watch: f64, limitador: Option<PathBuf>) -> ExitCode {
     init_logging();
+    if let Some(file) = limitador {
+        // The flag is the override variable, set before any thread starts:
+        // every load reads it from the environment, the reloads' too, so
+        // the flag holds across reloads as an exported variable would.
+        std::env::set_var(LIMITADOR_VARIABLE, file);
+    }
     let config = match load(path.as_deref()) {
         Ok(config) => config,
         Err(error) => {

@@ -82,13 +82,17 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// The Limitador limits file named by `limitador.config_file` was
+    /// refused; the message names its own file, line and column.
+    #[error(transparent)]
+    Limitador(#[from] super::limitador::LimitadorConfigError),
 }
 
 impl ConfigError {
     /// Where the problem is, when known.
     pub fn location(&self) -> Option<&Location> {
         match self {
-            ConfigError::Read { .. } => None,
+            ConfigError::Read { .. } | ConfigError::Limitador(_) => None,
             ConfigError::Syntax { location, .. } | ConfigError::Invalid { location, .. } => {
                 Some(location)
             }

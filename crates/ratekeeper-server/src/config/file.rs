@@ -23,6 +23,7 @@ pub(crate) struct FileConfig {
     pub(crate) access: Option<Spanned<super::access::FileAccess>>,
     pub(crate) runtime: Option<Spanned<super::runtime::FileRuntime>>,
     pub(crate) envoy: Option<Spanned<super::envoy_door::FileEnvoy>>,
+    pub(crate) limitador: Option<Spanned<super::limitador_file::FileLimitador>>,
 }
 
 /// `[store]`.

@@ -57,6 +57,9 @@
 //! counting = "all_or_nothing" # or "each_descriptor": count every descriptor's limit that allows,
 //!                            # even when another refuses the request (envoyproxy/ratelimit's counts)
 //!
+//! [limitador]                # optional: Kuadrant Limitador's limits file, beside these limits
+//! config_file = "limits.yaml" # (see config::limitador); reloaded when it changes
+//!
 //! [[limits]]
 //! name = "per-ip"
 //! rate = "100/minute"        # the core's rate strings: "10/s burst 20", "5 per 30s"
@@ -241,6 +244,8 @@ mod error;
 mod explain;
 mod file;
 mod limit;
+pub mod limitador;
+mod limitador_file;
 mod listen;
 mod redact;
 mod request_caps;
@@ -261,6 +266,7 @@ pub use connections::{ConnectionConfig, Http2Config};
 pub use envoy_door::{Counting, EnvoyDoorConfig, ResponseHeaders};
 pub use error::{ConfigError, Location};
 pub use limit::{DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
+pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
@@ -380,6 +386,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// What the Envoy gRPC door adds to its answers (`[envoy]`).
     pub envoy: EnvoyDoorConfig,
+    /// A Limitador limits file and its limits (`[limitador]`).
+    pub limitador: Option<LimitadorSource>,
 }
 
 impl Default for Config {
@@ -401,6 +409,7 @@ impl Default for Config {
             access: AccessConfig::default(),
             runtime: RuntimeConfig::default(),
             envoy: EnvoyDoorConfig::default(),
+            limitador: None,
         })
     }
 }

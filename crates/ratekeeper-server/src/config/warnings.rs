@@ -39,6 +39,8 @@ pub enum ConfigWarning {
         /// The door: `http`, `grpc` or `admin`.
         door: String,
     },
+    /// What the Limitador limits file says that is likely a mistake.
+    Limitador(super::limitador::LimitadorWarning),
 }
 
 impl fmt::Display for ConfigWarning {
@@ -59,6 +61,7 @@ impl fmt::Display for ConfigWarning {
                 f,
                 "listen.tls.{door} is set but listen.{door} is off: the table is ignored"
             ),
+            ConfigWarning::Limitador(warning) => warning.fmt(f),
         }
     }
 }
@@ -88,8 +91,14 @@ impl Config {
         let doors = doors.map(|door| ConfigWarning::TlsForClosedDoor {
             door: door.to_owned(),
         });
+        let limitador = self
+            .limitador
+            .iter()
+            .flat_map(|source| source.limits.warnings().iter().cloned())
+            .map(ConfigWarning::Limitador);
         doors
             .chain(self.limits.iter().flat_map(warnings_for))
+            .chain(limitador)
             .collect()
     }
 }

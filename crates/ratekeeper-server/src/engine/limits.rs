@@ -14,7 +14,8 @@ use ratekeeper::{
 use ratekeeper_tower::Rule;
 
 use super::key::{compose, KeySource};
-use crate::config::{KeyPart, LimitConfig};
+use super::limitador::{self, LimitadorLimits};
+use crate::config::{KeyPart, LimitConfig, LimitadorSource};
 
 /// One configured limit.
 #[derive(Debug)]
@@ -37,6 +38,16 @@ impl ActiveLimit {
         ActiveLimit {
             config,
             stats: None,
+            rule: OnceLock::new(),
+        }
+    }
+
+    /// A limit recording its decisions in `stats` (Limitador's limits,
+    /// see [`LimitadorLimits`]).
+    pub(super) fn with_limit_stats(config: LimitConfig, stats: Option<LimitStats>) -> ActiveLimit {
+        ActiveLimit {
+            config,
+            stats,
             rule: OnceLock::new(),
         }
     }
@@ -112,6 +123,9 @@ impl ActiveLimit {
 pub struct LimitSet {
     limits: Vec<Arc<ActiveLimit>>,
     by_name: HashMap<String, usize>,
+    /// Limitador's limits (`[limitador]`), apart: they apply by their
+    /// namespace and expressions, not by `match`.
+    limitador: LimitadorLimits,
 }
 
 impl LimitSet {
@@ -168,7 +182,32 @@ impl LimitSet {
             .enumerate()
             .map(|(index, limit)| (limit.name().to_owned(), index))
             .collect();
-        LimitSet { limits, by_name }
+        LimitSet {
+            limits,
+            by_name,
+            limitador: LimitadorLimits::default(),
+        }
+    }
+
+    /// [`LimitSet::with_stats`], with the Limitador limits of `limitador`
+    /// beside the native ones (see [`LimitadorLimits`]), their statistics
+    /// kept across reloads as the native limits' are.
+    pub fn with_stats_and_limitador(
+        limits: &[LimitConfig],
+        limitador: Option<&LimitadorSource>,
+        stats: &Stats,
+    ) -> LimitSet {
+        let mut set = limitador::keeping_stats(stats, || LimitSet::with_stats(limits, stats));
+        set.limitador = LimitadorLimits::new(limitador, Some(stats), &|name| {
+            set.by_name.contains_key(name)
+        });
+        limitador::prune_stats(stats, &set.limitador);
+        set
+    }
+
+    /// The Limitador limits in force (none without `[limitador]`).
+    pub fn limitador(&self) -> &LimitadorLimits {
+        &self.limitador
     }
 
     /// Every limit, in the configuration's order.

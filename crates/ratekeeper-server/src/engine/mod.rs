@@ -43,6 +43,7 @@ mod error;
 mod forwarding;
 pub(crate) mod headers;
 mod key;
+mod limitador;
 mod limits;
 pub mod matching;
 mod metrics;
@@ -64,6 +65,7 @@ pub use describe::{LimitDescription, MatchDescription};
 pub use error::{DecideError, StartError};
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
+pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
 pub use store::{AnyStore, SharedClock};
@@ -150,7 +152,11 @@ impl Engine {
         let stats = Stats::new();
         Engine {
             inner: Arc::new(Inner {
-                limits: ArcSwap::from_pointee(LimitSet::with_stats(&config.limits, &stats)),
+                limits: ArcSwap::from_pointee(LimitSet::with_stats_and_limitador(
+                    &config.limits,
+                    config.limitador.as_ref(),
+                    &stats,
+                )),
                 requests: ArcSwap::from_pointee(config.requests),
                 envoy_door: ArcSwap::from_pointee(config.envoy.clone()),
                 store,
@@ -189,10 +195,13 @@ impl Engine {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
-        self.inner.limits.store(Arc::new(LimitSet::with_stats(
-            &config.limits,
-            &self.inner.stats,
-        )));
+        self.inner
+            .limits
+            .store(Arc::new(LimitSet::with_stats_and_limitador(
+                &config.limits,
+                config.limitador.as_ref(),
+                &self.inner.stats,
+            )));
         config.store == self.inner.store_config
     }
 

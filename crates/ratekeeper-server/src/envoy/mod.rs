@@ -138,6 +138,7 @@
 //! ```
 
 mod error;
+mod limitador;
 mod overrides;
 pub mod proto;
 mod response;

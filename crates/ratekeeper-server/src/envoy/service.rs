@@ -215,6 +215,19 @@ impl EnvoyService {
             }
         }
 
+        // Limitador's limits, when the domain is one of its namespaces.
+        super::limitador::plan(
+            &limits,
+            request,
+            request_hits,
+            super::limitador::Plan {
+                takes: &mut takes,
+                plans: &mut take_plans,
+                zero: &mut zero,
+                blocked: &mut blocked,
+            },
+        );
+
         // Refunds first: they never depend on the rest of the request.
         if !refunds.is_empty() {
             self.engine.refund(&refunds).await?;

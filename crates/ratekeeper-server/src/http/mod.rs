@@ -1,5 +1,7 @@
 //! The HTTP decision API: `POST /v1/check`, `/v1/peek`, `/v1/refund` and
-//! `GET /v1/limits`, as JSON.
+//! `GET /v1/limits`, as JSON; and Limitador's `POST /check`, `/report`,
+//! `/check_and_report` and `GET /limits/{namespace}` for the limits of
+//! `[limitador]` (see [`limitador`](self#limitadors-routes) below).
 //!
 //! A check names its limits, or gives the method and path so the limits
 //! whose `match` fits are chosen, and gives the key parts by their names in
@@ -59,6 +61,7 @@ mod auth;
 mod body;
 mod error;
 mod json;
+mod limitador;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -92,4 +95,5 @@ pub(crate) fn routes() -> Router<Engine> {
         .route("/v1/refund", post(api::refund))
         .route("/v1/limits", get(api::limits))
         .merge(auth::routes())
+        .merge(limitador::routes())
 }

@@ -5,7 +5,8 @@
 //! than watched through inotify: polling sees a file replaced by an editor
 //! or a Kubernetes ConfigMap symlink swap the same way, costs one `stat` per
 //! interval, and needs no extra dependency. The token files in force
-//! (`[access]`) are polled with it, so rotating a token reloads too.
+//! (`[access]`) and the Limitador limits file in force (`[limitador]`) are
+//! polled with it, so rotating a token or editing the limits reloads too.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -26,6 +27,8 @@ struct Seen {
     text: String,
     /// What the token files in force hold, as a digest.
     secrets: [u8; 32],
+    /// What the Limitador limits file in force holds, as a digest.
+    limitador: Option<[u8; 32]>,
 }
 
 /// Reloads one engine's limits from one file.
@@ -85,6 +88,7 @@ impl Reloader {
         // The token files may be others now: watch those.
         if let Some(seen) = &mut self.seen {
             seen.secrets = secrets(&self.engine);
+            seen.limitador = limitador(&self.engine);
         }
         Ok(Reloaded::Applied {
             limits: config.limits.len(),
@@ -148,7 +152,32 @@ fn read(path: &Path, engine: &Engine) -> std::io::Result<Seen> {
         len: meta.len(),
         text,
         secrets: secrets(engine),
+        limitador: limitador(engine),
     })
+}
+
+/// A digest of the Limitador limits file `engine` has in force (`[limitador]`),
+/// so that editing it reloads as editing the TOML file does; `None`
+/// without one. A file that cannot be read has a digest of its own, so
+/// that it is reloaded (and the error told) once, like a broken TOML file.
+fn limitador(engine: &Engine) -> Option<[u8; 32]> {
+    use sha2::{Digest, Sha256};
+    let limits = engine.limits();
+    let path = limits.limitador().path()?;
+    let mut hasher = Sha256::new();
+    match std::fs::metadata(path) {
+        // Past the loader's cap, the size and time tell a change: the
+        // contents would be refused anyway.
+        Ok(meta) if meta.len() > crate::config::limitador::MAX_FILE_BYTES as u64 => {
+            hasher.update(meta.len().to_be_bytes());
+            hasher.update(format!("{:?}", meta.modified().ok()).as_bytes());
+        }
+        _ => match std::fs::read(path) {
+            Ok(bytes) => hasher.update(&bytes),
+            Err(error) => hasher.update(format!("unreadable: {}", error.kind()).as_bytes()),
+        },
+    }
+    Some(hasher.finalize().into())
 }
 
 /// A digest of the token files `engine` has in force.

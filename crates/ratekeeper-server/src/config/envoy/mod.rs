@@ -98,7 +98,7 @@ mod model;
 mod tests;
 mod tree;
 mod validate;
-mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::HashMap;
 use std::fs;

@@ -253,6 +253,7 @@ impl Checker<'_> {
         // Last: it reads files, and a file's error is best told about a
         // configuration otherwise right.
         let access = super::access::check(self.at, file.access, self.vars)?;
+        let limitador = self.limitador(file.limitador)?;
         Ok(Config {
             store,
             listen,
@@ -261,6 +262,7 @@ impl Checker<'_> {
             access,
             runtime,
             envoy,
+            limitador,
         })
     }
 

@@ -1,0 +1,65 @@
+//! `[limitador]`: a Kuadrant Limitador limits file, served beside the
+//! native limits (see [`crate::config::limitador`] for the file).
+//!
+//! ```toml
+//! [limitador]
+//! config_file = "/etc/limitador/limits.yaml"
+//! ```
+//!
+//! `RATEKEEPER_LIMITADOR__CONFIG_FILE` overrides it, and `ratekeeper serve
+//! --limitador-config FILE` sets it. The file is read with the TOML file,
+//! at start and at every reload, and a reload happens when either changes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::ConfigError;
+use super::limitador::{LimitadorConfig, LimitadorConfigError};
+use super::validate::Checker;
+
+/// `[limitador]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileLimitador {
+    config_file: Option<Spanned<String>>,
+}
+
+/// `[limitador]`, checked: the limits file and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitadorSource {
+    /// `limitador.config_file`, as given (relative to the working
+    /// directory).
+    pub path: PathBuf,
+    /// The file's limits, as loaded when the configuration was.
+    pub limits: Arc<LimitadorConfig>,
+}
+
+impl Checker<'_> {
+    /// `[limitador]`, its file read and checked; `None` without a file.
+    pub(super) fn limitador(
+        &self,
+        section: Option<Spanned<FileLimitador>>,
+    ) -> Result<Option<LimitadorSource>, ConfigError> {
+        let Some(file) = section.and_then(|s| s.into_inner().config_file) else {
+            return Ok(None);
+        };
+        let path = PathBuf::from(file.get_ref());
+        match LimitadorConfig::load(&path) {
+            Ok(limits) => Ok(Some(LimitadorSource {
+                path,
+                limits: Arc::new(limits),
+            })),
+            // Where the TOML names the file is the place to fix a path.
+            Err(LimitadorConfigError::Read { source, .. }) => self.fail(
+                file.span(),
+                "limitador.config_file",
+                format!("cannot read {}: {source}", path.display()),
+            ),
+            Err(error) => Err(ConfigError::Limitador(error)),
+        }
+    }
+}
