@@ -14,6 +14,7 @@ mod dashboard;
 mod envoy;
 mod http_api;
 mod layers;
+mod limitador;
 mod metrics;
 mod nginx;
 mod proxy;
