@@ -27,7 +27,7 @@
 //! std::fs::write(
 //!     &file,
 //!     "- namespace: example.org\n  max_value: 2\n  seconds: 60\n  \
-//!      conditions: [\"descriptors[0].method == 'GET'\"]\n  variables: [descriptors[0].user]\n",
+//!      conditions: [\"descriptors[0].method == 'GET'\"]\n  variables: [\"descriptors[0].user\"]\n",
 //! )?;
 //! let toml = format!(
 //!     "[limitador]\nconfig_file = {:?}\n[[limits]]\nname = \"unused\"\nrate = \"1/s\"\nkey = [\"global\"]\n",

@@ -1,7 +1,7 @@
 //! The HTTP decision API: `POST /v1/check`, `/v1/peek`, `/v1/refund` and
 //! `GET /v1/limits`, as JSON; and Limitador's `POST /check`, `/report`,
 //! `/check_and_report` and `GET /limits/{namespace}` for the limits of
-//! `[limitador]` (see [`limitador`](self#limitadors-routes) below).
+//! `[limitador]` (see [Limitador's routes](#limitadors-routes) below).
 //!
 //! A check names its limits, or gives the method and path so the limits
 //! whose `match` fits are chosen, and gives the key parts by their names in
@@ -40,6 +40,31 @@
 //! `[access.decisions]` tokens, a request without one (`Authorization:
 //! Bearer TOKEN`; at `/v1/auth` also `X-RateKeeper-Token: TOKEN`) is
 //! answered 401 before anything else (see [`crate::access`]).
+//!
+//! # Limitador's routes
+//!
+//! For the limits of a Kuadrant Limitador limits file (`[limitador]`, see
+//! [`crate::config::limitador`]), the routes of Limitador's own HTTP API,
+//! so that its callers need no change:
+//!
+//! ```text
+//! POST /check_and_report
+//! {"namespace": "test_namespace", "values": {"req.method": "POST", "user_id": "alice"},
+//!  "delta": 1, "response_headers": "DraftVersion03"}
+//!
+//! 200 OK                                (429 Too Many Requests when a limit is over)
+//! X-RateLimit-Limit: 5, 5;w=60, 1000000;w=60
+//! X-RateLimit-Remaining: 4
+//! X-RateLimit-Reset: 37                (seconds to the end of the window)
+//! null
+//! ```
+//!
+//! `values` are Limitador's `descriptors[0]`. `POST /check` answers the
+//! same without counting (429 with the text `Too many requests`, as
+//! Limitador's), `POST /report` counts without refusing, all or nothing
+//! is `/check_and_report`'s, and `GET /limits/{namespace}` lists the
+//! namespace's limits in Limitador's JSON. Their bodies have the caps of
+//! the routes above, and the same tokens guard them.
 //!
 //! ```
 //! use std::sync::Arc;
