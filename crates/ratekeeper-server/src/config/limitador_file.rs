@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [limitador]
-//! config_file = "/etc/limitador/limits.yaml"
+//! config_file = "limits.yaml"  # relative to the working directory
 //! ```
 //!
 //! `RATEKEEPER_LIMITADOR__CONFIG_FILE` overrides it, and `ratekeeper serve

@@ -252,7 +252,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err("[stores]\n"),
-        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`, `runtime`, `envoy`"
+        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`, `runtime`, `envoy`, `limitador`"
     );
 }
 
@@ -1265,6 +1265,12 @@ fn every_documented_config_loads() {
         ("server.pem", certified.cert.pem()),
         ("server.key", certified.signing_key.serialize_pem()),
         ("clients.pem", certified.cert.pem()),
+        // [limitador]'s file.
+        (
+            "limits.yaml",
+            "- {namespace: ns, max_value: 1, seconds: 1, conditions: [], variables: []}\n"
+                .to_owned(),
+        ),
     ];
     for (name, pem) in &files {
         std::fs::write(dir.path().join(name), pem).unwrap();

@@ -455,6 +455,42 @@ async fn the_http_routes_are_capped_and_refuse_bad_bodies() {
     rls.stop().await;
 }
 
+/// Limitador's routes are behind `[access.decisions]` as the others.
+#[tokio::test]
+async fn the_http_routes_need_the_decisions_token() {
+    const TOKEN: &str = "a-token-of-thirty-two-characters";
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("decisions");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let text = format!(
+        "{}\n[access.decisions]\ntoken_file = {:?}\n",
+        toml(&compat("examples-limits.yaml")),
+        tokens.display().to_string()
+    );
+    let rls = Limitador::start(&text, None, None).await;
+    let body = json!({"namespace": "test_namespace", "values": {}, "delta": 1});
+    let client = &rls.service.client;
+    for path in ["/check", "/report", "/check_and_report"] {
+        let url = rls.service.http(path);
+        let refused = client.post(&url).json(&body).send().await.unwrap();
+        assert_eq!(refused.status().as_u16(), 401, "{path}");
+        let allowed = client
+            .post(&url)
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(allowed.status().as_u16(), 200, "{path}");
+    }
+    let url = rls.service.http("/limits/test_namespace");
+    assert_eq!(
+        client.get(&url).send().await.unwrap().status().as_u16(),
+        401
+    );
+    rls.stop().await;
+}
+
 /// Editing the limits file alone reloads it, counts of unchanged limits
 /// kept.
 #[tokio::test]
