@@ -201,9 +201,8 @@ impl Service {
 
         tasks.spawn(reap_stats(engine.clone(), stopped.clone()));
 
-        let reloader = options
-            .config_path
-            .map(|path| Arc::new(Mutex::new(Reloader::new(path, engine.clone()))));
+        let reloader = Reloader::for_service(options.config_path, engine.clone())
+            .map(|reloader| Arc::new(Mutex::new(reloader)));
         {
             let (reloader, interval) = (reloader.clone(), options.watch_interval);
             let hangup = reload::hangup_signal();

@@ -34,7 +34,9 @@ struct Seen {
 /// Reloads one engine's limits from one file.
 #[derive(Debug)]
 pub(crate) struct Reloader {
-    path: PathBuf,
+    /// The TOML file; `None` for the built-in defaults, reloaded only for
+    /// the Limitador limits file they run beside.
+    path: Option<PathBuf>,
     engine: Engine,
     seen: Option<Seen>,
 }
@@ -55,26 +57,54 @@ impl Reloader {
     /// A reloader of `path` into `engine`, which already runs the file's
     /// current contents.
     pub(crate) fn new(path: PathBuf, engine: Engine) -> Reloader {
-        let seen = read(&path, &engine).ok();
-        Reloader { path, engine, seen }
+        let seen = read(Some(&path), &engine).ok();
+        Reloader {
+            path: Some(path),
+            engine,
+            seen,
+        }
+    }
+
+    /// The reloader of a service: of its file `path`, or, on the built-in
+    /// defaults, of the Limitador limits file `--limitador-config` named
+    /// (so that it reloads as it would beside a file); `None` when there
+    /// is neither.
+    pub(crate) fn for_service(path: Option<PathBuf>, engine: Engine) -> Option<Reloader> {
+        match path {
+            Some(path) => Some(Reloader::new(path, engine)),
+            None if engine.limits().limitador().path().is_some() => {
+                let seen = read(None, &engine).ok();
+                Some(Reloader {
+                    path: None,
+                    engine,
+                    seen,
+                })
+            }
+            None => None,
+        }
+    }
+
+    /// What the TOML is called in messages.
+    fn source(&self) -> String {
+        match &self.path {
+            Some(path) => path.display().to_string(),
+            None => DEFAULTS_SOURCE.to_owned(),
+        }
     }
 
     /// Reads the file and, if it changed (or `force`), checks it and puts
     /// its limits in force. An invalid file is refused and the running
     /// limits kept.
     pub(crate) fn reload(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
-        let seen = read(&self.path, &self.engine).map_err(|source| ConfigError::Read {
-            path: self.path.clone(),
-            source,
-        })?;
+        let seen =
+            read(self.path.as_deref(), &self.engine).map_err(|source| ConfigError::Read {
+                path: self.path.clone().unwrap_or_default(),
+                source,
+            })?;
         if !force && self.seen.as_ref() == Some(&seen) {
             return Ok(Reloaded::Unchanged);
         }
-        let result = Config::from_toml_str_with_env(
-            &seen.text,
-            &self.path.display().to_string(),
-            process_vars(),
-        );
+        let result = Config::from_toml_str_with_env(&seen.text, &self.source(), process_vars());
         // Remember the contents even when they are refused, so a broken
         // file is reported once, not at every poll.
         self.seen = Some(seen);
@@ -135,7 +165,7 @@ pub(crate) async fn watch(
         match reloader.reload(force) {
             Ok(Reloaded::Unchanged) => {}
             Ok(Reloaded::Applied { limits }) => {
-                tracing::info!(path = %reloader.path.display(), limits, "configuration reloaded");
+                tracing::info!(path = %reloader.source(), limits, "configuration reloaded");
             }
             Err(error) => {
                 tracing::error!(%error, "configuration refused; the running limits stay");
@@ -144,12 +174,25 @@ pub(crate) async fn watch(
     }
 }
 
-fn read(path: &Path, engine: &Engine) -> std::io::Result<Seen> {
-    let text = std::fs::read_to_string(path)?;
-    let meta = std::fs::metadata(path)?;
+/// The source name of the built-in defaults in messages.
+const DEFAULTS_SOURCE: &str = "<built-in defaults>";
+
+fn read(path: Option<&Path>, engine: &Engine) -> std::io::Result<Seen> {
+    let (text, modified, len) = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)?;
+            let meta = std::fs::metadata(path)?;
+            (text, meta.modified().ok(), meta.len())
+        }
+        None => {
+            let text = crate::config::DEFAULT_TOML.to_owned();
+            let len = text.len() as u64;
+            (text, None, len)
+        }
+    };
     Ok(Seen {
-        modified: meta.modified().ok(),
-        len: meta.len(),
+        modified,
+        len,
         text,
         secrets: secrets(engine),
         limitador: limitador(engine),

@@ -574,3 +574,56 @@ fn the_setting_comes_from_the_file_or_the_environment_and_errors_name_the_place(
         "{error}"
     );
 }
+
+/// `ratekeeper serve --limitador-config FILE`, as a real process on the
+/// built-in defaults: the file's limits on the HTTP door, reloaded on
+/// SIGHUP with their counts.
+#[tokio::test]
+async fn the_serve_flag_loads_the_file_and_reloads_keep_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    let limits = |name: &str| {
+        format!(
+            "- {{namespace: ns, max_value: 1, seconds: 3600, conditions: [], variables: [], name: {name}}}\n"
+        )
+    };
+    std::fs::write(&file, limits("first")).unwrap();
+    let process = common::ServeProcess::start(
+        &["--limitador-config", file.to_str().unwrap(), "--watch", "0"],
+        &[],
+    );
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/check_and_report", process.http);
+    let body = json!({"namespace": "ns", "values": {}, "delta": 1});
+    let status = |body: Value| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let response = client.post(url).json(&body).send().await.unwrap();
+            response.status().as_u16()
+        }
+    };
+    assert_eq!(status(body.clone()).await, 200);
+    assert_eq!(status(body.clone()).await, 429);
+
+    // Renamed: the same limit to Limitador, whose count is kept.
+    std::fs::write(&file, limits("renamed")).unwrap();
+    process.signal("HUP");
+    let listed = format!("http://{}/limits/ns", process.http);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer: Value = client
+            .get(&listed)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if answer[0]["name"] == "renamed" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not reloaded: {answer}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status(body).await, 429);
+}

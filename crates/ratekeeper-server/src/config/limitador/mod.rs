@@ -75,6 +75,11 @@
 //!   hits per window and at most twice that across a boundary; they
 //!   differ in when a window ends: a counter first hit 10 s into a 60 s
 //!   window resets 50 s later here, 60 s later in Limitador.
+//! - Reloads. Limitador keeps a limit's counters while its namespace,
+//!   window, conditions and variables stay, even when its `max_value`
+//!   changes. Here too, except that a new `max_value` starts the limit's
+//!   counters afresh on the in-memory store (whose counters belong to
+//!   one policy, see `MemoryStore`).
 //! - Refused where Limitador loads: `seconds: 0` (Limitador's counters
 //!   then expire at once and limit nothing), a missing `max_value`
 //!   (Limitador takes 0), an empty namespace, a field it does not know
