@@ -86,6 +86,9 @@
 //!   (Limitador ignores it, so a misspelt `conditons` went unnoticed
 //!   there), expressions outside the grammar of [`cel`], and conditions
 //!   that are not booleans (Limitador fails on each request they meet).
+//! - Expressions read `descriptors` only: Limitador also binds `limit`
+//!   (`limit.name`, `limit.id`) and has CEL's functions and macros, which
+//!   this loader refuses with an error naming the character.
 //! - An expression that reads a descriptor the request lacks
 //!   (`descriptors[2]` of a request with two) is unresolved here, like a
 //!   missing entry; Limitador fails the request.
