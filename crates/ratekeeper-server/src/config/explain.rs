@@ -181,7 +181,43 @@ impl Config {
                 let _ = writeln!(out, "  {line}");
             }
         }
+        if let Some(source) = &self.limitador {
+            explain_limitador(&mut out, source);
+        }
         out
+    }
+}
+
+/// The Limitador limits file: where, and each limit in a line.
+fn explain_limitador(out: &mut String, source: &super::LimitadorSource) {
+    let limits = source.limits.limits();
+    let _ = writeln!(
+        out,
+        "limitador: {}, {} limit{}",
+        source.path.display(),
+        limits.len(),
+        if limits.len() == 1 { "" } else { "s" }
+    );
+    for limit in limits {
+        let _ = write!(
+            out,
+            "  namespace {}: {} per {}s, fixed window",
+            limit.namespace(),
+            limit.max_value(),
+            limit.seconds()
+        );
+        if let Some(name) = limit.name() {
+            let _ = write!(out, " ({name})");
+        }
+        let conditions: Vec<&str> = limit.conditions().iter().map(|c| c.source()).collect();
+        if !conditions.is_empty() {
+            let _ = write!(out, ", when {}", conditions.join(" and "));
+        }
+        let variables: Vec<&str> = limit.variables().iter().map(|v| v.source()).collect();
+        if !variables.is_empty() {
+            let _ = write!(out, ", a counter per {}", variables.join(" + "));
+        }
+        out.push('\n');
     }
 }
 

@@ -549,6 +549,15 @@ fn the_setting_comes_from_the_file_or_the_environment_and_errors_name_the_place(
     .unwrap();
 
     let config = Config::from_toml_str(&toml(&good), "test.toml").unwrap();
+    // `ratekeeper check` tells the file and its limits.
+    let explained = config.explain();
+    assert!(
+        explained.contains(&format!(
+            "limitador: {}, 1 limit\n  namespace ns: 2 per 60s, fixed window\n",
+            good.display()
+        )),
+        "{explained}"
+    );
     assert_eq!(config.limitador.unwrap().limits.limits().len(), 1);
 
     let error = Config::from_toml_str(&toml(&bad), "test.toml")
