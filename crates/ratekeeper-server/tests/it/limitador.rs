@@ -636,3 +636,121 @@ async fn the_serve_flag_loads_the_file_and_reloads_keep_it() {
     }
     assert_eq!(status(body).await, 429);
 }
+
+/// One request of the model test: method, user and path (each possibly
+/// absent), hits, and the seconds the clock moves before it.
+type Step = (
+    Option<&'static str>,
+    Option<&'static str>,
+    &'static str,
+    u32,
+    u64,
+);
+
+const MODEL_LIMITS: &str = r#"
+- namespace: ns
+  max_value: 3
+  seconds: 60
+  conditions: ["descriptors[0].m == 'GET'"]
+  variables: ["descriptors[0].u"]
+- namespace: ns
+  max_value: 5
+  seconds: 60
+  conditions: []
+  variables: []
+- namespace: ns
+  max_value: 2
+  seconds: 30
+  conditions: ["descriptors[0].m != 'GET' && descriptors[0]['p'] == '/a'"]
+  variables: ["descriptors[0]['u']"]
+"#;
+
+/// What Limitador decides, with ratekeeper's windows (fixed, one after
+/// another from the clock's epoch): every limit that applies is checked,
+/// and counted only when none is over.
+struct Model {
+    counts: std::collections::HashMap<(usize, Option<&'static str>, u64), u64>,
+}
+
+impl Model {
+    fn decide(&mut self, step: &Step, now: u64) -> bool {
+        let (m, u, p, hits, _) = *step;
+        let hits = u64::from(hits);
+        // (limit, its variable's value, max, window)
+        let mut applying = Vec::new();
+        if m == Some("GET") && u.is_some() {
+            applying.push((0, u, 3, 60));
+        }
+        applying.push((1, None, 5, 60));
+        // `m != 'GET'` reads m first: missing, the condition is unresolved.
+        if m.is_some_and(|m| m != "GET") && p == "/a" && u.is_some() {
+            applying.push((2, u, 2, 30));
+        }
+        let key = |&(limit, value, _, window): &(usize, Option<&'static str>, u64, u64)| {
+            (limit, value, now / window)
+        };
+        let over = applying
+            .iter()
+            .any(|applied| self.counts.get(&key(applied)).copied().unwrap_or(0) + hits > applied.2);
+        if !over {
+            for applied in &applying {
+                *self.counts.entry(key(applied)).or_default() += hits;
+            }
+        }
+        !over
+    }
+}
+
+fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+    use proptest::prelude::*;
+    let step = (
+        prop::option::of(prop::sample::select(vec!["GET", "POST"])),
+        prop::option::of(prop::sample::select(vec!["alice", "bob"])),
+        prop::sample::select(vec!["/a", "/b"]),
+        1u32..4,
+        prop::sample::select(vec![0u64, 0, 0, 1, 7, 29, 31, 61]),
+    );
+    proptest::collection::vec(step, 1..40)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// The Envoy door decides every request of a random sequence as the
+    /// model of Limitador's semantics does.
+    #[test]
+    fn grpc_decisions_follow_limitadors_semantics(steps in steps()) {
+        use std::sync::Arc;
+        use ratekeeper::{clock::ManualClock, Timestamp};
+        use ratekeeper_server::engine::Engine;
+        use ratekeeper_server::envoy::EnvoyService;
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("limits.yaml");
+        std::fs::write(&file, MODEL_LIMITS).unwrap();
+        let config = Config::from_toml_str(&toml(&file), "test.toml").unwrap();
+        // The manual clock starts at 0, so its windows are the model's.
+        let clock = Arc::new(ManualClock::new(Timestamp::from_secs(0)));
+        let engine = runtime.block_on(Engine::start(&config, clock.clone())).unwrap();
+        let service = EnvoyService::new(engine);
+        let mut model = Model { counts: Default::default() };
+        let mut now = 0;
+        for (index, step) in steps.iter().enumerate() {
+            let (m, u, p, hits, advance) = *step;
+            now += advance;
+            clock.advance(Duration::from_secs(advance));
+            let mut entries = vec![("p", p)];
+            entries.extend(m.map(|m| ("m", m)));
+            entries.extend(u.map(|u| ("u", u)));
+            let mut ask = request("ns", &[&entries]);
+            ask.hits_addend = hits;
+            let answer = runtime.block_on(service.decide(&ask)).unwrap();
+            let expected = if model.decide(step, now) { OK } else { OVER };
+            proptest::prop_assert_eq!(answer.overall_code, expected, "step {} {:?}", index, step);
+        }
+    }
+}
