@@ -1,57 +1,4 @@
-//! Limitador's limits ([`crate::config::limitador`]) as the engine runs
-//! them: each an [`ActiveLimit`] with statistics, checked by the doors that
-//! speak Limitador's language (the Envoy door for a domain that is a
-//! Limitador namespace, and Limitador's HTTP routes).
-//!
-//! Each limit counts in a fixed window of `max_value` hits per `seconds`
-//! (see the loader's documentation for how that window differs from
-//! Limitador's), keyed by its variables' values. Its name, which the
-//! statistics, the store's keys and `/metrics` use, is
-//! `limitador/NAMESPACE/HASH`: the namespace (at most 37 bytes, characters
-//! a limit name refuses written `_`) and 16 hex digits of what Limitador
-//! tells limits apart by ([`LimitadorLimit::identity`]), so a limit keeps
-//! its counts and statistics across reloads while its namespace, window,
-//! conditions and variables stay, as Limitador keeps its counters.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use ratekeeper::{Timestamp, clock::ManualClock};
-//! use ratekeeper_server::config::limitador::Descriptors;
-//! use ratekeeper_server::engine::Engine;
-//! use ratekeeper_server::Config;
-//!
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let dir = std::env::temp_dir().join(format!("rk-limitador-doc-{}", std::process::id()));
-//! std::fs::create_dir_all(&dir)?;
-//! let file = dir.join("limits.yaml");
-//! std::fs::write(
-//!     &file,
-//!     "- namespace: example.org\n  max_value: 2\n  seconds: 60\n  \
-//!      conditions: [\"descriptors[0].method == 'GET'\"]\n  variables: [\"descriptors[0].user\"]\n",
-//! )?;
-//! let toml = format!(
-//!     "[limitador]\nconfig_file = {:?}\n[[limits]]\nname = \"unused\"\nrate = \"1/s\"\nkey = [\"global\"]\n",
-//!     file.display().to_string()
-//! );
-//! let config = Config::from_toml_str(&toml, "ratekeeper.toml")?;
-//! let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-//! let engine = Engine::start(&config, clock).await?;
-//!
-//! let request = [vec![("method", "GET"), ("user", "alice")]];
-//! let descriptors = Descriptors::new(request.iter().map(|d| d.iter().copied()));
-//! let limits = engine.limits();
-//! let decide = || async {
-//!     let checks = limits.limitador().checks("example.org", &descriptors, 1);
-//!     let checks = checks.into_iter().filter_map(|c| c.check).collect();
-//!     engine.check(checks).await.map(|verdict| verdict.is_allowed())
-//! };
-//! assert!(decide().await?);
-//! assert!(decide().await?);
-//! assert!(!decide().await?);
-//! # std::fs::remove_dir_all(&dir)?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! # }).unwrap();
-//! ```
+//! Limitador's limits as the engine runs them: see [`LimitadorLimits`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -72,7 +19,62 @@ pub const NAME_PREFIX: &str = "limitador/";
 /// digits leave this much of ratekeeper's 64 bytes.
 const NAMESPACE_BYTES: usize = 64 - NAME_PREFIX.len() - 1 - 16;
 
-/// The Limitador limits in force, by namespace.
+/// Limitador's limits ([`crate::config::limitador`]) as the engine runs
+/// them: each an [`ActiveLimit`] with statistics, checked by the doors that
+/// speak Limitador's language (the Envoy door for a domain that is a
+/// Limitador namespace, and Limitador's HTTP routes).
+///
+/// Each limit counts in a fixed window of `max_value` hits per `seconds`
+/// (see the loader's documentation for how that window differs from
+/// Limitador's), keyed by its variables' values. Its name, which the
+/// statistics, the store's keys and `/metrics` use, is
+/// `limitador/NAMESPACE/HASH`: the namespace (at most 37 bytes, characters
+/// a limit name refuses written `_`) and 16 hex digits of what Limitador
+/// tells limits apart by ([`LimitadorLimit::identity`]), so a limit keeps
+/// its counts and statistics across reloads while its namespace, window,
+/// conditions and variables stay, as Limitador keeps its counters.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ratekeeper::{Timestamp, clock::ManualClock};
+/// use ratekeeper_server::config::limitador::Descriptors;
+/// use ratekeeper_server::engine::Engine;
+/// use ratekeeper_server::Config;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let dir = std::env::temp_dir().join(format!("rk-limitador-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let file = dir.join("limits.yaml");
+/// std::fs::write(
+///     &file,
+///     "- namespace: example.org\n  max_value: 2\n  seconds: 60\n  \
+///      conditions: [\"descriptors[0].method == 'GET'\"]\n  variables: [\"descriptors[0].user\"]\n",
+/// )?;
+/// let toml = format!(
+///     "[limitador]\nconfig_file = {:?}\n[[limits]]\nname = \"unused\"\nrate = \"1/s\"\nkey = [\"global\"]\n",
+///     file.display().to_string()
+/// );
+/// let config = Config::from_toml_str(&toml, "ratekeeper.toml")?;
+/// let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
+/// let engine = Engine::start(&config, clock).await?;
+///
+/// let request = [vec![("method", "GET"), ("user", "alice")]];
+/// let descriptors = Descriptors::new(request.iter().map(|d| d.iter().copied()));
+/// let limits = engine.limits();
+/// let decide = || async {
+///     let checks = limits.limitador().checks("example.org", &descriptors, 1);
+///     let checks = checks.into_iter().filter_map(|c| c.check).collect();
+///     engine.check(checks).await.map(|verdict| verdict.is_allowed())
+/// };
+/// assert!(decide().await?);
+/// assert!(decide().await?);
+/// assert!(!decide().await?);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+///
+/// The limits are kept by namespace.
 #[derive(Debug, Default)]
 pub struct LimitadorLimits {
     source: Option<LimitadorSource>,
