@@ -269,10 +269,19 @@ fn explain_match(matcher: &Match) -> String {
         let entries: Vec<String> = matcher
             .descriptors
             .iter()
-            .map(|d| match &d.value {
-                ValueMatch::Any => d.key.clone(),
-                ValueMatch::Exact(value) => format!("{}={value}", d.key),
-                ValueMatch::Prefix(prefix) => format!("{}={prefix}*", d.key),
+            .map(|d| {
+                let mut entry = match &d.value {
+                    ValueMatch::Any => d.key.clone(),
+                    value => format!("{}={value}", d.key),
+                };
+                if !d.except.is_empty() {
+                    let except: Vec<String> = d.except.iter().map(ToString::to_string).collect();
+                    let _ = write!(entry, " except {}", except.join(" "));
+                }
+                if d.share_threshold {
+                    entry.push_str(" (one counter for all values)");
+                }
+                entry
             })
             .collect();
         parts.push(format!("descriptors [{}]", entries.join(", ")));

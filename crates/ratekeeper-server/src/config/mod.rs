@@ -260,7 +260,7 @@ pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use connections::{ConnectionConfig, Http2Config};
 pub use envoy_door::{Counting, EnvoyDoorConfig, ResponseHeaders};
 pub use error::{ConfigError, Location};
-pub use limit::{DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
+pub use limit::{DescriptorMatch, Glob, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
 pub use listen::ListenConfig;
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
