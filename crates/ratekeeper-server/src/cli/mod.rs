@@ -8,8 +8,10 @@
 //! `--config`); `ratekeeper proxy --upstream URL` puts the limits in front
 //! of an HTTP app as a reverse proxy; `ratekeeper check --config FILE` validates a configuration
 //! file (with the `RATEKEEPER_*` environment overrides applied) and explains
-//! it.
+//! it. `ratekeeper import envoy DIR` prints an envoyproxy/ratelimit
+//! directory as native `[[limits]]`.
 
+mod import;
 mod proxy;
 mod serve;
 mod simulate;
@@ -23,6 +25,7 @@ use crate::Config;
 use clap::{Parser, Subcommand};
 
 /// Rate limiting as a service.
+use import::{import, ImportSource};
 use proxy::proxy;
 use serve::serve;
 use simulate::{simulate, SimulateArgs};
@@ -79,6 +82,13 @@ enum Command {
         #[arg(long, conflicts_with = "config")]
         print_default: bool,
     },
+    /// Print another rate limiter's configuration as ratekeeper's native
+    /// `[[limits]]`, with a comment wherever it decides differently.
+    Import {
+        /// Whose configuration.
+        #[command(subcommand)]
+        source: ImportSource,
+    },
     /// Run policies over a request trace or pattern, offline, and write
     /// the decisions as CSV and an SVG chart (offered against admitted over
     /// time, with the limit).
@@ -100,6 +110,7 @@ pub fn run() -> ExitCode {
             upstream_timeout,
         } => proxy(&upstream, config, listen, watch, upstream_timeout),
         Command::Simulate(args) => simulate(&args),
+        Command::Import { source } => import(&source),
         Command::Check {
             print_default: true,
             ..

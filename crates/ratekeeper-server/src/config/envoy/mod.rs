@@ -104,7 +104,9 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+mod import;
 pub use error::{EnvoyConfigError, EnvoyWarning, Position};
+pub use import::{import_dir, import_files, Imported, ImportedLimit};
 pub use model::{Metadata, RateLimit, Unit};
 pub use tree::{CounterKey, Domain, Matched};
 pub use yaml::{MAX_DEPTH, MAX_NODES};
