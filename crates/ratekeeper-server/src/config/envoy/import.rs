@@ -264,6 +264,15 @@ fn write(nodes: &[Node<'_>]) -> Imported {
             differs: !notes.is_empty(),
         });
     }
+    if limits.is_empty() {
+        // A native file needs a limit: say why this one has none rather
+        // than invent one.
+        toml.push_str(
+            "\n# Nothing to write: no descriptor of these files has a rate limit\n\
+             # that a native limit can express. ratekeeper refuses a file without\n\
+             # [[limits]]; serve the directory with --envoy-config instead.\n",
+        );
+    }
     Imported {
         toml,
         limits,
@@ -299,6 +308,10 @@ const HEADER: &str = "\
 #   the value. It takes a request key that starts with a key of the file
 #   and `_`, or a key of the file that starts with the request's and `_`;
 #   limits with a `_` or `*` of their own that allow it say so below.
+# differs: a request value that is a wildcard's own text, `*`s included
+#   (`/api/*` sent as is), matches that wildcard's descriptor first in
+#   envoyproxy/ratelimit, as if exact; natively it is matched as any other
+#   value.
 # differs: stats are per limit name here (ratekeeper_* metrics), not
 #   envoyproxy/ratelimit's `ratelimit.service.rate_limit.DOMAIN.KEY_VALUE...`.
 ";
