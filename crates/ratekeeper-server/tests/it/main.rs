@@ -12,6 +12,7 @@ mod config;
 mod connections;
 mod dashboard;
 mod envoy;
+mod envoy_files;
 mod http_api;
 mod layers;
 mod metrics;

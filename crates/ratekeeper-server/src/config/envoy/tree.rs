@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::error::{EnvoyConfigError, EnvoyWarning, Position};
 use super::model::RateLimit;
 use super::validate::{check_limit, DescriptorSpec};
+use super::Entry;
 
 /// One domain's descriptors.
 #[derive(Debug)]
@@ -220,19 +221,15 @@ impl Domain {
     /// the request's last entry. So a request shorter than the tree takes
     /// the limit of the node it ends on (if that has one), and a longer one
     /// matches nothing unless the tree goes as deep.
-    pub fn get_limit<'a, K, V>(&'a self, entries: &'a [(K, V)]) -> Option<Matched<'a>>
-    where
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
+    pub fn get_limit<'a, E: Entry>(&'a self, entries: &'a [E]) -> Option<Matched<'a>> {
         let mut level = &self.root;
         let mut composite = String::new();
         // Grown on the first match only: most descriptors of a request
         // miss at the first level and should cost no allocation for it.
         let mut metric: Vec<MetricPart<'a>> = Vec::new();
         let mut found: Option<&'a RateLimit> = None;
-        for (index, (key, value)) in entries.iter().enumerate() {
-            let (key, value) = (key.as_ref(), value.as_ref());
+        for (index, entry) in entries.iter().enumerate() {
+            let (key, value) = (entry.key(), entry.value());
             composite.clear();
             composite.push_str(key);
             composite.push('_');
@@ -295,9 +292,9 @@ impl Domain {
         let parts = entries
             .iter()
             .zip(&metric)
-            .map(|((key, _), part)| {
+            .map(|(entry, part)| {
                 let value = if part.shared { part.shown } else { part.raw };
-                (key.as_ref(), value)
+                (entry.key(), value)
             })
             .collect();
         Some(Matched {
@@ -311,7 +308,60 @@ impl Domain {
     }
 }
 
+impl Domain {
+    /// Numbers every limit of the domain from `*next` on, in the order of
+    /// [`Domain::for_each_limit`], and moves `*next` past them.
+    pub(crate) fn number_limits(&mut self, next: &mut usize) {
+        self.root.number_limits(next);
+    }
+
+    /// Calls `f` with every descriptor that has a limit: its path
+    /// (`DOMAIN.KEY_VALUE.KEY`, as envoyproxy/ratelimit names it in its
+    /// duplicate errors) and the limit, depth first, each level's
+    /// descriptors in the order of their `KEY_VALUE`.
+    pub fn for_each_limit(&self, mut f: impl FnMut(&str, &RateLimit)) {
+        let mut path = self.name.clone();
+        self.root.for_each_limit(&mut path, &mut f);
+    }
+}
+
 impl Level {
+    /// The level's descriptors, in the order of their `KEY_VALUE`: a
+    /// walk that is the same on every load, whatever the hash map's.
+    fn sorted(&self) -> Vec<(&String, &Descriptor)> {
+        let mut children: Vec<_> = self.children.iter().collect();
+        children.sort_by(|a, b| a.0.cmp(b.0));
+        children
+    }
+
+    fn number_limits(&mut self, next: &mut usize) {
+        let mut composites: Vec<String> = self.children.keys().cloned().collect();
+        composites.sort();
+        for composite in composites {
+            let Some(descriptor) = self.children.get_mut(&composite) else {
+                continue;
+            };
+            if let Some(limit) = &mut descriptor.limit {
+                limit.id = *next;
+                *next += 1;
+            }
+            descriptor.level.number_limits(next);
+        }
+    }
+
+    fn for_each_limit(&self, path: &mut String, f: &mut impl FnMut(&str, &RateLimit)) {
+        for (composite, descriptor) in self.sorted() {
+            let len = path.len();
+            path.push('.');
+            path.push_str(composite);
+            if let Some(limit) = &descriptor.limit {
+                f(path, limit);
+            }
+            descriptor.level.for_each_limit(path, f);
+            path.truncate(len);
+        }
+    }
+
     fn insert(
         &mut self,
         path: &str,
