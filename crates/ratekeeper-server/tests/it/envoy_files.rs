@@ -1046,3 +1046,141 @@ async fn each_descriptor_counting_applies_to_the_files() {
     )
     .await;
 }
+
+/// A ConfigMap volume as Kubernetes lays it out: the files in a
+/// `..TIMESTAMP` directory, `..data` linking to it, and each file a link
+/// through `..data`. An update writes a new directory and swaps `..data`.
+fn config_map(dir: &Path, version: &str, text: &str) {
+    let data = dir.join(format!("..{version}"));
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("config.yaml"), text).unwrap();
+    let swap = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(format!("..{version}"), &swap).unwrap();
+    // rename(2) replaces the old link in one step, as kubelet does.
+    std::fs::rename(&swap, dir.join("..data")).unwrap();
+    let file = dir.join("config.yaml");
+    if std::fs::symlink_metadata(&file).is_err() {
+        std::os::unix::fs::symlink("..data/config.yaml", &file).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_config_map_update_is_picked_up_without_a_restart_and_keeps_counts() {
+    use ratekeeper_server::serve::{Options, Service};
+
+    let dir = tempfile::tempdir().unwrap();
+    let before = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 3\n";
+    config_map(dir.path(), "2026_12_02_a", before);
+    let toml = format!(
+        "[listen]\nhttp = \"off\"\ngrpc = \"127.0.0.1:0\"\nadmin = \"off\"\n[envoy]\nconfig_dir = {:?}\n",
+        dir.path().display().to_string()
+    );
+    let path = dir.path().join("ratekeeper.toml");
+    // Beside the volume, not in it: a .toml file would be read as YAML.
+    let toml_dir = tempfile::tempdir().unwrap();
+    let path = toml_dir.path().join(path.file_name().unwrap());
+    std::fs::write(&path, &toml).unwrap();
+    let config = Config::from_toml_str(&toml, "test.toml").unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
+    let mut options = Options::default();
+    options.clock = clock.clone();
+    options.config_path = Some(path);
+    options.watch_interval = Some(Duration::from_millis(20));
+    let service = Service::start(config, options).await.unwrap();
+    let addr = service.addrs().grpc.unwrap();
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut ask = |pairs: &'static [(&'static str, &'static str)]| {
+        let request = request("edge", vec![descriptor(pairs)], 1);
+        let mut client = client.clone();
+        async move {
+            client
+                .should_rate_limit(request)
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let user: &[(&str, &str)] = &[("user", "u")];
+    assert_eq!(ask(user).await.statuses[0].limit_remaining, 2);
+
+    // The update adds a descriptor and keeps the first as it was.
+    let after = format!(
+        "{before}  - key: path\n    rate_limit:\n      unit: minute\n      requests_per_unit: 7\n"
+    );
+    config_map(dir.path(), "2026_12_02_b", &after);
+    let path: &[(&str, &str)] = &[("path", "/")];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if ask(path).await.statuses[0].current_limit.is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the swapped ..data link was not picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The first descriptor's count went on: 1 of 3 was left before.
+    let status = ask(user).await.statuses[0].clone();
+    assert_eq!((status.code, status.limit_remaining), (OK, 1));
+    let limits = service.engine().limits();
+    assert_eq!(limits.envoy().unwrap().files().config().limit_count(), 2);
+    drop(client);
+    service.shutdown();
+    service.wait().await.unwrap();
+}
+
+#[test]
+fn a_broken_file_is_refused_naming_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    write_files(
+        dir.path(),
+        &[(
+            "bad.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
+        )],
+    );
+    let text = format!(
+        "[envoy]\nconfig_dir = {:?}\n",
+        dir.path().display().to_string()
+    );
+    let error = Config::from_toml_str(&text, "rk.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("rk.toml:2:14: envoy.config_dir: "),
+        "{error}"
+    );
+    assert!(error.contains("bad.yaml:5:"), "{error}");
+    // A directory that is not there.
+    let error = Config::from_toml_str("[envoy]\nconfig_dir = \"/nonexistent/rl\"\n", "rk.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("/nonexistent/rl"), "{error}");
+}
+
+#[test]
+fn config_maps_dot_directories_are_skipped_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    config_map(dir.path(), "2026_12_02_a", EXAMPLE_1);
+    let text = |extra: &str| {
+        format!(
+            "[envoy]\nconfig_dir = {:?}\n{extra}",
+            dir.path().display().to_string()
+        )
+    };
+    let config = Config::from_toml_str(&text(""), "rk.toml").unwrap();
+    let files = config.envoy.files.as_ref().unwrap();
+    assert_eq!(files.config().limit_count(), 2);
+    // envoyproxy/ratelimit's default reads the ..2026 copy as well: the
+    // domain is then defined twice.
+    let error = Config::from_toml_str(&text("ignore_dot_files = false\n"), "rk.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("mongo_cps"), "{error}");
+}
