@@ -1093,8 +1093,8 @@ async fn a_config_map_update_is_picked_up_without_a_restart_and_keeps_counts() {
         .connect()
         .await
         .unwrap();
-    let mut client = RateLimitServiceClient::new(channel);
-    let mut ask = |pairs: &'static [(&'static str, &'static str)]| {
+    let client = RateLimitServiceClient::new(channel);
+    let ask = |pairs: &'static [(&'static str, &'static str)]| {
         let request = request("edge", vec![descriptor(pairs)], 1);
         let mut client = client.clone();
         async move {

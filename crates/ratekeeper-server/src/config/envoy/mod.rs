@@ -74,8 +74,8 @@
 //!
 //! [`Domain::get_limit`] follows envoyproxy/ratelimit's `GetLimit`. It
 //! gives the limit, the counter's key ([`CounterKey`]) and the stats name
-//! ([`Matched::stats_key`]). Left to the caller, as in envoyproxy/ratelimit
-//! they are outside the tree:
+//! ([`Matched::stats_key`]). Left to the caller (the service's gRPC
+//! door), as in envoyproxy/ratelimit they are outside the tree:
 //!
 //! - a descriptor's own limit (`RateLimitDescriptor.limit` in the request)
 //!   replaces the tree's answer whenever the domain exists, with the
