@@ -39,6 +39,8 @@ const T0: u64 = 1_700_000_000;
 enum Store<'a> {
     Memory,
     Redis(&'a str),
+    /// A database file's path.
+    Sqlite(&'a str),
 }
 
 /// A running service reading a directory of YAML files, and a client.
@@ -68,14 +70,23 @@ fn write_files(dir: &Path, files: &[(&str, &str)]) {
 /// The service on `store`, reading `files` (name, YAML) and `toml` (more
 /// of the configuration: `[envoy]` settings must come first in it).
 async fn start_on(store: Store<'_>, files: &[(&str, &str)], toml: &str) -> Rls {
+    // Redis and SQLite count on their own clocks, which the test cannot
+    // stop: in year windows no boundary passes while a test runs.
+    start_with_units(store, files, toml, store != Store::Memory).await
+}
+
+async fn start_with_units(
+    store: Store<'_>,
+    files: &[(&str, &str)],
+    toml: &str,
+    years: bool,
+) -> Rls {
     let dir = tempfile::tempdir().unwrap();
-    // Redis counts on its own clock, which the test cannot stop: in year
-    // windows no boundary passes while a test runs.
     let files: Vec<(&str, String)> = files
         .iter()
-        .map(|&(name, text)| match store {
-            Store::Memory => (name, text.to_owned()),
-            Store::Redis(_) => (name, in_years(text)),
+        .map(|&(name, text)| match years {
+            false => (name, text.to_owned()),
+            true => (name, in_years(text)),
         })
         .collect();
     let files: Vec<(&str, &str)> = files.iter().map(|(n, t)| (*n, t.as_str())).collect();
@@ -85,6 +96,7 @@ async fn start_on(store: Store<'_>, files: &[(&str, &str)], toml: &str) -> Rls {
         Store::Redis(url) => {
             format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 5000\n")
         }
+        Store::Sqlite(path) => format!("[store]\nkind = \"sqlite\"\npath = {path:?}\n"),
     };
     let text = format!(
         "{store_toml}[envoy]\nconfig_dir = {:?}\n{toml}",
@@ -184,7 +196,7 @@ impl Rls {
     }
 
     /// Checks a status's limit, and its reset: exactly `reset` seconds on
-    /// the manual clock; on Redis (in years) within the year.
+    /// the manual clock; on Redis and SQLite (in years) within the year.
     fn check_limit(&self, status: &DescriptorStatus, limit: (&str, u32, Unit), reset: u64) {
         let shown = status.current_limit.as_ref().expect("a current limit");
         let unit = if self.memory() { limit.2 } else { Unit::Year };
@@ -214,14 +226,17 @@ impl Rls {
     }
 }
 
-/// Runs `test` on the memory store, then on a Redis of its own when
-/// `redis-server` is installed (CI installs it).
+/// Runs `test` on the memory store, on SQLite, then on a Redis of its own
+/// when `redis-server` is installed (CI installs it).
 macro_rules! on_every_store {
     ($name:ident, $files:expr, $body:expr) => {
         #[tokio::test]
         async fn $name() {
             let test = $body;
             test(start_on(Store::Memory, $files, "").await).await;
+            let sqlite = tempfile::tempdir().unwrap();
+            let path = sqlite.path().join("counts.db").display().to_string();
+            test(start_on(Store::Sqlite(&path), $files, "").await).await;
             if let Some(redis) = RedisServer::start() {
                 test(start_on(Store::Redis(&redis.url()), $files, "").await).await;
             }
@@ -1183,4 +1198,56 @@ fn config_maps_dot_directories_are_skipped_by_default() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("mongo_cps"), "{error}");
+}
+
+/// Seconds since the Unix epoch now.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// On the stores with a clock of their own, a minute window ends on the
+/// wall clock's minute too: the reset said is the rest of the minute
+/// around the request (asked again if a minute turns meanwhile).
+#[tokio::test]
+async fn every_store_aligns_windows_to_the_unix_epoch() {
+    let minute = "domain: m\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1000\n";
+    let sqlite = tempfile::tempdir().unwrap();
+    let path = sqlite.path().join("counts.db").display().to_string();
+    let redis = RedisServer::start();
+    let mut stores = vec![Store::Sqlite(&path)];
+    let url = redis.as_ref().map(RedisServer::url);
+    if let Some(url) = &url {
+        stores.push(Store::Redis(url));
+    }
+    for store in stores {
+        let mut rls = start_with_units(store, &[("m.yaml", minute)], "", false).await;
+        let mut checked = false;
+        for _ in 0..3 {
+            let before = unix_now();
+            let response = rls
+                .ask(request("m", vec![descriptor(&[("k", "v")])], 1))
+                .await;
+            assert_eq!(response.overall_code, OK, "{store:?}: {response:?}");
+            let after = unix_now();
+            if before / 60 != after / 60 {
+                continue;
+            }
+            let reset = response.statuses[0].duration_until_reset.unwrap().seconds as u64;
+            // Whole seconds, rounded either way by the store.
+            let rest = 60 - before % 60;
+            assert!(
+                reset + 1 >= rest && reset <= rest,
+                "{store:?}: reset {reset} s, {rest} s left in the minute"
+            );
+            checked = true;
+            break;
+        }
+        assert!(
+            checked,
+            "{store:?}: three minutes turned during three requests"
+        );
+    }
 }
