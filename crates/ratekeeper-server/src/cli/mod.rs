@@ -50,6 +50,12 @@ enum Command {
         /// the check off (SIGHUP still reloads).
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
         watch: f64,
+        /// A directory of envoyproxy/ratelimit's YAML configuration files,
+        /// decided at the gRPC door beside the native limits (`[envoy]
+        /// config_dir`, which this overrides); reloaded when a file
+        /// changes.
+        #[arg(long, value_name = "DIR")]
+        envoy_config: Option<PathBuf>,
     },
     /// Run as a reverse proxy in front of an HTTP app: every request is
     /// decided against the limits, then forwarded to the upstream (bodies
@@ -101,7 +107,11 @@ enum Command {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config, watch } => serve(config, watch),
+        Command::Serve {
+            config,
+            watch,
+            envoy_config,
+        } => serve(config, watch, envoy_config),
         Command::Proxy {
             upstream,
             config,
@@ -138,9 +148,19 @@ pub fn run() -> ExitCode {
 /// The configuration at `path`, or the built-in defaults, with the
 /// environment's overrides.
 pub(crate) fn load(path: Option<&Path>) -> Result<Config, crate::ConfigError> {
+    load_with(path, &[])
+}
+
+/// [`load`], then `overrides` (the command line's settings, in the
+/// environment's form).
+pub(crate) fn load_with(
+    path: Option<&Path>,
+    overrides: &[(String, String)],
+) -> Result<Config, crate::ConfigError> {
+    let vars = process_vars().chain(overrides.iter().cloned());
     match path {
-        Some(path) => Config::load_with_env(path, process_vars()),
-        None => Config::from_toml_str_with_env(DEFAULT_TOML, "<built-in defaults>", process_vars()),
+        Some(path) => Config::load_with_env(path, vars),
+        None => Config::from_toml_str_with_env(DEFAULT_TOML, "<built-in defaults>", vars),
     }
 }
 

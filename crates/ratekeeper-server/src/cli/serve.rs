@@ -8,11 +8,22 @@ use std::time::Duration;
 use crate::serve::{Options, Service};
 
 /// Rate limiting as a service.
-use super::{error_chain, init_logging, load};
+use super::{error_chain, init_logging, load_with};
 
-pub(super) fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
+pub(super) fn serve(path: Option<PathBuf>, watch: f64, envoy_config: Option<PathBuf>) -> ExitCode {
     init_logging();
-    let config = match load(path.as_deref()) {
+    // A flag is an override like the environment's, applied after it, so
+    // that a reload keeps it.
+    let overrides: Vec<(String, String)> = envoy_config
+        .map(|dir| {
+            (
+                "RATEKEEPER_ENVOY__CONFIG_DIR".to_owned(),
+                dir.display().to_string(),
+            )
+        })
+        .into_iter()
+        .collect();
+    let config = match load_with(path.as_deref(), &overrides) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("error: {error}");
@@ -33,6 +44,7 @@ pub(super) fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
     let options = Options {
         config_path: path,
         watch_interval: Some(watch),
+        overrides,
         ..Options::default()
     };
     let tls = config.listen.tls.clone();
@@ -41,13 +53,22 @@ pub(super) fn serve(path: Option<PathBuf>, watch: f64) -> ExitCode {
         let service = Service::start(config, options).await?;
         let addrs = service.addrs();
         let store = service.engine().store().kind();
-        let limits = service.engine().limits().len();
+        let set = service.engine().limits();
+        let limits = set.len();
+        let files = set.envoy().map_or_else(String::new, |envoy| {
+            let config = envoy.files().config();
+            format!(
+                ", {} envoyproxy/ratelimit limits in {} domains",
+                config.limit_count(),
+                config.domains().count()
+            )
+        });
         // Where it listens, on stdout; a closed stdout must not stop the
         // service, so write errors are ignored.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "ratekeeper {} ({store} store, {limits} limits)",
+            "ratekeeper {} ({store} store, {limits} limits{files})",
             env!("CARGO_PKG_VERSION")
         );
         let _ = writeln!(out, "{threads}");

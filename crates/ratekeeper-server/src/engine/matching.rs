@@ -34,13 +34,9 @@ use super::{ActiveLimit, KeySource, LimitSet};
 use crate::config::{KeyPart, LimitConfig, Match};
 
 /// One entry of a descriptor, as a door received it: the door's own type
-/// (Envoy's protobuf entry, the JSON API's), read without copying.
-pub trait Entry {
-    /// The entry's key, such as `remote_address`.
-    fn key(&self) -> &str;
-    /// Its value.
-    fn value(&self) -> &str;
-}
+/// (Envoy's protobuf entry, the JSON API's), read without copying; the
+/// same trait envoyproxy/ratelimit's files are matched by.
+pub use crate::config::envoy::Entry;
 
 /// The descriptor key of the client's address, as Envoy's
 /// `remote_address` rate limit action sends it.

@@ -39,6 +39,7 @@
 //! ```
 
 mod describe;
+mod envoy_files;
 mod error;
 mod forwarding;
 pub(crate) mod headers;
@@ -61,6 +62,7 @@ use ratekeeper::{
 use smallvec::SmallVec;
 
 pub use describe::{LimitDescription, MatchDescription};
+pub use envoy_files::EnvoyLimits;
 pub use error::{DecideError, StartError};
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
@@ -150,7 +152,11 @@ impl Engine {
         let stats = Stats::new();
         Engine {
             inner: Arc::new(Inner {
-                limits: ArcSwap::from_pointee(LimitSet::with_stats(&config.limits, &stats)),
+                limits: ArcSwap::from_pointee(LimitSet::with_stats(
+                    &config.limits,
+                    config.envoy.files.as_ref(),
+                    &stats,
+                )),
                 requests: ArcSwap::from_pointee(config.requests),
                 envoy_door: ArcSwap::from_pointee(config.envoy.clone()),
                 store,
@@ -191,6 +197,7 @@ impl Engine {
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
+            config.envoy.files.as_ref(),
             &self.inner.stats,
         )));
         config.store == self.inner.store_config

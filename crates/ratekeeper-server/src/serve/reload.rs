@@ -5,16 +5,21 @@
 //! than watched through inotify: polling sees a file replaced by an editor
 //! or a Kubernetes ConfigMap symlink swap the same way, costs one `stat` per
 //! interval, and needs no extra dependency. The token files in force
-//! (`[access]`) are polled with it, so rotating a token reloads too.
+//! (`[access]`) are polled with it, so rotating a token reloads too, and
+//! so are envoyproxy/ratelimit's files (`[envoy] config_dir`), by a digest
+//! of every file's path and contents: a file edited, added or removed, or
+//! the directory's `..data` link swapped, reloads.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
 use std::time::{Duration, SystemTime};
 
 use std::sync::Arc;
 
 use tokio::sync::{watch, Mutex};
 
-use crate::config::{process_vars, Config, ConfigError};
+use crate::config::envoy::EnvoyConfig;
+use crate::config::{envoy_watched, process_vars, Config, ConfigError, DEFAULT_TOML};
 use crate::engine::Engine;
 use crate::listen::tls::TlsDoors;
 
@@ -26,12 +31,36 @@ struct Seen {
     text: String,
     /// What the token files in force hold, as a digest.
     secrets: [u8; 32],
+    /// What envoyproxy/ratelimit's files in force hold, as a digest, or
+    /// why they could not be read.
+    envoy: Option<Result<[u8; 32], String>>,
+}
+
+/// Where a configuration comes from: a file or the built-in defaults,
+/// then the environment, then the command line's settings.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Source {
+    /// The file; `None` for the built-in defaults.
+    pub(crate) path: Option<PathBuf>,
+    /// Overrides applied after the environment's, in its form
+    /// (`RATEKEEPER_ENVOY__CONFIG_DIR`): the command line's flags.
+    pub(crate) overrides: Vec<(String, String)>,
+}
+
+impl Source {
+    /// The name errors give the configuration.
+    fn name(&self) -> String {
+        self.path.as_ref().map_or_else(
+            || "<built-in defaults>".to_owned(),
+            |path| path.display().to_string(),
+        )
+    }
 }
 
 /// Reloads one engine's limits from one file.
 #[derive(Debug)]
 pub(crate) struct Reloader {
-    path: PathBuf,
+    source: Source,
     engine: Engine,
     seen: Option<Seen>,
 }
@@ -49,29 +78,30 @@ pub(crate) enum Reloaded {
 }
 
 impl Reloader {
-    /// A reloader of `path` into `engine`, which already runs the file's
+    /// A reloader of `source` into `engine`, which already runs its
     /// current contents.
-    pub(crate) fn new(path: PathBuf, engine: Engine) -> Reloader {
-        let seen = read(&path, &engine).ok();
-        Reloader { path, engine, seen }
+    pub(crate) fn new(source: Source, engine: Engine) -> Reloader {
+        let seen = read(&source, &engine).ok();
+        Reloader {
+            source,
+            engine,
+            seen,
+        }
     }
 
     /// Reads the file and, if it changed (or `force`), checks it and puts
     /// its limits in force. An invalid file is refused and the running
     /// limits kept.
     pub(crate) fn reload(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
-        let seen = read(&self.path, &self.engine).map_err(|source| ConfigError::Read {
-            path: self.path.clone(),
+        let seen = read(&self.source, &self.engine).map_err(|source| ConfigError::Read {
+            path: self.source.path.clone().unwrap_or_default(),
             source,
         })?;
         if !force && self.seen.as_ref() == Some(&seen) {
             return Ok(Reloaded::Unchanged);
         }
-        let result = Config::from_toml_str_with_env(
-            &seen.text,
-            &self.path.display().to_string(),
-            process_vars(),
-        );
+        let vars = process_vars().chain(self.source.overrides.iter().cloned());
+        let result = Config::from_toml_str_with_env(&seen.text, &self.source.name(), vars);
         // Remember the contents even when they are refused, so a broken
         // file is reported once, not at every poll.
         self.seen = Some(seen);
@@ -82,9 +112,11 @@ impl Reloader {
         if !self.engine.replace_limits(&config) {
             tracing::warn!("the [store] section changed; the store only changes on a restart");
         }
-        // The token files may be others now: watch those.
+        // The token files and envoyproxy/ratelimit's may be others now:
+        // watch those.
         if let Some(seen) = &mut self.seen {
             seen.secrets = secrets(&self.engine);
+            seen.envoy = envoy_fingerprint(&self.engine);
         }
         Ok(Reloaded::Applied {
             limits: config.limits.len(),
@@ -131,7 +163,7 @@ pub(crate) async fn watch(
         match reloader.reload(force) {
             Ok(Reloaded::Unchanged) => {}
             Ok(Reloaded::Applied { limits }) => {
-                tracing::info!(path = %reloader.path.display(), limits, "configuration reloaded");
+                tracing::info!(path = %reloader.source.name(), limits, "configuration reloaded");
             }
             Err(error) => {
                 tracing::error!(%error, "configuration refused; the running limits stay");
@@ -140,7 +172,16 @@ pub(crate) async fn watch(
     }
 }
 
-fn read(path: &Path, engine: &Engine) -> std::io::Result<Seen> {
+fn read(source: &Source, engine: &Engine) -> std::io::Result<Seen> {
+    let Some(path) = &source.path else {
+        return Ok(Seen {
+            modified: None,
+            len: DEFAULT_TOML.len() as u64,
+            text: DEFAULT_TOML.to_owned(),
+            secrets: secrets(engine),
+            envoy: envoy_fingerprint(engine),
+        });
+    };
     let text = std::fs::read_to_string(path)?;
     let meta = std::fs::metadata(path)?;
     Ok(Seen {
@@ -148,7 +189,15 @@ fn read(path: &Path, engine: &Engine) -> std::io::Result<Seen> {
         len: meta.len(),
         text,
         secrets: secrets(engine),
+        envoy: envoy_fingerprint(engine),
     })
+}
+
+/// A digest of the envoyproxy/ratelimit files `engine`'s configuration
+/// reads, as they are now; `None` when it reads none.
+fn envoy_fingerprint(engine: &Engine) -> Option<Result<[u8; 32], String>> {
+    let (dir, options) = envoy_watched(&engine.envoy_door())?;
+    Some(EnvoyConfig::fingerprint_dir(dir, &options).map_err(|error| error.to_string()))
 }
 
 /// A digest of the token files `engine` has in force.

@@ -275,7 +275,7 @@ fn missing_fields() {
     );
     assert_eq!(
         err("[store]\nkind = \"memory\"\n"),
-        "ratekeeper.toml: limits: no limits are defined; add a [[limits]] table with a name, a rate and a key"
+        "ratekeeper.toml: limits: no limits are defined; add a [[limits]] table with a name, a rate and a key, or read envoyproxy/ratelimit's files with [envoy] config_dir"
     );
 }
 

@@ -15,18 +15,17 @@
 //! starting `# differs:`: once in its header for what concerns every
 //! limit, and before each limit for what concerns it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
-
-use ratekeeper::store::MAX_LIMIT_NAME;
 
 use super::validate::{check_limit, DescriptorSpec, Reader};
 use super::{
     list_files, yaml, EnvoyConfig, EnvoyConfigError, EnvoyWarning, LoadOptions, Position,
     RateLimit, Unit,
 };
+use crate::config::envoy_files::limit_name;
 
 /// What [`import_dir`] and [`import_files`] give: the native TOML, and
 /// which limit of it came from which descriptor.
@@ -121,7 +120,7 @@ where
     for (domain, descriptors) in &domains {
         collect(domain, descriptors, &mut Vec::new(), &mut nodes)?;
     }
-    let mut imported = write(&nodes);
+    let mut imported = write(&nodes, &loaded);
     imported.warnings = loaded.warnings().to_vec();
     Ok(imported)
 }
@@ -221,11 +220,26 @@ fn except(level: &[DescriptorSpec], index: usize) -> Vec<&str> {
 
 /// The output, the nodes' names decided first so that `replaces` can
 /// name them.
-fn write(nodes: &[Node<'_>]) -> Imported {
+///
+/// A limit is named as `ratekeeper serve --envoy-config` names the same
+/// descriptor's (when no native limit has taken the name), in the same
+/// order, so that its metrics keep their names after the move; the
+/// descriptors the door counts nothing for (`requests_per_unit: 0`) are
+/// named after those.
+fn write(nodes: &[Node<'_>], loaded: &EnvoyConfig) -> Imported {
     let mut taken = HashSet::new();
+    let mut door_names: HashMap<String, String> = HashMap::new();
+    loaded.for_each_limit(|path, limit| {
+        if !limit.unlimited && limit.requests_per_unit > 0 {
+            door_names.insert(limit.at.to_string(), limit_name(path, &mut taken));
+        }
+    });
     let names: Vec<String> = nodes
         .iter()
-        .map(|node| unique_name(&node.path_name(), &mut taken))
+        .map(|node| match door_names.remove(&node.limit.at.to_string()) {
+            Some(name) => name,
+            None => limit_name(&node.path_name(), &mut taken),
+        })
         .collect();
     // envoyproxy/ratelimit's limit names, per domain, to the native names
     // of the nodes that carry them.
@@ -286,6 +300,7 @@ const HEADER: &str = "\
 # rate_limit, matching the requests that envoyproxy/ratelimit gives that
 # descriptor's limit (its precedence written as `except` lists).
 # A `# differs:` comment marks where ratekeeper decides otherwise.
+# Names are those `ratekeeper serve --envoy-config` gives the same limits.
 #
 # differs: ratekeeper counts a request's descriptors all or nothing: a
 #   request one limit refuses takes nothing from the others, where
@@ -471,46 +486,6 @@ fn unit_words(unit: Option<Unit>) -> &'static str {
     }
 }
 
-/// A valid limit name from `path`, not in `taken`, which it joins:
-/// `path` itself when it is one, else the path with the characters a name
-/// cannot have as `_`, cut to leave room for `~` and 16 hex digits of a
-/// hash of the whole path.
-fn unique_name(path: &str, taken: &mut HashSet<String>) -> String {
-    let allowed = |c: char| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '{' | '}' | ':');
-    let clean: String = path
-        .chars()
-        .map(|c| if allowed(c) { c } else { '_' })
-        .collect();
-    let mut name = clean.clone();
-    if clean != path || clean.len() > MAX_LIMIT_NAME || taken.contains(&clean) {
-        let mut salt = 0u32;
-        loop {
-            let hash = fnv1a(path.as_bytes(), salt);
-            let suffix = format!("~{hash:016x}");
-            // `clean` is ASCII: any byte is a character boundary.
-            let keep = clean.len().min(MAX_LIMIT_NAME - suffix.len());
-            name = format!("{}{suffix}", &clean[..keep]);
-            if !taken.contains(&name) {
-                break;
-            }
-            salt += 1;
-        }
-    }
-    taken.insert(name.clone());
-    name
-}
-
-/// FNV-1a, 64 bits, over `salt` and `bytes`: a hash that is the same in
-/// every build, so the same directory always gives the same names.
-fn fnv1a(bytes: &[u8], salt: u32) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in salt.to_le_bytes().iter().chain(bytes) {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
 /// `text` as comment lines of at most 76 characters where its words
 /// allow, the lines after the first indented.
 fn wrap(toml: &mut String, text: &str) {
@@ -568,6 +543,7 @@ mod tests {
     use crate::config::{KeyPart, ValueMatch};
     use crate::Config;
     use ratekeeper::policy::{Algorithm, PolicyKind};
+    use ratekeeper::store::MAX_LIMIT_NAME;
 
     fn import(yaml: &str) -> Imported {
         import_files([("inline.yaml", yaml)], &LoadOptions::default())
@@ -856,9 +832,10 @@ descriptors:
         assert!(names.iter().all(|n| n.len() <= MAX_LIMIT_NAME));
         assert!(names[0].starts_with("d.k_vvv") && names[0].contains('~'));
         assert!(names[2].starts_with("d.a_b_x_") && names[2].contains('~'));
-        // `d.a.b` twice: the second gets a hash.
-        assert_eq!(names[3], "d.a.b");
-        assert!(names[4].starts_with("d.a.b~"));
+        // `d.a.b` twice: the one the door names second gets a digest (the
+        // door takes each level in its KEY_VALUE order, `a` before `a.b`).
+        assert!(names[3].starts_with("d.a.b~"), "{names:?}");
+        assert_eq!(names[4], "d.a.b");
         // The same files, the same names.
         assert_eq!(import(&yaml).toml, imported.toml);
         // Values are kept as written, quotes and all.
