@@ -8,7 +8,7 @@
 //!   gRPC requests: Envoy always sends one);
 //! - its `match.descriptors` has as many entries as the descriptor, and
 //!   they match entry by entry, in order: the same key, and a value that
-//!   [matches](DescriptorMatch::matches) (no value: any value; a value
+//!   [matches](crate::config::DescriptorMatch::matches) (no value: any value; a value
 //!   with `*`s: as a pattern, each `*` any run of characters; otherwise
 //!   exactly) and none of the entry's `except` values. So `[remote_address]` applies to
 //!   `[("remote_address", "10.0.0.1")]` but not to

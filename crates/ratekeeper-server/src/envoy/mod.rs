@@ -9,9 +9,10 @@
 //! the model of Envoy's own rate limit service ([`crate::engine::matching`]): a limit
 //! applies when its `match.domain` is the request's domain and its
 //! `match.descriptors` match the descriptor's entries one by one (same
-//! length, same keys, values exact, by prefix with a trailing `*`, or any
-//! when no value is given; each value a wildcard matches is counted
-//! separately). Several limits may apply to one descriptor; a descriptor no
+//! length, same keys, values exact, as patterns whose `*`s are any run of
+//! characters, or any when no value is given, and none of the entry's
+//! `except` values; each value a wildcard matches is counted separately
+//! unless the entry has `share_threshold`). Several limits may apply to one descriptor; a descriptor no
 //! limit applies to is answered `OK` with no `current_limit`.
 //!
 //! A limit's key is built from the descriptor ([`DescriptorSource`](crate::engine::matching::DescriptorSource)):

@@ -310,11 +310,6 @@ const HEADER: &str = "\
 # differs: envoyproxy/ratelimit adds refused hits to a window's count too;
 #   ratekeeper counts only what it allows (the same answers while a window
 #   stays over its limit, but more remaining after a large refused hit).
-# differs: envoyproxy/ratelimit's windows start at multiples of the unit
-#   from the Unix epoch; a native fixed_window starts at multiples of its
-#   window from its store clock's epoch, which for the in-memory store is
-#   the process's start. Serve the directory itself
-#   (`ratekeeper serve --envoy-config DIR`) for epoch-aligned windows.
 # differs: envoyproxy/ratelimit matches each entry by the text KEY_VALUE
 #   (or KEY), so a request entry whose key and value join to the same text
 #   as a descriptor's, with another key, matches it there (key `a_b` and
