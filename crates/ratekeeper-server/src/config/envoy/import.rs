@@ -120,7 +120,8 @@ where
     for (domain, descriptors) in &domains {
         collect(domain, descriptors, &mut Vec::new(), &mut nodes)?;
     }
-    let mut imported = write(&nodes, &loaded);
+    let names: Vec<&str> = domains.iter().map(|(name, _)| name.as_str()).collect();
+    let mut imported = write(&nodes, &names, &loaded);
     imported.warnings = loaded.warnings().to_vec();
     Ok(imported)
 }
@@ -226,7 +227,7 @@ fn except(level: &[DescriptorSpec], index: usize) -> Vec<&str> {
 /// order, so that its metrics keep their names after the move; the
 /// descriptors the door counts nothing for (`requests_per_unit: 0`) are
 /// named after those.
-fn write(nodes: &[Node<'_>], loaded: &EnvoyConfig) -> Imported {
+fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported {
     let mut taken = HashSet::new();
     let mut door_names: HashMap<String, String> = HashMap::new();
     loaded.for_each_limit(|path, limit| {
@@ -278,6 +279,27 @@ fn write(nodes: &[Node<'_>], loaded: &EnvoyConfig) -> Imported {
             differs: !notes.is_empty(),
         });
     }
+    // A domain the files define answers descriptor overrides there; a
+    // native one only where a limit names it.
+    for &domain in domains {
+        let written = nodes
+            .iter()
+            .zip(&names)
+            .any(|(node, name)| node.domain == domain && limits.iter().any(|l| l.name == *name));
+        if !written {
+            toml.push('\n');
+            wrap(
+                &mut toml,
+                &format!(
+                    "differs: no limit of domain {} is written, so natively a descriptor's \
+                     `limit` override in it is not honoured (ratekeeper honours overrides in a \
+                     domain some limit names); envoyproxy/ratelimit honours them in every \
+                     domain its files define",
+                    comment(domain)
+                ),
+            );
+        }
+    }
     if limits.is_empty() {
         // A native file needs a limit: say why this one has none rather
         // than invent one.
@@ -322,6 +344,8 @@ const HEADER: &str = "\
 #   (`/api/*` sent as is), matches that wildcard's descriptor first in
 #   envoyproxy/ratelimit, as if exact; natively it is matched as any other
 #   value.
+# differs: a status's current_limit names the native limit, where
+#   envoyproxy/ratelimit sends the file's `name` (empty without one).
 # differs: stats are per limit name here (ratekeeper_* metrics), not
 #   envoyproxy/ratelimit's `ratelimit.service.rate_limit.DOMAIN.KEY_VALUE...`.
 ";
@@ -349,6 +373,14 @@ fn differences(
         notes.push(
             "requests_per_unit 0 refuses every request in envoyproxy/ratelimit; a native \
              rate cannot be 0, so this allows 1 per window per counter"
+                .to_owned(),
+        );
+    }
+    if matches!(limit.unit, Some(Unit::Month | Unit::Year)) && !limit.unlimited {
+        notes.push(
+            "a status's current_limit shows this rate per WEEK (rounded down, at least 1), \
+             as ratekeeper reports a period longer than a week; envoyproxy/ratelimit shows \
+             it per MONTH or YEAR. The decisions are the same"
                 .to_owned(),
         );
     }
@@ -693,18 +725,25 @@ descriptors:
             .all(|l| l.matcher.domain.as_deref() == Some("d")));
     }
 
-    /// The `# differs:` notes written before the limit from `path`.
-    fn notes<'t>(toml: &'t str, path: &str) -> Vec<&'t str> {
+    /// The `# differs:` notes written before the limit from `path`, each
+    /// on one line again.
+    fn notes(toml: &str, path: &str) -> Vec<String> {
         let head = format!("# {path} (rate_limit at ");
         let start = toml
             .find(&head)
             .unwrap_or_else(|| panic!("no {path} in\n{toml}"));
-        toml[start..]
-            .lines()
-            .skip(1)
-            .take_while(|line| line.starts_with('#'))
-            .filter(|line| line.starts_with("# differs: "))
-            .collect()
+        let mut notes: Vec<String> = Vec::new();
+        for line in toml[start..].lines().skip(1) {
+            if let Some(note) = line.strip_prefix("# differs: ") {
+                notes.push(note.to_owned());
+            } else if let (Some(more), Some(last)) = (line.strip_prefix("#   "), notes.last_mut()) {
+                last.push(' ');
+                last.push_str(more);
+            } else {
+                break;
+            }
+        }
+        notes
     }
 
     #[test]
@@ -737,6 +776,8 @@ descriptors:
   - key: plain
     value: a_b
     rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: monthly
+    rate_limit: { unit: month, requests_per_unit: 1 }
   - key: clean
     rate_limit: { unit: minute, requests_per_unit: 1 }
 ",
@@ -744,7 +785,7 @@ descriptors:
         let config = load(&imported);
         let toml = &imported.toml;
         // No native limit for the unlimited one; the rest are written.
-        assert_eq!(config.limits.len(), 9);
+        assert_eq!(config.limits.len(), 10);
         assert!(!toml.contains("name = \"d.free\""));
         let one = |path: &str, words: &str| {
             let notes = notes(toml, path);
@@ -763,6 +804,7 @@ descriptors:
         one("d.meta", "metadata");
         one("d.remote_address", "KEY_VALUE");
         one("d.plain_a_b", "KEY_VALUE");
+        one("d.monthly", "per WEEK");
         assert!(notes(toml, "d.clean").is_empty());
         let banned = config
             .limits
@@ -786,13 +828,41 @@ descriptors:
                 "d.tagged.x",
                 "d.meta",
                 "d.remote_address",
-                "d.plain_a_b"
+                "d.plain_a_b",
+                "d.monthly"
             ]
         );
         // Every comment line is a comment: wrapped notes included.
         assert!(toml
             .lines()
             .all(|line| line.is_empty() || line.starts_with('#') || !line.contains("differs")));
+    }
+
+    #[test]
+    fn a_domain_without_written_limits_is_commented() {
+        let files = [
+            (
+                "a.yaml",
+                "domain: open\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true }\n",
+            ),
+            ("b.yaml", "domain: empty\n"),
+            (
+                "c.yaml",
+                "domain: kept\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+            ),
+        ];
+        let imported = import_files(files, &LoadOptions::default()).unwrap();
+        let toml = imported.toml.replace("\n#  ", " ");
+        assert!(
+            toml.contains("no limit of domain open is written"),
+            "{toml}"
+        );
+        assert!(
+            toml.contains("no limit of domain empty is written"),
+            "{toml}"
+        );
+        assert!(!toml.contains("domain kept is written"), "{toml}");
+        assert_eq!(load(&imported).limits.len(), 1);
     }
 
     #[test]
