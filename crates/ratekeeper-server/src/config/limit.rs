@@ -186,7 +186,9 @@ pub struct DescriptorMatch {
     pub except: Vec<ValueMatch>,
     /// Every value the entry matches shares one counter
     /// (`share_threshold = true`, envoyproxy/ratelimit's field of that
-    /// name): no `descriptor:KEY` part is added to the key for it.
+    /// name): the matching adds no part to the key for it. A part the
+    /// limit's `key` names itself (`descriptor:KEY`, `peer`) still holds
+    /// the value: the key is what the file says.
     pub share_threshold: bool,
 }
 
