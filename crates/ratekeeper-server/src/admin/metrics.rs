@@ -8,9 +8,10 @@
 //! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
 //! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
 //! | `ratekeeper_overrides_refused_total` | counter | `limit` | Envoy descriptor `limit` overrides ignored because a limit the descriptor matches has `allow_overrides = false` (the limit decided instead) |
+//! | `ratekeeper_envoy_shadow_mode_passes_total` | counter | | Envoy requests over a limit answered `OK` only because `[envoy] shadow_mode` is on |
 //! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
-//! | `ratekeeper_limits_configured` | gauge | | limits in force |
+//! | `ratekeeper_limits_configured` | gauge | | limits in force (those of `[envoy] config_dir`'s files included) |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
 //! | `ratekeeper_keys_tracked` | gauge | | keys the in-memory store holds (in-memory store only) |
 //! | `ratekeeper_store_failures_total` | counter | `store` | calls the store failed |
@@ -79,6 +80,8 @@ struct Scrape {
     doors: Vec<DoorSnapshot>,
     /// Refused requests per door, in [`Door::ALL`]'s order.
     unauthenticated: [(&'static str, u64); 3],
+    /// Envoy requests answered OK by `[envoy] shadow_mode` alone.
+    global_shadow: u64,
 }
 
 /// The metrics of `engine` now, in the Prometheus text format.
@@ -88,9 +91,11 @@ struct Scrape {
 pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
     let store = StoreHealth::check(engine).await;
     let metrics = engine.decision_metrics();
-    let limits = engine
-        .limits()
+    let set = engine.limits();
+    let files = set.envoy().into_iter().flat_map(|envoy| envoy.iter());
+    let limits = set
         .iter()
+        .chain(files)
         .map(|limit| LimitCounts {
             name: limit.name().to_owned(),
             allowed: limit.stats().map_or(0, |stats| stats.allowed()),
@@ -108,6 +113,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         store,
         doors: engine.connection_stats().snapshot(),
         unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
+        global_shadow: metrics.global_shadow(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -210,6 +216,13 @@ impl Collector for Scrape {
                 .iter()
                 .map(|limit| ([("limit", limit.name.as_str())], limit.overrides_refused)),
         )?;
+        let no_labels: [(&str, &str); 0] = [];
+        counter(
+            &mut encoder,
+            "ratekeeper_envoy_shadow_mode_passes",
+            "Envoy requests over a limit answered OK because [envoy] shadow_mode is on.",
+            [(no_labels, self.global_shadow)],
+        )?;
         counter(
             &mut encoder,
             "ratekeeper_unauthenticated_requests",
@@ -234,7 +247,6 @@ impl Collector for Scrape {
                 None,
             )?;
 
-        let no_labels: [(&str, &str); 0] = [];
         let limits = i64::try_from(self.limits.len()).unwrap_or(i64::MAX);
         gauge(
             &mut encoder,

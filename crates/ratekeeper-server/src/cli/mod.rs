@@ -8,8 +8,10 @@
 //! `--config`); `ratekeeper proxy --upstream URL` puts the limits in front
 //! of an HTTP app as a reverse proxy; `ratekeeper check --config FILE` validates a configuration
 //! file (with the `RATEKEEPER_*` environment overrides applied) and explains
-//! it.
+//! it. `ratekeeper import envoy DIR` prints an envoyproxy/ratelimit
+//! directory as native `[[limits]]`.
 
+mod import;
 mod proxy;
 mod serve;
 mod simulate;
@@ -23,6 +25,7 @@ use crate::Config;
 use clap::{Parser, Subcommand};
 
 /// Rate limiting as a service.
+use import::{import, ImportSource};
 use proxy::proxy;
 use serve::serve;
 use simulate::{simulate, SimulateArgs};
@@ -47,9 +50,15 @@ enum Command {
         /// the check off (SIGHUP still reloads).
         #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
         watch: f64,
+        /// A directory of envoyproxy/ratelimit's YAML configuration files,
+        /// decided at the gRPC door beside the native limits (`[envoy]
+        /// config_dir`, which this overrides); reloaded when a file
+        /// changes.
+        #[arg(long, value_name = "DIR")]
+        envoy_config: Option<PathBuf>,
         /// A Kuadrant Limitador limits file to serve beside the limits
-        /// (the file's `[limitador] config_file`, which this overrides);
-        /// reloaded when it changes.
+        /// (`[limitador] config_file`, which this overrides); reloaded
+        /// when it changes.
         #[arg(long, value_name = "FILE")]
         limitador_config: Option<PathBuf>,
     },
@@ -84,6 +93,13 @@ enum Command {
         #[arg(long, conflicts_with = "config")]
         print_default: bool,
     },
+    /// Print another rate limiter's configuration as ratekeeper's native
+    /// `[[limits]]`, with a comment wherever it decides differently.
+    Import {
+        /// Whose configuration.
+        #[command(subcommand)]
+        source: ImportSource,
+    },
     /// Run policies over a request trace or pattern, offline, and write
     /// the decisions as CSV and an SVG chart (offered against admitted over
     /// time, with the limit).
@@ -99,8 +115,9 @@ pub fn run() -> ExitCode {
         Command::Serve {
             config,
             watch,
+            envoy_config,
             limitador_config,
-        } => serve(config, watch, limitador_config),
+        } => serve(config, watch, envoy_config, limitador_config),
         Command::Proxy {
             upstream,
             config,
@@ -109,6 +126,7 @@ pub fn run() -> ExitCode {
             upstream_timeout,
         } => proxy(&upstream, config, listen, watch, upstream_timeout),
         Command::Simulate(args) => simulate(&args),
+        Command::Import { source } => import(&source),
         Command::Check {
             print_default: true,
             ..
@@ -136,9 +154,19 @@ pub fn run() -> ExitCode {
 /// The configuration at `path`, or the built-in defaults, with the
 /// environment's overrides.
 pub(crate) fn load(path: Option<&Path>) -> Result<Config, crate::ConfigError> {
+    load_with(path, &[])
+}
+
+/// [`load`], then `overrides` (the command line's settings, in the
+/// environment's form).
+pub(crate) fn load_with(
+    path: Option<&Path>,
+    overrides: &[(String, String)],
+) -> Result<Config, crate::ConfigError> {
+    let vars = process_vars().chain(overrides.iter().cloned());
     match path {
-        Some(path) => Config::load_with_env(path, process_vars()),
-        None => Config::from_toml_str_with_env(DEFAULT_TOML, "<built-in defaults>", process_vars()),
+        Some(path) => Config::load_with_env(path, vars),
+        None => Config::from_toml_str_with_env(DEFAULT_TOML, "<built-in defaults>", vars),
     }
 }
 

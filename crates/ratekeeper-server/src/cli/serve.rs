@@ -8,20 +8,26 @@ use std::time::Duration;
 use crate::serve::{Options, Service};
 
 /// Rate limiting as a service.
-use super::{error_chain, init_logging, load};
+use super::{error_chain, init_logging, load_with};
 
-/// The variable `--limitador-config` sets: `[limitador] config_file`.
-const LIMITADOR_VARIABLE: &str = "RATEKEEPER_LIMITADOR__CONFIG_FILE";
-
-pub(super) fn serve(path: Option<PathBuf>, watch: f64, limitador: Option<PathBuf>) -> ExitCode {
+pub(super) fn serve(
+    path: Option<PathBuf>,
+    watch: f64,
+    envoy_config: Option<PathBuf>,
+    limitador_config: Option<PathBuf>,
+) -> ExitCode {
     init_logging();
-    if let Some(file) = limitador {
-        // The flag is the override variable, set before any thread starts:
-        // every load reads it from the environment, the reloads' too, so
-        // the flag holds across reloads as an exported variable would.
-        std::env::set_var(LIMITADOR_VARIABLE, file);
-    }
-    let config = match load(path.as_deref()) {
+    // A flag is an override like the environment's, applied after it, so
+    // that a reload keeps it.
+    let flags = [
+        ("RATEKEEPER_ENVOY__CONFIG_DIR", envoy_config),
+        ("RATEKEEPER_LIMITADOR__CONFIG_FILE", limitador_config),
+    ];
+    let overrides: Vec<(String, String)> = flags
+        .into_iter()
+        .filter_map(|(variable, path)| Some((variable.to_owned(), path?.display().to_string())))
+        .collect();
+    let config = match load_with(path.as_deref(), &overrides) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("error: {error}");
@@ -42,6 +48,7 @@ pub(super) fn serve(path: Option<PathBuf>, watch: f64, limitador: Option<PathBuf
     let options = Options {
         config_path: path,
         watch_interval: Some(watch),
+        overrides,
         ..Options::default()
     };
     let tls = config.listen.tls.clone();
@@ -50,13 +57,22 @@ pub(super) fn serve(path: Option<PathBuf>, watch: f64, limitador: Option<PathBuf
         let service = Service::start(config, options).await?;
         let addrs = service.addrs();
         let store = service.engine().store().kind();
-        let limits = service.engine().limits().len();
+        let set = service.engine().limits();
+        let limits = set.len();
+        let files = set.envoy().map_or_else(String::new, |envoy| {
+            let config = envoy.files().config();
+            format!(
+                ", {} envoyproxy/ratelimit limits in {} domains",
+                config.limit_count(),
+                config.domains().count()
+            )
+        });
         // Where it listens, on stdout; a closed stdout must not stop the
         // service, so write errors are ignored.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "ratekeeper {} ({store} store, {limits} limits)",
+            "ratekeeper {} ({store} store, {limits} limits{files})",
             env!("CARGO_PKG_VERSION")
         );
         let _ = writeln!(out, "{threads}");

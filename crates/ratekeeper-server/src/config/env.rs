@@ -30,7 +30,7 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 24] = [
+const TEXT_FIELDS: [&str; 25] = [
     "kind",
     "path",
     "url",
@@ -53,6 +53,7 @@ const TEXT_FIELDS: [&str; 24] = [
     "remaining_header",
     "reset_header",
     "counting",
+    "config_dir",
     "config_file",
     // Refused whatever it holds; as text, no number or boolean in it is
     // ever parsed or shown.

@@ -1,5 +1,14 @@
-//! `[envoy]`: what the Envoy gRPC door asks Envoy to add to the responses
-//! it proxies (`response_headers_to_add`).
+//! `[envoy]`: envoyproxy/ratelimit's configuration files the Envoy gRPC
+//! door also decides by, how it counts, and what it asks Envoy to add to
+//! the responses it proxies (`response_headers_to_add`).
+//!
+//! `config_dir` names a directory of envoyproxy/ratelimit's YAML files
+//! (see [`crate::config::envoy`]), read as its `RUNTIME_WATCH_ROOT=false`
+//! reads its app directory, beside the native `[[limits]]`; `merge_domains`
+//! is its `MERGE_DOMAIN_CONFIG`, and `ignore_dot_files` its
+//! `RUNTIME_IGNOREDOTFILES`, on by default here (see
+//! [`EnvoyDoorConfig::ignore_dot_files`]). `shadow_mode` and `quota_mode`
+//! are its `SHADOW_MODE` and `QUOTA_MODE`.
 //!
 //! By default the door sends the IETF draft's `RateLimit-Policy` and
 //! `RateLimit` fields. Teams coming from envoyproxy/ratelimit, whose
@@ -7,8 +16,12 @@
 //! `RateLimit-Reset` (switched on there by `LIMIT_RESPONSE_HEADERS_ENABLED`,
 //! named by `LIMIT_LIMIT_HEADER` and its siblings), choose those, or both.
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
 use toml::Spanned;
+
+use super::envoy_files::EnvoyFiles;
 
 use super::error::ConfigError;
 use super::validate::Checker;
@@ -30,6 +43,31 @@ pub struct EnvoyDoorConfig {
     /// `envoy.counting`: whether a request's descriptors are counted all or
     /// nothing, or each on its own.
     pub counting: Counting,
+    /// `envoy.config_dir`: envoyproxy/ratelimit's configuration files, if
+    /// any (also `serve --envoy-config DIR`).
+    pub config_dir: Option<PathBuf>,
+    /// `envoy.ignore_dot_files`: files and directories whose names start
+    /// with `.` are skipped. On by default, where envoyproxy/ratelimit's
+    /// `RUNTIME_IGNOREDOTFILES` is off: a Kubernetes ConfigMap volume
+    /// holds every file twice, once under a `..2024_...` directory, and
+    /// reading both would make every domain a duplicate.
+    pub ignore_dot_files: bool,
+    /// `envoy.merge_domains`: files naming the same domain add to it
+    /// (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`).
+    pub merge_domains: bool,
+    /// `envoy.shadow_mode`: every limit the gRPC door applies is counted
+    /// and shown in the descriptors' statuses, but the request's
+    /// `overall_code` is always `OK` (envoyproxy/ratelimit's
+    /// `SHADOW_MODE`), for a rollout. Each limit that allows is charged
+    /// even when another would refuse, so the counts are those enforcing
+    /// would see.
+    pub shadow_mode: bool,
+    /// `envoy.quota_mode`: every limit of the files is in quota mode, as
+    /// a descriptor's `quota_mode` (envoyproxy/ratelimit's `QUOTA_MODE`).
+    pub quota_mode: bool,
+    /// The files of `config_dir`, loaded when the configuration was
+    /// checked.
+    pub files: Option<EnvoyFiles>,
 }
 
 /// How the enforced limits of one request are charged (`envoy.counting`).
@@ -55,6 +93,12 @@ impl Default for EnvoyDoorConfig {
             remaining_header: "RateLimit-Remaining".to_owned(),
             reset_header: "RateLimit-Reset".to_owned(),
             counting: Counting::default(),
+            config_dir: None,
+            ignore_dot_files: true,
+            merge_domains: false,
+            shadow_mode: false,
+            quota_mode: false,
+            files: None,
         }
     }
 }
@@ -116,18 +160,42 @@ pub(crate) struct FileEnvoy {
     remaining_header: Option<Spanned<String>>,
     reset_header: Option<Spanned<String>>,
     counting: Option<Spanned<String>>,
+    config_dir: Option<Spanned<String>>,
+    ignore_dot_files: Option<Spanned<bool>>,
+    merge_domains: Option<Spanned<bool>>,
+    shadow_mode: Option<Spanned<bool>>,
+    quota_mode: Option<Spanned<bool>>,
 }
 
 impl Checker<'_> {
-    /// `[envoy]`, checked.
+    /// `[envoy]`, checked, with the span of `config_dir` (its files are
+    /// loaded once the native limits are known, by
+    /// [`Checker::envoy_files`]).
     pub(super) fn envoy(
         &self,
         envoy: Option<Spanned<FileEnvoy>>,
-    ) -> Result<EnvoyDoorConfig, ConfigError> {
+    ) -> Result<(EnvoyDoorConfig, Option<std::ops::Range<usize>>), ConfigError> {
         let mut config = EnvoyDoorConfig::default();
         let Some(envoy) = envoy.map(Spanned::into_inner) else {
-            return Ok(config);
+            return Ok((config, None));
         };
+        let flag = |value: Option<Spanned<bool>>, default| value.map_or(default, |v| *v.get_ref());
+        config.ignore_dot_files = flag(envoy.ignore_dot_files, true);
+        config.merge_domains = flag(envoy.merge_domains, false);
+        config.shadow_mode = flag(envoy.shadow_mode, false);
+        config.quota_mode = flag(envoy.quota_mode, false);
+        let mut dir_span = None;
+        if let Some(dir) = envoy.config_dir {
+            if dir.get_ref().trim().is_empty() {
+                return self.fail(
+                    dir.span(),
+                    "envoy.config_dir",
+                    "an empty path; leave config_dir out to read no files",
+                );
+            }
+            dir_span = Some(dir.span());
+            config.config_dir = Some(PathBuf::from(dir.into_inner()));
+        }
         if let Some(word) = envoy.response_headers {
             let found = ResponseHeaders::WORDS
                 .iter()
@@ -181,6 +249,6 @@ impl Checker<'_> {
             }
             *slot = name.into_inner();
         }
-        Ok(config)
+        Ok((config, dir_span))
     }
 }

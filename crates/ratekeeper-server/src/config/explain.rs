@@ -148,7 +148,55 @@ impl Config {
             if envoy.counting == super::Counting::EachDescriptor {
                 let _ = write!(out, ", each descriptor counted on its own");
             }
+            if envoy.shadow_mode {
+                let _ = write!(out, ", shadow mode (every answer OK)");
+            }
+            if envoy.quota_mode {
+                let _ = write!(out, ", quota mode");
+            }
             let _ = writeln!(out);
+            if let (Some(dir), Some(files)) = (&envoy.config_dir, &envoy.files) {
+                let config = files.config();
+                let mut domains: Vec<&str> = config.domains().map(|d| d.name()).collect();
+                domains.sort_unstable();
+                let _ = writeln!(
+                    out,
+                    "envoy files: {} ({} domain{}: {}; {} limit{}{}{})",
+                    dir.display(),
+                    domains.len(),
+                    if domains.len() == 1 { "" } else { "s" },
+                    domains.join(", "),
+                    config.limit_count(),
+                    if config.limit_count() == 1 { "" } else { "s" },
+                    if envoy.ignore_dot_files {
+                        ""
+                    } else {
+                        ", dot files read"
+                    },
+                    if envoy.merge_domains {
+                        ", domains merged"
+                    } else {
+                        ""
+                    },
+                );
+                config.for_each_limit(|path, limit| {
+                    let what = match (limit.unlimited, files.limit(limit)) {
+                        (true, _) => "unlimited".to_owned(),
+                        (false, None) => "refuses every request (0 per unit)".to_owned(),
+                        (false, Some(made)) => format!(
+                            "limit {}: {} {}{}",
+                            made.limit.name(),
+                            made.limit.policy().kind(),
+                            made.rate,
+                            if limit.shadow_mode { ", shadow" } else { "" }
+                        ),
+                    };
+                    let _ = writeln!(out, "  {path}: {what}");
+                });
+                for warning in config.warnings() {
+                    let _ = writeln!(out, "  warning: {warning}");
+                }
+            }
         }
         if let Some(line) = explain_access(&self.access) {
             let _ = writeln!(out, "{line}");
@@ -305,10 +353,19 @@ fn explain_match(matcher: &Match) -> String {
         let entries: Vec<String> = matcher
             .descriptors
             .iter()
-            .map(|d| match &d.value {
-                ValueMatch::Any => d.key.clone(),
-                ValueMatch::Exact(value) => format!("{}={value}", d.key),
-                ValueMatch::Prefix(prefix) => format!("{}={prefix}*", d.key),
+            .map(|d| {
+                let mut entry = match &d.value {
+                    ValueMatch::Any => d.key.clone(),
+                    value => format!("{}={value}", d.key),
+                };
+                if !d.except.is_empty() {
+                    let except: Vec<String> = d.except.iter().map(ToString::to_string).collect();
+                    let _ = write!(entry, " except {}", except.join(" "));
+                }
+                if d.share_threshold {
+                    entry.push_str(" (one counter for all values)");
+                }
+                entry
             })
             .collect();
         parts.push(format!("descriptors [{}]", entries.join(", ")));

@@ -144,4 +144,6 @@ pub(crate) struct FileMatch {
 pub(crate) struct FileDescriptor {
     pub(crate) key: Spanned<String>,
     pub(crate) value: Option<Spanned<String>>,
+    pub(crate) except: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) share_threshold: Option<Spanned<bool>>,
 }

@@ -76,7 +76,7 @@ impl KeyPart {
             KeyPart::Route => Key::route(),
             KeyPart::Global => Key::global(),
             KeyPart::Header(name) => Key::header(name.clone()),
-            KeyPart::Descriptor(_) => Key::from_fn(|_| None),
+            KeyPart::Descriptor(_) | KeyPart::Entry(_) => Key::from_fn(|_| None),
         }
     }
 }
@@ -125,6 +125,12 @@ pub enum KeyPart {
     Header(HeaderName),
     /// An Envoy descriptor entry's value (`descriptor:KEY`).
     Descriptor(String),
+    /// The value of the descriptor's entry at this position, from 0. Never
+    /// written in a file: the matching adds it for an entry matched by a
+    /// wildcard (the engine's `matching::key_parts`), by position
+    /// because `descriptor:KEY` takes the first entry with that key, and a
+    /// descriptor may have a key twice.
+    Entry(usize),
 }
 
 impl std::fmt::Display for KeyPart {
@@ -139,6 +145,7 @@ impl std::fmt::Display for KeyPart {
             KeyPart::Global => f.write_str("global"),
             KeyPart::Header(name) => write!(f, "header:{name}"),
             KeyPart::Descriptor(key) => write!(f, "descriptor:{key}"),
+            KeyPart::Entry(index) => write!(f, "descriptor entry #{index}"),
         }
     }
 }
@@ -172,27 +179,131 @@ pub struct DescriptorMatch {
     pub key: String,
     /// What its value must be.
     pub value: ValueMatch,
+    /// Values the entry does not match even when [`value`](Self::value)
+    /// does (`except = ["v", "w*"]`): how a limit steps aside for more
+    /// specific ones, as envoyproxy/ratelimit's exact values win over its
+    /// wildcards and its wildcards over a bare key.
+    pub except: Vec<ValueMatch>,
+    /// Every value the entry matches shares one counter
+    /// (`share_threshold = true`, envoyproxy/ratelimit's field of that
+    /// name): the matching adds no part to the key for it. A part the
+    /// limit's `key` names itself (`descriptor:KEY`, `peer`) still holds
+    /// the value: the key is what the file says.
+    pub share_threshold: bool,
+}
+
+impl DescriptorMatch {
+    /// Whether an entry's `value` is matched: by [`value`](Self::value)
+    /// and by none of [`except`](Self::except).
+    pub fn matches(&self, value: &str) -> bool {
+        self.value.matches(value) && !self.except.iter().any(|except| except.matches(value))
+    }
+
+    /// Whether the entry matches more than one value, so that each value is
+    /// counted on its own unless [`share_threshold`](Self::share_threshold).
+    pub fn is_wildcard(&self) -> bool {
+        !matches!(self.value, ValueMatch::Exact(_))
+    }
 }
 
 /// What a descriptor entry's value must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ValueMatch {
-    /// Anything (no `value` given): each value counts separately.
+    /// Anything (no `value` given, or `"*"`): each value counts
+    /// separately.
     Any,
     /// Exactly this.
     Exact(String),
-    /// Starting with this (a `value` ending in `*`).
-    Prefix(String),
+    /// A pattern whose `*`s each stand for any run of characters (a
+    /// `value` with a `*`), as envoyproxy/ratelimit's wildcards.
+    Glob(Glob),
 }
 
 impl ValueMatch {
+    /// The match a configuration's `value` text means: `*` alone any
+    /// value, a text with a `*` a [`Glob`], any other text itself.
+    pub fn parse(text: &str) -> ValueMatch {
+        if !text.contains('*') {
+            ValueMatch::Exact(text.to_owned())
+        } else if text.chars().all(|c| c == '*') {
+            ValueMatch::Any
+        } else {
+            ValueMatch::Glob(Glob::new(text))
+        }
+    }
+
     /// Whether `value` matches.
     pub fn matches(&self, value: &str) -> bool {
         match self {
             ValueMatch::Any => true,
             ValueMatch::Exact(exact) => value == exact,
-            ValueMatch::Prefix(prefix) => value.starts_with(prefix.as_str()),
+            ValueMatch::Glob(glob) => glob.matches(value),
         }
+    }
+}
+
+impl std::fmt::Display for ValueMatch {
+    /// The value as the file writes it (`*` for any value).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValueMatch::Any => f.write_str("*"),
+            ValueMatch::Exact(value) => f.write_str(value),
+            ValueMatch::Glob(glob) => f.write_str(glob.pattern()),
+        }
+    }
+}
+
+/// A value pattern with `*`s, each any run of characters (the empty one
+/// too): `/api/*`, `*.png`, `a*b*c`.
+///
+/// Matching is linear in the value's length: with `*` as the only
+/// operator, taking the leftmost occurrence of each fixed piece in turn
+/// never loses a match a later occurrence would give, so there is no
+/// backtracking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Glob {
+    pattern: String,
+    /// The pattern split on `*`: at least two pieces, as it has a `*`.
+    pieces: Vec<String>,
+}
+
+impl Glob {
+    /// The pattern `pattern`; without a `*`, it matches only itself.
+    pub fn new(pattern: &str) -> Glob {
+        Glob {
+            pattern: pattern.to_owned(),
+            pieces: pattern.split('*').map(str::to_owned).collect(),
+        }
+    }
+
+    /// The pattern as written.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Whether `text` matches: it starts with the first piece, ends with
+    /// the last, and holds the others in order, without overlaps, between
+    /// them.
+    pub fn matches(&self, text: &str) -> bool {
+        let (first, last) = match (self.pieces.first(), self.pieces.last()) {
+            (Some(first), Some(last)) if self.pieces.len() > 1 => (first, last),
+            _ => return self.pattern == text,
+        };
+        let fixed: usize = self.pieces.iter().map(String::len).sum();
+        if fixed > text.len() || !text.starts_with(first.as_str()) || !text.ends_with(last.as_str())
+        {
+            return false;
+        }
+        // `fixed <= len` keeps the first and last pieces from overlapping,
+        // and both end on character boundaries, being matched text.
+        let mut rest = &text[first.len()..text.len() - last.len()];
+        for piece in &self.pieces[1..self.pieces.len() - 1] {
+            match rest.find(piece.as_str()) {
+                Some(found) => rest = &rest[found + piece.len()..],
+                None => return false,
+            }
+        }
+        true
     }
 }

@@ -56,6 +56,11 @@
 //! reset_header = "RateLimit-Reset"          # its LIMIT_RESET_HEADER
 //! counting = "all_or_nothing" # or "each_descriptor": count every descriptor's limit that allows,
 //!                            # even when another refuses the request (envoyproxy/ratelimit's counts)
+//! # config_dir = "/etc/ratelimit/config" # envoyproxy/ratelimit's YAML files, beside [[limits]]
+//! ignore_dot_files = true    # skip .files and ..dirs (Kubernetes ConfigMap volumes)
+//! merge_domains = false      # its MERGE_DOMAIN_CONFIG
+//! shadow_mode = false        # its SHADOW_MODE: count and show, but always answer OK
+//! quota_mode = false         # its QUOTA_MODE: every limit of the files in quota mode
 //!
 //! [limitador]                # optional: Kuadrant Limitador's limits file, beside these limits
 //! config_file = "limits.yaml" # (see config::limitador); reloaded when it changes
@@ -240,6 +245,7 @@ mod connections;
 mod env;
 pub mod envoy;
 mod envoy_door;
+mod envoy_files;
 mod error;
 mod explain;
 mod file;
@@ -264,8 +270,10 @@ pub use access::AccessConfig;
 pub use address::{Prefixes, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX};
 pub use connections::{ConnectionConfig, Http2Config};
 pub use envoy_door::{Counting, EnvoyDoorConfig, ResponseHeaders};
+pub(crate) use envoy_files::watched as envoy_watched;
+pub use envoy_files::EnvoyFiles;
 pub use error::{ConfigError, Location};
-pub use limit::{DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
+pub use limit::{DescriptorMatch, Glob, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
 pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
 pub use redact::redact_url;
@@ -327,6 +335,16 @@ reset_header = "RateLimit-Reset"
 # A request refused by one descriptor's limit takes nothing from the others;
 # "each_descriptor" counts each on its own, as envoyproxy/ratelimit does.
 counting = "all_or_nothing"
+# envoyproxy/ratelimit's YAML files, decided beside [[limits]] at the gRPC
+# door (also `serve --envoy-config DIR`); reloaded when a file changes.
+# config_dir = "/etc/ratelimit/config"
+# Skip files and directories starting with "." (a Kubernetes ConfigMap
+# volume's ..data and ..2024_... copies); envoyproxy/ratelimit's default reads them.
+ignore_dot_files = true
+merge_domains = false
+# Count and show every limit, but always answer OK (envoyproxy/ratelimit's SHADOW_MODE).
+shadow_mode = false
+quota_mode = false
 
 [[limits]]
 name = "per-client"

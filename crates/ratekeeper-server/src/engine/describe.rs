@@ -42,8 +42,9 @@ pub struct MatchDescription {
     /// Envoy's domain.
     pub domain: Option<String>,
     /// Descriptor entries: `{"key": K}` for any value, `{"key": K,
-    /// "value": V}` (a trailing `*` matches by prefix).
-    pub descriptors: Vec<BTreeMap<String, String>>,
+    /// "value": V}` (each `*` any run of characters), with
+    /// `"except": [V...]` and `"share_threshold": true` when set.
+    pub descriptors: Vec<BTreeMap<String, serde_json::Value>>,
     /// HTTP methods; empty for any.
     pub methods: Vec<String>,
     /// The start of the path.
@@ -59,15 +60,16 @@ impl LimitDescription {
             .descriptors
             .iter()
             .map(|entry| {
-                let mut map = BTreeMap::from([("key".to_owned(), entry.key.clone())]);
-                match &entry.value {
-                    ValueMatch::Any => {}
-                    ValueMatch::Exact(value) => {
-                        map.insert("value".to_owned(), value.clone());
-                    }
-                    ValueMatch::Prefix(prefix) => {
-                        map.insert("value".to_owned(), format!("{prefix}*"));
-                    }
+                let mut map = BTreeMap::from([("key".to_owned(), entry.key.clone().into())]);
+                if entry.value != ValueMatch::Any {
+                    map.insert("value".to_owned(), entry.value.to_string().into());
+                }
+                if !entry.except.is_empty() {
+                    let except = entry.except.iter().map(|v| v.to_string().into()).collect();
+                    map.insert("except".to_owned(), serde_json::Value::Array(except));
+                }
+                if entry.share_threshold {
+                    map.insert("share_threshold".to_owned(), true.into());
                 }
                 map
             })

@@ -95,7 +95,7 @@ impl KeySource for HttpSource<'_> {
                 .get(name)
                 .map(|value| Cow::Borrowed(value.as_bytes())),
             KeyPart::Global => Some(Cow::Borrowed(GLOBAL.as_bytes())),
-            KeyPart::Descriptor(_) => None,
+            KeyPart::Descriptor(_) | KeyPart::Entry(_) => None,
         }
     }
 }
@@ -123,6 +123,8 @@ impl KeySource for NamedParts<'_> {
             KeyPart::Header(name) => self.0.get(&format!("header:{name}")),
             KeyPart::Descriptor(key) => self.0.get(&format!("descriptor:{key}")),
             KeyPart::Global => return Some(Cow::Borrowed(GLOBAL.as_bytes())),
+            // Only the matching adds it, for a descriptor's entries.
+            KeyPart::Entry(_) => None,
         };
         value.map(|v| Cow::Borrowed(v.as_bytes()))
     }

@@ -13,9 +13,10 @@ use ratekeeper::{
 };
 use ratekeeper_tower::Rule;
 
+use super::envoy_files::EnvoyLimits;
 use super::key::{compose, KeySource};
 use super::limitador::{self, LimitadorLimits};
-use crate::config::{KeyPart, LimitConfig, LimitadorSource};
+use crate::config::{EnvoyFiles, KeyPart, LimitConfig, LimitadorSource};
 
 /// One configured limit.
 #[derive(Debug)]
@@ -118,14 +119,41 @@ impl ActiveLimit {
     }
 }
 
-/// The limits in force, in the configuration's order.
+/// The limits in force: the configuration's, in its order, and those of
+/// envoyproxy/ratelimit's files and of a Limitador limits file.
 #[derive(Debug, Default)]
 pub struct LimitSet {
     limits: Vec<Arc<ActiveLimit>>,
     by_name: HashMap<String, usize>,
+    envoy: Option<EnvoyLimits>,
     /// Limitador's limits (`[limitador]`), apart: they apply by their
     /// namespace and expressions, not by `match`.
     limitador: LimitadorLimits,
+}
+
+/// `config` as a limit recording its decisions in `stats` under its name:
+/// the statistics it had before, if a limit of that name had some.
+pub(super) fn active_with_stats(config: &LimitConfig, stats: &Stats) -> Arc<ActiveLimit> {
+    let name = config.limit.name();
+    let limit_stats = stats.get(name).unwrap_or_else(|| {
+        let mut stats_config = StatsConfig::default();
+        // A key's denials go when the store forgets the key: after a
+        // window (two for the sliding window counter, whose previous
+        // window still counts).
+        let window = config.limit.policy().window();
+        stats_config.key_retention = match config.limit.policy().kind() {
+            PolicyKind::SlidingWindow => window.saturating_mul(2),
+            _ => window,
+        };
+        let fresh = LimitStats::with_config(stats_config);
+        stats.insert(name, fresh.clone());
+        fresh
+    });
+    Arc::new(ActiveLimit {
+        config: config.clone(),
+        stats: Some(limit_stats),
+        rule: OnceLock::new(),
+    })
 }
 
 impl LimitSet {
@@ -139,41 +167,40 @@ impl LimitSet {
         LimitSet::index(limits)
     }
 
-    /// The set of `limits`, each recording its decisions in `stats` under
-    /// its name: a limit that a reload keeps keeps its statistics, and the
-    /// statistics of limits no longer configured are dropped.
-    pub fn with_stats(limits: &[LimitConfig], stats: &Stats) -> LimitSet {
+    /// The set of `limits` and of `envoy`'s, each recording its decisions
+    /// in `stats` under its name: a limit that a reload keeps keeps its
+    /// statistics, and the statistics of limits no longer configured are
+    /// dropped.
+    pub fn with_stats(
+        limits: &[LimitConfig],
+        envoy: Option<&EnvoyFiles>,
+        stats: &Stats,
+    ) -> LimitSet {
         let limits: Vec<Arc<ActiveLimit>> = limits
             .iter()
-            .map(|config| {
-                let name = config.limit.name();
-                let limit_stats = stats.get(name).unwrap_or_else(|| {
-                    let mut stats_config = StatsConfig::default();
-                    // A key's denials go when the store forgets the key:
-                    // after a window (two for the sliding window counter,
-                    // whose previous window still counts).
-                    let window = config.limit.policy().window();
-                    stats_config.key_retention = match config.limit.policy().kind() {
-                        PolicyKind::SlidingWindow => window.saturating_mul(2),
-                        _ => window,
-                    };
-                    let fresh = LimitStats::with_config(stats_config);
-                    stats.insert(name, fresh.clone());
-                    fresh
-                });
-                Arc::new(ActiveLimit {
-                    config: config.clone(),
-                    stats: Some(limit_stats),
-                    rule: OnceLock::new(),
-                })
-            })
+            .map(|config| active_with_stats(config, stats))
+            .collect();
+        let envoy = envoy.map(|files| EnvoyLimits::new(files, stats));
+        let mut set = LimitSet::index(limits);
+        set.envoy = envoy;
+        let envoy_names: std::collections::HashSet<&str> = set
+            .envoy
+            .iter()
+            .flat_map(EnvoyLimits::iter)
+            .map(|limit| limit.name())
             .collect();
         for name in stats.names() {
-            if !limits.iter().any(|limit| limit.name() == name) {
+            if !set.by_name.contains_key(&name) && !envoy_names.contains(name.as_str()) {
                 stats.remove(&name);
             }
         }
-        LimitSet::index(limits)
+        set
+    }
+
+    /// The limits of envoyproxy/ratelimit's files, when `[envoy]
+    /// config_dir` names some.
+    pub fn envoy(&self) -> Option<&EnvoyLimits> {
+        self.envoy.as_ref()
     }
 
     fn index(limits: Vec<Arc<ActiveLimit>>) -> LimitSet {
@@ -185,22 +212,32 @@ impl LimitSet {
         LimitSet {
             limits,
             by_name,
+            envoy: None,
             limitador: LimitadorLimits::default(),
         }
     }
 
     /// [`LimitSet::with_stats`], with the Limitador limits of `limitador`
-    /// beside the native ones (see [`LimitadorLimits`]), their statistics
-    /// kept across reloads as the native limits' are.
+    /// beside the others (see [`LimitadorLimits`]), their statistics kept
+    /// across reloads as the others' are.
     pub fn with_stats_and_limitador(
         limits: &[LimitConfig],
+        envoy: Option<&EnvoyFiles>,
         limitador: Option<&LimitadorSource>,
         stats: &Stats,
     ) -> LimitSet {
-        let mut set = limitador::keeping_stats(stats, || LimitSet::with_stats(limits, stats));
-        set.limitador = LimitadorLimits::new(limitador, Some(stats), &|name| {
-            set.by_name.contains_key(name)
-        });
+        let mut set =
+            limitador::keeping_stats(stats, || LimitSet::with_stats(limits, envoy, stats));
+        let envoy_names: std::collections::HashSet<&str> = set
+            .envoy
+            .iter()
+            .flat_map(EnvoyLimits::iter)
+            .map(|limit| limit.name())
+            .collect();
+        let taken = |name: &str| set.by_name.contains_key(name) || envoy_names.contains(name);
+        let limitador_limits = LimitadorLimits::new(limitador, Some(stats), &taken);
+        drop(envoy_names);
+        set.limitador = limitador_limits;
         limitador::prune_stats(stats, &set.limitador);
         set
     }

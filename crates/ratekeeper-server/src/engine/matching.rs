@@ -8,8 +8,9 @@
 //!   gRPC requests: Envoy always sends one);
 //! - its `match.descriptors` has as many entries as the descriptor, and
 //!   they match entry by entry, in order: the same key, and a value that
-//!   [matches](ValueMatch::matches) (no value: any value; a value ending
-//!   in `*`: by prefix; otherwise exactly). So `[remote_address]` applies to
+//!   [matches](crate::config::DescriptorMatch::matches) (no value: any value; a value
+//!   with `*`s: as a pattern, each `*` any run of characters; otherwise
+//!   exactly) and none of the entry's `except` values. So `[remote_address]` applies to
 //!   `[("remote_address", "10.0.0.1")]` but not to
 //!   `[("remote_address", "10.0.0.1"), ("path", "/login")]`, which needs a
 //!   limit of its own, as nested descriptors do in Envoy's service;
@@ -18,10 +19,10 @@
 //!
 //! A limit without `match.descriptors` never applies to a descriptor.
 //!
-//! Each value matched by a wildcard (no value, or a prefix) is counted
-//! separately, as Envoy's service does: the entry's value is added to the
-//! limit's key unless the key already has its `descriptor:KEY` part
-//! ([`key_parts`]). The parts of the key come from the descriptor
+//! Each value matched by a wildcard (no value, or a pattern) is counted
+//! separately, as Envoy's service does, unless the entry has
+//! `share_threshold`: the entry's value is added to the limit's key, by
+//! its position, unless the key already holds it ([`key_parts`]). The parts of the key come from the descriptor
 //! ([`DescriptorSource`]): `descriptor:KEY` from the entry with that key,
 //! `peer` and `client_ip` from the `remote_address` entry Envoy's
 //! `remote_address` action sends, and `global` from nothing.
@@ -30,16 +31,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::{ActiveLimit, KeySource, LimitSet};
-use crate::config::{KeyPart, LimitConfig, Match, ValueMatch};
+use crate::config::{KeyPart, LimitConfig, Match};
 
 /// One entry of a descriptor, as a door received it: the door's own type
-/// (Envoy's protobuf entry, the JSON API's), read without copying.
-pub trait Entry {
-    /// The entry's key, such as `remote_address`.
-    fn key(&self) -> &str;
-    /// Its value.
-    fn value(&self) -> &str;
-}
+/// (Envoy's protobuf entry, the JSON API's), read without copying; the
+/// same trait envoyproxy/ratelimit's files are matched by.
+pub use crate::config::envoy::Entry;
 
 /// The descriptor key of the client's address, as Envoy's
 /// `remote_address` rate limit action sends it.
@@ -57,7 +54,7 @@ pub fn matches<E: Entry>(matcher: &Match, domain: &str, entries: &[E]) -> bool {
             .descriptors
             .iter()
             .zip(entries)
-            .all(|(want, entry)| want.key == entry.key() && want.value.matches(entry.value()))
+            .all(|(want, entry)| want.key == entry.key() && want.matches(entry.value()))
 }
 
 /// The limits among `limits` that apply to the descriptor `entries` of a
@@ -80,42 +77,52 @@ pub fn knows_domain(limits: &LimitSet, domain: &str) -> bool {
         .any(|limit| limit.config().matcher.domain.as_deref() == Some(domain))
 }
 
-/// The parts of `limit`'s key for a descriptor: its configured key, then a
-/// `descriptor:KEY` part for each entry it matches by a wildcard (any
-/// value or a prefix) that the key does not already hold (`peer` and
-/// `client_ip` hold `remote_address`), so that each value is counted
-/// separately.
+/// The parts of `limit`'s key for a descriptor: its configured key, then
+/// a part for each entry it matches by a wildcard (any value or a
+/// pattern), so that each value is counted separately, unless the entry
+/// has `share_threshold` or the key already holds that entry's value
+/// (`descriptor:KEY` holds the first entry with the key; `peer` and
+/// `client_ip` the first `remote_address`, by its network).
+///
+/// The added parts are positional ([`KeyPart::Entry`]): with
+/// `descriptor:KEY`, two wildcard entries of one key (`[k = "a*", k]`)
+/// would both be keyed by the first one's value, and every value of the
+/// second would share a counter. A key's bytes are made of its parts'
+/// values only, so an entry keyed by position has the key it had when it
+/// was keyed by name.
 pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
-    let covered = |key: &str| {
-        limit.key.iter().any(|part| match part {
-            KeyPart::Descriptor(have) => have == key,
-            KeyPart::Peer(_) | KeyPart::ClientIp(..) => key == REMOTE_ADDRESS,
-            _ => false,
-        })
+    let descriptors = &limit.matcher.descriptors;
+    let covered = |index: usize, key: &str| {
+        // Parts by name read the first entry with their key: they hold no
+        // later one.
+        let first = descriptors.iter().position(|want| want.key == key) == Some(index);
+        first
+            && limit.key.iter().any(|part| match part {
+                KeyPart::Descriptor(have) => have == key,
+                KeyPart::Peer(_) | KeyPart::ClientIp(..) => key == REMOTE_ADDRESS,
+                _ => false,
+            })
     };
-    let wildcards = limit
-        .matcher
-        .descriptors
+    let mut extra = descriptors
         .iter()
-        .filter(|want| !matches!(want.value, ValueMatch::Exact(_)) && !covered(&want.key));
-    let mut extra = wildcards
-        .map(|want| KeyPart::Descriptor(want.key.clone()))
+        .enumerate()
+        .filter(|(index, want)| {
+            want.is_wildcard() && !want.share_threshold && !covered(*index, &want.key)
+        })
+        .map(|(index, _)| KeyPart::Entry(index))
         .peekable();
     if extra.peek().is_none() {
         return Cow::Borrowed(&limit.key);
     }
     let mut parts = limit.key.clone();
-    for part in extra {
-        if !parts.contains(&part) {
-            parts.push(part);
-        }
-    }
+    parts.extend(extra);
     Cow::Owned(parts)
 }
 
 /// The key parts a descriptor gives: `descriptor:KEY` from the first entry
-/// with that key, `peer` and `client_ip` from its `remote_address` entry,
-/// `global` always; routes and headers never.
+/// with that key, [`KeyPart::Entry`] from the entry at its position, `peer`
+/// and `client_ip` from its `remote_address` entry, `global` always;
+/// routes and headers never.
 #[derive(Clone, Copy, Debug)]
 pub struct DescriptorSource<'a, E>(pub &'a [E]);
 
@@ -132,6 +139,10 @@ impl<E: Entry> KeySource for DescriptorSource<'_, E> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
         match part {
             KeyPart::Descriptor(key) => self.value(key).map(|v| Cow::Borrowed(v.as_bytes())),
+            KeyPart::Entry(index) => self
+                .0
+                .get(*index)
+                .map(|entry| Cow::Borrowed(entry.value().as_bytes())),
             // Keyed by its network, as at every door: an IPv6 client by its /64.
             KeyPart::Peer(prefixes) | KeyPart::ClientIp(_, prefixes) => self
                 .value(REMOTE_ADDRESS)
@@ -281,10 +292,7 @@ mod tests {
         ]);
         assert_eq!(
             key_parts(&set[0]).as_ref(),
-            [
-                KeyPart::Global,
-                KeyPart::Descriptor("remote_address".into())
-            ]
+            [KeyPart::Global, KeyPart::Entry(0)]
         );
         assert_eq!(
             key(
@@ -342,6 +350,180 @@ match = { domain = "d", descriptors = [{ key = "plan", value = "free" }] }
         assert_eq!(
             source.part(&KeyPart::Descriptor("user".into())).as_deref(),
             Some(&b"bob"[..])
+        );
+    }
+
+    #[test]
+    fn a_star_anywhere_is_any_run_of_characters() {
+        let set = limits(&[
+            r#"{ domain = "d", descriptors = [{ key = "file", value = "*.png" }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "file", value = "img/*/v*.jpg" }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "file", value = "**" }] }"#,
+        ]);
+        assert_eq!(names(&set, "d", &[("file", "a.png")]), ["l0", "l2"]);
+        assert_eq!(names(&set, "d", &[("file", ".png")]), ["l0", "l2"]);
+        assert_eq!(names(&set, "d", &[("file", "a.png.gz")]), ["l2"]);
+        assert_eq!(
+            names(&set, "d", &[("file", "img/a/b/v2.jpg")]),
+            ["l1", "l2"]
+        );
+        assert_eq!(names(&set, "d", &[("file", "img//v.jpg")]), ["l1", "l2"]);
+        // A `*` inside the value was a literal before: it is a pattern now.
+        assert_eq!(names(&set, "d", &[("file", "img/a/x.jpg")]), ["l2"]);
+        assert_eq!(names(&set, "d", &[("file", "")]), ["l2"]);
+    }
+
+    #[test]
+    fn globs_match_without_backtracking() {
+        let glob = crate::config::Glob::new("a*ab*b");
+        assert!(glob.matches("aabb"));
+        assert!(!glob.matches("aab"));
+        assert!(glob.matches("aXabYb"));
+        assert!(!glob.matches("ab"));
+        assert!(!glob.matches("aba"));
+        // Overlapping first and last pieces are not one character twice.
+        assert!(!crate::config::Glob::new("ab*ba").matches("aba"));
+        assert!(crate::config::Glob::new("é*ü").matches("éü"));
+        assert!(!crate::config::Glob::new("é*ü").matches("é"));
+        // The classic exponential case for a backtracking matcher: each
+        // piece is looked for once, left to right.
+        let pattern = format!("{}b", "a*".repeat(64));
+        let text = "a".repeat(100_000);
+        assert!(!crate::config::Glob::new(&pattern).matches(&text));
+        assert!(crate::config::Glob::new(&pattern).matches(&format!("{text}b")));
+    }
+
+    #[test]
+    fn except_values_are_not_matched() {
+        let set = limits(&[
+            r#"{ domain = "d", descriptors = [{ key = "path", except = ["/login", "/api/*"] }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "path", value = "/api/*", except = ["/api/health"] }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "path", value = "*", except = ["*"] }] }"#,
+        ]);
+        assert_eq!(names(&set, "d", &[("path", "/home")]), ["l0"]);
+        assert!(names(&set, "d", &[("path", "/login")]).is_empty());
+        assert_eq!(names(&set, "d", &[("path", "/api/users")]), ["l1"]);
+        assert!(names(&set, "d", &[("path", "/api/health")]).is_empty());
+        assert_eq!(names(&set, "d", &[("path", "/login2")]), ["l0"]);
+    }
+
+    #[test]
+    fn a_shared_threshold_is_one_counter_for_every_value() {
+        let set = configs(&[
+            r#"{ domain = "d", descriptors = [{ key = "user" }, { key = "file", value = "*.png", share_threshold = true }] }"#,
+            r#"{ domain = "d", descriptors = [{ key = "file", value = "*.png" }] }"#,
+        ]);
+        assert_eq!(
+            key_parts(&set[0]).as_ref(),
+            [KeyPart::Global, KeyPart::Entry(0)]
+        );
+        assert_eq!(
+            key(&set[0], &[("user", "al"), ("file", "a.png")]),
+            key(&set[0], &[("user", "al"), ("file", "b.png")])
+        );
+        assert_ne!(
+            key(&set[0], &[("user", "al"), ("file", "a.png")]),
+            key(&set[0], &[("user", "bo"), ("file", "a.png")])
+        );
+        assert_ne!(
+            key(&set[1], &[("file", "a.png")]),
+            key(&set[1], &[("file", "b.png")])
+        );
+    }
+
+    #[test]
+    fn a_key_given_twice_is_counted_by_position() {
+        let toml = r#"
+[[limits]]
+name = "twice"
+rate = "10/minute"
+key = ["global"]
+match = { domain = "d", descriptors = [{ key = "k", value = "a" }, { key = "k" }] }
+
+[[limits]]
+name = "named"
+rate = "10/minute"
+key = ["descriptor:k"]
+match = { domain = "d", descriptors = [{ key = "k" }, { key = "k" }] }
+
+[[limits]]
+name = "by-address"
+rate = "10/minute"
+key = ["peer"]
+match = { domain = "d", descriptors = [{ key = "remote_address" }, { key = "remote_address" }] }
+"#;
+        let set = Config::from_toml_str(toml, "test.toml").unwrap().limits;
+        // With `descriptor:k`, the second entry would be keyed by the
+        // first's value, `a`, and every value of it would share a counter.
+        assert_ne!(
+            key(&set[0], &[("k", "a"), ("k", "x")]),
+            key(&set[0], &[("k", "a"), ("k", "y")])
+        );
+        // The key's `descriptor:k` holds the first entry only.
+        assert_eq!(
+            key_parts(&set[1]).as_ref(),
+            [KeyPart::Descriptor("k".into()), KeyPart::Entry(1)]
+        );
+        assert_ne!(
+            key(&set[1], &[("k", "a"), ("k", "x")]),
+            key(&set[1], &[("k", "a"), ("k", "y")])
+        );
+        assert_eq!(
+            key_parts(&set[2]).as_ref(),
+            [KeyPart::Peer(Default::default()), KeyPart::Entry(1)]
+        );
+        assert_ne!(
+            key(
+                &set[2],
+                &[
+                    ("remote_address", "10.0.0.1"),
+                    ("remote_address", "10.0.0.2")
+                ]
+            ),
+            key(
+                &set[2],
+                &[
+                    ("remote_address", "10.0.0.1"),
+                    ("remote_address", "10.0.0.3")
+                ]
+            )
+        );
+    }
+
+    #[test]
+    fn bad_extensions_are_refused_where_they_are() {
+        // The error for `matcher`, and the place it should name: line 5,
+        // the column of `at` in it.
+        let check = |matcher: &str, at: &str, field: &str| {
+            let toml = format!(
+                "[[limits]]\nname = \"l\"\nrate = \"10/minute\"\nkey = [\"global\"]\nmatch = {matcher}\n"
+            );
+            let text = Config::from_toml_str(&toml, "test.toml")
+                .unwrap_err()
+                .to_string();
+            let column = "match = ".len() + matcher.find(at).unwrap() + 1;
+            let place = format!("test.toml:5:{column}: limits[0].match.descriptors[0].{field}:");
+            assert!(text.starts_with(&place), "{text} (expected {place})");
+        };
+        check(
+            r#"{ domain = "d", descriptors = [{ key = "k", value = "v", except = ["w"] }] }"#,
+            r#"["w"]"#,
+            "except",
+        );
+        check(
+            r#"{ domain = "d", descriptors = [{ key = "k", except = ["w", ""] }] }"#,
+            r#""""#,
+            "except[1]",
+        );
+        check(
+            r#"{ domain = "d", descriptors = [{ key = "k", value = "v", share_threshold = true }] }"#,
+            "true",
+            "share_threshold",
+        );
+        check(
+            r#"{ domain = "d", descriptors = [{ key = "k", value = "" }] }"#,
+            r#""" }"#,
+            "value",
         );
     }
 }

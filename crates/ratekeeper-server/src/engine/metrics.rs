@@ -76,6 +76,8 @@ pub struct DecisionMetrics {
     /// Envoy overrides ignored because the limit forbids them
     /// (`allow_overrides = false`), by limit name.
     overrides_refused: NamedCounters,
+    /// Envoy requests over a limit answered OK by `[envoy] shadow_mode`.
+    global_shadow: AtomicU64,
 }
 
 /// Counters by limit name, kept for the life of the process. The names
@@ -169,6 +171,18 @@ impl DecisionMetrics {
     /// overrides; whether it is the first (to log it once).
     pub fn record_override_refused(&self, name: &str) -> bool {
         self.overrides_refused.add(name) == 0
+    }
+
+    /// Counts an Envoy request over a limit that `[envoy] shadow_mode`
+    /// answered OK.
+    pub fn record_global_shadow(&self) {
+        self.global_shadow.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Envoy requests over a limit answered OK by `[envoy] shadow_mode`,
+    /// since the process started.
+    pub fn global_shadow(&self) -> u64 {
+        self.global_shadow.load(Ordering::Relaxed)
     }
 
     /// Envoy overrides ignored because the limit `name` forbids them, since

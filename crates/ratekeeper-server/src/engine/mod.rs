@@ -39,6 +39,7 @@
 //! ```
 
 mod describe;
+mod envoy_files;
 mod error;
 mod forwarding;
 pub(crate) mod headers;
@@ -62,6 +63,7 @@ use ratekeeper::{
 use smallvec::SmallVec;
 
 pub use describe::{LimitDescription, MatchDescription};
+pub use envoy_files::EnvoyLimits;
 pub use error::{DecideError, StartError};
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
@@ -154,6 +156,7 @@ impl Engine {
             inner: Arc::new(Inner {
                 limits: ArcSwap::from_pointee(LimitSet::with_stats_and_limitador(
                     &config.limits,
+                    config.envoy.files.as_ref(),
                     config.limitador.as_ref(),
                     &stats,
                 )),
@@ -199,6 +202,7 @@ impl Engine {
             .limits
             .store(Arc::new(LimitSet::with_stats_and_limitador(
                 &config.limits,
+                config.envoy.files.as_ref(),
                 config.limitador.as_ref(),
                 &self.inner.stats,
             )));

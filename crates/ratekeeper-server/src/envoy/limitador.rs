@@ -24,8 +24,9 @@ pub(super) struct Plan<'a> {
     pub(super) takes: &'a mut Vec<Check>,
     /// Their plans, in the same order.
     pub(super) plans: &'a mut Vec<Planned>,
-    /// Descriptors refused outright, with what to show.
-    pub(super) zero: &'a mut [Option<(RateLimit, Duration)>],
+    /// Marks a descriptor refused outright (`max_value: 0`), with what
+    /// to show: its index, the limit and its window.
+    pub(super) zero: &'a mut dyn FnMut(usize, RateLimit, Duration),
     /// Whether the request is refused whatever the store says.
     pub(super) blocked: &'a mut bool,
 }
@@ -64,12 +65,13 @@ pub(super) fn plan(limits: &LimitSet, request: &RateLimitRequest, hits: u64, pla
                     descriptor: applying.descriptor,
                     refund: false,
                     shown,
+                    quota: false,
                 });
             }
             // max_value 0: Limitador refuses any hit, and counts nothing.
             None => {
-                if let Some(slot) = plan.zero.get_mut(applying.descriptor) {
-                    *slot = Some((shown, window));
+                if applying.descriptor < request.descriptors.len() {
+                    (plan.zero)(applying.descriptor, shown, window);
                     *plan.blocked = true;
                 }
             }

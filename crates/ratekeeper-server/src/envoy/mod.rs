@@ -9,9 +9,10 @@
 //! the model of Envoy's own rate limit service ([`crate::engine::matching`]): a limit
 //! applies when its `match.domain` is the request's domain and its
 //! `match.descriptors` match the descriptor's entries one by one (same
-//! length, same keys, values exact, by prefix with a trailing `*`, or any
-//! when no value is given; each value a wildcard matches is counted
-//! separately). Several limits may apply to one descriptor; a descriptor no
+//! length, same keys, values exact, as patterns whose `*`s are any run of
+//! characters, or any when no value is given, and none of the entry's
+//! `except` values; each value a wildcard matches is counted separately
+//! unless the entry has `share_threshold`). Several limits may apply to one descriptor; a descriptor no
 //! limit applies to is answered `OK` with no `current_limit`.
 //!
 //! A limit's key is built from the descriptor ([`DescriptorSource`](crate::engine::matching::DescriptorSource)):
@@ -20,6 +21,30 @@
 //! descriptor cannot give (`route`, `header:NAME`, or a missing entry) is
 //! `unknown`, shared by every such request: limited together, never let
 //! through unlimited.
+//!
+//! # envoyproxy/ratelimit's files
+//!
+//! With `[envoy] config_dir` (see [`crate::config::envoy`]), a request in
+//! a domain its files define is also matched as envoyproxy/ratelimit
+//! matches it (`GetLimit`: per level the exact value, then the wildcards
+//! in the file's order, then the bare key; a limit only on the node the
+//! descriptor's last entry reaches), beside the native limits above. The
+//! matched limit counts per descriptor (every entry's value, a
+//! `share_threshold` wildcard's entries sharing one count), in a fixed
+//! window aligned to the Unix epoch unless the file's `policy:` says
+//! otherwise; `current_limit.name` is the file's `name` (empty without
+//! one). Across the request, as envoyproxy/ratelimit does: a limit whose
+//! `name` another matched limit `replaces` is dropped; an `unlimited` one
+//! answers `OK` with `limit_remaining` `u32::MAX` and counts nothing; one
+//! of zero requests per unit is `OVER_LIMIT` on every hit; a
+//! `shadow_mode` one is counted and never refuses; `quota_mode` ones
+//! (and all of them with `[envoy] quota_mode`) show `OVER_LIMIT` in their
+//! status but refuse the request only when every quota of the request is
+//! over (they are decided after the others, each on its own, as shadow
+//! limits are). With `[envoy] shadow_mode` the statuses say what the
+//! limits decided, each limit that allows is charged, and `overall_code`
+//! is always `OK`. A descriptor's `limit` override wins over the files in
+//! their domain.
 //!
 //! # Deciding
 //!

@@ -23,7 +23,8 @@ use super::response::{
 use super::unary::EnvoyServer;
 use super::units;
 use crate::access::{self, RequireTokenService};
-use crate::config::{ConnectionConfig, KeyPart, LimitConfig, Match, OnSaturated};
+use crate::config::envoy::{CounterKey, Matched, RateLimit as FileLimit};
+use crate::config::{ConnectionConfig, Counting, KeyPart, LimitConfig, Match, OnSaturated};
 use crate::engine::matching::{self, DescriptorSource};
 use crate::engine::{
     compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER,
@@ -51,6 +52,26 @@ pub(super) struct Planned {
     pub(super) refund: bool,
     /// The limit as Envoy's `current_limit` shows it.
     pub(super) shown: RateLimit,
+    /// A limit of envoyproxy/ratelimit's files in quota mode: decided as
+    /// a shadow limit is, and over its limit only refusing the request
+    /// when every quota of the request is.
+    pub(super) quota: bool,
+}
+
+/// What envoyproxy/ratelimit's files say of a descriptor that no limit
+/// counts.
+#[derive(Clone)]
+enum Uncounted {
+    /// `unlimited`: OK with the largest remaining count.
+    Unlimited,
+    /// Zero requests per unit (a file's or an override's): over the limit,
+    /// unless in shadow or quota mode.
+    Zero {
+        shown: RateLimit,
+        window: Duration,
+        shadow: bool,
+        quota: bool,
+    },
 }
 
 /// What a descriptor's override asks for.
@@ -144,24 +165,55 @@ impl EnvoyService {
             0 => 1,
             hits => u64::from(hits),
         };
-        let knows_domain = matching::knows_domain(&limits, domain);
+        let door = self.engine.envoy_door();
+        let envoy = limits.envoy();
+        let tree = envoy.and_then(|envoy| envoy.domain(domain));
+        let knows_domain = tree.is_some() || matching::knows_domain(&limits, domain);
+
+        // Envoy's service: an override replaces the configured limits, in
+        // a domain it knows, unless one of them forbids it.
+        let honoured: Vec<Option<&RateLimitOverride>> = request
+            .descriptors
+            .iter()
+            .map(|descriptor| match &descriptor.limit {
+                Some(limit_override) if knows_domain => self
+                    .overrides_allowed(&limits, domain, descriptor)
+                    .then_some(limit_override),
+                _ => None,
+            })
+            .collect();
+        // The files' limit of each descriptor, then those another's
+        // `replaces` drops (an unlimited one's `replaces` counts too).
+        let mut matched: Vec<Option<Matched<'_>>> = match tree {
+            Some(tree) => request
+                .descriptors
+                .iter()
+                .zip(&honoured)
+                .map(|(descriptor, honoured)| match honoured {
+                    Some(_) => None,
+                    None => tree.get_limit(&descriptor.entries),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        drop_replaced(&mut matched);
 
         let mut takes = Vec::new();
         let mut take_plans = Vec::new();
         let mut refunds = Vec::new();
         let mut refund_plans = Vec::new();
-        // Descriptors whose override allows nothing, with what to show.
-        let mut zero: Vec<Option<(RateLimit, Duration)>> = vec![None; request.descriptors.len()];
+        let mut uncounted: Vec<Option<Uncounted>> = vec![None; request.descriptors.len()];
         let mut blocked = false;
 
         for (index, descriptor) in request.descriptors.iter().enumerate() {
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
             let refund = descriptor.is_negative_hits;
-            let mut push = |limit: Arc<ActiveLimit>, key: Vec<u8>, shown: RateLimit| {
+            let mut push = |limit: Arc<ActiveLimit>, key: Vec<u8>, shown: RateLimit, quota| {
                 let plan = Planned {
                     descriptor: index,
                     refund,
                     shown,
+                    quota,
                 };
                 let check = Check::new(limit, key, hits);
                 if refund {
@@ -172,15 +224,7 @@ impl EnvoyService {
                     take_plans.push(plan);
                 }
             };
-            // Envoy's service: an override replaces the configured limits,
-            // in a domain it knows, unless one of them forbids it.
-            let honoured = match &descriptor.limit {
-                Some(limit_override) if knows_domain => self
-                    .overrides_allowed(&limits, domain, descriptor)
-                    .then_some(limit_override),
-                _ => None,
-            };
-            if let Some(limit_override) = honoured {
+            if let Some(limit_override) = honoured[index] {
                 match override_limit(
                     index,
                     limit_override,
@@ -188,14 +232,46 @@ impl EnvoyService {
                     caps.max_override_rates,
                 )? {
                     Override::Limit(limit, shown) => {
-                        push(limit, override_key(domain, &descriptor.entries), shown);
+                        push(
+                            limit,
+                            override_key(domain, &descriptor.entries),
+                            shown,
+                            false,
+                        );
                     }
                     Override::Zero(shown, window) => {
                         blocked |= hits > 0 && !refund;
-                        zero[index] = Some((shown, window));
+                        uncounted[index] = Some(Uncounted::Zero {
+                            shown,
+                            window,
+                            shadow: false,
+                            quota: false,
+                        });
                     }
                 }
                 continue;
+            }
+            if let (Some(envoy), Some(found)) = (envoy, matched.get(index).and_then(Option::as_ref))
+            {
+                let limit = found.limit;
+                let quota = limit.quota_mode || door.quota_mode;
+                match envoy.limit(limit) {
+                    Some(active) => {
+                        let key = counter_key(&found.counter_key);
+                        push(Arc::clone(active), key, file_rate(limit), quota);
+                    }
+                    None if limit.unlimited => uncounted[index] = Some(Uncounted::Unlimited),
+                    None => {
+                        let window = limit.unit.map_or(Duration::ZERO, |unit| unit.duration());
+                        blocked |= hits > 0 && !refund && !limit.shadow_mode && !quota;
+                        uncounted[index] = Some(Uncounted::Zero {
+                            shown: file_rate(limit),
+                            window,
+                            shadow: limit.shadow_mode,
+                            quota,
+                        });
+                    }
+                }
             }
             let source = OrUnknown(DescriptorSource(&descriptor.entries));
             for limit in matching::applicable(&limits, domain, &descriptor.entries) {
@@ -211,7 +287,7 @@ impl EnvoyService {
                 let Ok(key) = compose(&parts, &source) else {
                     continue;
                 };
-                push(Arc::clone(limit), key, configured_rate(limit));
+                push(Arc::clone(limit), key, configured_rate(limit), false);
             }
         }
 
@@ -223,7 +299,14 @@ impl EnvoyService {
             super::limitador::Plan {
                 takes: &mut takes,
                 plans: &mut take_plans,
-                zero: &mut zero,
+                zero: &mut |index, shown, window| {
+                    uncounted[index] = Some(Uncounted::Zero {
+                        shown,
+                        window,
+                        shadow: false,
+                        quota: false,
+                    });
+                },
                 blocked: &mut blocked,
             },
         );
@@ -233,12 +316,18 @@ impl EnvoyService {
             self.engine.refund(&refunds).await?;
         }
         let asked = takes.len();
-        let door = self.engine.envoy_door();
-        // A zero override refuses the request: the others only report.
-        let taken = if blocked {
+        // Global shadow mode counts each limit that allows, as enforcing
+        // would, whatever the others say: the request goes on either way.
+        let counting = match door.shadow_mode {
+            true => Counting::EachDescriptor,
+            false => door.counting,
+        };
+        // A zero limit refuses the request: the others only report (in
+        // global shadow mode, where nothing refuses, they count).
+        let taken = if blocked && !door.shadow_mode {
             self.engine.peek(takes).await?
         } else {
-            self.engine.check_counting(takes, door.counting).await?
+            self.engine.check_counting(takes, counting).await?
         };
         let retry_after = taken.retry_after();
         let refunded = if refund_plans.is_empty() {
@@ -264,17 +353,63 @@ impl EnvoyService {
             request.descriptors.len(),
             results.iter().map(|(_, plan, _)| plan.descriptor),
         );
-        let statuses: Vec<DescriptorStatus> = zero
+        // envoyproxy/ratelimit's rule: the request is over its limit when
+        // a descriptor not in quota mode is, or when every one in quota
+        // mode is.
+        let (mut over, mut quotas, mut quotas_over) = (false, 0usize, 0usize);
+        let statuses: Vec<DescriptorStatus> = uncounted
             .into_iter()
             .enumerate()
-            .map(|(index, zero)| match zero {
-                Some((shown, window)) => zero_status(shown, window),
-                None => descriptor_status(mine.of(index).iter().map(|&at| &results[at])),
+            .map(|(index, uncounted)| {
+                let results = || mine.of(index).iter().map(|&at| &results[at]);
+                let (status, quota) = match uncounted {
+                    Some(Uncounted::Zero {
+                        shown,
+                        window,
+                        shadow,
+                        quota,
+                    }) => {
+                        let mut status = zero_status(shown, window);
+                        if shadow {
+                            status.code = Code::Ok as i32;
+                        }
+                        (status, quota && !shadow)
+                    }
+                    Some(Uncounted::Unlimited) if mine.of(index).is_empty() => (
+                        DescriptorStatus {
+                            code: Code::Ok as i32,
+                            limit_remaining: u32::MAX,
+                            ..DescriptorStatus::default()
+                        },
+                        false,
+                    ),
+                    _ => (
+                        descriptor_status(results()),
+                        results().any(|(_, plan, _)| plan.quota),
+                    ),
+                };
+                let mut status = status;
+                if quota {
+                    quotas += 1;
+                    let refused = results()
+                        .any(|(result, plan, _)| plan.quota && !plan.refund && result.refused())
+                        || status.code == Code::OverLimit as i32;
+                    if refused {
+                        quotas_over += 1;
+                        status.code = Code::OverLimit as i32;
+                        status.limit_remaining = 0;
+                    }
+                } else {
+                    over |= status.code == Code::OverLimit as i32;
+                }
+                status
             })
             .collect();
-        let over = statuses
-            .iter()
-            .any(|status| status.code == Code::OverLimit as i32);
+        over |= quotas > 0 && quotas == quotas_over;
+        if over && door.shadow_mode {
+            over = false;
+            self.engine.decision_metrics().record_global_shadow();
+        }
         let mut response = RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
@@ -355,6 +490,86 @@ impl RateLimitService for EnvoyService {
     }
 }
 
+/// Drops the limits whose name a matched limit's `replaces` names, as
+/// envoyproxy/ratelimit does across one request's descriptors.
+fn drop_replaced(matched: &mut [Option<Matched<'_>>]) {
+    let replaced = |name: &str| {
+        matched
+            .iter()
+            .flatten()
+            .any(|found| found.limit.replaces.iter().any(|r| r == name))
+    };
+    // Most configurations replace nothing: no work for them.
+    if !matched
+        .iter()
+        .flatten()
+        .any(|found| !found.limit.replaces.is_empty())
+    {
+        return;
+    }
+    let drop: Vec<bool> = matched
+        .iter()
+        .map(|found| {
+            found
+                .as_ref()
+                .and_then(|found| found.limit.name.as_deref())
+                .is_some_and(replaced)
+        })
+        .collect();
+    for (found, drop) in matched.iter_mut().zip(drop) {
+        if drop {
+            *found = None;
+        }
+    }
+}
+
+/// A limit of envoyproxy/ratelimit's files as Envoy's `current_limit`:
+/// its name (empty when it has none) and rate, as that service shows it.
+fn file_rate(limit: &FileLimit) -> RateLimit {
+    use super::proto::rate_limit_response::rate_limit::Unit;
+    use crate::config::envoy::Unit as FileUnit;
+    let unit = match limit.unit {
+        None => Unit::Unknown,
+        Some(FileUnit::Second) => Unit::Second,
+        Some(FileUnit::Minute) => Unit::Minute,
+        Some(FileUnit::Hour) => Unit::Hour,
+        Some(FileUnit::Day) => Unit::Day,
+        Some(FileUnit::Week) => Unit::Week,
+        Some(FileUnit::Month) => Unit::Month,
+        Some(FileUnit::Year) => Unit::Year,
+    };
+    RateLimit {
+        name: limit.name.clone().unwrap_or_default(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: unit as i32,
+    }
+}
+
+/// The key of a counter of envoyproxy/ratelimit's files within its limit:
+/// every entry, escaped as [`override_key`] escapes (a `share_threshold`
+/// wildcard's entries carry its pattern, so they share it).
+fn counter_key(key: &CounterKey<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.parts.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+    for (name, value) in &key.parts {
+        out.push(b'|');
+        escape_into(&mut out, name);
+        out.push(b'=');
+        escape_into(&mut out, value);
+    }
+    out
+}
+
+/// `text` with `|`, `=` and `\` escaped, so that keys joined by them
+/// never meet.
+fn escape_into(key: &mut Vec<u8>, text: &str) {
+    for byte in text.bytes() {
+        if matches!(byte, b'|' | b'=' | b'\\') {
+            key.push(b'\\');
+        }
+        key.push(byte);
+    }
+}
+
 /// A configured limit as Envoy's `current_limit`.
 fn configured_rate(limit: &ActiveLimit) -> RateLimit {
     let rate = &limit.config().rate;
@@ -413,21 +628,13 @@ fn override_limit(
 /// keys it, with `|`, `=` and `\` escaped so different descriptors never
 /// share a key.
 fn override_key(domain: &str, entries: &[Entry]) -> Vec<u8> {
-    fn push(key: &mut Vec<u8>, text: &str) {
-        for byte in text.bytes() {
-            if matches!(byte, b'|' | b'=' | b'\\') {
-                key.push(b'\\');
-            }
-            key.push(byte);
-        }
-    }
     let mut key = Vec::with_capacity(domain.len() + 16 * entries.len());
-    push(&mut key, domain);
+    escape_into(&mut key, domain);
     for entry in entries {
         key.push(b'|');
-        push(&mut key, &entry.key);
+        escape_into(&mut key, &entry.key);
         key.push(b'=');
-        push(&mut key, &entry.value);
+        escape_into(&mut key, &entry.value);
     }
     key
 }

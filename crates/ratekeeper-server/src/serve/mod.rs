@@ -89,6 +89,12 @@ pub struct Options {
     /// How often the file is checked for changes; `None` or zero: never
     /// (SIGHUP still reloads).
     pub watch_interval: Option<Duration>,
+    /// Settings applied over the file and the environment on every
+    /// (re)load, in the environment's form (`("RATEKEEPER_ENVOY__CONFIG_DIR",
+    /// "/etc/ratelimit")`): the command line's flags, such as
+    /// `--envoy-config`. With some, the built-in defaults are reloaded
+    /// like a file when there is none.
+    pub overrides: Vec<(String, String)>,
     /// The clock of the in-memory store.
     pub clock: SharedClock,
     /// The wall clock (Unix time) of the statistics' calendar windows.
@@ -104,6 +110,7 @@ impl Default for Options {
         Options {
             config_path: None,
             watch_interval: Some(Duration::from_secs(1)),
+            overrides: Vec::new(),
             clock: Arc::new(MonotonicClock::since_unix_epoch()),
             wall_clock: Arc::new(UnixClock),
         }
@@ -201,8 +208,18 @@ impl Service {
 
         tasks.spawn(reap_stats(engine.clone(), stopped.clone()));
 
-        let reloader = Reloader::for_service(options.config_path, engine.clone())
-            .map(|reloader| Arc::new(Mutex::new(reloader)));
+        // Without a file, the defaults still reload when they read files
+        // of their own (envoyproxy/ratelimit's, Limitador's).
+        let reloads = options.config_path.is_some()
+            || engine.envoy_door().config_dir.is_some()
+            || engine.limits().limitador().path().is_some();
+        let reloader = reloads.then(|| {
+            let source = reload::Source {
+                path: options.config_path,
+                overrides: options.overrides,
+            };
+            Arc::new(Mutex::new(Reloader::new(source, engine.clone())))
+        });
         {
             let (reloader, interval) = (reloader.clone(), options.watch_interval);
             let hangup = reload::hangup_signal();
@@ -359,7 +376,13 @@ impl ConfigWatcher {
         interval: Option<Duration>,
     ) -> ConfigWatcher {
         let (stop, stopped) = watch::channel(false);
-        let reloader = path.map(|path| Arc::new(Mutex::new(Reloader::new(path, engine))));
+        let reloader = path.map(|path| {
+            let source = reload::Source {
+                path: Some(path),
+                overrides: Vec::new(),
+            };
+            Arc::new(Mutex::new(Reloader::new(source, engine)))
+        });
         let hangup = reload::hangup_signal();
         tokio::spawn(reload::watch(
             reloader,

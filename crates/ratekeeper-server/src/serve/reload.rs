@@ -5,17 +5,22 @@
 //! than watched through inotify: polling sees a file replaced by an editor
 //! or a Kubernetes ConfigMap symlink swap the same way, costs one `stat` per
 //! interval, and needs no extra dependency. The token files in force
-//! (`[access]`) and the Limitador limits file in force (`[limitador]`) are
-//! polled with it, so rotating a token or editing the limits reloads too.
+//! (`[access]`) are polled with it, so rotating a token reloads too, and
+//! so are envoyproxy/ratelimit's files (`[envoy] config_dir`), by a digest
+//! of every file's path and contents: a file edited, added or removed, or
+//! the directory's `..data` link swapped, reloads; and so is the Limitador
+//! limits file in force (`[limitador]`), by a digest of its contents.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
 use std::time::{Duration, SystemTime};
 
 use std::sync::Arc;
 
 use tokio::sync::{watch, Mutex};
 
-use crate::config::{process_vars, Config, ConfigError};
+use crate::config::envoy::EnvoyConfig;
+use crate::config::{envoy_watched, process_vars, Config, ConfigError, DEFAULT_TOML};
 use crate::engine::Engine;
 use crate::listen::tls::TlsDoors;
 
@@ -27,16 +32,38 @@ struct Seen {
     text: String,
     /// What the token files in force hold, as a digest.
     secrets: [u8; 32],
+    /// What envoyproxy/ratelimit's files in force hold, as a digest, or
+    /// why they could not be read.
+    envoy: Option<Result<[u8; 32], String>>,
     /// What the Limitador limits file in force holds, as a digest.
     limitador: Option<[u8; 32]>,
+}
+
+/// Where a configuration comes from: a file or the built-in defaults,
+/// then the environment, then the command line's settings.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Source {
+    /// The file; `None` for the built-in defaults.
+    pub(crate) path: Option<PathBuf>,
+    /// Overrides applied after the environment's, in its form
+    /// (`RATEKEEPER_ENVOY__CONFIG_DIR`): the command line's flags.
+    pub(crate) overrides: Vec<(String, String)>,
+}
+
+impl Source {
+    /// The name errors give the configuration.
+    fn name(&self) -> String {
+        self.path.as_ref().map_or_else(
+            || "<built-in defaults>".to_owned(),
+            |path| path.display().to_string(),
+        )
+    }
 }
 
 /// Reloads one engine's limits from one file.
 #[derive(Debug)]
 pub(crate) struct Reloader {
-    /// The TOML file; `None` for the built-in defaults, reloaded only for
-    /// the Limitador limits file they run beside.
-    path: Option<PathBuf>,
+    source: Source,
     engine: Engine,
     seen: Option<Seen>,
 }
@@ -54,41 +81,14 @@ pub(crate) enum Reloaded {
 }
 
 impl Reloader {
-    /// A reloader of `path` into `engine`, which already runs the file's
+    /// A reloader of `source` into `engine`, which already runs its
     /// current contents.
-    pub(crate) fn new(path: PathBuf, engine: Engine) -> Reloader {
-        let seen = read(Some(&path), &engine).ok();
+    pub(crate) fn new(source: Source, engine: Engine) -> Reloader {
+        let seen = read(&source, &engine).ok();
         Reloader {
-            path: Some(path),
+            source,
             engine,
             seen,
-        }
-    }
-
-    /// The reloader of a service: of its file `path`, or, on the built-in
-    /// defaults, of the Limitador limits file `--limitador-config` named
-    /// (so that it reloads as it would beside a file); `None` when there
-    /// is neither.
-    pub(crate) fn for_service(path: Option<PathBuf>, engine: Engine) -> Option<Reloader> {
-        match path {
-            Some(path) => Some(Reloader::new(path, engine)),
-            None if engine.limits().limitador().path().is_some() => {
-                let seen = read(None, &engine).ok();
-                Some(Reloader {
-                    path: None,
-                    engine,
-                    seen,
-                })
-            }
-            None => None,
-        }
-    }
-
-    /// What the TOML is called in messages.
-    fn source(&self) -> String {
-        match &self.path {
-            Some(path) => path.display().to_string(),
-            None => DEFAULTS_SOURCE.to_owned(),
         }
     }
 
@@ -96,15 +96,15 @@ impl Reloader {
     /// its limits in force. An invalid file is refused and the running
     /// limits kept.
     pub(crate) fn reload(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
-        let seen =
-            read(self.path.as_deref(), &self.engine).map_err(|source| ConfigError::Read {
-                path: self.path.clone().unwrap_or_default(),
-                source,
-            })?;
+        let seen = read(&self.source, &self.engine).map_err(|source| ConfigError::Read {
+            path: self.source.path.clone().unwrap_or_default(),
+            source,
+        })?;
         if !force && self.seen.as_ref() == Some(&seen) {
             return Ok(Reloaded::Unchanged);
         }
-        let result = Config::from_toml_str_with_env(&seen.text, &self.source(), process_vars());
+        let vars = process_vars().chain(self.source.overrides.iter().cloned());
+        let result = Config::from_toml_str_with_env(&seen.text, &self.source.name(), vars);
         // Remember the contents even when they are refused, so a broken
         // file is reported once, not at every poll.
         self.seen = Some(seen);
@@ -115,9 +115,11 @@ impl Reloader {
         if !self.engine.replace_limits(&config) {
             tracing::warn!("the [store] section changed; the store only changes on a restart");
         }
-        // The token files may be others now: watch those.
+        // The token files and envoyproxy/ratelimit's may be others now:
+        // watch those.
         if let Some(seen) = &mut self.seen {
             seen.secrets = secrets(&self.engine);
+            seen.envoy = envoy_fingerprint(&self.engine);
             seen.limitador = limitador(&self.engine);
         }
         Ok(Reloaded::Applied {
@@ -165,7 +167,7 @@ pub(crate) async fn watch(
         match reloader.reload(force) {
             Ok(Reloaded::Unchanged) => {}
             Ok(Reloaded::Applied { limits }) => {
-                tracing::info!(path = %reloader.source(), limits, "configuration reloaded");
+                tracing::info!(path = %reloader.source.name(), limits, "configuration reloaded");
             }
             Err(error) => {
                 tracing::error!(%error, "configuration refused; the running limits stay");
@@ -174,27 +176,25 @@ pub(crate) async fn watch(
     }
 }
 
-/// The source name of the built-in defaults in messages.
-const DEFAULTS_SOURCE: &str = "<built-in defaults>";
-
-fn read(path: Option<&Path>, engine: &Engine) -> std::io::Result<Seen> {
-    let (text, modified, len) = match path {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)?;
-            let meta = std::fs::metadata(path)?;
-            (text, meta.modified().ok(), meta.len())
-        }
-        None => {
-            let text = crate::config::DEFAULT_TOML.to_owned();
-            let len = text.len() as u64;
-            (text, None, len)
-        }
+fn read(source: &Source, engine: &Engine) -> std::io::Result<Seen> {
+    let Some(path) = &source.path else {
+        return Ok(Seen {
+            modified: None,
+            len: DEFAULT_TOML.len() as u64,
+            text: DEFAULT_TOML.to_owned(),
+            secrets: secrets(engine),
+            envoy: envoy_fingerprint(engine),
+            limitador: limitador(engine),
+        });
     };
+    let text = std::fs::read_to_string(path)?;
+    let meta = std::fs::metadata(path)?;
     Ok(Seen {
-        modified,
-        len,
+        modified: meta.modified().ok(),
+        len: meta.len(),
         text,
         secrets: secrets(engine),
+        envoy: envoy_fingerprint(engine),
         limitador: limitador(engine),
     })
 }
@@ -221,6 +221,13 @@ fn limitador(engine: &Engine) -> Option<[u8; 32]> {
         },
     }
     Some(hasher.finalize().into())
+}
+
+/// A digest of the envoyproxy/ratelimit files `engine`'s configuration
+/// reads, as they are now; `None` when it reads none.
+fn envoy_fingerprint(engine: &Engine) -> Option<Result<[u8; 32], String>> {
+    let (dir, options) = envoy_watched(&engine.envoy_door())?;
+    Some(EnvoyConfig::fingerprint_dir(dir, &options).map_err(|error| error.to_string()))
 }
 
 /// A digest of the token files `engine` has in force.

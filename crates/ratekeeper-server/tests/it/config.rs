@@ -177,7 +177,10 @@ fn full_file() {
         vec![
             ("remote_address", &ValueMatch::Any),
             ("path", &ValueMatch::Exact("/login".to_owned())),
-            ("user", &ValueMatch::Prefix("adm".to_owned())),
+            (
+                "user",
+                &ValueMatch::Glob(ratekeeper_server::config::Glob::new("adm*"))
+            ),
         ]
     );
     assert_eq!(login.matcher.methods, vec![http::Method::POST]);
@@ -272,7 +275,7 @@ fn missing_fields() {
     );
     assert_eq!(
         err("[store]\nkind = \"memory\"\n"),
-        "ratekeeper.toml: limits: no limits are defined; add a [[limits]] table with a name, a rate and a key"
+        "ratekeeper.toml: limits: no limits are defined; add a [[limits]] table with a name, a rate and a key, or read envoyproxy/ratelimit's files with [envoy] config_dir"
     );
 }
 
@@ -596,7 +599,7 @@ fn env_overrides() {
     assert_eq!(login.descriptors[0].key, "path");
     assert_eq!(
         login.descriptors[0].value,
-        ValueMatch::Prefix("/x".to_owned())
+        ValueMatch::Glob(ratekeeper_server::config::Glob::new("/x*"))
     );
     // The file alone is untouched.
     let plain = Config::from_toml_str(text, "ratekeeper.toml").unwrap();

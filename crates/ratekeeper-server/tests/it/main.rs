@@ -12,6 +12,8 @@ mod config;
 mod connections;
 mod dashboard;
 mod envoy;
+mod envoy_files;
+mod envoy_import;
 mod http_api;
 mod layers;
 mod limitador;

@@ -74,8 +74,8 @@
 //!
 //! [`Domain::get_limit`] follows envoyproxy/ratelimit's `GetLimit`. It
 //! gives the limit, the counter's key ([`CounterKey`]) and the stats name
-//! ([`Matched::stats_key`]). Left to the caller, as in envoyproxy/ratelimit
-//! they are outside the tree:
+//! ([`Matched::stats_key`]). Left to the caller (the service's gRPC
+//! door), as in envoyproxy/ratelimit they are outside the tree:
 //!
 //! - a descriptor's own limit (`RateLimitDescriptor.limit` in the request)
 //!   replaces the tree's answer whenever the domain exists, with the
@@ -104,7 +104,9 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+mod import;
 pub use error::{EnvoyConfigError, EnvoyWarning, Position};
+pub use import::{import_dir, import_files, Imported, ImportedLimit};
 pub use model::{Metadata, RateLimit, Unit};
 pub use tree::{CounterKey, Domain, Matched};
 pub use yaml::{MAX_DEPTH, MAX_NODES};
@@ -145,6 +147,29 @@ impl LoadOptions {
 pub struct EnvoyConfig {
     domains: HashMap<String, Domain>,
     warnings: Vec<EnvoyWarning>,
+    /// How many limits the domains hold ([`RateLimit::id`]s are below).
+    limit_count: usize,
+    /// What the files held ([`EnvoyConfig::fingerprint`]).
+    fingerprint: [u8; 32],
+}
+
+/// One entry of a request's descriptor: a key and its value. Implemented
+/// for `(key, value)` pairs and for the doors' own entry types, which are
+/// read without copying.
+pub trait Entry {
+    /// The entry's key, such as `remote_address`.
+    fn key(&self) -> &str;
+    /// Its value.
+    fn value(&self) -> &str;
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> Entry for (K, V) {
+    fn key(&self) -> &str {
+        self.0.as_ref()
+    }
+    fn value(&self) -> &str {
+        self.1.as_ref()
+    }
 }
 
 impl EnvoyConfig {
@@ -216,6 +241,13 @@ impl EnvoyConfig {
             domain.insert(spec.descriptors, &mut config.warnings)?;
             config.domains.insert(spec.domain, domain);
         }
+        let mut names: Vec<String> = config.domains.keys().cloned().collect();
+        names.sort();
+        for name in names {
+            if let Some(domain) = config.domains.get_mut(&name) {
+                domain.number_limits(&mut config.limit_count);
+            }
+        }
         Ok(config)
     }
 
@@ -278,42 +310,50 @@ impl EnvoyConfig {
         options: &LoadOptions,
         mut warnings: Vec<EnvoyWarning>,
     ) -> Result<EnvoyConfig, EnvoyConfigError> {
-        let mut texts = Vec::with_capacity(files.len());
-        for file in files {
-            let read = |source| EnvoyConfigError::Read {
-                path: file.clone(),
-                source,
-            };
-            let size = fs::metadata(file).map_err(read)?.len();
-            if size > MAX_FILE_BYTES as u64 {
-                return Err(EnvoyConfigError::TooLarge {
-                    file: file.display().to_string(),
-                    size,
-                    max: MAX_FILE_BYTES,
-                });
-            }
-            let bytes = fs::read(file).map_err(read)?;
-            let name = file.display().to_string();
-            let text = match String::from_utf8(bytes) {
+        let read = read_files(files)?;
+        let mut texts = Vec::with_capacity(read.len());
+        for (name, bytes) in &read {
+            let text = match std::str::from_utf8(bytes) {
                 Ok(text) => text,
                 Err(error) => {
-                    let valid = &error.as_bytes()[..error.utf8_error().valid_up_to()];
+                    let valid = &bytes[..error.valid_up_to()];
                     let valid = std::str::from_utf8(valid).unwrap_or_default();
                     let line = valid.matches('\n').count() + 1;
                     let column = valid.rsplit('\n').next().unwrap_or("").chars().count() + 1;
                     return Err(EnvoyConfigError::Yaml {
-                        at: Position::new(&name, line, column),
+                        at: Position::new(name, line, column),
                         message: "the file is not UTF-8".to_owned(),
                     });
                 }
             };
-            texts.push((name, text));
+            texts.push((name.as_str(), text));
         }
-        let mut config =
-            EnvoyConfig::from_files(texts.iter().map(|(n, t)| (n.as_str(), t.as_str())), options)?;
+        let mut config = EnvoyConfig::from_files(texts, options)?;
         warnings.append(&mut config.warnings);
         config.warnings = warnings;
+        config.fingerprint = fingerprint(&read);
         Ok(config)
+    }
+
+    /// A digest of what [`EnvoyConfig::load_dir_with`] would read now:
+    /// every file's path and contents. It changes when a file is edited,
+    /// added or removed, and when a symbolic link is swapped to point
+    /// elsewhere (a Kubernetes ConfigMap update), whatever the files'
+    /// times say; a reload compares it with [`EnvoyConfig::fingerprint`].
+    pub fn fingerprint_dir(
+        path: impl AsRef<Path>,
+        options: &LoadOptions,
+    ) -> Result<[u8; 32], EnvoyConfigError> {
+        let mut warnings = Vec::new();
+        let files = list_files(path.as_ref(), options, &mut warnings)?;
+        Ok(fingerprint(&read_files(&files)?))
+    }
+
+    /// The digest of the files this was loaded from (see
+    /// [`EnvoyConfig::fingerprint_dir`]); zeros for a configuration made
+    /// from text.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        self.fingerprint
     }
 
     /// A domain by name.
@@ -333,18 +373,86 @@ impl EnvoyConfig {
 
     /// The limit for a request's descriptor in `domain`: see
     /// [`Domain::get_limit`]. `None` for an unknown domain.
-    pub fn get_limit<'a, K, V>(&'a self, domain: &str, entries: &'a [(K, V)]) -> Option<Matched<'a>>
-    where
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
+    pub fn get_limit<'a, E: Entry>(
+        &'a self,
+        domain: &str,
+        entries: &'a [E],
+    ) -> Option<Matched<'a>> {
         self.domains.get(domain)?.get_limit(entries)
+    }
+
+    /// How many descriptors have a limit, in every domain.
+    pub fn limit_count(&self) -> usize {
+        self.limit_count
+    }
+
+    /// Calls `f` with every limit of every domain and its path (see
+    /// [`Domain::for_each_limit`]), domains by name: ids in order.
+    pub fn for_each_limit(&self, mut f: impl FnMut(&str, &RateLimit)) {
+        let mut domains: Vec<&Domain> = self.domains.values().collect();
+        domains.sort_by(|a, b| a.name().cmp(b.name()));
+        for domain in domains {
+            domain.for_each_limit(&mut f);
+        }
     }
 
     /// What was accepted but ignored.
     pub fn warnings(&self) -> &[EnvoyWarning] {
         &self.warnings
     }
+}
+
+/// Every file's name and bytes, each at most [`MAX_FILE_BYTES`].
+fn read_files(files: &[PathBuf]) -> Result<Vec<(String, Vec<u8>)>, EnvoyConfigError> {
+    let mut read = Vec::with_capacity(files.len());
+    for file in files {
+        let failed = |source| EnvoyConfigError::Read {
+            path: file.clone(),
+            source,
+        };
+        let size = fs::metadata(file).map_err(failed)?.len();
+        if size > MAX_FILE_BYTES as u64 {
+            return Err(EnvoyConfigError::TooLarge {
+                file: file.display().to_string(),
+                size,
+                max: MAX_FILE_BYTES,
+            });
+        }
+        // The size read may be stale (the file grows between the two
+        // calls): the cap holds on what is read too.
+        let mut bytes = Vec::new();
+        fs::File::open(file)
+            .and_then(|opened| {
+                std::io::Read::read_to_end(
+                    &mut std::io::Read::take(opened, MAX_FILE_BYTES as u64 + 1),
+                    &mut bytes,
+                )
+            })
+            .map_err(failed)?;
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(EnvoyConfigError::TooLarge {
+                file: file.display().to_string(),
+                size: bytes.len() as u64,
+                max: MAX_FILE_BYTES,
+            });
+        }
+        read.push((file.display().to_string(), bytes));
+    }
+    Ok(read)
+}
+
+/// SHA-256 over each file's name and contents, lengths first so that no
+/// two different sets of files give the same stream.
+fn fingerprint(files: &[(String, Vec<u8>)]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for (name, bytes) in files {
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    }
+    hasher.finalize().into()
 }
 
 /// The files `load_dir` reads, depth first in lexical order, a

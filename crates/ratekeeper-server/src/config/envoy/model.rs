@@ -123,6 +123,20 @@ pub struct RateLimit {
     pub metadata: Option<Metadata>,
     /// Where the `rate_limit` block is.
     pub at: Position,
+    /// The limit's number in its configuration, from 0: see
+    /// [`RateLimit::id`].
+    pub(crate) id: usize,
+}
+
+impl RateLimit {
+    /// The limit's number in its [`EnvoyConfig`](super::EnvoyConfig),
+    /// from 0 up to [`EnvoyConfig::limit_count`](super::EnvoyConfig::limit_count)
+    /// (in the order of [`Domain::for_each_limit`](super::Domain::for_each_limit),
+    /// domains by name): what a caller indexes its own state for each
+    /// limit by.
+    pub fn id(&self) -> usize {
+        self.id
+    }
 }
 
 /// A descriptor's `metadata`: any YAML, kept to be returned to Envoy as a

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::error::{EnvoyConfigError, EnvoyWarning, Position};
 use super::model::RateLimit;
 use super::validate::{check_limit, DescriptorSpec};
+use super::Entry;
 
 /// One domain's descriptors.
 #[derive(Debug)]
@@ -25,7 +26,20 @@ pub struct Domain {
 #[derive(Debug, Default)]
 struct Level {
     children: HashMap<String, Descriptor>,
+    /// In the file's order, which decides between two that match.
     wildcards: Vec<Wildcard>,
+    /// Positions in `wildcards` by the head of the wildcard's text (up to
+    /// and including the first `_` before any `*`, such as `path_`): only
+    /// those whose head starts a request's `KEY_VALUE` can match it, so a
+    /// level of many keys' wildcards is not tried whole for each entry.
+    by_head: HashMap<String, Vec<usize>>,
+    /// Positions of the wildcards whose text has no `_` before its first
+    /// `*` (a key with a `*` in it): tried for every entry.
+    headless: Vec<usize>,
+    /// The longest head: a request's `KEY_VALUE` is looked up at its `_`s
+    /// up to this length only, so its work is bounded by the
+    /// configuration, not by what a client sends.
+    longest_head: usize,
 }
 
 #[derive(Debug)]
@@ -41,14 +55,25 @@ struct Descriptor {
 struct Wildcard {
     composite: String,
     parts: Vec<String>,
+    /// The parts' total length: a text shorter than it cannot match.
+    fixed: usize,
 }
 
 impl Wildcard {
     fn new(composite: &str) -> Wildcard {
+        let parts: Vec<String> = composite.split('*').map(str::to_owned).collect();
         Wildcard {
             composite: composite.to_owned(),
-            parts: composite.split('*').map(str::to_owned).collect(),
+            fixed: parts.iter().map(String::len).sum(),
+            parts,
         }
+    }
+
+    /// The text up to and including its first `_`, if that comes before
+    /// the first `*` (see [`Level::by_head`]).
+    fn head(&self) -> Option<&str> {
+        let first = self.parts.first()?;
+        first.find('_').map(|at| &first[..=at])
     }
 
     /// Each `*` stands for any run of characters, the empty one included:
@@ -59,8 +84,9 @@ impl Wildcard {
             (Some(first), Some(last)) if self.parts.len() > 1 => (first, last),
             _ => return self.composite == text,
         };
-        let fixed: usize = self.parts.iter().map(String::len).sum();
-        if fixed > text.len() || !text.starts_with(first.as_str()) || !text.ends_with(last.as_str())
+        if self.fixed > text.len()
+            || !text.starts_with(first.as_str())
+            || !text.ends_with(last.as_str())
         {
             return false;
         }
@@ -220,19 +246,15 @@ impl Domain {
     /// the request's last entry. So a request shorter than the tree takes
     /// the limit of the node it ends on (if that has one), and a longer one
     /// matches nothing unless the tree goes as deep.
-    pub fn get_limit<'a, K, V>(&'a self, entries: &'a [(K, V)]) -> Option<Matched<'a>>
-    where
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
+    pub fn get_limit<'a, E: Entry>(&'a self, entries: &'a [E]) -> Option<Matched<'a>> {
         let mut level = &self.root;
         let mut composite = String::new();
         // Grown on the first match only: most descriptors of a request
         // miss at the first level and should cost no allocation for it.
         let mut metric: Vec<MetricPart<'a>> = Vec::new();
         let mut found: Option<&'a RateLimit> = None;
-        for (index, (key, value)) in entries.iter().enumerate() {
-            let (key, value) = (key.as_ref(), value.as_ref());
+        for (index, entry) in entries.iter().enumerate() {
+            let (key, value) = (entry.key(), entry.value());
             composite.clear();
             composite.push_str(key);
             composite.push('_');
@@ -240,7 +262,7 @@ impl Domain {
             let mut next = level.children.get(composite.as_str());
             let mut wildcard = None;
             if next.is_none() {
-                if let Some(w) = level.wildcards.iter().find(|w| w.matches(&composite)) {
+                if let Some(w) = level.wildcard(&composite) {
                     next = level.children.get(w.composite.as_str());
                     wildcard = Some(w);
                 }
@@ -295,9 +317,9 @@ impl Domain {
         let parts = entries
             .iter()
             .zip(&metric)
-            .map(|((key, _), part)| {
+            .map(|(entry, part)| {
                 let value = if part.shared { part.shown } else { part.raw };
-                (key.as_ref(), value)
+                (entry.key(), value)
             })
             .collect();
         Some(Matched {
@@ -311,7 +333,103 @@ impl Domain {
     }
 }
 
+impl Domain {
+    /// Numbers every limit of the domain from `*next` on, in the order of
+    /// [`Domain::for_each_limit`], and moves `*next` past them.
+    pub(crate) fn number_limits(&mut self, next: &mut usize) {
+        self.root.number_limits(next);
+    }
+
+    /// Calls `f` with every descriptor that has a limit: its path
+    /// (`DOMAIN.KEY_VALUE.KEY`, as envoyproxy/ratelimit names it in its
+    /// duplicate errors) and the limit, depth first, each level's
+    /// descriptors in the order of their `KEY_VALUE`.
+    pub fn for_each_limit(&self, mut f: impl FnMut(&str, &RateLimit)) {
+        let mut path = self.name.clone();
+        self.root.for_each_limit(&mut path, &mut f);
+    }
+}
+
 impl Level {
+    /// The first wildcard, in the file's order, matching `composite`.
+    fn wildcard(&self, composite: &str) -> Option<&Wildcard> {
+        if self.wildcards.is_empty() {
+            return None;
+        }
+        let mut best: Option<usize> = None;
+        let mut consider = |positions: &[usize]| {
+            for &at in positions {
+                if best.is_some_and(|best| best < at) {
+                    return;
+                }
+                if self.wildcards[at].matches(composite) {
+                    best = Some(at);
+                    return;
+                }
+            }
+        };
+        consider(&self.headless);
+        let heads = composite
+            .char_indices()
+            .take_while(|&(at, _)| at < self.longest_head)
+            .filter(|&(_, c)| c == '_');
+        for (at, _) in heads {
+            if let Some(positions) = self.by_head.get(&composite[..=at]) {
+                consider(positions);
+            }
+        }
+        best.map(|at| &self.wildcards[at])
+    }
+
+    /// Adds `wildcard`, last in the file's order.
+    fn add_wildcard(&mut self, wildcard: Wildcard) {
+        let at = self.wildcards.len();
+        match wildcard.head() {
+            Some(head) => {
+                self.longest_head = self.longest_head.max(head.len());
+                self.by_head.entry(head.to_owned()).or_default().push(at);
+            }
+            None => self.headless.push(at),
+        }
+        self.wildcards.push(wildcard);
+    }
+
+    /// The level's descriptors, in the order of their `KEY_VALUE`: a
+    /// walk that is the same on every load, whatever the hash map's.
+    fn sorted(&self) -> Vec<(&String, &Descriptor)> {
+        let mut children: Vec<_> = self.children.iter().collect();
+        children.sort_by(|a, b| a.0.cmp(b.0));
+        children
+    }
+
+    fn number_limits(&mut self, next: &mut usize) {
+        let mut composites: Vec<String> = self.children.keys().cloned().collect();
+        composites.sort();
+        for composite in composites {
+            let Some(descriptor) = self.children.get_mut(&composite) else {
+                continue;
+            };
+            if let Some(limit) = &mut descriptor.limit {
+                limit.id = *next;
+                *next += 1;
+            }
+            descriptor.level.number_limits(next);
+        }
+    }
+
+    fn for_each_limit(&self, path: &mut String, f: &mut impl FnMut(&str, &RateLimit)) {
+        for (composite, descriptor) in self.sorted() {
+            let len = path.len();
+            path.push('.');
+            path.push_str(composite);
+            if let Some(limit) = &descriptor.limit {
+                f(path, limit);
+            }
+            descriptor.level.for_each_limit(path, f);
+            path.truncate(len);
+        }
+    }
+
     fn insert(
         &mut self,
         path: &str,
@@ -346,7 +464,7 @@ impl Level {
                 });
             }
             if wild {
-                self.wildcards.push(Wildcard::new(&composite));
+                self.add_wildcard(Wildcard::new(&composite));
             }
             let mut descriptor = Descriptor {
                 limit,
@@ -369,6 +487,53 @@ mod tests {
 
     fn wildcard(pattern: &str, text: &str) -> bool {
         Wildcard::new(pattern).matches(text)
+    }
+
+    /// The level's choice against trying every wildcard in order.
+    #[test]
+    fn the_head_index_finds_what_a_scan_finds() {
+        let patterns = [
+            "a_b*", "a_*", "a_b_*c", "ab*", "*_x", "a*_b", "k_v*", "a_b_c*", "_*", "a_bc*",
+        ];
+        let mut level = Level::default();
+        for pattern in patterns {
+            level.add_wildcard(Wildcard::new(pattern));
+        }
+        let texts = [
+            "a_b", "a_bc", "a_b_c", "a_b_cc", "abx", "q_x", "a_q_b", "k_v", "k_w", "_", "a_", "ab",
+            "a_b_x_c", "",
+        ];
+        for text in texts {
+            let scan = level.wildcards.iter().find(|w| w.matches(text));
+            let found = level.wildcard(text);
+            assert_eq!(
+                found.map(|w| &w.composite),
+                scan.map(|w| &w.composite),
+                "{text}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Over words of `a`, `b`, `_` and `*`, where heads collide and
+        /// nest, the index agrees with a scan in the file's order.
+        #[test]
+        fn the_head_index_agrees_with_a_scan(
+            patterns in proptest::collection::vec("[ab_*]{0,6}", 0..12),
+            texts in proptest::collection::vec("[ab_]{0,8}", 1..12),
+        ) {
+            let mut level = Level::default();
+            for pattern in patterns.iter().filter(|p| p.contains('*')) {
+                level.add_wildcard(Wildcard::new(pattern));
+            }
+            for text in &texts {
+                let scan = level.wildcards.iter().find(|w| w.matches(text));
+                proptest::prop_assert_eq!(
+                    level.wildcard(text).map(|w| &w.composite),
+                    scan.map(|w| &w.composite)
+                );
+            }
+        }
     }
 
     #[test]

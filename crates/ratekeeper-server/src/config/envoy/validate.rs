@@ -525,5 +525,6 @@ pub(crate) fn check_limit(
         policy,
         metadata: descriptor.metadata.clone(),
         at: spec.at.clone(),
+        id: 0,
     })
 }

@@ -411,27 +411,56 @@ impl Checker<'_> {
                 "the descriptor key must not be empty",
             );
         }
-        let value = match entry.value {
+        let value = match &entry.value {
             None => ValueMatch::Any,
             Some(value) => {
-                let text = value.get_ref();
-                if text.is_empty() {
+                if value.get_ref().is_empty() {
                     return self.fail(
                         value.span(),
                         format!("{field}.value"),
                         "the value must not be empty; leave it out to match any value",
                     );
                 }
-                match text.strip_suffix('*') {
-                    Some("") => ValueMatch::Any,
-                    Some(prefix) => ValueMatch::Prefix(prefix.to_owned()),
-                    None => ValueMatch::Exact(text.clone()),
-                }
+                ValueMatch::parse(value.get_ref())
             }
         };
+        let mut except = Vec::new();
+        if let Some(list) = &entry.except {
+            if let ValueMatch::Exact(exact) = &value {
+                return self.fail(
+                    list.span(),
+                    format!("{field}.except"),
+                    format!("the value {exact:?} matches only itself: `except` applies to an entry without a value or with a `*`"),
+                );
+            }
+            for (j, text) in list.get_ref().iter().enumerate() {
+                if text.get_ref().is_empty() {
+                    return self.fail(
+                        text.span(),
+                        format!("{field}.except[{j}]"),
+                        "an `except` value must not be empty",
+                    );
+                }
+                except.push(ValueMatch::parse(text.get_ref()));
+            }
+        }
+        let share_threshold = entry.share_threshold.as_ref().is_some_and(|s| *s.get_ref());
+        if let (true, ValueMatch::Exact(exact)) = (share_threshold, &value) {
+            let span = entry
+                .share_threshold
+                .as_ref()
+                .map_or_else(|| entry.key.span(), Spanned::span);
+            return self.fail(
+                span,
+                format!("{field}.share_threshold"),
+                format!("the value {exact:?} matches only itself, so it has one counter already: `share_threshold` applies to an entry without a value or with a `*`"),
+            );
+        }
         Ok(DescriptorMatch {
             key: entry.key.into_inner(),
             value,
+            except,
+            share_threshold,
         })
     }
 }

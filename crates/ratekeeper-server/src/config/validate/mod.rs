@@ -218,9 +218,11 @@ impl Checker<'_> {
         let listen = self.listen(file.listen)?;
         let requests = self.requests(file.requests)?;
         let runtime = self.runtime(file.runtime)?;
-        let envoy = self.envoy(file.envoy)?;
+        let (mut envoy, envoy_dir) = self.envoy(file.envoy)?;
         let limits = match file.limits {
             Some(limits) if !limits.get_ref().is_empty() => limits.into_inner(),
+            // envoyproxy/ratelimit's files may hold every limit.
+            None if envoy.config_dir.is_some() => Vec::new(),
             other => {
                 let location = match other {
                     Some(limits) => self.at.locate(Some(limits.span())),
@@ -229,7 +231,7 @@ impl Checker<'_> {
                 return Err(ConfigError::Invalid {
                     location,
                     field: "limits".to_owned(),
-                    message: "no limits are defined; add a [[limits]] table with a name, a rate and a key".to_owned(),
+                    message: "no limits are defined; add a [[limits]] table with a name, a rate and a key, or read envoyproxy/ratelimit's files with [envoy] config_dir".to_owned(),
                 });
             }
         };
@@ -250,8 +252,9 @@ impl Checker<'_> {
             names.insert(name, name_span);
             checked.push(self.limit(index, limit)?);
         }
-        // Last: it reads files, and a file's error is best told about a
+        // Last: they read files, and a file's error is best told about a
         // configuration otherwise right.
+        self.envoy_files(&mut envoy, envoy_dir, &checked)?;
         let access = super::access::check(self.at, file.access, self.vars)?;
         let limitador = self.limitador(file.limitador)?;
         Ok(Config {

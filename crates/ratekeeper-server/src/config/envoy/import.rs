@@ -1,0 +1,933 @@
+//! `ratekeeper import envoy DIR`: an envoyproxy/ratelimit configuration
+//! written as native `[[limits]]`.
+//!
+//! Every descriptor with a `rate_limit` becomes one limit whose
+//! `match.descriptors` are the entries of the path to it. The tree's
+//! precedence (at each level the exact `KEY_VALUE` first, then the
+//! wildcards in the file's order, then the bare key) becomes `except`
+//! lists, since native limits all apply where they match: a bare key
+//! gets its exact and wildcard siblings of the same key as `except`, a
+//! wildcard its exact siblings and the wildcards before it. A node
+//! without a limit still takes part, as the sibling its neighbours step
+//! aside for.
+//!
+//! Where the result decides differently, the output says so in a comment
+//! starting `# differs:`: once in its header for what concerns every
+//! limit, and before each limit for what concerns it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+
+use super::validate::{check_limit, DescriptorSpec, Reader};
+use super::{
+    list_files, yaml, EnvoyConfig, EnvoyConfigError, EnvoyWarning, LoadOptions, Position,
+    RateLimit, Unit,
+};
+use crate::config::envoy_files::limit_name;
+
+/// What [`import_dir`] and [`import_files`] give: the native TOML, and
+/// which limit of it came from which descriptor.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Imported {
+    /// The `[[limits]]`, with a header and comments; it loads with
+    /// [`Config::from_toml_str`](crate::Config::from_toml_str).
+    pub toml: String,
+    /// Each `[[limits]]` written, in the output's order.
+    pub limits: Vec<ImportedLimit>,
+    /// What the files say that envoyproxy/ratelimit ignores (as
+    /// [`EnvoyConfig::warnings`]).
+    pub warnings: Vec<EnvoyWarning>,
+}
+
+/// One `[[limits]]` of an [`Imported`] configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportedLimit {
+    /// Its `name`.
+    pub name: String,
+    /// The place of the `rate_limit` block it was made from: the
+    /// [`RateLimit::at`] that [`Domain::get_limit`](super::Domain::get_limit)
+    /// answers with.
+    pub at: Position,
+    /// Whether the output says it decides differently (a `# differs:`
+    /// comment of its own).
+    pub differs: bool,
+}
+
+/// The native TOML of the directory [`EnvoyConfig::load_dir_with`] reads
+/// with `options`.
+///
+/// # Errors
+///
+/// What [`EnvoyConfig::load_dir_with`] refuses; and
+/// [`EnvoyConfigError::Read`] if a file cannot be read again (it changed
+/// while being imported).
+pub fn import_dir(
+    path: impl AsRef<Path>,
+    options: &LoadOptions,
+) -> Result<Imported, EnvoyConfigError> {
+    let path = path.as_ref();
+    // Loaded first for its errors, which name the place (a file that is
+    // not UTF-8 included); the files are then read again for the tree in
+    // the files' order, which the loaded domains do not keep.
+    let loaded = EnvoyConfig::load_dir_with(path, options)?;
+    let mut ignored = Vec::new();
+    let mut texts = Vec::new();
+    for file in list_files(path, options, &mut ignored)? {
+        let text = fs::read_to_string(&file).map_err(|source| EnvoyConfigError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        texts.push((file.display().to_string(), text));
+    }
+    let mut imported = import_files(texts.iter().map(|(n, t)| (n.as_str(), t.as_str())), options)?;
+    imported.warnings = loaded.warnings().to_vec();
+    Ok(imported)
+}
+
+/// The native TOML of the files `(name, text)`, loaded as
+/// [`EnvoyConfig::from_files`] loads them.
+///
+/// # Errors
+///
+/// What [`EnvoyConfig::from_files`] refuses.
+pub fn import_files<'a, I>(files: I, options: &LoadOptions) -> Result<Imported, EnvoyConfigError>
+where
+    I: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    let files: Vec<(&str, &str)> = files.into_iter().collect();
+    let loaded = EnvoyConfig::from_files(files.iter().copied(), options)?;
+    // The domains in the order their first file gives them; with
+    // `merge_domains`, a later file's descriptors after the earlier's, as
+    // the loader adds them.
+    let mut domains: Vec<(String, Vec<DescriptorSpec>)> = Vec::new();
+    for (name, text) in &files {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let document = yaml::parse(text, name)?;
+        let spec = Reader::new(name).file(document.root.as_ref())?;
+        match domains
+            .iter_mut()
+            .find(|(domain, _)| *domain == spec.domain)
+        {
+            Some((_, descriptors)) => descriptors.extend(spec.descriptors),
+            None => domains.push((spec.domain, spec.descriptors)),
+        }
+    }
+    let mut nodes = Vec::new();
+    for (domain, descriptors) in &domains {
+        collect(domain, descriptors, &mut Vec::new(), &mut nodes)?;
+    }
+    let names: Vec<&str> = domains.iter().map(|(name, _)| name.as_str()).collect();
+    let mut imported = write(&nodes, &names, &loaded);
+    imported.warnings = loaded.warnings().to_vec();
+    Ok(imported)
+}
+
+/// A descriptor entry of a limit's `match`.
+#[derive(Debug, Clone)]
+struct EntryOut<'s> {
+    key: &'s str,
+    /// Empty for none.
+    value: &'s str,
+    except: Vec<&'s str>,
+    share_threshold: bool,
+    value_to_metric: bool,
+}
+
+/// A descriptor with a `rate_limit`, and the path to it.
+struct Node<'s> {
+    domain: &'s str,
+    path: Vec<EntryOut<'s>>,
+    spec: &'s DescriptorSpec,
+    limit: RateLimit,
+}
+
+impl Node<'_> {
+    /// `domain.key_value.key`: the path as envoyproxy/ratelimit writes a
+    /// descriptor's place.
+    fn path_name(&self) -> String {
+        let mut name = self.domain.to_owned();
+        for entry in &self.path {
+            name.push('.');
+            name.push_str(entry.key);
+            if !entry.value.is_empty() {
+                name.push('_');
+                name.push_str(entry.value);
+            }
+        }
+        name
+    }
+}
+
+/// Adds the nodes with a limit under `level` (whose parents' entries are
+/// `path`) to `nodes`, depth first in the files' order.
+fn collect<'s>(
+    domain: &'s str,
+    level: &'s [DescriptorSpec],
+    path: &mut Vec<EntryOut<'s>>,
+    nodes: &mut Vec<Node<'s>>,
+) -> Result<(), EnvoyConfigError> {
+    for (index, spec) in level.iter().enumerate() {
+        path.push(EntryOut {
+            key: &spec.key,
+            value: &spec.value,
+            except: except(level, index),
+            share_threshold: spec.share_threshold,
+            value_to_metric: spec.value_to_metric,
+        });
+        if let Some(limit) = &spec.rate_limit {
+            // Checked when loaded; its warnings are the loader's too.
+            let limit = check_limit(limit, spec, &mut Vec::new())?;
+            nodes.push(Node {
+                domain,
+                path: path.clone(),
+                spec,
+                limit,
+            });
+        }
+        collect(domain, &spec.descriptors, path, nodes)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// The values that `level[index]`'s siblings of the same key take before
+/// it: an exact value wins over every wildcard, a wildcard over the ones
+/// after it, and any value over the bare key.
+fn except(level: &[DescriptorSpec], index: usize) -> Vec<&str> {
+    let me = &level[index];
+    let wild = |value: &str| value.contains('*');
+    let mut out: Vec<&str> = Vec::new();
+    for (at, other) in level.iter().enumerate() {
+        if at == index || other.key != me.key || other.value.is_empty() {
+            continue;
+        }
+        let wins = if me.value.is_empty() {
+            true
+        } else if wild(&me.value) {
+            !wild(&other.value) || at < index
+        } else {
+            false
+        };
+        if wins && !out.contains(&other.value.as_str()) {
+            out.push(&other.value);
+        }
+    }
+    out
+}
+
+/// The output, the nodes' names decided first so that `replaces` can
+/// name them.
+///
+/// A limit is named as `ratekeeper serve --envoy-config` names the same
+/// descriptor's (when no native limit has taken the name), in the same
+/// order, so that its metrics keep their names after the move; the
+/// descriptors the door counts nothing for (`requests_per_unit: 0`) are
+/// named after those.
+fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported {
+    let mut taken = HashSet::new();
+    let mut door_names: HashMap<String, String> = HashMap::new();
+    loaded.for_each_limit(|path, limit| {
+        if !limit.unlimited && limit.requests_per_unit > 0 {
+            door_names.insert(limit.at.to_string(), limit_name(path, &mut taken));
+        }
+    });
+    let names: Vec<String> = nodes
+        .iter()
+        .map(|node| match door_names.remove(&node.limit.at.to_string()) {
+            Some(name) => name,
+            None => limit_name(&node.path_name(), &mut taken),
+        })
+        .collect();
+    // envoyproxy/ratelimit's limit names, per domain, to the native names
+    // of the nodes that carry them.
+    let mut by_envoy_name: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for (node, name) in nodes.iter().zip(&names) {
+        if let Some(envoy_name) = &node.limit.name {
+            by_envoy_name
+                .entry((node.domain, envoy_name))
+                .or_default()
+                .push(name);
+        }
+    }
+    let mut toml = String::from(HEADER);
+    let mut limits = Vec::new();
+    for (node, name) in nodes.iter().zip(&names) {
+        let mut notes = Vec::new();
+        differences(node, &by_envoy_name, nodes, &names, &mut notes);
+        toml.push('\n');
+        let _ = writeln!(
+            toml,
+            "# {} (rate_limit at {})",
+            comment(&node.path_name()),
+            comment(&node.limit.at.to_string())
+        );
+        for note in &notes {
+            wrap(&mut toml, &format!("differs: {note}"));
+        }
+        if node.limit.unlimited {
+            // Nothing to write: no native limit lets everything through.
+            continue;
+        }
+        write_limit(&mut toml, node, name);
+        limits.push(ImportedLimit {
+            name: name.clone(),
+            at: node.limit.at.clone(),
+            differs: !notes.is_empty(),
+        });
+    }
+    // A domain the files define answers descriptor overrides there; a
+    // native one only where a limit names it.
+    for &domain in domains {
+        let written = nodes
+            .iter()
+            .zip(&names)
+            .any(|(node, name)| node.domain == domain && limits.iter().any(|l| l.name == *name));
+        if !written {
+            toml.push('\n');
+            wrap(
+                &mut toml,
+                &format!(
+                    "differs: no limit of domain {} is written, so natively a descriptor's \
+                     `limit` override in it is not honoured (ratekeeper honours overrides in a \
+                     domain some limit names); envoyproxy/ratelimit honours them in every \
+                     domain its files define",
+                    comment(domain)
+                ),
+            );
+        }
+    }
+    if limits.is_empty() {
+        // A native file needs a limit: say why this one has none rather
+        // than invent one.
+        toml.push_str(
+            "\n# Nothing to write: no descriptor of these files has a rate limit\n\
+             # that a native limit can express. ratekeeper refuses a file without\n\
+             # [[limits]]; serve the directory with --envoy-config instead.\n",
+        );
+    }
+    Imported {
+        toml,
+        limits,
+        warnings: Vec::new(),
+    }
+}
+
+const HEADER: &str = "\
+# Limits imported from an envoyproxy/ratelimit configuration by
+# `ratekeeper import envoy`: one [[limits]] per descriptor with a
+# rate_limit, matching the requests that envoyproxy/ratelimit gives that
+# descriptor's limit (its precedence written as `except` lists).
+# A `# differs:` comment marks where ratekeeper decides otherwise.
+# Names are those `ratekeeper serve --envoy-config` gives the same limits.
+#
+# differs: ratekeeper counts a request's descriptors all or nothing: a
+#   request one limit refuses takes nothing from the others, where
+#   envoyproxy/ratelimit counts every descriptor it matched. For its counts,
+#   set in the [envoy] table:
+#     counting = \"each_descriptor\"
+# differs: envoyproxy/ratelimit adds refused hits to a window's count too;
+#   ratekeeper counts only what it allows (the same answers while a window
+#   stays over its limit, but more remaining after a large refused hit).
+# differs: envoyproxy/ratelimit matches each entry by the text KEY_VALUE
+#   (or KEY), so a request entry whose key and value join to the same text
+#   as a descriptor's, with another key, matches it there (key `a_b` and
+#   value `c` match key `a` with value `b_c`, and a wildcard `a` / `x*`
+#   matches any key starting `a_x`); native matching compares the key and
+#   the value. It takes a request key that starts with a key of the file
+#   and `_`, or a key of the file that starts with the request's and `_`;
+#   limits with a `_` or `*` of their own that allow it say so below.
+# differs: a request value that is a wildcard's own text, `*`s included
+#   (`/api/*` sent as is), matches that wildcard's descriptor first in
+#   envoyproxy/ratelimit, as if exact; natively it is matched as any other
+#   value.
+# differs: a status's current_limit names the native limit, where
+#   envoyproxy/ratelimit sends the file's `name` (empty without one).
+# differs: stats are per limit name here (ratekeeper_* metrics), not
+#   envoyproxy/ratelimit's `ratelimit.service.rate_limit.DOMAIN.KEY_VALUE...`.
+";
+
+/// The `# differs:` notes of one node.
+fn differences(
+    node: &Node<'_>,
+    by_envoy_name: &BTreeMap<(&str, &str), Vec<&str>>,
+    nodes: &[Node<'_>],
+    names: &[String],
+    notes: &mut Vec<String>,
+) {
+    let limit = &node.limit;
+    if limit.unlimited {
+        notes.push(
+            "unlimited: envoyproxy/ratelimit answers this descriptor OK with \
+             limit_remaining 4294967295 and counts nothing. No native limit does that, so \
+             none is written: natively no limit matches it (the siblings' `except` lists \
+             still step aside for it), and it is answered OK with no current_limit and \
+             limit_remaining 0"
+                .to_owned(),
+        );
+    }
+    if !limit.unlimited && limit.requests_per_unit == 0 {
+        notes.push(
+            "requests_per_unit 0 refuses every request in envoyproxy/ratelimit; a native \
+             rate cannot be 0, so this allows 1 per window per counter"
+                .to_owned(),
+        );
+    }
+    if matches!(limit.unit, Some(Unit::Month | Unit::Year)) && !limit.unlimited {
+        notes.push(
+            "a status's current_limit shows this rate per WEEK (rounded down, at least 1), \
+             as ratekeeper reports a period longer than a week; envoyproxy/ratelimit shows \
+             it per MONTH or YEAR. The decisions are the same"
+                .to_owned(),
+        );
+    }
+    if !limit.replaces.is_empty() {
+        let targets: Vec<String> = limit
+            .replaces
+            .iter()
+            .map(|replaced| {
+                let natives = by_envoy_name
+                    .get(&(node.domain, replaced.as_str()))
+                    .map(|n| n.join(", "))
+                    .unwrap_or_else(|| "no limit of this domain".to_owned());
+                format!("{} ({})", comment(replaced), natives)
+            })
+            .collect();
+        notes.push(format!(
+            "replaces: in a request matching this, envoyproxy/ratelimit drops the limits \
+             named {}; natively every limit that matches applies",
+            targets.join(", ")
+        ));
+    }
+    if let Some(envoy_name) = &limit.name {
+        let replacers: Vec<&str> = nodes
+            .iter()
+            .zip(names)
+            .filter(|(other, _)| {
+                other.domain == node.domain && other.limit.replaces.iter().any(|r| r == envoy_name)
+            })
+            .map(|(_, name)| name.as_str())
+            .collect();
+        if !replacers.is_empty() {
+            notes.push(format!(
+                "named {} in envoyproxy/ratelimit, which {} `replaces`: there a request \
+                 matching one of those does not apply this limit; natively it does",
+                comment(envoy_name),
+                replacers.join(", ")
+            ));
+        }
+    }
+    if node.spec.quota_mode {
+        notes.push(
+            "quota_mode: envoyproxy/ratelimit refuses a request over its quota descriptors \
+             only when all of them are over; natively this refuses like any other limit"
+                .to_owned(),
+        );
+    }
+    if limit.detailed_metric || node.path.iter().any(|entry| entry.value_to_metric) {
+        notes.push(
+            "detailed_metric/value_to_metric name envoyproxy/ratelimit's stats per value; \
+             native stats are per limit"
+                .to_owned(),
+        );
+    }
+    if limit.metadata.is_some() {
+        notes.push(
+            "metadata: envoyproxy/ratelimit returns it in the response's dynamic metadata; \
+             native limits have none"
+                .to_owned(),
+        );
+    }
+    let ambiguous: Vec<String> = node
+        .path
+        .iter()
+        .filter(|entry| {
+            entry.key.contains(['_', '*'])
+                || (!entry.value.contains('*') && entry.value.contains('_'))
+        })
+        .map(|entry| comment(entry.key))
+        .collect();
+    if !ambiguous.is_empty() {
+        notes.push(format!(
+            "KEY_VALUE: the entries of key {} have a `_` or `*` that lets other keys match \
+             them in envoyproxy/ratelimit (see the header)",
+            ambiguous.join(", ")
+        ));
+    }
+}
+
+/// The `[[limits]]` table of `node`.
+fn write_limit(toml: &mut String, node: &Node<'_>, name: &str) {
+    let limit = &node.limit;
+    let _ = writeln!(toml, "[[limits]]");
+    let _ = writeln!(toml, "name = {}", quote(name));
+    let amount = limit.requests_per_unit.max(1);
+    let _ = writeln!(
+        toml,
+        "rate = {}",
+        quote(&format!("{amount}/{}", unit_words(limit.unit)))
+    );
+    // Spelled out even for the default, so that a reader sees
+    // envoyproxy/ratelimit's fixed windows.
+    let _ = writeln!(toml, "policy = {}", quote(limit.policy.name()));
+    let _ = writeln!(toml, "key = [\"global\"]");
+    if limit.shadow_mode {
+        let _ = writeln!(toml, "shadow = true");
+    }
+    let _ = writeln!(toml, "[limits.match]");
+    let _ = writeln!(toml, "domain = {}", quote(node.domain));
+    let _ = writeln!(toml, "descriptors = [");
+    for entry in &node.path {
+        let mut line = format!("  {{ key = {}", quote(entry.key));
+        if !entry.value.is_empty() {
+            let _ = write!(line, ", value = {}", quote(entry.value));
+        }
+        if !entry.except.is_empty() {
+            let except: Vec<String> = entry.except.iter().map(|v| quote(v)).collect();
+            let _ = write!(line, ", except = [{}]", except.join(", "));
+        }
+        if entry.share_threshold {
+            line.push_str(", share_threshold = true");
+        }
+        line.push_str(" },");
+        let _ = writeln!(toml, "{line}");
+    }
+    let _ = writeln!(toml, "]");
+}
+
+/// The period of `unit` in the rate parser's words: it has no month or
+/// year, and envoyproxy/ratelimit's are 30 and 365 days.
+fn unit_words(unit: Option<Unit>) -> &'static str {
+    match unit {
+        Some(Unit::Second) => "second",
+        // Only unlimited limits have no unit, and they are not written.
+        Some(Unit::Minute) | None => "minute",
+        Some(Unit::Hour) => "hour",
+        Some(Unit::Day) => "day",
+        Some(Unit::Week) => "week",
+        Some(Unit::Month) => "30 days",
+        Some(Unit::Year) => "365 days",
+    }
+}
+
+/// `text` as comment lines of at most 76 characters where its words
+/// allow, the lines after the first indented.
+fn wrap(toml: &mut String, text: &str) {
+    let mut line = String::from("#");
+    for word in text.split(' ').filter(|word| !word.is_empty()) {
+        if line.len() > 4 && line.len() + 1 + word.len() > 76 {
+            toml.push_str(&line);
+            toml.push('\n');
+            line = String::from("#  ");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    toml.push_str(&line);
+    toml.push('\n');
+}
+
+/// `text` as a TOML basic string.
+fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `text` fit for a comment: on one line, quoted when it has anything a
+/// reader could mistake (spaces, controls).
+fn comment(text: &str) -> String {
+    if text
+        .chars()
+        .all(|c| c.is_ascii_graphic() || (!c.is_ascii() && !c.is_control()))
+    {
+        text.to_owned()
+    } else {
+        format!("{text:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{KeyPart, ValueMatch};
+    use crate::Config;
+    use ratekeeper::policy::{Algorithm, PolicyKind};
+    use ratekeeper::store::MAX_LIMIT_NAME;
+
+    fn import(yaml: &str) -> Imported {
+        import_files([("inline.yaml", yaml)], &LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn load(imported: &Imported) -> Config {
+        Config::from_toml_str(&imported.toml, "imported.toml")
+            .unwrap_or_else(|e| panic!("{e}\n{}", imported.toml))
+    }
+
+    /// `(key, value as written, except as written, share_threshold)` of
+    /// each entry of the limit named `name`.
+    fn entries(config: &Config, name: &str) -> Vec<(String, String, Vec<String>, bool)> {
+        let limit = config
+            .limits
+            .iter()
+            .find(|l| l.limit.name() == name)
+            .unwrap_or_else(|| panic!("no limit {name}"));
+        limit
+            .matcher
+            .descriptors
+            .iter()
+            .map(|d| {
+                let value = match &d.value {
+                    ValueMatch::Any => String::new(),
+                    other => other.to_string(),
+                };
+                let except = d.except.iter().map(ToString::to_string).collect();
+                (d.key.clone(), value, except, d.share_threshold)
+            })
+            .collect()
+    }
+
+    fn entry(
+        key: &str,
+        value: &str,
+        except: &[&str],
+        share: bool,
+    ) -> (String, String, Vec<String>, bool) {
+        (
+            key.to_owned(),
+            value.to_owned(),
+            except.iter().map(|e| (*e).to_owned()).collect(),
+            share,
+        )
+    }
+
+    const PRECEDENCE: &str = "domain: d
+descriptors:
+  - key: path
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: path
+    value: /api/*
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: path
+    value: /login
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: path
+    value: /api/v*
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 4 }
+  - key: user
+    descriptors:
+      - key: path
+        value: '*'
+        rate_limit: { unit: hour, requests_per_unit: 5 }
+";
+
+    #[test]
+    fn precedence_becomes_except_lists() {
+        let imported = import(PRECEDENCE);
+        let config = load(&imported);
+        assert_eq!(config.limits.len(), 5);
+        assert_eq!(
+            entries(&config, "d.path"),
+            [entry("path", "", &["/api/*", "/login", "/api/v*"], false)]
+        );
+        assert_eq!(
+            entries(&config, "d.path_/api/*"),
+            [entry("path", "/api/*", &["/login"], false)]
+        );
+        assert_eq!(
+            entries(&config, "d.path_/login"),
+            [entry("path", "/login", &[], false)]
+        );
+        // A later wildcard steps aside for the earlier one, which takes
+        // every value it could have had: it never matches, here as there.
+        assert_eq!(
+            entries(&config, "d.path_/api/v*"),
+            [entry("path", "/api/v*", &["/api/*", "/login"], true)]
+        );
+        assert_eq!(
+            entries(&config, "d.user.path_*"),
+            [
+                entry("user", "", &[], false),
+                entry("path", "", &[], false) // `*` alone: any value
+            ]
+        );
+        let names: Vec<&str> = imported.limits.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "d.path",
+                "d.path_/api/*",
+                "d.path_/login",
+                "d.path_/api/v*",
+                "d.user.path_*"
+            ]
+        );
+        assert!(imported.limits.iter().all(|l| !l.differs));
+    }
+
+    #[test]
+    fn rates_policies_and_flags_are_kept() {
+        let imported = import(
+            "domain: d
+descriptors:
+  - key: a
+    rate_limit: { unit: Month, requests_per_unit: 7 }
+  - key: b
+    rate_limit: { unit: YEAR, requests_per_unit: 8, policy: sliding_window }
+  - key: c
+    shadow_mode: true
+    rate_limit: { unit: second, requests_per_unit: 9, policy: gcra }
+",
+        );
+        let config = load(&imported);
+        let [a, b, c] = &config.limits[..] else {
+            panic!("{:?}", config.limits);
+        };
+        assert_eq!(
+            a.rate.to_string(),
+            "7/30d".parse::<ratekeeper::Rate>().unwrap().to_string()
+        );
+        assert_eq!(
+            a.limit.policy().window(),
+            std::time::Duration::from_secs(30 * 86_400)
+        );
+        assert_eq!(a.limit.policy().kind(), PolicyKind::FixedWindow);
+        assert_eq!(
+            b.limit.policy().window(),
+            std::time::Duration::from_secs(365 * 86_400)
+        );
+        assert_eq!(b.limit.policy().kind(), PolicyKind::SlidingWindow);
+        assert_eq!(c.limit.policy().kind(), PolicyKind::Gcra);
+        assert!(!a.shadow && !b.shadow && c.shadow);
+        assert!(config.limits.iter().all(|l| l.key == [KeyPart::Global]));
+        assert!(config
+            .limits
+            .iter()
+            .all(|l| l.matcher.domain.as_deref() == Some("d")));
+    }
+
+    /// The `# differs:` notes written before the limit from `path`, each
+    /// on one line again.
+    fn notes(toml: &str, path: &str) -> Vec<String> {
+        let head = format!("# {path} (rate_limit at ");
+        let start = toml
+            .find(&head)
+            .unwrap_or_else(|| panic!("no {path} in\n{toml}"));
+        let mut notes: Vec<String> = Vec::new();
+        for line in toml[start..].lines().skip(1) {
+            if let Some(note) = line.strip_prefix("# differs: ") {
+                notes.push(note.to_owned());
+            } else if let (Some(more), Some(last)) = (line.strip_prefix("#   "), notes.last_mut()) {
+                last.push(' ');
+                last.push_str(more);
+            } else {
+                break;
+            }
+        }
+        notes
+    }
+
+    #[test]
+    fn every_change_of_meaning_is_commented() {
+        let imported = import(
+            "domain: d
+descriptors:
+  - key: free
+    rate_limit: { unlimited: true, name: free, replaces: [{ name: per_user }] }
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 10, name: per_user }
+  - key: banned
+    rate_limit: { unit: minute, requests_per_unit: 0 }
+  - key: quota
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: stats
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: tagged
+    value_to_metric: true
+    descriptors:
+      - key: x
+        rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: meta
+    metadata: { team: a }
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: plain
+    value: a_b
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: monthly
+    rate_limit: { unit: month, requests_per_unit: 1 }
+  - key: clean
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+",
+        );
+        let config = load(&imported);
+        let toml = &imported.toml;
+        // No native limit for the unlimited one; the rest are written.
+        assert_eq!(config.limits.len(), 10);
+        assert!(!toml.contains("name = \"d.free\""));
+        let one = |path: &str, words: &str| {
+            let notes = notes(toml, path);
+            assert!(
+                notes.iter().any(|note| note.contains(words)),
+                "{path}: {notes:?} lacks {words:?}"
+            );
+        };
+        one("d.free", "unlimited");
+        one("d.free", "replaces");
+        one("d.user", "`replaces`");
+        one("d.banned", "requests_per_unit 0");
+        one("d.quota", "quota_mode");
+        one("d.stats", "detailed_metric");
+        one("d.tagged.x", "value_to_metric");
+        one("d.meta", "metadata");
+        one("d.remote_address", "KEY_VALUE");
+        one("d.plain_a_b", "KEY_VALUE");
+        one("d.monthly", "per WEEK");
+        assert!(notes(toml, "d.clean").is_empty());
+        let banned = config
+            .limits
+            .iter()
+            .find(|l| l.limit.name() == "d.banned")
+            .unwrap();
+        assert_eq!(banned.limit.policy().quota(), 1);
+        let differs: Vec<&str> = imported
+            .limits
+            .iter()
+            .filter(|l| l.differs)
+            .map(|l| l.name.as_str())
+            .collect();
+        assert_eq!(
+            differs,
+            [
+                "d.user",
+                "d.banned",
+                "d.quota",
+                "d.stats",
+                "d.tagged.x",
+                "d.meta",
+                "d.remote_address",
+                "d.plain_a_b",
+                "d.monthly"
+            ]
+        );
+        // Every comment line is a comment: wrapped notes included.
+        assert!(toml
+            .lines()
+            .all(|line| line.is_empty() || line.starts_with('#') || !line.contains("differs")));
+    }
+
+    #[test]
+    fn a_domain_without_written_limits_is_commented() {
+        let files = [
+            (
+                "a.yaml",
+                "domain: open\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true }\n",
+            ),
+            ("b.yaml", "domain: empty\n"),
+            (
+                "c.yaml",
+                "domain: kept\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+            ),
+        ];
+        let imported = import_files(files, &LoadOptions::default()).unwrap();
+        let toml = imported.toml.replace("\n#  ", " ");
+        assert!(
+            toml.contains("no limit of domain open is written"),
+            "{toml}"
+        );
+        assert!(
+            toml.contains("no limit of domain empty is written"),
+            "{toml}"
+        );
+        assert!(!toml.contains("domain kept is written"), "{toml}");
+        assert_eq!(load(&imported).limits.len(), 1);
+    }
+
+    #[test]
+    fn names_are_valid_unique_and_stable() {
+        let long = "v".repeat(80);
+        let yaml = format!(
+            "domain: d
+descriptors:
+  - key: k
+    value: \"{long}\"
+    rate_limit: {{ unit: minute, requests_per_unit: 1 }}
+  - key: k
+    value: \"{long}w\"
+    rate_limit: {{ unit: minute, requests_per_unit: 1 }}
+  - key: 'a b'
+    value: 'x:\\\"{{}}\\\\é'
+    rate_limit: {{ unit: minute, requests_per_unit: 1 }}
+  - key: a.b
+    rate_limit: {{ unit: minute, requests_per_unit: 1 }}
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: {{ unit: minute, requests_per_unit: 1 }}
+"
+        );
+        let imported = import(&yaml);
+        let config = load(&imported);
+        let names: Vec<&str> = config.limits.iter().map(|l| l.limit.name()).collect();
+        assert_eq!(names.len(), 5);
+        let unique: HashSet<&&str> = names.iter().collect();
+        assert_eq!(unique.len(), 5, "{names:?}");
+        assert!(names.iter().all(|n| n.len() <= MAX_LIMIT_NAME));
+        assert!(names[0].starts_with("d.k_vvv") && names[0].contains('~'));
+        assert!(names[2].starts_with("d.a_b_x_") && names[2].contains('~'));
+        // `d.a.b` twice: the one the door names second gets a digest (the
+        // door takes each level in its KEY_VALUE order, `a` before `a.b`).
+        assert!(names[3].starts_with("d.a.b~"), "{names:?}");
+        assert_eq!(names[4], "d.a.b");
+        // The same files, the same names.
+        assert_eq!(import(&yaml).toml, imported.toml);
+        // Values are kept as written, quotes and all.
+        let odd = &config.limits[2].matcher.descriptors[0];
+        assert_eq!(odd.key, "a b");
+        // (single-quoted YAML: its backslashes are characters)
+        assert_eq!(odd.value, ValueMatch::Exact(r#"x:\"{}\\é"#.to_owned()));
+    }
+
+    #[test]
+    fn merged_domains_keep_the_files_order() {
+        let options = LoadOptions::default().merge_domains(true);
+        let files = [
+            ("1.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n"),
+            ("2.yaml", "domain: e\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n"),
+            ("3.yaml", "domain: d\ndescriptors:\n  - key: k\n    value: '*'\n    rate_limit: { unit: second, requests_per_unit: 1 }\n"),
+        ];
+        let imported = import_files(files, &options).unwrap();
+        let names: Vec<&str> = imported.limits.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["d.k", "d.k_*", "e.k"]);
+        let config = load(&imported);
+        assert_eq!(
+            config.limits[0].matcher.descriptors[0].except,
+            [ValueMatch::Any]
+        );
+        // Without merging, the loader's error.
+        let error = import_files(files, &LoadOptions::default()).unwrap_err();
+        assert!(error.to_string().starts_with("3.yaml:1:"), "{error}");
+    }
+}
