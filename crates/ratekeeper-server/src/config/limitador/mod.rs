@@ -70,8 +70,9 @@
 //! - Windows. Limitador starts a counter's window at its first hit and
 //!   ends it `seconds` later. ratekeeper's policies have no such window:
 //!   the closest is its fixed window (used here), whose windows follow one
-//!   another from the store clock's epoch (the process start for the
-//!   in-memory store, the Unix epoch for Redis). Both allow `max_value`
+//!   another from the store clock's epoch (the Unix epoch for the
+//!   service's stores, so a minute limit resets on the minute). Both
+//!   allow `max_value`
 //!   hits per window and at most twice that across a boundary; they
 //!   differ in when a window ends: a counter first hit 10 s into a 60 s
 //!   window resets 50 s later here, 60 s later in Limitador.
