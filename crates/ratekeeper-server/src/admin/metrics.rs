@@ -93,9 +93,11 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
     let metrics = engine.decision_metrics();
     let set = engine.limits();
     let files = set.envoy().into_iter().flat_map(|envoy| envoy.iter());
+    let limitador = set.limitador().active();
     let limits = set
         .iter()
         .chain(files)
+        .chain(limitador)
         .map(|limit| LimitCounts {
             name: limit.name().to_owned(),
             allowed: limit.stats().map_or(0, |stats| stats.allowed()),

@@ -67,12 +67,19 @@ pub(super) fn serve(
                 config.domains().count()
             )
         });
+        let limitador = set.limitador().config().map_or_else(String::new, |config| {
+            format!(
+                ", {} Limitador limits in {} namespaces",
+                config.limits().len(),
+                set.limitador().namespace_count()
+            )
+        });
         // Where it listens, on stdout; a closed stdout must not stop the
         // service, so write errors are ignored.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "ratekeeper {} ({store} store, {limits} limits{files})",
+            "ratekeeper {} ({store} store, {limits} limits{files}{limitador})",
             env!("CARGO_PKG_VERSION")
         );
         let _ = writeln!(out, "{threads}");

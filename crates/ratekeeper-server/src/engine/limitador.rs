@@ -155,12 +155,23 @@ impl LimitadorLimits {
         self.by_namespace.contains_key(namespace)
     }
 
-    /// The names of the limits' [`ActiveLimit`]s.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
+    /// The limits as the engine checks them (those with `max_value: 0`,
+    /// which count nothing, left out), in no particular order.
+    pub fn active(&self) -> impl Iterator<Item = &Arc<ActiveLimit>> {
         self.by_namespace
             .values()
             .flatten()
-            .filter_map(|running| running.active.as_ref().map(|active| active.name()))
+            .filter_map(|running| running.active.as_ref())
+    }
+
+    /// The names of the limits' [`ActiveLimit`]s.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.active().map(|active| active.name())
+    }
+
+    /// How many namespaces have limits.
+    pub fn namespace_count(&self) -> usize {
+        self.by_namespace.len()
     }
 
     /// The limits of `namespace`, in the file's order.

@@ -601,6 +601,10 @@ async fn the_serve_flag_loads_the_file_and_reloads_keep_it() {
         &["--limitador-config", file.to_str().unwrap(), "--watch", "0"],
         &[],
     );
+    assert_eq!(
+        process.banner[0],
+        "ratekeeper 0.1.0 (memory store, 1 limits, 1 Limitador limits in 1 namespaces)"
+    );
     let client = reqwest::Client::new();
     let url = format!("http://{}/check_and_report", process.http);
     let body = json!({"namespace": "ns", "values": {}, "delta": 1});
@@ -613,6 +617,22 @@ async fn the_serve_flag_loads_the_file_and_reloads_keep_it() {
     };
     assert_eq!(status(body.clone()).await, 200);
     assert_eq!(status(body.clone()).await, 429);
+    // /metrics counts the limit's decisions under its name.
+    let metrics = reqwest::get(format!("http://{}/metrics", process.admin.unwrap()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counted = |decision: &str| {
+        metrics.lines().any(|line| {
+            line.starts_with("ratekeeper_decisions_total{")
+                && line.contains("limit=\"limitador/ns/")
+                && line.contains(&format!("decision=\"{decision}\""))
+                && line.ends_with(" 1")
+        })
+    };
+    assert!(counted("allowed") && counted("denied"), "{metrics}");
 
     // Renamed: the same limit to Limitador, whose count is kept.
     std::fs::write(&file, limits("renamed")).unwrap();
