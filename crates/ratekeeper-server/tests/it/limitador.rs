@@ -186,6 +186,56 @@ async fn the_examples_fixture_over_grpc() {
     rls.stop().await;
 }
 
+/// The examples fixture's limits, with a window of a year so that a test
+/// on a store with the wall clock (SQLite, Redis) never meets a window's
+/// end.
+const EXAMPLES_LONG: &str = r#"
+- namespace: test_namespace
+  max_value: 1000000
+  seconds: 31536000
+  conditions: []
+  variables: []
+- namespace: test_namespace
+  max_value: 5
+  seconds: 31536000
+  conditions: ["descriptors[0]['req.method'] == 'POST'"]
+  variables: ["descriptors[0]['user_id']"]
+"#;
+
+/// The examples' decisions on SQLite and, when `redis-server` is
+/// installed, on Redis: the same counts, all or nothing.
+#[tokio::test]
+async fn the_examples_on_sqlite_and_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.yaml");
+    std::fs::write(&file, EXAMPLES_LONG).unwrap();
+    let sqlite = dir.path().join("counts.db").display().to_string();
+    let mut stores = vec![format!("[store]\nkind = \"sqlite\"\npath = {sqlite:?}\n")];
+    let redis = ratekeeper_test_support::redis::RedisServer::start();
+    if let Some(redis) = &redis {
+        stores.push(format!(
+            "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = 10000\n",
+            redis.url()
+        ));
+    }
+    for store in stores {
+        let mut rls = Limitador::start(&format!("{store}{}", toml(&file)), None, None).await;
+        let alice: &[(&str, &str)] = &[("req.method", "POST"), ("user_id", "alice")];
+        for _ in 0..5 {
+            assert_eq!(rls.code("test_namespace", &[alice]).await, OK, "{store}");
+        }
+        assert_eq!(rls.code("test_namespace", &[alice]).await, OVER, "{store}");
+        let bob: &[(&str, &str)] = &[("req.method", "POST"), ("user_id", "bob")];
+        assert_eq!(rls.code("test_namespace", &[bob]).await, OK, "{store}");
+        let get = rls
+            .ask(request("test_namespace", &[&[("req.method", "GET")]]))
+            .await;
+        assert_eq!(get.overall_code, OK, "{store}");
+        assert_eq!(get.statuses[0].limit_remaining, 1_000_000 - 7, "{store}");
+        rls.stop().await;
+    }
+}
+
 /// The sandbox fixture: limits by method and path, a descriptor matching
 /// by the entries it has, in any order, whatever else it holds.
 #[tokio::test]
