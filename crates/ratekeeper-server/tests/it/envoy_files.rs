@@ -1394,12 +1394,14 @@ async fn files_and_import(yaml: &str) -> (Rls, Rls) {
     (files, native)
 }
 
+/// A status as [`decided`] compares it: code, remaining count, reset in
+/// seconds, and the limit's rate (requests per unit, unit).
+type Decided = (i32, u32, Option<i64>, Option<(u32, i32)>);
+
 /// What must agree: each status's code, remaining count, reset and rate
 /// (the names differ: a file's `name`, a native limit's own), and the
 /// overall code.
-fn decided(
-    response: &RateLimitResponse,
-) -> (i32, Vec<(i32, u32, Option<i64>, Option<(u32, i32)>)>) {
+fn decided(response: &RateLimitResponse) -> (i32, Vec<Decided>) {
     let statuses = response
         .statuses
         .iter()
