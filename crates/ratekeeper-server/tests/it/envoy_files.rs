@@ -1251,3 +1251,227 @@ async fn every_store_aligns_windows_to_the_unix_epoch() {
         );
     }
 }
+
+/// Where `import` and the files must meet: exact values, wildcards and
+/// the bare key side by side, deeper levels under the bare key, shadow
+/// mode and a shared wildcard.
+const PRECEDENCE: &str = r#"
+domain: precedence
+descriptors:
+  - key: k
+    value: a
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: k
+    value: a*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 4
+  - key: k
+    value: "*b"
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+  - key: k
+    rate_limit:
+      unit: minute
+      requests_per_unit: 6
+    descriptors:
+      - key: j
+        rate_limit:
+          unit: second
+          requests_per_unit: 2
+      - key: j
+        value: x
+        shadow_mode: true
+        rate_limit:
+          unit: minute
+          requests_per_unit: 1
+  - key: m
+    value: "*"
+    share_threshold: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+"#;
+
+/// The configurations the property runs over, with the keys and values
+/// its requests are made of.
+fn import_cases() -> Vec<(
+    &'static str,
+    &'static str,
+    Vec<&'static str>,
+    Vec<&'static str>,
+)> {
+    vec![
+        (
+            "mongo_cps",
+            EXAMPLE_1,
+            vec!["database"],
+            vec!["users", "default", "x"],
+        ),
+        (
+            "messaging",
+            EXAMPLE_2,
+            vec!["message_type", "to_number"],
+            vec!["marketing", "1", "2"],
+        ),
+        (
+            "example4_nested",
+            EXAMPLE_4_NESTED,
+            vec!["key", "subkey"],
+            vec!["value", "v"],
+        ),
+        (
+            "example8",
+            EXAMPLE_8,
+            vec!["key1"],
+            vec!["value1", "a", "b"],
+        ),
+        (
+            "example9_middle",
+            EXAMPLE_9_MIDDLE,
+            vec!["path"],
+            vec!["/api/1/action", "/api/2/action", "/api/1/other"],
+        ),
+        (
+            "example10_wildcard",
+            EXAMPLE_10_WILDCARD,
+            vec!["user", "action", "resource"],
+            vec!["alice", "readfile", "read", "write", "doc"],
+        ),
+        (
+            "example11",
+            EXAMPLE_11,
+            vec!["files", "files_no_share"],
+            vec!["files/a", "files/b", "files_no_share/a", "files_no_share/b"],
+        ),
+        (
+            "precedence",
+            PRECEDENCE,
+            vec!["k", "j", "m"],
+            vec!["a", "ab", "b", "x", "zz", "aab"],
+        ),
+    ]
+}
+
+/// One service on the files, one on the TOML `ratekeeper import` makes of
+/// them, both on a manual clock.
+async fn files_and_import(yaml: &str) -> (Rls, Rls) {
+    let files = start(&[("config.yaml", yaml)]).await;
+    let imported = ratekeeper_server::config::envoy::import_files(
+        [("config.yaml", yaml)],
+        &ratekeeper_server::config::envoy::LoadOptions::default(),
+    )
+    .unwrap();
+    let config = Config::from_toml_str(&imported.toml, "imported.toml")
+        .unwrap_or_else(|error| panic!("{error}\n{}", imported.toml));
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
+    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        EnvoyService::new(engine)
+            .serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let native = Rls {
+        client: RateLimitServiceClient::new(channel),
+        clock,
+        store: "Memory".to_owned(),
+        _stop: stop,
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    (files, native)
+}
+
+/// A status as [`decided`] compares it: code, remaining count, reset in
+/// seconds, and the limit's rate (requests per unit, unit).
+type Decided = (i32, u32, Option<i64>, Option<(u32, i32)>);
+
+/// What must agree: each status's code, remaining count, reset and rate
+/// (the names differ: a file's `name`, a native limit's own), and the
+/// overall code.
+fn decided(response: &RateLimitResponse) -> (i32, Vec<Decided>) {
+    let statuses = response
+        .statuses
+        .iter()
+        .map(|status| {
+            (
+                status.code,
+                status.limit_remaining,
+                status.duration_until_reset.map(|d| d.seconds),
+                status
+                    .current_limit
+                    .as_ref()
+                    .map(|limit| (limit.requests_per_unit, limit.unit)),
+            )
+        })
+        .collect();
+    (response.overall_code, statuses)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 24,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// The TOML `ratekeeper import envoy` prints decides every request as
+    /// the files do: random requests (1 to 3 descriptors of 1 to 3
+    /// entries, made of the configuration's keys and values and some it
+    /// does not know, 0 to 3 hits, time moving on between some), over
+    /// each README example and a configuration of every precedence rule.
+    #[test]
+    fn the_imported_toml_decides_as_the_files(
+        case in 0usize..8,
+        requests in proptest::collection::vec(
+            (
+                proptest::collection::vec(
+                    proptest::collection::vec((0usize..4, 0usize..7), 1..4),
+                    1..4,
+                ),
+                0u32..4,
+                proptest::option::weighted(0.2, 1u64..90),
+            ),
+            1..30,
+        ),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let cases = import_cases();
+            let (domain, yaml, keys, values) = &cases[case];
+            let (mut files, mut native) = files_and_import(yaml).await;
+            let pick = |list: &[&'static str], at: usize| list.get(at).copied().unwrap_or("unknown");
+            for (descriptors, hits, wait) in requests {
+                let descriptors: Vec<RateLimitDescriptor> = descriptors
+                    .iter()
+                    .map(|entries| {
+                        let pairs: Vec<(&str, &str)> = entries
+                            .iter()
+                            .map(|&(k, v)| (pick(keys, k), pick(values, v)))
+                            .collect();
+                        descriptor(&pairs)
+                    })
+                    .collect();
+                let asked = request(domain, descriptors, hits);
+                let by_files = files.ask(asked.clone()).await;
+                let by_import = native.ask(asked.clone()).await;
+                assert_eq!(decided(&by_files), decided(&by_import), "{asked:?}");
+                if let Some(secs) = wait {
+                    files.clock.advance(Duration::from_secs(secs));
+                    native.clock.advance(Duration::from_secs(secs));
+                }
+            }
+        });
+    }
+}
