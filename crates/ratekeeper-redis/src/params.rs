@@ -123,9 +123,15 @@ impl Params {
                         5
                     }
                 };
+                // A fixed window's third number: 1 opens each window at
+                // the key's first hit, 0 on the epoch's multiples.
+                let from_first_hit = match policy {
+                    Policy::FixedWindow(w) => u64::from(w.is_from_first_hit()),
+                    _ => 0,
+                };
                 Ok(Params {
                     code,
-                    args: [limit, window, 0],
+                    args: [limit, window, from_first_hit],
                 })
             }
         }

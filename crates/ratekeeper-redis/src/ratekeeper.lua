@@ -288,7 +288,8 @@ for call_index = 1, calls do
         local retry_us = floor(retry / 1000)
         rt, rtn = retry_us, retry - retry_us * 1000
       elseif kind == 3 then
-        -- Fixed window. a = limit, b = window (us), aligned to the epoch.
+        -- Fixed window. a = limit, b = window (us), c = 1 when each window
+        -- opens at the key's first hit, 0 when aligned to the epoch.
         local limit, window = a, b
         local st, cnt = 0, 0
         if v and #v == 17 then
@@ -299,7 +300,14 @@ for call_index = 1, calls do
         end
         local start = now - now % window
         local count = 0
-        if start == st then
+        if c == 1 then
+          -- The state's window while it lasts; else the next hit opens one.
+          if cnt > 0 and now < st + window then
+            start, count = st, cnt
+          else
+            start = now
+          end
+        elseif start == st then
           count = cnt
         elseif start < st then
           start, count = st, cnt

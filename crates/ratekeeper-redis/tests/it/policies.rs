@@ -31,6 +31,9 @@ fn policies() -> Vec<Policy> {
         SlidingWindow::new(7, s(1)).unwrap().into(),
         SlidingWindow::new(3, ms(700)).unwrap().into(),
         SlidingWindow::new(1_000, s(60)).unwrap().into(),
+        // Last: each policy's sequence comes from its place in the list.
+        FixedWindow::from_first_hit(5, s(1)).unwrap().into(),
+        FixedWindow::from_first_hit(3, ms(700)).unwrap().into(),
     ]
 }
 

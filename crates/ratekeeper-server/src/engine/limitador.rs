@@ -244,7 +244,8 @@ fn build(
     // through that the policy refuses leaves the limit out rather than
     // panicking.
     let rate = Rate::new(limit.max_value(), window).ok()?;
-    let policy = FixedWindow::new(limit.max_value(), window).ok()?;
+    // Limitador's counters: a window opens at a counter's first hit.
+    let policy = FixedWindow::from_first_hit(limit.max_value(), window).ok()?;
     let name = name_for(limit, taken);
     let limit_name = Limit::new(name.clone(), policy).ok()?;
     let config = LimitConfig {

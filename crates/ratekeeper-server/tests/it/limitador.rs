@@ -441,10 +441,9 @@ async fn the_http_routes_answer_as_limitador() {
     assert_eq!((status, text.as_str()), (200, "null"));
     assert_eq!(headers["x-ratelimit-limit"], "5, 5;w=60, 1000000;w=60");
     assert_eq!(headers["x-ratelimit-remaining"], "3");
-    // The window's end: ratekeeper's fixed windows follow one another
-    // from the clock's epoch (the manual clock's 1,000 s is 40 s into a
-    // minute), where Limitador's would start at this first hit (60).
-    assert_eq!(headers["x-ratelimit-reset"], "20");
+    // The window's end: a minute after its counter's first hit, as
+    // Limitador counts (not on the clock's minute, 20 s away).
+    assert_eq!(headers["x-ratelimit-reset"], "60");
     let (status, _, _) = rls.post("/check_and_report", body(2)).await;
     assert_eq!(status, 200);
     // 1 left: 2 more are refused, and take nothing from either limit.
@@ -735,11 +734,12 @@ const MODEL_LIMITS: &str = r#"
   variables: ["descriptors[0]['u']"]
 "#;
 
-/// What Limitador decides, with ratekeeper's windows (fixed, one after
-/// another from the clock's epoch): every limit that applies is checked,
-/// and counted only when none is over.
+/// What Limitador decides: every limit that applies is checked, and
+/// counted only when none is over; a counter's window opens at its first
+/// hit and lasts the limit's seconds.
 struct Model {
-    counts: std::collections::HashMap<(usize, Option<&'static str>, u64), u64>,
+    /// (window start, count) per (limit, its variable's value).
+    counts: std::collections::HashMap<(usize, Option<&'static str>), (u64, u64)>,
 }
 
 impl Model {
@@ -756,15 +756,23 @@ impl Model {
         if m.is_some_and(|m| m != "GET") && p == "/a" && u.is_some() {
             applying.push((2, u, 2, 30));
         }
-        let key = |&(limit, value, _, window): &(usize, Option<&'static str>, u64, u64)| {
-            (limit, value, now / window)
-        };
+        // A counter whose window ended is gone: the next hit opens one.
+        let current =
+            |counts: &std::collections::HashMap<_, (u64, u64)>,
+             &(limit, value, _, window): &(usize, Option<&'static str>, u64, u64)| {
+                match counts.get(&(limit, value)) {
+                    Some(&(start, count)) if count > 0 && now < start + window => (start, count),
+                    _ => (now, 0),
+                }
+            };
         let over = applying
             .iter()
-            .any(|applied| self.counts.get(&key(applied)).copied().unwrap_or(0) + hits > applied.2);
+            .any(|applied| current(&self.counts, applied).1 + hits > applied.2);
         if !over {
             for applied in &applying {
-                *self.counts.entry(key(applied)).or_default() += hits;
+                let (start, count) = current(&self.counts, applied);
+                self.counts
+                    .insert((applied.0, applied.1), (start, count + hits));
             }
         }
         !over
@@ -803,7 +811,7 @@ proptest::proptest! {
         let file = dir.path().join("limits.yaml");
         std::fs::write(&file, MODEL_LIMITS).unwrap();
         let config = Config::from_toml_str(&toml(&file), "test.toml").unwrap();
-        // The manual clock starts at 0, so its windows are the model's.
+        // Windows open at first hits: the clock's start does not matter.
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(0)));
         let engine = runtime.block_on(Engine::start(&config, clock.clone())).unwrap();
         let service = EnvoyService::new(engine);

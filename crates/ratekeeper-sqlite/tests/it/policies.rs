@@ -20,6 +20,9 @@ fn policies() -> Vec<Policy> {
             .into(),
         Gcra::new(5, Duration::from_secs(1), 8).unwrap().into(),
         FixedWindow::new(8, Duration::from_secs(1)).unwrap().into(),
+        FixedWindow::from_first_hit(8, Duration::from_secs(1))
+            .unwrap()
+            .into(),
         SlidingLog::new(8, Duration::from_secs(1)).unwrap().into(),
         SlidingWindow::new(8, Duration::from_secs(1))
             .unwrap()

@@ -28,7 +28,11 @@ impl OneWord {
         match policy {
             Policy::Gcra(gcra) => Some(OneWord::Gcra(*gcra)),
             Policy::TokenBucket(bucket) => Gcra::from_token_bucket(bucket).ok().map(OneWord::Gcra),
-            Policy::FixedWindow(window) if window.limit() <= u64::from(u32::MAX) => {
+            // A window from the first hit needs its start in full: the
+            // locked table keeps it.
+            Policy::FixedWindow(window)
+                if window.limit() <= u64::from(u32::MAX) && !window.is_from_first_hit() =>
+            {
                 Some(OneWord::FixedWindow(*window))
             }
             _ => None,

@@ -27,10 +27,17 @@ use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 ///     .chain([(Timestamp::from_millis(1001), 1); 5]);
 /// assert!(window.simulate(requests).iter().all(|d| d.is_allowed()));
 /// ```
+///
+/// [`FixedWindow::from_first_hit`] makes the other kind of fixed window,
+/// Limitador's: a window opens with the first hit after the last one
+/// ended, so each key's windows start when it is first seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FixedWindow {
     limit: u64,
     window: u64,
+    /// Windows open at a key's first hit rather than on the epoch's
+    /// multiples.
+    from_first_hit: bool,
 }
 
 /// A fixed window's state: which window, and the units counted in it. The
@@ -50,7 +57,39 @@ impl FixedWindow {
         Ok(FixedWindow {
             limit: check_quota("limit", limit)?,
             window: check_period("window", window)?,
+            from_first_hit: false,
         })
+    }
+
+    /// At most `limit` units per `window`, each window opening with the
+    /// first hit after the previous one ended (Limitador's counters, which
+    /// expire `seconds` after they are made), not on the clock's epoch.
+    /// The same bounds as [`FixedWindow::new`]; the same boundary burst,
+    /// at each key's own boundaries.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper::{FixedWindow, Timestamp, policy::Algorithm};
+    ///
+    /// // 2 per second, the first hit at 0.7 s: its window runs to 1.7 s.
+    /// let window = FixedWindow::from_first_hit(2, Duration::from_secs(1)).unwrap();
+    /// let at = |ms| (Timestamp::from_millis(ms), 1);
+    /// let decisions = window.simulate([at(700), at(1_100), at(1_200), at(1_700)]);
+    /// let allowed: Vec<bool> = decisions.iter().map(|d| d.is_allowed()).collect();
+    /// assert_eq!(allowed, [true, true, false, true]);
+    /// # Ok::<(), ratekeeper::policy::PolicyError>(())
+    /// ```
+    pub fn from_first_hit(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        let mut made = Self::new(limit, window)?;
+        made.from_first_hit = true;
+        Ok(made)
+    }
+
+    /// Whether windows open at a key's first hit
+    /// ([`FixedWindow::from_first_hit`]) rather than on the epoch's
+    /// multiples of the window.
+    pub const fn is_from_first_hit(&self) -> bool {
+        self.from_first_hit
     }
 
     /// The window for `rate`: its amount per period. A rate with a burst is
@@ -65,7 +104,9 @@ impl FixedWindow {
         self.limit
     }
 
-    /// The start of the window holding `now`.
+    /// The start of the epoch-aligned window holding `now` (a window
+    /// [from the first hit](FixedWindow::from_first_hit) starts where its
+    /// state says).
     #[inline]
     pub fn window_start(&self, now: Timestamp) -> Timestamp {
         let now = now.as_nanos();
@@ -77,6 +118,18 @@ impl FixedWindow {
     /// earlier one).
     #[inline]
     fn current(&self, state: &FixedWindowState, now: Timestamp) -> (u64, Timestamp, Timestamp) {
+        if self.from_first_hit {
+            let end = state.start.as_nanos().saturating_add(self.window);
+            return if state.count == 0 || now.as_nanos() >= end {
+                // No window open: the next hit opens one.
+                (0, now, now)
+            } else if now < state.start {
+                // Backwards: keep counting the window the state holds.
+                (state.count, state.start, state.start)
+            } else {
+                (state.count, state.start, now)
+            };
+        }
         let start = self.window_start(now);
         if start == state.start {
             (state.count, start, now)

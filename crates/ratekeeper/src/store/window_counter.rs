@@ -87,9 +87,15 @@ impl<W: WindowCounter, C: Clock> CounterStore<W, C> {
     }
 
     async fn count(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
-        let Policy::FixedWindow(window) = limit.policy() else {
+        // A counter per numbered window: windows on the epoch's multiples
+        // only, not from each key's first hit.
+        let Policy::FixedWindow(window) = limit.policy().clone() else {
             return Err(StoreError::Unsupported(limit.policy().kind()));
         };
+        if window.is_from_first_hit() {
+            return Err(StoreError::Unsupported(limit.policy().kind()));
+        }
+        let window = &window;
         let now = self.clock.now();
         let length = window.window().as_nanos() as u64;
         let number = now.as_nanos() / length;

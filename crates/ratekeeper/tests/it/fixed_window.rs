@@ -125,3 +125,66 @@ fn constructors_validate() {
         })
     );
 }
+
+/// 3 per second, each window opening at the key's first hit.
+fn from_first_hit() -> FixedWindow {
+    FixedWindow::from_first_hit(3, Duration::from_secs(1)).unwrap()
+}
+
+#[test]
+fn a_window_from_the_first_hit_opens_with_it() {
+    let w = from_first_hit();
+    assert!(w.is_from_first_hit() && !window().is_from_first_hit());
+    let d = w.simulate([
+        (ms(1_700), 1),
+        (ms(1_800), 1),
+        (ms(2_100), 1), // an aligned window would have started again at 2 s
+        (ms(2_600), 1),
+        (ms(2_700), 1), // 1 s after the first: a new window
+        (ms(2_750), 1),
+    ]);
+    assert_eq!(
+        d.iter().map(|d| d.is_allowed()).collect::<Vec<_>>(),
+        [true, true, true, false, true, true]
+    );
+    assert_eq!(
+        d.iter().map(|d| d.remaining()).collect::<Vec<_>>(),
+        [2, 1, 0, 0, 2, 1]
+    );
+    // The reset runs to a second after the window's first hit.
+    assert_eq!(d[0].reset(), Duration::from_secs(1));
+    assert_eq!(d[3].reset(), Duration::from_millis(100));
+    assert_eq!(
+        d[3].retry_after(),
+        RetryAfter::After(Duration::from_millis(100))
+    );
+    assert_eq!(d[5].reset(), Duration::from_millis(950));
+}
+
+#[test]
+fn a_window_from_the_first_hit_ignores_reports_and_the_clock_going_back() {
+    let w = from_first_hit();
+    // A report (cost 0) opens no window.
+    let (report, state) = w.decide(&w.fresh(), ms(5_000), 0);
+    assert_eq!((report.remaining(), report.reset()), (3, Duration::ZERO));
+    assert_eq!(state, w.fresh());
+    let (_, state) = w.decide(&state, ms(5_500), 2);
+    assert_eq!(
+        state,
+        FixedWindowState {
+            start: ms(5_500),
+            count: 2
+        }
+    );
+    // Back before the window opened: the open window still counts.
+    let (back, state) = w.decide(&state, ms(5_000), 1);
+    assert_eq!(back.remaining(), 0);
+    assert!(!w.decide(&state, ms(5_100), 1).0.is_allowed());
+    // A refund gives back within the window; after it, nothing is left
+    // to give back and the state is fresh by then.
+    let refunded = w.refund(&state, ms(6_000), 2);
+    assert_eq!(refunded.count, 1);
+    assert_eq!(w.expires_at(&state), ms(6_500));
+    assert_eq!(w.decide(&state, ms(6_500), 3).0.remaining(), 0);
+    assert!(w.decide(&state, ms(6_500), 3).0.is_allowed());
+}

@@ -375,3 +375,33 @@ fn a_check_reads_the_clock_once_whatever_its_path() {
         assert_eq!(reads(), 3, "{policy:?}");
     }
 }
+
+#[test]
+fn a_window_from_the_first_hit_counts_each_key_as_the_policy_does() {
+    let policy = FixedWindow::from_first_hit(3, Duration::from_secs(1)).unwrap();
+    let (limiter, clock) = limiter(policy, 100);
+    // (ms to wait, key, cost): the keys' windows open at different times.
+    let steps = [
+        (0, "a", 1),
+        (300, "b", 2),
+        (400, "a", 2),
+        (200, "a", 1),
+        (400, "b", 2),
+        (100, "a", 1),
+        (50, "b", 1),
+        (900, "a", 3),
+        (0, "b", 0),
+        (1_500, "b", 4),
+    ];
+    let mut states = std::collections::HashMap::new();
+    for (wait, key, cost) in steps {
+        clock.advance(Duration::from_millis(wait));
+        let state = states.entry(key).or_insert_with(|| policy.fresh());
+        let (expected, next) = policy.decide(state, clock.now(), cost);
+        *state = next;
+        let Outcome::Decided(got) = limiter.check(key, cost) else {
+            panic!("room for two keys");
+        };
+        assert_eq!(got, expected, "{key} at {:?}", clock.now());
+    }
+}

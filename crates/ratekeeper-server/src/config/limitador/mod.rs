@@ -67,15 +67,12 @@
 //!
 //! # Differences from Limitador
 //!
-//! - Windows. Limitador starts a counter's window at its first hit and
-//!   ends it `seconds` later. ratekeeper's policies have no such window:
-//!   the closest is its fixed window (used here), whose windows follow one
-//!   another from the store clock's epoch (the Unix epoch for the
-//!   service's stores, so a minute limit resets on the minute). Both
-//!   allow `max_value`
-//!   hits per window and at most twice that across a boundary; they
-//!   differ in when a window ends: a counter first hit 10 s into a 60 s
-//!   window resets 50 s later here, 60 s later in Limitador.
+//! - Windows are Limitador's: a counter's window opens at its first hit
+//!   and ends `seconds` later
+//!   ([`FixedWindow::from_first_hit`](ratekeeper::FixedWindow::from_first_hit)),
+//!   on every store; a refused request counts in none, as there. (Listed
+//!   here since ratekeeper's other fixed windows start on the clock's
+//!   epoch.)
 //! - Reloads. Limitador keeps a limit's counters while its namespace,
 //!   window, conditions and variables stay, even when its `max_value`
 //!   changes. Here too, except that a new `max_value` starts the limit's
