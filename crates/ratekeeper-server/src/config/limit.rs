@@ -266,14 +266,18 @@ pub struct Glob {
     pattern: String,
     /// The pattern split on `*`: at least two pieces, as it has a `*`.
     pieces: Vec<String>,
+    /// The pieces' total length: a shorter text cannot match.
+    fixed: usize,
 }
 
 impl Glob {
     /// The pattern `pattern`; without a `*`, it matches only itself.
     pub fn new(pattern: &str) -> Glob {
+        let pieces: Vec<String> = pattern.split('*').map(str::to_owned).collect();
         Glob {
             pattern: pattern.to_owned(),
-            pieces: pattern.split('*').map(str::to_owned).collect(),
+            fixed: pieces.iter().map(String::len).sum(),
+            pieces,
         }
     }
 
@@ -290,8 +294,9 @@ impl Glob {
             (Some(first), Some(last)) if self.pieces.len() > 1 => (first, last),
             _ => return self.pattern == text,
         };
-        let fixed: usize = self.pieces.iter().map(String::len).sum();
-        if fixed > text.len() || !text.starts_with(first.as_str()) || !text.ends_with(last.as_str())
+        if self.fixed > text.len()
+            || !text.starts_with(first.as_str())
+            || !text.ends_with(last.as_str())
         {
             return false;
         }

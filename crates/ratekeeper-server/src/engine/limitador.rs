@@ -5,9 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::stats::{LimitStats, Stats, StatsConfig};
+use ratekeeper::stats::Stats;
 use ratekeeper::{FixedWindow, Limit, Rate};
 
+use super::limits::active_with_stats;
 use super::{ActiveLimit, Check};
 use crate::config::limitador::{Descriptors, LimitadorConfig, LimitadorLimit};
 use crate::config::{KeyPart, LimitConfig, LimitadorSource, Match, OnSaturated};
@@ -113,7 +114,7 @@ impl LimitadorLimits {
     /// other limits have.
     pub fn new(
         source: Option<&LimitadorSource>,
-        stats: Option<&Stats>,
+        stats: &Stats,
         taken: &dyn Fn(&str) -> bool,
     ) -> LimitadorLimits {
         let Some(source) = source else {
@@ -236,7 +237,7 @@ fn counter_key(values: &[String]) -> Vec<u8> {
 /// says whether a name is used (and claims it when not).
 fn build(
     limit: &LimitadorLimit,
-    stats: Option<&Stats>,
+    stats: &Stats,
     taken: &mut dyn FnMut(&str) -> bool,
 ) -> Option<Arc<ActiveLimit>> {
     let window = Duration::from_secs(limit.seconds());
@@ -261,18 +262,7 @@ fn build(
             ..Match::default()
         },
     };
-    let limit_stats = stats.map(|stats| {
-        stats.get(&name).unwrap_or_else(|| {
-            let mut stats_config = StatsConfig::default();
-            // A key's denials go when the store forgets the key: after a
-            // window, as for the native fixed windows.
-            stats_config.key_retention = window;
-            let fresh = LimitStats::with_config(stats_config);
-            stats.insert(&name, fresh.clone());
-            fresh
-        })
-    });
-    Some(Arc::new(ActiveLimit::with_limit_stats(config, limit_stats)))
+    Some(active_with_stats(&config, stats))
 }
 
 /// `limitador/NAMESPACE/HASH`, or with the namespace part replaced by a
@@ -303,35 +293,5 @@ fn name_for(limit: &LimitadorLimit, taken: &mut dyn FnMut(&str) -> bool) -> Stri
             return name;
         }
         n += 1;
-    }
-}
-
-/// Keeps the statistics of Limitador limits across [`Stats`]' pruning of
-/// names a new native limit set does not know: what `run` removed among
-/// names with [`NAME_PREFIX`] is put back, for [`LimitadorLimits::new`]
-/// to reuse; the caller then drops those no limit took.
-pub(crate) fn keeping_stats<T>(stats: &Stats, run: impl FnOnce() -> T) -> T {
-    let kept: Vec<(String, LimitStats)> = stats
-        .names()
-        .into_iter()
-        .filter(|name| name.starts_with(NAME_PREFIX))
-        .filter_map(|name| stats.get(&name).map(|s| (name, s)))
-        .collect();
-    let result = run();
-    for (name, limit_stats) in kept {
-        if stats.get(&name).is_none() {
-            stats.insert(&name, limit_stats);
-        }
-    }
-    result
-}
-
-/// Drops the statistics of Limitador names that `limits` does not use.
-pub(crate) fn prune_stats(stats: &Stats, limits: &LimitadorLimits) {
-    let used: HashSet<&str> = limits.names().collect();
-    for name in stats.names() {
-        if name.starts_with(NAME_PREFIX) && !used.contains(name.as_str()) {
-            stats.remove(&name);
-        }
     }
 }

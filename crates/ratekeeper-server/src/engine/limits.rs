@@ -1,7 +1,7 @@
 //! The running set of limits: the configuration's limits, ready to match
 //! requests and build keys. Replaced whole on a reload.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use ratekeeper_tower::Rule;
 
 use super::envoy_files::EnvoyLimits;
 use super::key::{compose, KeySource};
-use super::limitador::{self, LimitadorLimits};
+use super::limitador::LimitadorLimits;
 use crate::config::{EnvoyFiles, KeyPart, LimitConfig, LimitadorSource};
 
 /// One configured limit.
@@ -39,16 +39,6 @@ impl ActiveLimit {
         ActiveLimit {
             config,
             stats: None,
-            rule: OnceLock::new(),
-        }
-    }
-
-    /// A limit recording its decisions in `stats` (Limitador's limits,
-    /// see [`LimitadorLimits`]).
-    pub(super) fn with_limit_stats(config: LimitConfig, stats: Option<LimitStats>) -> ActiveLimit {
-        ActiveLimit {
-            config,
-            stats,
             rule: OnceLock::new(),
         }
     }
@@ -167,30 +157,34 @@ impl LimitSet {
         LimitSet::index(limits)
     }
 
-    /// The set of `limits` and of `envoy`'s, each recording its decisions
-    /// in `stats` under its name: a limit that a reload keeps keeps its
-    /// statistics, and the statistics of limits no longer configured are
-    /// dropped.
+    /// The configuration's limits, `envoy`'s and `limitador`'s, each
+    /// recording its decisions in `stats` under its name: a limit that a
+    /// reload keeps keeps its statistics, and the statistics of limits no
+    /// longer configured are dropped.
     pub fn with_stats(
         limits: &[LimitConfig],
         envoy: Option<&EnvoyFiles>,
+        limitador: Option<&LimitadorSource>,
         stats: &Stats,
     ) -> LimitSet {
-        let limits: Vec<Arc<ActiveLimit>> = limits
+        let native: Vec<Arc<ActiveLimit>> = limits
             .iter()
             .map(|config| active_with_stats(config, stats))
             .collect();
-        let envoy = envoy.map(|files| EnvoyLimits::new(files, stats));
-        let mut set = LimitSet::index(limits);
-        set.envoy = envoy;
-        let envoy_names: std::collections::HashSet<&str> = set
-            .envoy
-            .iter()
-            .flat_map(EnvoyLimits::iter)
-            .map(|limit| limit.name())
-            .collect();
+        let mut set = LimitSet::index(native);
+        set.envoy = envoy.map(|files| EnvoyLimits::new(files, stats));
+        let mut names: HashSet<String> = set.by_name.keys().cloned().collect();
+        names.extend(
+            set.envoy
+                .iter()
+                .flat_map(EnvoyLimits::iter)
+                .map(|l| l.name().to_owned()),
+        );
+        // Limitador's names are made to miss the others'.
+        set.limitador = LimitadorLimits::new(limitador, stats, &|name| names.contains(name));
+        names.extend(set.limitador.names().map(str::to_owned));
         for name in stats.names() {
-            if !set.by_name.contains_key(&name) && !envoy_names.contains(name.as_str()) {
+            if !names.contains(&name) {
                 stats.remove(&name);
             }
         }
@@ -215,31 +209,6 @@ impl LimitSet {
             envoy: None,
             limitador: LimitadorLimits::default(),
         }
-    }
-
-    /// [`LimitSet::with_stats`], with the Limitador limits of `limitador`
-    /// beside the others (see [`LimitadorLimits`]), their statistics kept
-    /// across reloads as the others' are.
-    pub fn with_stats_and_limitador(
-        limits: &[LimitConfig],
-        envoy: Option<&EnvoyFiles>,
-        limitador: Option<&LimitadorSource>,
-        stats: &Stats,
-    ) -> LimitSet {
-        let mut set =
-            limitador::keeping_stats(stats, || LimitSet::with_stats(limits, envoy, stats));
-        let envoy_names: std::collections::HashSet<&str> = set
-            .envoy
-            .iter()
-            .flat_map(EnvoyLimits::iter)
-            .map(|limit| limit.name())
-            .collect();
-        let taken = |name: &str| set.by_name.contains_key(name) || envoy_names.contains(name);
-        let limitador_limits = LimitadorLimits::new(limitador, Some(stats), &taken);
-        drop(envoy_names);
-        set.limitador = limitador_limits;
-        limitador::prune_stats(stats, &set.limitador);
-        set
     }
 
     /// The Limitador limits in force (none without `[limitador]`).

@@ -154,7 +154,7 @@ impl Engine {
         let stats = Stats::new();
         Engine {
             inner: Arc::new(Inner {
-                limits: ArcSwap::from_pointee(LimitSet::with_stats_and_limitador(
+                limits: ArcSwap::from_pointee(LimitSet::with_stats(
                     &config.limits,
                     config.envoy.files.as_ref(),
                     config.limitador.as_ref(),
@@ -198,14 +198,12 @@ impl Engine {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
-        self.inner
-            .limits
-            .store(Arc::new(LimitSet::with_stats_and_limitador(
-                &config.limits,
-                config.envoy.files.as_ref(),
-                config.limitador.as_ref(),
-                &self.inner.stats,
-            )));
+        self.inner.limits.store(Arc::new(LimitSet::with_stats(
+            &config.limits,
+            config.envoy.files.as_ref(),
+            config.limitador.as_ref(),
+            &self.inner.stats,
+        )));
         config.store == self.inner.store_config
     }
 

@@ -16,7 +16,6 @@ use ratekeeper_server::envoy::proto::rate_limit_descriptor::{Entry, RateLimitOve
 use ratekeeper_server::envoy::proto::rate_limit_response::Code;
 use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient;
 use ratekeeper_server::envoy::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitUnit};
-use ratekeeper_server::envoy::EnvoyService;
 use ratekeeper_server::serve::{Options, Service};
 use ratekeeper_server::Config;
 use reqwest::StatusCode;
@@ -268,24 +267,7 @@ async fn grpc(
     RateLimitServiceClient<Channel>,
     tokio::sync::oneshot::Sender<()>,
 ) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        EnvoyService::new(engine)
-            .serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap();
-    (RateLimitServiceClient::new(channel), stop)
+    crate::common::serve_rls(engine).await
 }
 
 fn descriptor(key: &str, value: &str) -> RateLimitDescriptor {

@@ -30,24 +30,7 @@ struct Rls {
 }
 
 async fn serve(engine: Engine) -> (RateLimitServiceClient<Channel>, oneshot::Sender<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        EnvoyService::new(engine)
-            .serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap();
-    (RateLimitServiceClient::new(channel), stop)
+    crate::common::serve_rls(engine).await
 }
 
 /// The service on an in-memory store running on a manual clock.

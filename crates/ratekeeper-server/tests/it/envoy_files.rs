@@ -18,10 +18,8 @@ use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitService
 use ratekeeper_server::envoy::proto::{
     RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitUnit,
 };
-use ratekeeper_server::envoy::EnvoyService;
 use ratekeeper_server::Config;
 use ratekeeper_test_support::redis::RedisServer;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
@@ -105,25 +103,9 @@ async fn start_with_units(
     let config = Config::from_toml_str(&text, "test.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
     let engine = Engine::start(&config, clock.clone()).await.unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        EnvoyService::new(engine)
-            .serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .unwrap();
+    let (client, stop) = crate::common::serve_rls(engine).await;
     Rls {
-        client: RateLimitServiceClient::new(channel),
+        client,
         clock,
         store: format!("{store:?}"),
         _stop: stop,
@@ -1102,13 +1084,7 @@ async fn a_config_map_update_is_picked_up_without_a_restart_and_keeps_counts() {
     options.config_path = Some(path);
     options.watch_interval = Some(Duration::from_millis(20));
     let service = Service::start(config, options).await.unwrap();
-    let addr = service.addrs().grpc.unwrap();
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let client = RateLimitServiceClient::new(channel);
+    let client = crate::common::rls_client(service.addrs().grpc.unwrap()).await;
     let ask = |pairs: &'static [(&'static str, &'static str)]| {
         let request = request("edge", vec![descriptor(pairs)], 1);
         let mut client = client.clone();
@@ -1369,23 +1345,9 @@ async fn files_and_import(yaml: &str) -> (Rls, Rls) {
         .unwrap_or_else(|error| panic!("{error}\n{}", imported.toml));
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
     let engine = Engine::start(&config, clock.clone()).await.unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        EnvoyService::new(engine)
-            .serve(listener, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (client, stop) = crate::common::serve_rls(engine).await;
     let native = Rls {
-        client: RateLimitServiceClient::new(channel),
+        client,
         clock,
         store: "Memory".to_owned(),
         _stop: stop,

@@ -70,16 +70,9 @@ impl Limitador {
     async fn start(toml: &str, path: Option<PathBuf>, watch: Option<Duration>) -> Limitador {
         let service = TestService::start_with(toml, path, watch).await;
         let addr = service.service.addrs().grpc.expect("grpc is on");
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await
-            .unwrap();
         Limitador {
             service,
-            rls: RateLimitServiceClient::new(channel),
+            rls: crate::common::rls_client(addr).await,
             _dir: None,
         }
     }

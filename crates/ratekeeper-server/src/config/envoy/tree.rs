@@ -14,6 +14,7 @@ use super::error::{EnvoyConfigError, EnvoyWarning, Position};
 use super::model::RateLimit;
 use super::validate::{check_limit, DescriptorSpec};
 use super::Entry;
+use crate::config::Glob;
 
 /// One domain's descriptors.
 #[derive(Debug)]
@@ -50,55 +51,35 @@ struct Descriptor {
     level: Level,
 }
 
-/// A `KEY_VALUE` with `*`s, split on them when loaded.
+/// A `KEY_VALUE` with `*`s: the same glob as a native descriptor's value
+/// ([`Glob`]), matched against the request's whole `KEY_VALUE`.
 #[derive(Debug)]
 struct Wildcard {
-    composite: String,
-    parts: Vec<String>,
-    /// The parts' total length: a text shorter than it cannot match.
-    fixed: usize,
+    glob: Glob,
 }
 
 impl Wildcard {
     fn new(composite: &str) -> Wildcard {
-        let parts: Vec<String> = composite.split('*').map(str::to_owned).collect();
         Wildcard {
-            composite: composite.to_owned(),
-            fixed: parts.iter().map(String::len).sum(),
-            parts,
+            glob: Glob::new(composite),
         }
+    }
+
+    /// The `KEY_VALUE` as written.
+    fn composite(&self) -> &str {
+        self.glob.pattern()
     }
 
     /// The text up to and including its first `_`, if that comes before
     /// the first `*` (see [`Level::by_head`]).
     fn head(&self) -> Option<&str> {
-        let first = self.parts.first()?;
+        let first = self.composite().split('*').next()?;
         first.find('_').map(|at| &first[..=at])
     }
 
-    /// Each `*` stands for any run of characters, the empty one included:
-    /// the text must start with the first part, end with the last, and
-    /// hold the others in order between them.
+    /// Each `*` stands for any run of characters, the empty one included.
     fn matches(&self, text: &str) -> bool {
-        let (first, last) = match (self.parts.first(), self.parts.last()) {
-            (Some(first), Some(last)) if self.parts.len() > 1 => (first, last),
-            _ => return self.composite == text,
-        };
-        if self.fixed > text.len()
-            || !text.starts_with(first.as_str())
-            || !text.ends_with(last.as_str())
-        {
-            return false;
-        }
-        // `fixed <= len` keeps the prefix and the suffix from overlapping.
-        let mut rest = &text[first.len()..text.len() - last.len()];
-        for part in &self.parts[1..self.parts.len() - 1] {
-            match rest.find(part.as_str()) {
-                Some(found) => rest = &rest[found + part.len()..],
-                None => return false,
-            }
-        }
-        true
+        self.glob.matches(text)
     }
 }
 
@@ -263,7 +244,7 @@ impl Domain {
             let mut wildcard = None;
             if next.is_none() {
                 if let Some(w) = level.wildcard(&composite) {
-                    next = level.children.get(w.composite.as_str());
+                    next = level.children.get(w.composite());
                     wildcard = Some(w);
                 }
             }
@@ -285,10 +266,10 @@ impl Domain {
                     // takes it: the composite without `KEY_` when it
                     // starts with it.
                     let pattern = w
-                        .composite
+                        .composite()
                         .strip_prefix(key)
                         .and_then(|rest| rest.strip_prefix('_'))
-                        .unwrap_or(&w.composite);
+                        .unwrap_or(w.composite());
                     if descriptor.share_threshold {
                         part.shared = true;
                         part.shown = pattern;
@@ -507,8 +488,8 @@ mod tests {
             let scan = level.wildcards.iter().find(|w| w.matches(text));
             let found = level.wildcard(text);
             assert_eq!(
-                found.map(|w| &w.composite),
-                scan.map(|w| &w.composite),
+                found.map(Wildcard::composite),
+                scan.map(Wildcard::composite),
                 "{text}"
             );
         }
@@ -529,8 +510,8 @@ mod tests {
             for text in &texts {
                 let scan = level.wildcards.iter().find(|w| w.matches(text));
                 proptest::prop_assert_eq!(
-                    level.wildcard(text).map(|w| &w.composite),
-                    scan.map(|w| &w.composite)
+                    level.wildcard(text).map(Wildcard::composite),
+                    scan.map(Wildcard::composite)
                 );
             }
         }

@@ -277,3 +277,45 @@ pub async fn serve_app(app: axum::Router) -> std::net::SocketAddr {
     });
     addr
 }
+
+/// A client of Envoy's rate limit service at `addr` (plain gRPC), with
+/// generous timeouts for a loaded machine.
+pub async fn rls_client(
+    addr: std::net::SocketAddr,
+) -> ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient<
+    tonic::transport::Channel,
+> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("a valid URI")
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("the gRPC door answers");
+    ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient::new(channel)
+}
+
+/// `engine`'s Envoy service on a free loopback port, and a client of it;
+/// the service stops when the sender is dropped.
+pub async fn serve_rls(
+    engine: ratekeeper_server::engine::Engine,
+) -> (
+    ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient<
+        tonic::transport::Channel,
+    >,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let addr = listener.local_addr().expect("a bound address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        ratekeeper_server::envoy::EnvoyService::new(engine)
+            .serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    (rls_client(addr).await, stop)
+}
