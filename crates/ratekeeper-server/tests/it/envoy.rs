@@ -47,18 +47,7 @@ async fn start(toml: &str) -> Rls {
     }
 }
 
-fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: pairs
-            .iter()
-            .map(|&(key, value)| Entry {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
+use crate::common::descriptor;
 
 fn with_hits(mut descriptor: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
     descriptor.hits_addend = Some(hits);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::Engine;
-use ratekeeper_server::envoy::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use ratekeeper_server::envoy::proto::rate_limit_descriptor::RateLimitOverride;
 use ratekeeper_server::envoy::proto::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus,
 };
@@ -117,18 +117,7 @@ async fn start(files: &[(&str, &str)]) -> Rls {
     start_on(Store::Memory, files, "").await
 }
 
-fn descriptor(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: pairs
-            .iter()
-            .map(|&(key, value)| Entry {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
+use crate::common::descriptor;
 
 fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
     RateLimitRequest {

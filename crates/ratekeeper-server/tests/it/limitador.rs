@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::TestService;
-use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;
 use ratekeeper_server::envoy::proto::rate_limit_response::Code;
 use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient;
-use ratekeeper_server::envoy::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use ratekeeper_server::envoy::proto::{RateLimitRequest, RateLimitResponse};
 use ratekeeper_server::Config;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
@@ -119,16 +118,7 @@ fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
         domain: domain.to_owned(),
         descriptors: descriptors
             .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|&(key, value)| Entry {
-                        key: key.to_owned(),
-                        value: value.to_owned(),
-                    })
-                    .collect(),
-                ..RateLimitDescriptor::default()
-            })
+            .map(|entries| crate::common::descriptor(entries))
             .collect(),
         hits_addend: 0,
     }

@@ -319,3 +319,18 @@ pub async fn serve_rls(
     });
     (rls_client(addr).await, stop)
 }
+
+/// An Envoy descriptor of `(key, value)` entries.
+pub fn descriptor(pairs: &[(&str, &str)]) -> ratekeeper_server::envoy::proto::RateLimitDescriptor {
+    use ratekeeper_server::envoy::proto::rate_limit_descriptor::Entry;
+    ratekeeper_server::envoy::proto::RateLimitDescriptor {
+        entries: pairs
+            .iter()
+            .map(|&(key, value)| Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
