@@ -183,13 +183,20 @@ impl Config {
                     let what = match (limit.unlimited, files.limit(limit)) {
                         (true, _) => "unlimited".to_owned(),
                         (false, None) => "refuses every request (0 per unit)".to_owned(),
-                        (false, Some(made)) => format!(
-                            "limit {}: {} {}{}",
-                            made.limit.name(),
-                            made.limit.policy().kind(),
-                            made.rate,
-                            if limit.shadow_mode { ", shadow" } else { "" }
-                        ),
+                        (false, Some(made)) => {
+                            // Named by its path unless that is not a valid
+                            // name: then the name metrics show is told.
+                            let name = match made.limit.name() == path {
+                                true => String::new(),
+                                false => format!("limit {}: ", made.limit.name()),
+                            };
+                            format!(
+                                "{name}{} {}{}",
+                                made.limit.policy().kind(),
+                                made.rate,
+                                if limit.shadow_mode { ", shadow" } else { "" }
+                            )
+                        }
                     };
                     let _ = writeln!(out, "  {path}: {what}");
                 });

@@ -1426,3 +1426,34 @@ proptest::proptest! {
         });
     }
 }
+
+#[test]
+fn check_explains_the_files_limit_by_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "v".repeat(80);
+    let yaml = format!(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n      policy: sliding_window\n  - key: b\n    rate_limit:\n      unlimited: true\n  - key: c\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n  - key: s\n    shadow_mode: true\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n  - key: k\n    value: {long}\n    rate_limit:\n      unit: day\n      requests_per_unit: 3\n"
+    );
+    write_files(dir.path(), &[("d.yaml", &yaml)]);
+    let text = format!(
+        "[envoy]\nconfig_dir = {:?}\n",
+        dir.path().display().to_string()
+    );
+    let explained = Config::from_toml_str(&text, "rk.toml").unwrap().explain();
+    assert!(explained.contains("(1 domain: d; 5 limits)"), "{explained}");
+    for line in [
+        "  d.a: sliding_window 5/minute\n",
+        "  d.b: unlimited\n",
+        "  d.c: refuses every request (0 per unit)\n",
+        "  d.s: fixed_window 2/hour, shadow\n",
+    ] {
+        assert!(explained.contains(line), "{line:?} in {explained}");
+    }
+    // A path too long for a limit name is shown with the name metrics use.
+    let long_line = explained
+        .lines()
+        .find(|line| line.starts_with("  d.k_v"))
+        .expect("the long path's line");
+    assert!(long_line.contains(": limit d.k_vvv"), "{long_line}");
+    assert!(long_line.ends_with(": fixed_window 3/day"), "{long_line}");
+}
