@@ -32,6 +32,12 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 /// nothing: it refused the request, or let it through uncounted where it
 /// was told to. Shadow limits are left out.
 pub const X_RATEKEEPER_SATURATED: HeaderName = HeaderName::from_static("x-ratekeeper-saturated");
+/// `X-RateKeeper-Store`: on an answer the store did not make, how it was
+/// made while the store failed: `fail-open` (allowed, nothing counted) or
+/// `fallback` (decided by this process's in-memory fallback); see
+/// [`AnsweredBy`](ratekeeper::store::AnsweredBy). Absent when the store
+/// decided.
+pub const X_RATEKEEPER_STORE: HeaderName = HeaderName::from_static("x-ratekeeper-store");
 /// The value of [`X_RATEKEEPER_SATURATED`] for the limits named `names`;
 /// `None` when there are none.
 pub fn saturated_value<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<HeaderValue> {

@@ -29,7 +29,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use crate::store::{Limit, Store, StoreError};
+use crate::store::{AnsweredBy, Limit, Store, StoreError};
 use crate::{Clock, Decision, MemoryLimiter, Outcome, RetryAfter};
 
 /// One limit a request is checked against: the limit, the key under it, and
@@ -61,12 +61,14 @@ impl<'a> Check<'a> {
 }
 
 /// What a check of several limits decided: one outcome per limit, in the
-/// order given.
+/// order given, and who decided ([`AnsweredBy`]: the store, or a failure
+/// policy while it was down).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "an outcome says whether the request may proceed"]
 pub struct MultiOutcome {
     outcomes: Vec<Outcome>,
     denied_by: Option<usize>,
+    answered_by: AnsweredBy,
 }
 
 impl MultiOutcome {
@@ -76,7 +78,22 @@ impl MultiOutcome {
         MultiOutcome {
             outcomes,
             denied_by,
+            answered_by: AnsweredBy::Store,
         }
+    }
+
+    /// These outcomes, made by `answered_by` (what a
+    /// [`Resilient`](crate::store::Resilient) store says of the answers
+    /// its failure policy made).
+    pub fn with_answered_by(mut self, answered_by: AnsweredBy) -> Self {
+        self.answered_by = answered_by;
+        self
+    }
+
+    /// Who decided: [`AnsweredBy::Store`] unless a failure policy
+    /// answered for a store that failed.
+    pub fn answered_by(&self) -> AnsweredBy {
+        self.answered_by
     }
 
     /// Whether every limit allowed the request (and it was counted in all).

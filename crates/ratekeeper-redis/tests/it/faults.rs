@@ -153,7 +153,7 @@ async fn resilient_fails_open_or_closed() {
         assert!(
             matches!(
                 error,
-                StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Down(_)
+                StoreError::Unavailable(_) | StoreError::Timeout(_) | StoreError::Down { .. }
             ),
             "{error:?}"
         );

@@ -18,7 +18,8 @@
 //! nginx's subrequest carries the client's own `Authorization`. On the
 //! admin port `/healthz` and `/readyz` stay open for probes, and so does
 //! the dashboard's page `/`, which holds no data: it asks for the token
-//! and sends it with its requests.
+//! and sends it with its requests. On the gRPC port the standard health
+//! service (`grpc.health.v1.Health`) stays open for the same reason.
 //!
 //! The tokens are read when the configuration is (a reload re-reads them,
 //! and the service reloads when a token file changes), kept only as
@@ -50,6 +51,10 @@ pub const TOKEN_HEADER: &str = "x-ratekeeper-token";
 /// The paths of the admin port open without a token: the probes, and the
 /// dashboard's page (its data comes from `/v1/stats`, which needs one).
 pub const OPEN_ADMIN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/"];
+
+/// The gRPC methods open without a token: the standard health service's
+/// (probes carry no token).
+pub const OPEN_GRPC_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// A door whose callers may need a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -164,6 +169,9 @@ impl Access {
             return Ok(());
         };
         if door == Door::Admin && OPEN_ADMIN_PATHS.contains(&path) {
+            return Ok(());
+        }
+        if door == Door::Grpc && path.starts_with(OPEN_GRPC_PREFIX) {
             return Ok(());
         }
         let result = verdict(tokens, door, path, headers);

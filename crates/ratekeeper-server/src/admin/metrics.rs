@@ -13,6 +13,9 @@
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
 //! | `ratekeeper_limits_configured` | gauge | | limits in force (those of `[envoy] config_dir`'s files included) |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
+//! | `ratekeeper_store_state_since_seconds` | gauge | `store` | when the store last went up or down (or the service started), in seconds since the Unix epoch |
+//! | `ratekeeper_ready` | gauge | | 1 when decisions are answered as configured (what `/readyz` says: the store answers, or its failure policy answers for it), 0 when not |
+//! | `ratekeeper_failover_answers_total` | counter | `limit`, `how` (`fail_open`, `fallback`) | a limit's answers made by the failure policy while the store failed: allowed unlimited, or decided by the in-memory fallback |
 //! | `ratekeeper_keys_tracked` | gauge | | keys the in-memory store holds (in-memory store only) |
 //! | `ratekeeper_store_failures_total` | counter | `store` | calls the store failed |
 //! | `ratekeeper_store_failed_open_total` | counter | `store` | requests allowed because the store failed open |
@@ -82,6 +85,65 @@ struct Scrape {
     unauthenticated: [(&'static str, u64); 3],
     /// Envoy requests answered OK by `[envoy] shadow_mode` alone.
     global_shadow: u64,
+    /// The store's state and readiness, and the failover answers per limit.
+    failover: FailoverScrape,
+}
+
+/// What `/metrics` says of store failures: the store's state, readiness,
+/// and the answers the failure policy made per limit.
+#[derive(Debug)]
+struct FailoverScrape {
+    since_unix_secs: u64,
+    serving: bool,
+    /// Per limit: its name, answers failed open and by the fallback.
+    answers: Vec<(String, u64, u64)>,
+}
+
+impl FailoverScrape {
+    fn read(engine: &Engine, store: &StoreHealth, names: &[LimitCounts]) -> FailoverScrape {
+        let metrics = engine.decision_metrics();
+        FailoverScrape {
+            since_unix_secs: store.state.since_unix_secs,
+            serving: store.serving,
+            answers: names
+                .iter()
+                .map(|limit| {
+                    let (open, fallback) = metrics.failover_answers(&limit.name);
+                    (limit.name.clone(), open, fallback)
+                })
+                .collect(),
+        }
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder, store: &'static str) -> fmt::Result {
+        let no_labels: [(&str, &str); 0] = [];
+        gauge(
+            encoder,
+            "ratekeeper_store_state_since_seconds",
+            "When the store last went up or down (or the service started), in Unix seconds.",
+            [(
+                [("store", store)],
+                i64::try_from(self.since_unix_secs).unwrap_or(i64::MAX),
+            )],
+        )?;
+        gauge(
+            encoder,
+            "ratekeeper_ready",
+            "1 when decisions are answered as configured (the store answers, or its failure policy answers for it).",
+            [(no_labels, i64::from(self.serving))],
+        )?;
+        counter(
+            encoder,
+            "ratekeeper_failover_answers",
+            "A limit's answers made by the failure policy while the store failed.",
+            self.answers.iter().flat_map(|(name, open, fallback)| {
+                [
+                    ([("limit", name.as_str()), ("how", "fail_open")], *open),
+                    ([("limit", name.as_str()), ("how", "fallback")], *fallback),
+                ]
+            }),
+        )
+    }
 }
 
 /// The metrics of `engine` now, in the Prometheus text format.
@@ -94,7 +156,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
     let set = engine.limits();
     let files = set.envoy().into_iter().flat_map(|envoy| envoy.iter());
     let limitador = set.limitador().active();
-    let limits = set
+    let limits: Vec<LimitCounts> = set
         .iter()
         .chain(files)
         .chain(limitador)
@@ -109,6 +171,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         })
         .collect();
     let access = engine.access();
+    let failover = FailoverScrape::read(engine, &store, &limits);
     let scrape = Scrape {
         limits,
         latency: metrics.latency(),
@@ -116,6 +179,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         doors: engine.connection_stats().snapshot(),
         unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
         global_shadow: metrics.global_shadow(),
+        failover,
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -263,6 +327,7 @@ impl Collector for Scrape {
             "1 when the store answers, 0 when it does not.",
             [(store, i64::from(self.store.ready))],
         )?;
+        self.failover.encode(&mut encoder, self.store.kind)?;
         if let Some(keys) = self.store.keys_in_memory {
             gauge(
                 &mut encoder,

@@ -1,9 +1,33 @@
-//! The admin port: `/healthz` (the process runs), `/readyz` (the store
+//! The admin port: `/healthz` (the process runs), `/readyz` (the service
+//! answers decisions as configured), `/readyz?store` (the store itself
 //! answers), `/metrics` (Prometheus), `/v1/stats` (JSON) and the dashboard
 //! at `/`.
 //!
-//! `/readyz` asks the store itself, past its failure policy: a Redis store
-//! failing open still decides requests, but the service is not ready.
+//! # Readiness
+//!
+//! `/readyz` answers 200 when the service answers decisions as its
+//! configuration says: always while the store answers, and while it does
+//! not, when the failure policy answers for it (`on_failure = "open"` or
+//! `fallback = true`). A replica failing open during a Redis outage stays
+//! ready, so a readiness probe does not pull every replica at once and
+//! turn a degraded service into an outage. A store failing closed is 503:
+//! its replicas refuse every request.
+//!
+//! `/readyz?store` asks about the store alone, past its failure policy:
+//! 200 when it answers, 503 with the reason when not, whatever the
+//! policy. Both bodies name the store and say how long it has been up or
+//! down:
+//!
+//! ```text
+//! GET /readyz                      200 ready (redis store down since 1767225600, answered by the failure policy: ...)
+//! GET /readyz?store                503 store down since 1767225600: the rate-limit store is unavailable: ... (store: redis://10.0.0.5:6379)
+//! ```
+//!
+//! The same state is in `/v1/stats` (`store.state`: `up`,
+//! `since_unix_secs`, `last_error`), in `/metrics`
+//! (`ratekeeper_store_up`, `ratekeeper_store_state_since_seconds`,
+//! `ratekeeper_ready`) and, on the gRPC port, in the standard
+//! `grpc.health.v1.Health` service ([`crate::envoy`]).
 //!
 //! The pieces, one per file: `recorder` (what the engine records on the
 //! decision path for the metrics: latencies and near-limit counts),
@@ -14,7 +38,7 @@ mod dashboard;
 mod metrics;
 mod stats;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
@@ -61,16 +85,36 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// 200 when the store answers, 503 with the reason when it does not.
-async fn readyz(State(engine): State<Engine>) -> (StatusCode, String) {
-    match engine.ready().await {
-        Ok(()) => (
-            StatusCode::OK,
-            format!("ready ({} store)\n", engine.store().kind()),
-        ),
-        Err(error) => (
+/// `/readyz`: 200 when decisions are answered as configured (see the
+/// module docs); `/readyz?store`: 200 when the store itself answers. 503
+/// with the reason otherwise.
+async fn readyz(State(engine): State<Engine>, RawQuery(query): RawQuery) -> (StatusCode, String) {
+    let state = engine.probe_store().await;
+    let kind = engine.store().kind();
+    let store_only = query.is_some_and(|query| query.split('&').any(|part| part == "store"));
+    let reason = state.last_error.as_deref().unwrap_or("no error");
+    if state.up {
+        let what = if store_only { "store up" } else { "ready" };
+        return (StatusCode::OK, format!("{what} ({kind} store)\n"));
+    }
+    let since = state.since_unix_secs;
+    if store_only {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {error}\n"),
-        ),
+            format!("store down since {since}: {reason}\n"),
+        );
+    }
+    if engine.serves(&state) {
+        (
+            StatusCode::OK,
+            format!(
+                "ready ({kind} store down since {since}, answered by the failure policy: {reason})\n"
+            ),
+        )
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready ({kind} store down since {since}, failing closed): {reason}\n"),
+        )
     }
 }

@@ -7,6 +7,8 @@
 //! 200 OK
 //! {"at_unix_secs": 1767225600,
 //!  "store": {"kind": "memory", "ready": true, "error": null,
+//!            "state": {"up": true, "since_unix_secs": 1767225000, "last_error": null},
+//!            "serving": true, "address": null,
 //!            "keys_in_memory": 2, "failures": null, "batching": null},
 //!  "decisions": 12,
 //!  "limits": [{"name": "per-user",
@@ -44,6 +46,11 @@
 //! decisions that left at most
 //! [`NEAR_LIMIT_PERCENT`](crate::engine::NEAR_LIMIT_PERCENT)% of the quota.
 //! `store.failures` is `null` for the in-memory store, which cannot fail.
+//! `store.state` says whether the store answers, since when (the start, or
+//! its last change between up and down) and the last failure's message,
+//! kept after a recovery; `store.serving` whether decisions are answered
+//! as configured (what `/readyz` says); `store.address` where the store
+//! is (Redis URLs without passwords, the SQLite path).
 
 use std::time::Duration;
 
@@ -55,8 +62,8 @@ use ratekeeper::{stats::LimitSnapshot, store::ResilientStats};
 use ratekeeper_redis::BatchStats;
 use serde::Serialize;
 
-use crate::engine::Engine;
 use crate::engine::LimitDescription;
+use crate::engine::{Engine, StoreState};
 
 /// The most limits `/v1/stats` shows.
 pub const MAX_LIMITS_SHOWN: usize = 256;
@@ -66,7 +73,7 @@ pub const MAX_KEYS_SHOWN: usize = 32;
 
 /// How long `/v1/stats` and `/metrics` wait for the store to answer before
 /// calling it not ready.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+pub const READY_TIMEOUT: Duration = crate::engine::PROBE_TIMEOUT;
 
 /// The answer of `GET /v1/stats`.
 #[derive(Clone, Debug, Serialize)]
@@ -98,6 +105,14 @@ pub struct StoreHealth {
     pub ready: bool,
     /// Why it is not ready.
     pub error: Option<String>,
+    /// Up or down, since when, and the last failure.
+    pub state: StoreState,
+    /// Whether decisions are answered as configured: the store answers,
+    /// or its failure policy answers for it (what `/readyz` says).
+    pub serving: bool,
+    /// Where the store is: Redis URLs without passwords, the SQLite
+    /// path; `None` for the in-memory store.
+    pub address: Option<String>,
     /// Keys the in-memory store tracks; `None` for the others.
     pub keys_in_memory: Option<usize>,
     /// What the failure policy has done; `None` for the in-memory store.
@@ -182,16 +197,20 @@ impl StoreHealth {
     /// Asks the store whether it answers (waiting at most
     /// [`READY_TIMEOUT`]) and reads its counters.
     pub async fn check(engine: &Engine) -> StoreHealth {
-        let error = match tokio::time::timeout(READY_TIMEOUT, engine.ready()).await {
-            Ok(Ok(())) => None,
-            Ok(Err(error)) => Some(error.to_string()),
-            Err(_) => Some(format!("the store did not answer within {READY_TIMEOUT:?}")),
+        let state = engine.probe_store().await;
+        let error = if state.up {
+            None
+        } else {
+            state.last_error.clone()
         };
         let store = engine.store();
         StoreHealth {
             kind: store.kind(),
-            ready: error.is_none(),
+            ready: state.up,
             error,
+            serving: engine.serves(&state),
+            state,
+            address: store.address().map(str::to_owned),
             keys_in_memory: store.keys_in_memory(),
             failures: store.failure_stats().map(FailureCounts::from),
             batching: store.redis_batching().map(BatchCounts::from),

@@ -39,6 +39,7 @@ pub(crate) struct FileStore {
     pub(crate) urls: Option<Strings>,
     pub(crate) prefix: Option<Spanned<String>>,
     pub(crate) timeout_ms: Option<Spanned<u64>>,
+    pub(crate) start_wait_ms: Option<Spanned<u64>>,
     pub(crate) batch_in_flight: Option<Spanned<u64>>,
     pub(crate) batch_max_calls: Option<Spanned<u64>>,
     pub(crate) tls: Option<Spanned<FileStoreTls>>,

@@ -419,6 +419,7 @@ impl Default for Config {
                 max_keys: ratekeeper::memory::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
+                start_wait: std::time::Duration::ZERO,
                 tls: None,
             },
             listen: ListenConfig::default(),

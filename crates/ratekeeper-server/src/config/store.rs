@@ -21,6 +21,12 @@ pub struct StoreConfig {
     pub on_failure: FailureMode,
     /// Whether to decide in memory while a remote store fails.
     pub fallback: bool,
+    /// How long the start waits for a Redis store that does not answer
+    /// (`start_wait_ms`, default 0: one attempt). Past it, a store whose
+    /// failure policy answers without it (fail open, or the fallback)
+    /// keeps connecting in the background while the service starts; one
+    /// that fails closed stops the start.
+    pub start_wait: Duration,
     /// The Redis stores' TLS files (`[store.tls]`), only with `rediss://`
     /// URLs; `None` otherwise, and for a `rediss://` URL verified by the
     /// system's roots without a client certificate.

@@ -8,8 +8,14 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum StartError {
     /// The SQLite database could not be opened.
-    #[error("cannot open the SQLite store")]
-    Sqlite(#[source] ratekeeper_sqlite::SqliteError),
+    #[error("cannot open the SQLite store at {path}")]
+    Sqlite {
+        /// The database file.
+        path: String,
+        /// Why.
+        #[source]
+        source: ratekeeper_sqlite::SqliteError,
+    },
     /// Redis could not be reached.
     #[error("cannot connect to Redis at {url}")]
     Redis {

@@ -3,12 +3,13 @@
 use axum::http::{HeaderMap, HeaderValue};
 use ratekeeper_tower::headers::{insert_headers, insert_retry_after, HeaderStyle, ResetStyle};
 
-use super::{Verdict, SATURATED_HEADER};
+use super::{Verdict, SATURATED_HEADER, STORE_HEADER};
 
 /// The IETF draft's `RateLimit-Policy` and `RateLimit` fields for every
 /// limit of `verdict`, and when it refuses, `Retry-After` (whole seconds,
 /// rounded up, at least 1) and `Cache-Control: no-store`; with
-/// `X-RateKeeper-Saturated` when a limit's store had no room for the key.
+/// `X-RateKeeper-Saturated` when a limit's store had no room for the key,
+/// and `X-RateKeeper-Store` when the failure policy answered.
 pub(crate) fn verdict_headers(verdict: &Verdict) -> HeaderMap {
     let mut headers = HeaderMap::new();
     let decisions = verdict.decisions();
@@ -20,6 +21,7 @@ pub(crate) fn verdict_headers(verdict: &Verdict) -> HeaderMap {
         &reports,
     );
     insert_saturated(&mut headers, verdict);
+    insert_answered_by(&mut headers, verdict);
     if !verdict.is_allowed() {
         insert_retry_after(&mut headers, verdict.retry_after());
         headers.insert(
@@ -40,5 +42,15 @@ pub(crate) fn insert_saturated(headers: &mut HeaderMap, verdict: &Verdict) {
         if let Ok(value) = HeaderValue::try_from(value) {
             headers.insert(SATURATED_HEADER, value);
         }
+    }
+}
+
+/// Adds `X-RateKeeper-Store: fail-open` or `fallback` (see
+/// [`STORE_HEADER`](crate::engine::STORE_HEADER)) when the failure policy
+/// answered `verdict` while the store failed.
+pub(crate) fn insert_answered_by(headers: &mut HeaderMap, verdict: &Verdict) {
+    let by = verdict.answered_by();
+    if by.is_failover() {
+        headers.insert(STORE_HEADER, HeaderValue::from_static(by.as_str()));
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
-use ratekeeper::Outcome;
+use ratekeeper::{store::AnsweredBy, Outcome};
 
 /// The upper bounds of the decision latency histogram's buckets, in
 /// nanoseconds: from 1 µs (the in-memory store) to 1 s (a remote store
@@ -78,6 +78,10 @@ pub struct DecisionMetrics {
     overrides_refused: NamedCounters,
     /// Envoy requests over a limit answered OK by `[envoy] shadow_mode`.
     global_shadow: AtomicU64,
+    /// Answers the failure policy made while the store failed, by limit
+    /// name: allowed unlimited (fail open), and decided in memory.
+    failed_open: NamedCounters,
+    fallback: NamedCounters,
 }
 
 /// Counters by limit name, kept for the life of the process. The names
@@ -143,6 +147,13 @@ impl DecisionMetrics {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// Decisions observed so far (see [`DecisionMetrics::observe`]).
+    pub fn decisions(&self) -> u64 {
+        self.buckets
+            .iter()
+            .fold(0u64, |total, n| total.saturating_add(n.load(Ordering::Relaxed)))
+    }
+
     /// Counts `outcome` for the limit `name` if it allowed the request near
     /// its limit (see [`NEAR_LIMIT_PERCENT`]), or if the store had no room
     /// for its key; does nothing otherwise.
@@ -152,6 +163,26 @@ impl DecisionMetrics {
         } else if outcome.is_saturated() {
             self.saturated.add(name);
         }
+    }
+
+    /// Counts an answer of the limit `name` that the failure policy made
+    /// (`by`) while the store failed; nothing for the store's own.
+    pub fn record_failover(&self, name: &str, by: AnsweredBy) {
+        match by {
+            AnsweredBy::FailOpen => {
+                self.failed_open.add(name);
+            }
+            AnsweredBy::Fallback => {
+                self.fallback.add(name);
+            }
+            _ => {}
+        }
+    }
+
+    /// Answers of the limit `name` made by the failure policy since the
+    /// process started: `(fail-open, fallback)`.
+    pub fn failover_answers(&self, name: &str) -> (u64, u64) {
+        (self.failed_open.get(name), self.fallback.get(name))
     }
 
     /// Counts a request to the limit `name` whose forwarding header came

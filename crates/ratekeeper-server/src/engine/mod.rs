@@ -38,10 +38,12 @@
 //! # }
 //! ```
 
+mod connecting;
 mod describe;
 mod envoy_files;
 mod error;
 mod forwarding;
+mod health;
 pub(crate) mod headers;
 mod key;
 mod limitador;
@@ -57,7 +59,7 @@ use arc_swap::ArcSwap;
 use ratekeeper::{
     clock::UnixClock,
     stats::Stats,
-    store::{check_shadow, Check as StoreCheck, StoreError},
+    store::{AnsweredBy, Check as StoreCheck, StoreError},
     Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
 use smallvec::SmallVec;
@@ -66,12 +68,14 @@ pub use describe::{LimitDescription, MatchDescription};
 pub use envoy_files::EnvoyLimits;
 pub use error::{DecideError, StartError};
 pub use forwarding::{is_trusted, untrusted_forwarding};
+pub use health::{StoreState, MONITOR_INTERVAL, PROBE_TIMEOUT};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
+pub use connecting::Connecting;
 pub use store::{AnyStore, SharedClock};
-pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
+pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER, STORE_HEADER};
 
 use verdict::refuses;
 
@@ -114,6 +118,8 @@ struct Inner {
     connections: crate::listen::ConnectionStats,
     /// The tokens the doors ask for; replaced with the limits.
     access: Arc<Access>,
+    /// The store's state as last seen.
+    monitor: health::StoreMonitor,
 }
 
 impl Engine {
@@ -152,6 +158,8 @@ impl Engine {
         )
         .expect("ratekeeper-readyz is a valid limit name");
         let stats = Stats::new();
+        let opening = store.opening_error().map(|error| error.to_string());
+        let monitor = health::StoreMonitor::new(StoreState::new(wall_clock.now(), opening));
         Engine {
             inner: Arc::new(Inner {
                 limits: ArcSwap::from_pointee(LimitSet::with_stats(
@@ -170,6 +178,7 @@ impl Engine {
                 metrics: DecisionMetrics::new(),
                 connections: crate::listen::ConnectionStats::default(),
                 access: Arc::new(Access::new(&config.access)),
+                monitor,
             }),
         }
     }
@@ -337,10 +346,9 @@ impl Engine {
 
     /// [`Engine::check_counting`], unmeasured.
     async fn decide(&self, checks: Vec<Check>, counting: Counting) -> Result<Verdict, StoreError> {
-        let store = &self.inner.store;
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| checks[i].limit.is_shadow());
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
+        let mut outcomes: Vec<Option<Answer>> = vec![None; checks.len()];
 
         let allowed = match counting {
             Counting::AllOrNothing => {
@@ -349,35 +357,61 @@ impl Engine {
             }
             Counting::EachDescriptor => self.check_each(&checks, &enforced, &mut outcomes).await?,
         };
-        if !shadow.is_empty() {
-            let request: SmallVec<[StoreCheck<'_>; 4]> =
-                shadow.iter().map(|&i| store_check(&checks[i])).collect();
-            let reported = check_shadow(store, &request, allowed).await?;
-            for (&index, outcome) in shadow.iter().zip(reported) {
-                outcomes[index] = Some(outcome);
-            }
-        }
+        self.check_shadow(&checks, &shadow, allowed, &mut outcomes)
+            .await?;
 
         let now = self.inner.wall_clock.now();
-        for (check, outcome) in checks.iter().zip(&outcomes) {
-            if let (Some(stats), Some(outcome)) = (check.limit.stats(), outcome) {
+        for (check, answer) in checks.iter().zip(&outcomes) {
+            if let (Some(stats), Some((outcome, by))) = (check.limit.stats(), answer) {
                 stats.record(now, !refuses(check, outcome), &check.key);
                 self.inner
                     .metrics
                     .record_outcome(check.limit.name(), outcome);
+                if by.is_failover() {
+                    self.inner
+                        .metrics
+                        .record_failover(check.limit.name(), *by);
+                }
             }
         }
         let results = checks
             .into_iter()
             .zip(outcomes)
-            .filter_map(|(check, outcome)| {
+            .filter_map(|(check, answer)| {
+                let (outcome, answered_by) = answer?;
                 Some(LimitResult {
                     check,
-                    outcome: outcome?,
+                    outcome,
+                    answered_by,
                 })
             })
             .collect();
         Ok(Verdict { results })
+    }
+
+    /// Decides the shadow checks (those at `shadow`) once the others have:
+    /// charged as if enforced when the request is `allowed`, only read
+    /// when not ([`check_shadow`](ratekeeper::store::check_shadow)'s
+    /// rule, here with who answered each).
+    async fn check_shadow(
+        &self,
+        checks: &[Check],
+        shadow: &[usize],
+        allowed: bool,
+        outcomes: &mut [Option<Answer>],
+    ) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        for &index in shadow {
+            let check = &checks[index];
+            let (limit, key) = (check.limit.limit(), &check.key);
+            outcomes[index] = Some(if allowed {
+                store.check_answered(limit, key, check.cost).await?
+            } else {
+                let (decision, by) = store.peek_answered(limit, key).await?;
+                (Outcome::Decided(decision), by)
+            });
+        }
+        Ok(())
     }
 
     /// Decides the enforced checks all or nothing, by the store's
@@ -391,7 +425,7 @@ impl Engine {
         &self,
         checks: &[Check],
         mut active: Vec<usize>,
-        outcomes: &mut [Option<Outcome>],
+        outcomes: &mut [Option<Answer>],
     ) -> Result<bool, StoreError> {
         let store = &self.inner.store;
         let passes = |index: usize, outcome: &Outcome| {
@@ -409,6 +443,7 @@ impl Engine {
                 Some(store) => store.check_all_now(&request)?,
                 None => store.check_all(&request).await?,
             };
+            let by = multi.answered_by();
             let results: SmallVec<[(usize, Outcome); 4]> = active
                 .iter()
                 .copied()
@@ -416,7 +451,7 @@ impl Engine {
                 .collect();
             if multi.is_allowed() {
                 for (index, outcome) in results {
-                    outcomes[index] = Some(outcome);
+                    outcomes[index] = Some((outcome, by));
                 }
                 return Ok(true);
             }
@@ -425,18 +460,19 @@ impl Engine {
             });
             if !only_saturation || pass == MAX_SATURATED_PASSES {
                 for (index, outcome) in results {
-                    outcomes[index] = Some(if passes(index, &outcome) {
+                    let outcome = if passes(index, &outcome) {
                         outcome
                     } else {
                         given_back(outcome, checks[index].cost)
-                    });
+                    };
+                    outcomes[index] = Some((outcome, by));
                 }
                 return Ok(false);
             }
             active.clear();
             for (index, outcome) in results {
                 if passes(index, &outcome) {
-                    outcomes[index] = Some(outcome);
+                    outcomes[index] = Some((outcome, by));
                 } else {
                     active.push(index);
                 }
@@ -452,18 +488,18 @@ impl Engine {
         &self,
         checks: &[Check],
         enforced: &[usize],
-        outcomes: &mut [Option<Outcome>],
+        outcomes: &mut [Option<Answer>],
     ) -> Result<bool, StoreError> {
         let mut allowed = true;
         for &index in enforced {
             let check = &checks[index];
-            let outcome = self
+            let answer = self
                 .inner
                 .store
-                .check(check.limit.limit(), &check.key, check.cost)
+                .check_answered(check.limit.limit(), &check.key, check.cost)
                 .await?;
-            allowed &= !refuses(check, &outcome);
-            outcomes[index] = Some(outcome);
+            allowed &= !refuses(check, &answer.0);
+            outcomes[index] = Some(answer);
         }
         Ok(allowed)
     }
@@ -472,14 +508,15 @@ impl Engine {
     pub async fn peek(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
         let mut results = Vec::with_capacity(checks.len());
         for check in checks {
-            let decision = self
+            let (decision, answered_by) = self
                 .inner
                 .store
-                .peek(check.limit.limit(), &check.key)
+                .peek_answered(check.limit.limit(), &check.key)
                 .await?;
             results.push(LimitResult {
                 check,
                 outcome: Outcome::Decided(decision),
+                answered_by,
             });
         }
         Ok(Verdict { results })
@@ -496,6 +533,9 @@ impl Engine {
         Ok(())
     }
 }
+
+/// A limit's outcome and who decided it.
+type Answer = (Outcome, AnsweredBy);
 
 /// `check` as the store takes it.
 fn store_check(check: &Check) -> StoreCheck<'_> {

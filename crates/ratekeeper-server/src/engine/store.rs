@@ -7,14 +7,18 @@
 use std::sync::Arc;
 
 use ratekeeper::{
-    store::{Check, FailurePolicy, Immediate, MultiOutcome, Resilient, ResilientStats, StoreError},
+    store::{
+        AnsweredBy, Check, FailureMode, FailurePolicy, Immediate, MultiOutcome, Resilient,
+        ResilientStats, StoreError,
+    },
     Clock, Decision, Limit, MemoryStore, Outcome, Store,
 };
-use ratekeeper_redis::{BatchStats, RedisStore};
+use ratekeeper_redis::BatchStats;
 use ratekeeper_sqlite::SqliteStore;
 
+use super::connecting::{Connecting, Target};
 use super::StartError;
-use crate::config::{redact_url, redact_urls, Backend, StoreConfig};
+use crate::config::{Backend, StoreConfig};
 
 /// The clock of the in-memory store: the monotonic clock in the service,
 /// a [`ManualClock`](ratekeeper::clock::ManualClock) in tests.
@@ -28,8 +32,10 @@ pub enum AnyStore {
     Memory(MemoryStore<SharedClock>),
     /// A SQLite file, with the failure policy.
     Sqlite(Arc<Resilient<SqliteStore, SharedClock>>),
-    /// Redis or Redis Cluster, with the failure policy.
-    Redis(Arc<Resilient<RedisStore, SharedClock>>),
+    /// Redis or Redis Cluster, with the failure policy; connected at
+    /// start, or in the background when the policy answers without it
+    /// (see [`Connecting`]).
+    Redis(Arc<Resilient<Connecting, SharedClock>>),
 }
 
 impl std::fmt::Debug for AnyStore {
@@ -41,6 +47,12 @@ impl std::fmt::Debug for AnyStore {
 impl AnyStore {
     /// Opens the store `config` names; the in-memory store (the store, or
     /// the fallback of a remote one) runs on `clock`.
+    ///
+    /// A Redis store that does not answer yet is waited for up to
+    /// `config.start_wait`; then, if the failure policy answers without
+    /// it (`on_failure = "open"` or `fallback = true`), the store is
+    /// returned and connects in the background; if not, opening fails
+    /// with the last attempt's error.
     pub async fn open(config: &StoreConfig, clock: SharedClock) -> Result<AnyStore, StartError> {
         let memory = || {
             MemoryStore::builder()
@@ -53,60 +65,77 @@ impl AnyStore {
         };
         let policy = FailurePolicy::new(config.on_failure).with_fallback(config.fallback);
         let fallback = config.fallback.then(memory);
-        let redis = || {
-            let builder = RedisStore::builder();
-            match &config.tls {
-                Some(tls) => builder.tls(tls.settings.clone()),
-                None => builder,
-            }
-        };
         Ok(match &config.backend {
             Backend::Memory => AnyStore::Memory(memory()),
             Backend::Sqlite { path } => {
-                let store = SqliteStore::open(path).map_err(StartError::Sqlite)?;
-                AnyStore::Sqlite(Arc::new(Resilient::with_fallback_store(
-                    store, policy, fallback,
-                )))
+                let store = SqliteStore::open(path).map_err(|source| StartError::Sqlite {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                let address = format!("sqlite:{}", path.display());
+                AnyStore::Sqlite(Arc::new(
+                    Resilient::with_fallback_store(store, policy, fallback).at(address),
+                ))
             }
-            Backend::Redis {
-                url,
-                prefix,
-                timeout,
-                batching,
-            } => {
-                let store = redis()
-                    .prefix(prefix.clone())
-                    .timeout(*timeout)
-                    .batching(*batching)
-                    .connect(url)
+            Backend::Redis { .. } | Backend::RedisCluster { .. } => {
+                // Target::new knows every Redis backend: this is not reached.
+                let Some(target) = Target::new(config) else {
+                    return Ok(AnyStore::Memory(memory()));
+                };
+                let url = target.address();
+                let background = answers_without_store(config);
+                let store = Connecting::open(target, config.start_wait, background)
                     .await
                     .map_err(|source| StartError::Redis {
-                        url: redact_url(url),
+                        url: url.clone(),
                         source,
                     })?;
-                AnyStore::Redis(Arc::new(Resilient::with_fallback_store(
-                    store, policy, fallback,
-                )))
-            }
-            Backend::RedisCluster {
-                urls,
-                prefix,
-                timeout,
-            } => {
-                let store = redis()
-                    .prefix(prefix.clone())
-                    .timeout(*timeout)
-                    .cluster(urls.iter().map(String::as_str))
-                    .await
-                    .map_err(|source| StartError::Redis {
-                        url: redact_urls(urls),
-                        source,
-                    })?;
-                AnyStore::Redis(Arc::new(Resilient::with_fallback_store(
-                    store, policy, fallback,
-                )))
+                AnyStore::Redis(Arc::new(
+                    Resilient::with_fallback_store(store, policy, fallback).at(url),
+                ))
             }
         })
+    }
+
+    /// Where the store is: the Redis URLs without their passwords, the
+    /// SQLite path; `None` for the in-memory store.
+    pub fn address(&self) -> Option<&str> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Sqlite(store) => store.address(),
+            AnyStore::Redis(store) => store.address(),
+        }
+    }
+
+    /// Whether the store can fail: all but the in-memory store.
+    pub fn can_fail(&self) -> bool {
+        !matches!(self, AnyStore::Memory(_))
+    }
+
+    /// Why the store does not answer as it is opened: a Redis store not
+    /// connected yet (see [`AnyStore::open`]); `None` otherwise.
+    pub fn opening_error(&self) -> Option<StoreError> {
+        match self {
+            AnyStore::Redis(store) => {
+                let error = store.inner().not_connected()?;
+                Some(match store.address() {
+                    Some(address) => error.at(address),
+                    None => error,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether decisions are answered without the store while it fails:
+    /// the in-memory store (which cannot fail), fail open, or the fallback.
+    pub fn answers_while_down(&self) -> bool {
+        let policy = match self {
+            AnyStore::Memory(_) => return true,
+            AnyStore::Sqlite(store) => store.policy(),
+            AnyStore::Redis(store) => store.policy(),
+        };
+        policy.fallback || policy.mode == FailureMode::Open
     }
 
     /// `memory`, `sqlite` or `redis`.
@@ -133,7 +162,7 @@ impl AnyStore {
     /// Cluster).
     pub fn redis_batching(&self) -> Option<BatchStats> {
         match self {
-            AnyStore::Redis(store) => store.inner().batch_stats(),
+            AnyStore::Redis(store) => store.inner().get()?.batch_stats(),
             _ => None,
         }
     }
@@ -147,13 +176,45 @@ impl AnyStore {
     }
 
     /// Asks the store itself (not the failure policy) whether it answers:
-    /// a read of `probe`'s state for an unused key.
+    /// a read of `probe`'s state for an unused key. The error names the
+    /// store's address.
     pub async fn ping(&self, probe: &Limit) -> Result<(), StoreError> {
         const KEY: &[u8] = b"ratekeeper:readyz";
-        match self {
+        let result = match self {
             AnyStore::Memory(_) => Ok(()),
             AnyStore::Sqlite(store) => store.inner().peek(probe, KEY).await.map(drop),
             AnyStore::Redis(store) => store.inner().peek(probe, KEY).await.map(drop),
+        };
+        match (result, self.address()) {
+            (Err(error), Some(address)) => Err(error.at(address)),
+            (result, _) => result,
+        }
+    }
+
+    /// [`Store::check`], and who answered (see [`AnsweredBy`]).
+    pub async fn check_answered(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Outcome, AnsweredBy), StoreError> {
+        match self {
+            AnyStore::Memory(store) => Ok((store.check(limit, key, cost).await?, AnsweredBy::Store)),
+            AnyStore::Sqlite(store) => store.check_answered(limit, key, cost).await,
+            AnyStore::Redis(store) => store.check_answered(limit, key, cost).await,
+        }
+    }
+
+    /// [`Store::peek`], and who answered (see [`AnsweredBy`]).
+    pub async fn peek_answered(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+    ) -> Result<(Decision, AnsweredBy), StoreError> {
+        match self {
+            AnyStore::Memory(store) => Ok((store.peek(limit, key).await?, AnsweredBy::Store)),
+            AnyStore::Sqlite(store) => store.peek_answered(limit, key).await,
+            AnyStore::Redis(store) => store.peek_answered(limit, key).await,
         }
     }
 }
@@ -210,4 +271,10 @@ impl Store for AnyStore {
             _ => None,
         }
     }
+}
+
+/// Whether `config`'s failure policy answers decisions while the store is
+/// down: then the service may start before it answers.
+fn answers_without_store(config: &StoreConfig) -> bool {
+    config.fallback || config.on_failure == FailureMode::Open
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{policy::Algorithm, Decision, Outcome, RetryAfter};
+use ratekeeper::{policy::Algorithm, store::AnsweredBy, Decision, Outcome, RetryAfter};
 use ratekeeper_tower::headers::PolicyReport;
 
 use super::ActiveLimit;
@@ -34,6 +34,8 @@ pub struct LimitResult {
     pub check: Check,
     /// What the store decided.
     pub outcome: Outcome,
+    /// Who decided: the store, or the failure policy while it failed.
+    pub answered_by: AnsweredBy,
 }
 
 impl LimitResult {
@@ -82,6 +84,13 @@ pub(crate) fn refuses(check: &Check, outcome: &Outcome) -> bool {
 /// layer's [`X_RATEKEEPER_SATURATED`](ratekeeper_tower::headers::X_RATEKEEPER_SATURATED),
 /// as text for the Envoy door's header lists.
 pub const SATURATED_HEADER: &str = "x-ratekeeper-saturated";
+
+/// The header every HTTP door adds to an answer that the failure policy
+/// made while the store failed: `fail-open` (allowed, nothing counted)
+/// or `fallback` (decided by this process's in-memory fallback); absent
+/// when the store decided. The Envoy door sends it as response metadata
+/// and among `response_headers_to_add`.
+pub const STORE_HEADER: &str = "x-ratekeeper-store";
 
 /// The decisions of every limit a request was checked against.
 #[derive(Clone, Debug, Default)]
@@ -159,6 +168,15 @@ impl Verdict {
                 partition_key: None,
             })
             .collect()
+    }
+
+    /// Who answered the request: [`AnsweredBy::Store`] when the store
+    /// decided every limit; else what the failure policy did (fail-open
+    /// first, then the fallback, when calls differ).
+    pub fn answered_by(&self) -> AnsweredBy {
+        self.results
+            .iter()
+            .fold(AnsweredBy::Store, |by, result| by.or(result.answered_by))
     }
 
     /// Every result's decision, in order (see [`LimitResult::decision`]).

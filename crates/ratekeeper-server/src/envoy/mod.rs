@@ -98,6 +98,24 @@
 //! A failed store is a gRPC `UNAVAILABLE` error (never `UNKNOWN`), so the
 //! filter's `failure_mode_deny` decides; see [`EnvoyError`].
 //!
+//! # Health
+//!
+//! The gRPC port also serves the standard `grpc.health.v1.Health` service
+//! (`Check` and `Watch`), for `""` and
+//! `envoy.service.ratelimit.v3.RateLimitService`: `SERVING` while
+//! decisions are answered as configured, `NOT_SERVING` while a store that
+//! fails closed is down (the admin port's `/readyz`). It asks for no
+//! token.
+//!
+//! # Answers the failure policy made
+//!
+//! While the store fails, an answer made by the failure policy (allowed by
+//! `on_failure = "open"`, or decided by the in-memory `fallback`) carries
+//! `x-ratekeeper-store: fail-open` (or `fallback`) twice: in the gRPC
+//! response metadata, and in `response_headers_to_add`, so that Envoy
+//! passes it on to the client. `ratekeeper_failover_answers_total{limit,how}`
+//! counts them.
+//!
 //! # Who may ask
 //!
 //! With `[access.decisions]` tokens, [`EnvoyService::into_server`] answers
@@ -163,6 +181,7 @@
 //! ```
 
 mod error;
+mod health;
 mod limitador;
 mod overrides;
 pub mod proto;

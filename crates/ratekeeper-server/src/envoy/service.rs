@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{Decision, FixedWindow, Limit, Rate};
+use ratekeeper::{store::AnsweredBy, Decision, FixedWindow, Limit, Rate};
 use ratekeeper_tower::headers::{self};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
@@ -27,7 +27,7 @@ use crate::config::envoy::{CounterKey, Matched, RateLimit as FileLimit};
 use crate::config::{ConnectionConfig, Counting, KeyPart, LimitConfig, Match, OnSaturated};
 use crate::engine::matching::{self, DescriptorSource};
 use crate::engine::{
-    compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER,
+    compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER, STORE_HEADER,
 };
 use crate::listen::{Door, Protocol};
 
@@ -132,6 +132,11 @@ impl EnvoyService {
         crate::listen::serve(listener, door, self.into_server(), shutdown).await;
     }
 
+    /// The engine it decides through.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Answers one `ShouldRateLimit` request.
     ///
     /// Errors are a failed store ([`EnvoyError::Store`]), malformed
@@ -144,6 +149,17 @@ impl EnvoyService {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EnvoyError> {
+        Ok(self.decide_answered(request).await?.0)
+    }
+
+    /// [`EnvoyService::decide`], and who answered: the store, or the
+    /// failure policy while it failed (then `response_headers_to_add`
+    /// carries `x-ratekeeper-store` too, and the gRPC door sends it as
+    /// response metadata).
+    pub async fn decide_answered(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<(RateLimitResponse, AnsweredBy), EnvoyError> {
         if request.domain.is_empty() {
             return Err(EnvoyError::EmptyDomain);
         }
@@ -430,6 +446,14 @@ impl EnvoyService {
                 .response_headers_to_add
                 .push(header(SATURATED_HEADER, names));
         }
+        let answered_by = results
+            .iter()
+            .fold(AnsweredBy::Store, |by, (result, _, _)| by.or(result.answered_by));
+        if answered_by.is_failover() {
+            response
+                .response_headers_to_add
+                .push(header(STORE_HEADER, answered_by.as_str().to_owned()));
+        }
         if over {
             if let Some(secs) = headers::retry_after_secs(retry_after) {
                 response
@@ -437,7 +461,7 @@ impl EnvoyService {
                     .push(header("retry-after", secs.to_string()));
             }
         }
-        Ok(response)
+        Ok((response, answered_by))
     }
 }
 
@@ -483,10 +507,18 @@ impl RateLimitService for EnvoyService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.get_ref())
+        let (answer, answered_by) = self
+            .decide_answered(request.get_ref())
             .await
-            .map(Response::new)
-            .map_err(Status::from)
+            .map_err(Status::from)?;
+        let mut response = Response::new(answer);
+        if answered_by.is_failover() {
+            response.metadata_mut().insert(
+                STORE_HEADER,
+                tonic::metadata::MetadataValue::from_static(answered_by.as_str()),
+            );
+        }
+        Ok(response)
     }
 }
 

@@ -24,6 +24,9 @@ use http_body_util::{BodyExt, Limited};
 use prost::Message;
 use tonic::Status;
 
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::HealthService;
+
 use super::proto::rate_limit_service_server::RateLimitServiceServer;
 use super::proto::RateLimitRequest;
 use super::service::EnvoyService;
@@ -43,6 +46,8 @@ pub struct EnvoyServer {
     service: EnvoyService,
     max_message: usize,
     tonic: RateLimitServiceServer<EnvoyService>,
+    /// `grpc.health.v1.Health` (see [`super::health`]).
+    health: HealthServer<HealthService>,
 }
 
 impl EnvoyServer {
@@ -50,10 +55,12 @@ impl EnvoyServer {
     pub(super) fn new(service: EnvoyService, max_message: usize) -> EnvoyServer {
         let tonic =
             RateLimitServiceServer::new(service.clone()).max_decoding_message_size(max_message);
+        let health = super::health::service(service.engine());
         EnvoyServer {
             service,
             max_message,
             tonic,
+            health,
         }
     }
 }
@@ -76,6 +83,13 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        if request.uri().path().starts_with(super::health::PATH_PREFIX) {
+            let mut health = self.health.clone();
+            return Box::pin(async move {
+                let response = tower::Service::call(&mut health, request).await;
+                Ok(response.unwrap_or_else(|never| match never {}))
+            });
+        }
         if request.method() != Method::POST || request.uri().path() != SHOULD_RATE_LIMIT {
             return tower::Service::call(&mut self.tonic, request);
         }
@@ -101,7 +115,10 @@ where
     B::Error: Into<BoxError>,
 {
     let request = read_message(body, max).await?;
-    let answer = service.decide(&request).await.map_err(Status::from)?;
+    let (answer, answered_by) = service
+        .decide_answered(&request)
+        .await
+        .map_err(Status::from)?;
     let len = answer.encoded_len();
     let mut message = BytesMut::with_capacity(PREFIX + len);
     message.put_u8(0);
@@ -122,6 +139,13 @@ where
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
+    // The failure policy's answers say so in the response metadata.
+    if answered_by.is_failover() {
+        response.headers_mut().insert(
+            crate::engine::STORE_HEADER,
+            HeaderValue::from_static(answered_by.as_str()),
+        );
+    }
     Ok(response)
 }
 

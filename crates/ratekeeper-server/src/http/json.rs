@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use ratekeeper::RetryAfter;
+use ratekeeper::{store::AnsweredBy, RetryAfter};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{LimitResult, Verdict};
@@ -87,6 +87,10 @@ pub struct DecisionResponse {
     pub retry_after: Option<u64>,
     /// Every limit that applied, in the configuration's order.
     pub limits: Vec<LimitStatus>,
+    /// Who answered: `"store"`, or while the store failed, `"fail-open"`
+    /// (allowed, nothing counted) or `"fallback"` (decided by this
+    /// process's in-memory fallback).
+    pub answered_by: AnsweredBy,
     /// The response headers an HTTP server would add: the IETF draft's
     /// `RateLimit-Policy` and `RateLimit`, and `Retry-After` when refused.
     pub headers: BTreeMap<String, String>,
@@ -115,6 +119,8 @@ pub struct LimitStatus {
     /// Milliseconds until the same cost can succeed (0 when allowed);
     /// `null` when never.
     pub retry_after_ms: Option<u64>,
+    /// Who answered for this limit (see [`DecisionResponse::answered_by`]).
+    pub answered_by: AnsweredBy,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -134,6 +140,7 @@ impl LimitStatus {
             remaining: decision.remaining(),
             reset_ms: millis(decision.reset()),
             retry_after_ms: decision.retry_after().duration().map(millis),
+            answered_by: result.answered_by,
         }
     }
 }
@@ -156,6 +163,7 @@ impl DecisionResponse {
             denied_by: verdict.denied_by().map(|r| r.check.limit.name().to_owned()),
             retry_after,
             limits: verdict.results.iter().map(LimitStatus::new).collect(),
+            answered_by: verdict.answered_by(),
             headers,
         }
     }

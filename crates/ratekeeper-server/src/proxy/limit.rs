@@ -194,7 +194,8 @@ impl EngineStore {
     }
 }
 
-/// The engine's verdict as the layer takes it: one outcome per check, and
+/// The engine's verdict as the layer takes it: one outcome per check, who
+/// answered (the layer marks the failure policy's answers), and
 /// the first limit that refused (as the engine judges it: a saturated
 /// table refuses only under `on_saturated = "deny"`).
 fn multi_outcome(verdict: Verdict) -> MultiOutcome {
@@ -207,7 +208,7 @@ fn multi_outcome(verdict: Verdict) -> MultiOutcome {
         .iter()
         .map(|result| result.outcome)
         .collect();
-    MultiOutcome::new(outcomes, denied_by)
+    MultiOutcome::new(outcomes, denied_by).with_answered_by(verdict.answered_by())
 }
 
 impl Store for EngineStore {

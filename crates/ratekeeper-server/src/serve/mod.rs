@@ -207,6 +207,14 @@ impl Service {
         }
 
         tasks.spawn(reap_stats(engine.clone(), stopped.clone()));
+        {
+            // The store's state for watchers (the gRPC health service).
+            let (engine, stopped) = (engine.clone(), stopped.clone());
+            tasks.spawn(async move {
+                engine.monitor_store(stopped).await;
+                Ok(())
+            });
+        }
 
         // Without a file, the defaults still reload when they read files
         // of their own (envoyproxy/ratelimit's, Limitador's).

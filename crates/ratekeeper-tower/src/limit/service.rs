@@ -495,6 +495,7 @@ where
             &reported,
             all.outcomes(),
         );
+        mark_failover(headers, &all);
         return Ok(response);
     }
     // Without the shadow checks (their store failed), every check
@@ -507,7 +508,21 @@ where
         violated: violated(&reported, &all, flags),
         retry_after,
     };
-    Ok(refuse(&shared, &refusal, grpc, &reported, Some(&all)))
+    let mut response = refuse(&shared, &refusal, grpc, &reported, Some(&all));
+    mark_failover(response.headers_mut(), &all);
+    Ok(response)
+}
+
+/// `X-RateKeeper-Store` on an answer a failure policy made while the
+/// store failed (see [`X_RATEKEEPER_STORE`](crate::headers::X_RATEKEEPER_STORE)).
+fn mark_failover(headers: &mut http::HeaderMap, decided: &MultiOutcome) {
+    let by = decided.answered_by();
+    if by.is_failover() {
+        headers.insert(
+            crate::headers::X_RATEKEEPER_STORE,
+            http::HeaderValue::from_static(by.as_str()),
+        );
+    }
 }
 
 /// What the limits of one request decided, as the response reports it.
@@ -585,7 +600,8 @@ async fn decide<'a, S: Store>(
     }
     Ok(Reported {
         checks: checks.iter().copied().collect(),
-        all: MultiOutcome::new(outcomes, denied_by),
+        all: MultiOutcome::new(outcomes, denied_by)
+            .with_answered_by(enforced_decided.answered_by()),
         allowed,
         retry_after,
     })

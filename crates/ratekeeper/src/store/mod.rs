@@ -15,6 +15,7 @@
 //! and [`Resilient`] wraps any store with a [`FailurePolicy`]: fail open or
 //! closed, and an optional in-memory fallback while the store is down.
 
+mod answered;
 mod error;
 mod limit;
 mod memory_store;
@@ -24,6 +25,7 @@ mod window_counter;
 use std::future::Future;
 use std::sync::Arc;
 
+pub use answered::AnsweredBy;
 pub use error::{BackendError, StoreError};
 pub use limit::{Limit, LimitNameError, MAX_LIMIT_NAME};
 pub use memory_store::{MemoryStore, MemoryStoreBuilder};

@@ -1,11 +1,12 @@
 //! What to do when a store fails: fail open, fail closed, or fall back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Check, Limit, MemoryStore, Store, StoreError};
+use super::{AnsweredBy, Check, Limit, MemoryStore, Store, StoreError};
 use crate::{
     clock::MonotonicClock, policy::Algorithm, store::MultiOutcome, Clock, Decision, Outcome,
 };
@@ -95,10 +96,56 @@ pub struct ResilientStats {
 /// (at most once per `log_interval`) and counted, the request is decided by
 /// the policy, and the store is left alone for `retry_after`; after that the
 /// next call tries it again, so decisions return to it without a restart.
+///
+/// An answer the policy made says so: [`MultiOutcome::answered_by`], and
+/// [`Resilient::check_answered`] and [`Resilient::peek_answered`] for
+/// single calls. With [`Resilient::at`], every error it returns or logs
+/// names the store's address.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper::store::{AnsweredBy, Check, FailureMode, FailurePolicy, Resilient, StoreError};
+/// use ratekeeper::{Decision, Gcra, Limit, Outcome, Store};
+///
+/// /// A store whose server is gone.
+/// struct Gone;
+/// impl Store for Gone {
+///     async fn check(&self, _: &Limit, _: &[u8], _: u64) -> Result<Outcome, StoreError> {
+///         Err(StoreError::Timeout(Duration::from_millis(100)))
+///     }
+///     async fn peek(&self, _: &Limit, _: &[u8]) -> Result<Decision, StoreError> {
+///         Err(StoreError::Timeout(Duration::from_millis(100)))
+///     }
+///     async fn refund(&self, _: &Limit, _: &[u8], _: u64) -> Result<(), StoreError> {
+///         Err(StoreError::Timeout(Duration::from_millis(100)))
+///     }
+/// }
+///
+/// # futures_executor::block_on(async {
+/// let limit = Limit::new("per-user", Gcra::per_second(1)?)?;
+/// let open = Resilient::new(Gone, FailurePolicy::new(FailureMode::Open));
+/// let answer = open.check_all(&[Check::new(&limit, b"alice", 1)]).await?;
+/// assert!(answer.is_allowed());
+/// assert_eq!(answer.answered_by(), AnsweredBy::FailOpen);
+///
+/// let closed = Resilient::new(Gone, FailurePolicy::default()).at("redis://10.0.0.5:6379");
+/// let error = closed.check(&limit, b"alice", 1).await.unwrap_err();
+/// assert_eq!(
+///     error.to_string(),
+///     "the rate-limit store did not answer within 100ms (store: redis://10.0.0.5:6379)"
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug)]
 pub struct Resilient<S, C = MonotonicClock> {
     store: S,
     policy: FailurePolicy,
+    /// The store's address or path, named in its errors.
+    address: Option<Arc<str>>,
+    /// The message of the last failure: what a call skipped while the
+    /// store is down says.
+    last_error: RwLock<Arc<str>>,
     fallback: Option<MemoryStore<C>>,
     clock: MonotonicClock,
     /// Monotonic nanoseconds before which the store is not asked; 0: ask.
@@ -132,6 +179,8 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
             store,
             policy,
             fallback,
+            address: None,
+            last_error: RwLock::new(Arc::from("")),
             clock: MonotonicClock::new(),
             down_until: AtomicU64::new(0),
             last_log: AtomicU64::new(0),
@@ -142,9 +191,26 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
         }
     }
 
+    /// This store, naming `address` (its URL without credentials, or its
+    /// path) in every error it returns or logs ([`StoreError::at`]).
+    pub fn at(mut self, address: impl Into<Arc<str>>) -> Self {
+        self.address = Some(address.into());
+        self
+    }
+
+    /// The address given to [`Resilient::at`].
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
+    }
+
     /// The wrapped store.
     pub fn inner(&self) -> &S {
         &self.store
+    }
+
+    /// The failure policy.
+    pub fn policy(&self) -> &FailurePolicy {
+        &self.policy
     }
 
     /// What has been done about failures so far.
@@ -166,6 +232,10 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
     /// Records a failure: skip the store for a while, log now and then.
     fn failed(&self, error: &StoreError) {
         self.failures.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_error
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::from(error.to_string());
         let now = self.clock.now().as_nanos().max(1);
         let retry = self.policy.retry_after.as_nanos().min(u64::MAX as u128) as u64;
         self.down_until
@@ -180,6 +250,7 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
         {
             tracing::warn!(
                 error = %error,
+                store = self.address.as_deref().unwrap_or("-"),
                 mode = ?self.policy.mode,
                 fallback = self.fallback.is_some(),
                 failures = self.failures.load(Ordering::Relaxed),
@@ -191,23 +262,43 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
     fn recovered(&self) {
         if self.down_until.load(Ordering::Relaxed) != 0 {
             self.down_until.store(0, Ordering::Release);
-            tracing::info!("rate-limit store answers again");
+            tracing::info!(
+                store = self.address.as_deref().unwrap_or("-"),
+                "rate-limit store answers again"
+            );
         }
     }
 
-    /// The error to fail closed with while the store is skipped.
+    /// The error to fail closed with while the store is skipped: the
+    /// failure that took it down.
     fn down_error(&self) -> StoreError {
-        StoreError::Down(self.policy.retry_after)
+        let last_error = self
+            .last_error
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        StoreError::Down {
+            retry_within: self.policy.retry_after,
+            last_error,
+        }
     }
 
-    /// Runs `call` on the store unless it is down; `None` means decide by
-    /// the failure policy, with the error to fail closed with.
+    /// `error`, naming the store's address if it has one.
+    fn located(&self, error: StoreError) -> StoreError {
+        match &self.address {
+            Some(address) => error.at(Arc::clone(address)),
+            None => error,
+        }
+    }
+
+    /// Runs `call` on the store unless it is down; an error means decide
+    /// by the failure policy, with the error to fail closed with.
     async fn attempt<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         if self.is_down() {
-            return Err(self.down_error());
+            return Err(self.located(self.down_error()));
         }
         match call.await {
             Ok(value) => {
@@ -215,26 +306,34 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
                 Ok(value)
             }
             Err(error) => {
+                let error = self.located(error);
                 self.failed(&error);
                 Err(error)
             }
         }
     }
-}
 
-impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
-    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+    /// [`Store::check`], and who answered: the store, or the failure
+    /// policy while it fails.
+    pub async fn check_answered(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Outcome, AnsweredBy), StoreError> {
         match self.attempt(self.store.check(limit, key, cost)).await {
-            Ok(outcome) => Ok(outcome),
+            Ok(outcome) => Ok((outcome, AnsweredBy::Store)),
             Err(error) => {
                 if let Some(fallback) = &self.fallback {
                     self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
-                    return fallback.check(limit, key, cost).await;
+                    let outcome = fallback.check(limit, key, cost).await?;
+                    return Ok((outcome, AnsweredBy::Fallback));
                 }
                 match self.policy.mode {
                     FailureMode::Open => {
                         self.failed_open.fetch_add(1, Ordering::Relaxed);
-                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
+                        let outcome = Outcome::Decided(unknown_but_allowed(limit));
+                        Ok((outcome, AnsweredBy::FailOpen))
                     }
                     FailureMode::Closed => {
                         self.failed_closed.fetch_add(1, Ordering::Relaxed);
@@ -245,15 +344,31 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
         }
     }
 
-    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+    /// [`Store::peek`], and who answered: the store, or the failure policy
+    /// while it fails.
+    pub async fn peek_answered(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+    ) -> Result<(Decision, AnsweredBy), StoreError> {
         match self.attempt(self.store.peek(limit, key)).await {
-            Ok(decision) => Ok(decision),
+            Ok(decision) => Ok((decision, AnsweredBy::Store)),
             Err(error) => match (&self.fallback, self.policy.mode) {
-                (Some(fallback), _) => fallback.peek(limit, key).await,
-                (None, FailureMode::Open) => Ok(unknown_but_allowed(limit)),
+                (Some(fallback), _) => Ok((fallback.peek(limit, key).await?, AnsweredBy::Fallback)),
+                (None, FailureMode::Open) => Ok((unknown_but_allowed(limit), AnsweredBy::FailOpen)),
                 (None, FailureMode::Closed) => Err(error),
             },
         }
+    }
+}
+
+impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        Ok(self.check_answered(limit, key, cost).await?.0)
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        Ok(self.peek_answered(limit, key).await?.0)
     }
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
@@ -274,7 +389,8 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
             Err(error) => {
                 if let Some(fallback) = &self.fallback {
                     self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
-                    return fallback.check_all(checks).await;
+                    let outcome = fallback.check_all(checks).await?;
+                    return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
                 }
                 match self.policy.mode {
                     FailureMode::Open => {
@@ -283,7 +399,7 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
                             .iter()
                             .map(|check| Outcome::Decided(unknown_but_allowed(check.limit)))
                             .collect();
-                        Ok(MultiOutcome::new(outcomes, None))
+                        Ok(MultiOutcome::new(outcomes, None).with_answered_by(AnsweredBy::FailOpen))
                     }
                     FailureMode::Closed => {
                         self.failed_closed.fetch_add(1, Ordering::Relaxed);

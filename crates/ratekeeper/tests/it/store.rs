@@ -246,7 +246,7 @@ fn a_failed_store_is_skipped_until_the_retry_interval() {
         for _ in 0..10 {
             assert!(matches!(
                 store.check(&l, b"k", 1).await,
-                Err(StoreError::Down(_))
+                Err(StoreError::Down { .. })
             ));
         }
         assert_eq!(store.inner().calls.load(Ordering::SeqCst), 1);

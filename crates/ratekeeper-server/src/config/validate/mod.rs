@@ -37,6 +37,8 @@ mod store;
 const DEFAULT_TIMEOUT_MS: u64 = 100;
 /// The longest per-call timeout accepted, in milliseconds.
 const MAX_TIMEOUT_MS: u64 = 60_000;
+/// The longest `store.start_wait_ms`: an hour.
+const MAX_START_WAIT_MS: u64 = 3_600_000;
 /// How deep [`find_path`] looks.
 const MAX_PATH_DEPTH: usize = 16;
 /// The most scripts a Redis store's batching may run at once.

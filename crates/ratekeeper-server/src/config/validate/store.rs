@@ -13,6 +13,7 @@ impl Checker<'_> {
                 max_keys: ratekeeper::memory::DEFAULT_MAX_KEYS,
                 on_failure: FailureMode::Closed,
                 fallback: false,
+                start_wait: Duration::ZERO,
                 tls: None,
             });
         };
@@ -40,7 +41,7 @@ impl Checker<'_> {
         // A field that does not apply to this kind is refused, unless it
         // holds its default value: one file for several deployments may
         // spell the defaults out (`on_failure = "closed"` on a memory store).
-        let applies: [(&str, Option<Range<usize>>, bool, &str); 9] = [
+        let applies: [(&str, Option<Range<usize>>, bool, &str); 10] = [
             (
                 "batch_in_flight",
                 unless_default(
@@ -93,6 +94,15 @@ impl Checker<'_> {
                 unless_default(
                     store.timeout_ms.as_ref().map(Spanned::span),
                     store.timeout_ms.as_ref().map(|n| *n.get_ref()) == Some(DEFAULT_TIMEOUT_MS),
+                ),
+                redis,
+                "the redis stores",
+            ),
+            (
+                "start_wait_ms",
+                unless_default(
+                    store.start_wait_ms.as_ref().map(Spanned::span),
+                    store.start_wait_ms.as_ref().map(|n| *n.get_ref()) == Some(0),
                 ),
                 redis,
                 "the redis stores",
@@ -201,6 +211,20 @@ impl Checker<'_> {
                 Duration::from_millis(n)
             }
         };
+        let start_wait = match &store.start_wait_ms {
+            None => Duration::ZERO,
+            Some(ms) if *ms.get_ref() > MAX_START_WAIT_MS => {
+                return self.fail(
+                    ms.span(),
+                    "store.start_wait_ms",
+                    format!(
+                        "start_wait_ms is {}, above the largest supported value {MAX_START_WAIT_MS} (an hour)",
+                        ms.get_ref()
+                    ),
+                );
+            }
+            Some(ms) => Duration::from_millis(*ms.get_ref()),
+        };
         let in_flight = self.bounded(
             &store.batch_in_flight,
             "batch_in_flight",
@@ -280,6 +304,7 @@ impl Checker<'_> {
             max_keys,
             on_failure,
             fallback,
+            start_wait,
             tls,
         })
     }

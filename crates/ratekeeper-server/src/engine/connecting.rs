@@ -1,0 +1,325 @@
+//! A Redis store that may not be connected yet: the service starts while
+//! Redis is down and connects in the background.
+//!
+//! Under a failure policy that answers without the store (fail open, or
+//! the in-memory fallback), an outage at start is no different from one
+//! later: the service starts, its calls fail as "not connected yet" (and
+//! the policy answers them) until an attempt connects; attempts back off
+//! from 100 ms to 2 s. A policy that needs the store (fail closed) makes
+//! the start wait for it up to `[store] start_wait_ms`, then give up with
+//! the last attempt's error.
+
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use ratekeeper::store::{Check, MultiOutcome, StoreError};
+use ratekeeper::{Decision, Limit, Outcome, Store};
+use ratekeeper_redis::{ConnectError, RedisStore};
+use thiserror::Error;
+
+use crate::config::{Backend, StoreConfig};
+
+/// The first wait between two attempts to connect; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The longest wait between two attempts to connect.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Every how many failed background attempts one is logged (the first
+/// always is).
+const LOG_EVERY: u32 = 30;
+
+/// A Redis or Redis Cluster store, connected now or later.
+pub struct Connecting {
+    shared: Arc<Shared>,
+    cluster: bool,
+}
+
+/// What the attempts in the background fill in.
+struct Shared {
+    store: OnceLock<RedisStore>,
+    /// Why the last attempt failed.
+    last_error: RwLock<Arc<str>>,
+}
+
+impl std::fmt::Debug for Connecting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connecting")
+            .field("connected", &self.is_connected())
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a call answers before the store is connected.
+#[derive(Debug, Error)]
+#[error("not connected yet (the last attempt: {0})")]
+struct NotConnected(Arc<str>);
+
+/// How a Redis store is reached: what an attempt to connect needs,
+/// owned, for the attempts in the background.
+#[derive(Clone)]
+pub(crate) struct Target {
+    backend: RedisBackend,
+    tls: Option<ratekeeper_redis::Tls>,
+}
+
+#[derive(Clone)]
+enum RedisBackend {
+    Node {
+        url: String,
+        prefix: String,
+        timeout: Duration,
+        batching: ratekeeper_redis::Batching,
+    },
+    Cluster {
+        urls: Vec<String>,
+        prefix: String,
+        timeout: Duration,
+    },
+}
+
+impl Target {
+    /// The Redis store `config` names; `None` for the other stores.
+    pub(crate) fn new(config: &StoreConfig) -> Option<Target> {
+        let backend = match &config.backend {
+            Backend::Redis {
+                url,
+                prefix,
+                timeout,
+                batching,
+            } => RedisBackend::Node {
+                url: url.clone(),
+                prefix: prefix.clone(),
+                timeout: *timeout,
+                batching: *batching,
+            },
+            Backend::RedisCluster {
+                urls,
+                prefix,
+                timeout,
+            } => RedisBackend::Cluster {
+                urls: urls.clone(),
+                prefix: prefix.clone(),
+                timeout: *timeout,
+            },
+            Backend::Memory | Backend::Sqlite { .. } => return None,
+        };
+        let tls = config.tls.as_ref().map(|tls| tls.settings.clone());
+        Some(Target { backend, tls })
+    }
+
+    /// The URLs without their passwords (see
+    /// [`redact_url`](crate::config::redact_url)).
+    pub(crate) fn address(&self) -> String {
+        match &self.backend {
+            RedisBackend::Node { url, .. } => crate::config::redact_url(url),
+            RedisBackend::Cluster { urls, .. } => crate::config::redact_urls(urls),
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.backend, RedisBackend::Cluster { .. })
+    }
+
+    /// One attempt to connect.
+    async fn connect(&self) -> Result<RedisStore, ConnectError> {
+        let mut builder = RedisStore::builder();
+        if let Some(tls) = &self.tls {
+            builder = builder.tls(tls.clone());
+        }
+        match &self.backend {
+            RedisBackend::Node {
+                url,
+                prefix,
+                timeout,
+                batching,
+            } => {
+                builder
+                    .prefix(prefix.clone())
+                    .timeout(*timeout)
+                    .batching(*batching)
+                    .connect(url)
+                    .await
+            }
+            RedisBackend::Cluster {
+                urls,
+                prefix,
+                timeout,
+            } => {
+                builder
+                    .prefix(prefix.clone())
+                    .timeout(*timeout)
+                    .cluster(urls.iter().map(String::as_str))
+                    .await
+            }
+        }
+    }
+}
+
+/// Whether trying again cannot help: the configuration itself is wrong.
+fn is_permanent(error: &ConnectError) -> bool {
+    matches!(
+        error,
+        ConnectError::BadPrefix(_) | ConnectError::TlsWithoutRediss
+    )
+}
+
+impl Connecting {
+    /// Connects to `target`: at once if it answers; else, with
+    /// `background`, returns a store that keeps trying in a task of its
+    /// own; else keeps trying for up to `wait`, and fails with the last
+    /// attempt's error.
+    pub(crate) async fn open(
+        target: Target,
+        wait: Duration,
+        background: bool,
+    ) -> Result<Connecting, ConnectError> {
+        let connecting = Connecting {
+            shared: Arc::new(Shared {
+                store: OnceLock::new(),
+                last_error: RwLock::new(Arc::from("")),
+            }),
+            cluster: target.is_cluster(),
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match target.connect().await {
+                Ok(store) => {
+                    connecting.shared.connected(store);
+                    return Ok(connecting);
+                }
+                Err(error) if is_permanent(&error) => return Err(error),
+                Err(error) => {
+                    connecting.shared.failed(&error);
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        if !background {
+                            return Err(error);
+                        }
+                        tracing::warn!(
+                            error = %crate::cli::error_chain(&error),
+                            "cannot connect to the Redis store yet: starting anyway (the failure \
+                             policy answers until it connects) and connecting in the background"
+                        );
+                        tokio::spawn(keep_trying(
+                            Arc::downgrade(&connecting.shared),
+                            target,
+                            backoff,
+                        ));
+                        return Ok(connecting);
+                    }
+                    tracing::info!(
+                        error = %crate::cli::error_chain(&error),
+                        "waiting for the Redis store (store.start_wait_ms)"
+                    );
+                    tokio::time::sleep(backoff.min(deadline - now)).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// The store, once connected.
+    pub fn get(&self) -> Option<&RedisStore> {
+        self.shared.store.get()
+    }
+
+    /// Whether a connection was made.
+    pub fn is_connected(&self) -> bool {
+        self.get().is_some()
+    }
+
+    /// Whether the store is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// What a call answers while not connected; `None` once connected.
+    pub fn not_connected(&self) -> Option<StoreError> {
+        self.store().err()
+    }
+
+    fn store(&self) -> Result<&RedisStore, StoreError> {
+        self.shared.store.get().ok_or_else(|| {
+            let last = self
+                .shared
+                .last_error
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            StoreError::unavailable(NotConnected(last))
+        })
+    }
+}
+
+impl Shared {
+    fn connected(&self, store: RedisStore) {
+        let _ = self.store.set(store);
+    }
+
+    fn failed(&self, error: &ConnectError) {
+        *self
+            .last_error
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) =
+            Arc::from(crate::cli::error_chain(error));
+    }
+}
+
+/// Tries to connect until an attempt does, or the store is dropped.
+async fn keep_trying(connecting: Weak<Shared>, target: Target, mut backoff: Duration) {
+    let mut failures: u32 = 1;
+    loop {
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        if connecting.strong_count() == 0 {
+            return;
+        }
+        let attempt = target.connect().await;
+        let Some(connecting) = connecting.upgrade() else {
+            return;
+        };
+        match attempt {
+            Ok(store) => {
+                connecting.connected(store);
+                tracing::info!(
+                    attempts = failures + 1,
+                    "connected to the Redis store"
+                );
+                return;
+            }
+            Err(error) => {
+                connecting.failed(&error);
+                failures = failures.saturating_add(1);
+                if failures % LOG_EVERY == 0 {
+                    tracing::warn!(
+                        error = %crate::cli::error_chain(&error),
+                        attempts = failures,
+                        "still cannot connect to the Redis store"
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Store for Connecting {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        self.store()?.check(limit, key, cost).await
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        self.store()?.peek(limit, key).await
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        self.store()?.refund(limit, key, units).await
+    }
+
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
+        self.store()?.check_all(checks).await
+    }
+}
