@@ -201,6 +201,7 @@ impl Connecting {
                         }
                         tracing::warn!(
                             error = %crate::cli::error_chain(&error),
+                            store = %target.address(),
                             "cannot connect to the Redis store yet: starting anyway (the failure \
                              policy answers until it connects) and connecting in the background"
                         );
@@ -213,6 +214,7 @@ impl Connecting {
                     }
                     tracing::info!(
                         error = %crate::cli::error_chain(&error),
+                        store = %target.address(),
                         "waiting for the Redis store (store.start_wait_ms)"
                     );
                     tokio::time::sleep(backoff.min(deadline - now)).await;
@@ -264,8 +266,7 @@ impl Shared {
         *self
             .last_error
             .write()
-            .unwrap_or_else(PoisonError::into_inner) =
-            Arc::from(crate::cli::error_chain(error));
+            .unwrap_or_else(PoisonError::into_inner) = Arc::from(crate::cli::error_chain(error));
     }
 }
 
@@ -287,6 +288,7 @@ async fn keep_trying(connecting: Weak<Shared>, target: Target, mut backoff: Dura
                 connecting.connected(store);
                 tracing::info!(
                     attempts = failures + 1,
+                    store = %target.address(),
                     "connected to the Redis store"
                 );
                 return;
@@ -297,6 +299,7 @@ async fn keep_trying(connecting: Weak<Shared>, target: Target, mut backoff: Dura
                 if failures % LOG_EVERY == 0 {
                     tracing::warn!(
                         error = %crate::cli::error_chain(&error),
+                        store = %target.address(),
                         attempts = failures,
                         "still cannot connect to the Redis store"
                     );

@@ -17,7 +17,7 @@ pub enum StartError {
         source: ratekeeper_sqlite::SqliteError,
     },
     /// Redis could not be reached.
-    #[error("cannot connect to Redis at {url}")]
+    #[error("cannot open the Redis store at {url}")]
     Redis {
         /// The URL, or the cluster's URLs separated by spaces, with the
         /// passwords hidden ([`redact_url`](crate::config::redact_url)).

@@ -149,9 +149,9 @@ impl DecisionMetrics {
 
     /// Decisions observed so far (see [`DecisionMetrics::observe`]).
     pub fn decisions(&self) -> u64 {
-        self.buckets
-            .iter()
-            .fold(0u64, |total, n| total.saturating_add(n.load(Ordering::Relaxed)))
+        self.buckets.iter().fold(0u64, |total, n| {
+            total.saturating_add(n.load(Ordering::Relaxed))
+        })
     }
 
     /// Counts `outcome` for the limit `name` if it allowed the request near

@@ -43,8 +43,8 @@ mod describe;
 mod envoy_files;
 mod error;
 mod forwarding;
-mod health;
 pub(crate) mod headers;
+mod health;
 mod key;
 mod limitador;
 mod limits;
@@ -64,6 +64,7 @@ use ratekeeper::{
 };
 use smallvec::SmallVec;
 
+pub use connecting::Connecting;
 pub use describe::{LimitDescription, MatchDescription};
 pub use envoy_files::EnvoyLimits;
 pub use error::{DecideError, StartError};
@@ -73,7 +74,6 @@ pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
-pub use connecting::Connecting;
 pub use store::{AnyStore, SharedClock};
 pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER, STORE_HEADER};
 
@@ -368,9 +368,7 @@ impl Engine {
                     .metrics
                     .record_outcome(check.limit.name(), outcome);
                 if by.is_failover() {
-                    self.inner
-                        .metrics
-                        .record_failover(check.limit.name(), *by);
+                    self.inner.metrics.record_failover(check.limit.name(), *by);
                 }
             }
         }

@@ -199,7 +199,9 @@ impl AnyStore {
         cost: u64,
     ) -> Result<(Outcome, AnsweredBy), StoreError> {
         match self {
-            AnyStore::Memory(store) => Ok((store.check(limit, key, cost).await?, AnsweredBy::Store)),
+            AnyStore::Memory(store) => {
+                Ok((store.check(limit, key, cost).await?, AnsweredBy::Store))
+            }
             AnyStore::Sqlite(store) => store.check_answered(limit, key, cost).await,
             AnyStore::Redis(store) => store.check_answered(limit, key, cost).await,
         }

@@ -27,7 +27,8 @@ use crate::config::envoy::{CounterKey, Matched, RateLimit as FileLimit};
 use crate::config::{ConnectionConfig, Counting, KeyPart, LimitConfig, Match, OnSaturated};
 use crate::engine::matching::{self, DescriptorSource};
 use crate::engine::{
-    compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER, STORE_HEADER,
+    compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER,
+    STORE_HEADER,
 };
 use crate::listen::{Door, Protocol};
 
@@ -448,7 +449,9 @@ impl EnvoyService {
         }
         let answered_by = results
             .iter()
-            .fold(AnsweredBy::Store, |by, (result, _, _)| by.or(result.answered_by));
+            .fold(AnsweredBy::Store, |by, (result, _, _)| {
+                by.or(result.answered_by)
+            });
         if answered_by.is_failover() {
             response
                 .response_headers_to_add

@@ -42,7 +42,15 @@ async fn a_dropped_request_across_cluster_slots_still_gives_back_what_it_took() 
     let AnyStore::Redis(store) = engine.store() else {
         panic!("a Redis Cluster store");
     };
-    let slot = |limit: &Arc<ActiveLimit>| hash_slot(&store.inner().key(limit.limit(), b"all"));
+    let slot = |limit: &Arc<ActiveLimit>| {
+        hash_slot(
+            &store
+                .inner()
+                .get()
+                .expect("connected")
+                .key(limit.limit(), b"all"),
+        )
+    };
     assert_ne!(slot(wide), slot(narrow), "the test needs two slots");
     assert!(!engine.store().decides_in_one_step());
 

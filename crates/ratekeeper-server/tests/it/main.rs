@@ -26,5 +26,6 @@ mod runtime;
 mod saturation;
 mod serve_command;
 mod simulate;
+mod store_failures;
 mod store_tls;
 mod tls;

@@ -176,7 +176,7 @@ fn a_redis_store_nobody_answers_stops_it_naming_the_host_not_the_password() {
     );
     assert!(
         stderr.contains(&format!(
-            "cannot connect to Redis at redis://default:***@127.0.0.1:{port}"
+            "cannot open the Redis store at redis://default:***@127.0.0.1:{port}"
         )),
         "{stderr}"
     );

@@ -170,7 +170,7 @@ fn a_ca_that_did_not_sign_the_server_fails_at_start_with_the_reason() {
     assert!(!ok, "{stdout}");
     assert!(
         stderr.contains(&format!(
-            "cannot connect to Redis at rediss://default:***@127.0.0.1:{}",
+            "cannot open the Redis store at rediss://default:***@127.0.0.1:{}",
             redis.port()
         )),
         "{stderr}"
@@ -194,7 +194,7 @@ fn a_client_without_a_certificate_fails_at_start() {
     let (ok, stdout, stderr) = ratekeeper(&["serve", "--config", path.to_str().unwrap()]);
     assert!(!ok, "{stdout}");
     assert!(
-        stderr.contains(&format!("cannot connect to Redis at {}", redis.url())),
+        stderr.contains(&format!("cannot open the Redis store at {}", redis.url())),
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");

@@ -399,7 +399,10 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
                             .iter()
                             .map(|check| Outcome::Decided(unknown_but_allowed(check.limit)))
                             .collect();
-                        Ok(MultiOutcome::new(outcomes, None).with_answered_by(AnsweredBy::FailOpen))
+                        Ok(
+                            MultiOutcome::new(outcomes, None)
+                                .with_answered_by(AnsweredBy::FailOpen),
+                        )
                     }
                     FailureMode::Closed => {
                         self.failed_closed.fetch_add(1, Ordering::Relaxed);
