@@ -27,7 +27,7 @@
 //! `since_unix_secs`, `last_error`), in `/metrics`
 //! (`ratekeeper_store_up`, `ratekeeper_store_state_since_seconds`,
 //! `ratekeeper_ready`) and, on the gRPC port, in the standard
-//! `grpc.health.v1.Health` service ([`crate::envoy`]).
+//! `grpc.health.v1.Health` service (the Envoy door's module says how).
 //!
 //! The pieces, one per file: `recorder` (what the engine records on the
 //! decision path for the metrics: latencies and near-limit counts),

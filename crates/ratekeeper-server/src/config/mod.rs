@@ -104,6 +104,16 @@
 //! ([`ratekeeper_redis::Batching`]). Fields that do not apply to the kind
 //! are refused.
 //!
+//! The remote stores take `on_failure` (`"closed"`, the default: refuse
+//! with 503 or gRPC `UNAVAILABLE` while the store fails; `"open"`: allow)
+//! and `fallback` (decide in memory while it fails). The Redis stores take
+//! `start_wait_ms` (default 0, at most an hour): how long the start waits
+//! for a Redis that does not answer. Past it, a store whose policy answers
+//! without Redis (`"open"`, or `fallback = true`) starts anyway and
+//! connects in the background (retrying every 100 ms to 2 s); one that
+//! fails closed stops the start with the URL (its password hidden) and the
+//! cause.
+//!
 //! `rediss://` URLs connect over TLS (rustls), verifying the server with
 //! the system's roots. A `[store.tls]` table ([`StoreTls`]) changes that:
 //! `ca` names a PEM bundle of the certificates that verify the server, and

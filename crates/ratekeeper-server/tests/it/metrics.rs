@@ -200,7 +200,9 @@ async fn stats_report_totals_windows_history_and_top_keys() {
     assert_eq!(stats["decisions"], 16);
     assert_eq!(
         stats["store"],
-        json!({"kind": "memory", "ready": true, "error": null, "keys_in_memory": 4, "failures": null, "batching": null})
+        json!({"kind": "memory", "ready": true, "error": null, "keys_in_memory": 4, "failures": null, "batching": null,
+               "serving": true, "address": null,
+               "state": {"up": true, "since_unix_secs": WALL, "last_error": null}})
     );
     let limits = stats["limits"].as_array().expect("an array of limits");
     let names: Vec<&str> = limits.iter().map(|l| l["name"].as_str().unwrap()).collect();
