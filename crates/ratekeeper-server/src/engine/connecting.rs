@@ -296,7 +296,7 @@ async fn keep_trying(connecting: Weak<Shared>, target: Target, mut backoff: Dura
             Err(error) => {
                 connecting.failed(&error);
                 failures = failures.saturating_add(1);
-                if failures % LOG_EVERY == 0 {
+                if failures.is_multiple_of(LOG_EVERY) {
                     tracing::warn!(
                         error = %crate::cli::error_chain(&error),
                         store = %target.address(),

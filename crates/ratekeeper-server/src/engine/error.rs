@@ -12,9 +12,9 @@ pub enum StartError {
     Sqlite {
         /// The database file.
         path: String,
-        /// Why.
+        /// Why (boxed: it is large, and start errors are rare).
         #[source]
-        source: ratekeeper_sqlite::SqliteError,
+        source: Box<ratekeeper_sqlite::SqliteError>,
     },
     /// Redis could not be reached.
     #[error("cannot open the Redis store at {url}")]

@@ -70,7 +70,7 @@ impl AnyStore {
             Backend::Sqlite { path } => {
                 let store = SqliteStore::open(path).map_err(|source| StartError::Sqlite {
                     path: path.display().to_string(),
-                    source,
+                    source: Box::new(source),
                 })?;
                 let address = format!("sqlite:{}", path.display());
                 AnyStore::Sqlite(Arc::new(

@@ -134,7 +134,10 @@ async fn a_store_failing_open_lets_requests_through_and_stays_ready() {
     redis.restart();
     let deadline = Instant::now() + Duration::from_secs(5);
     while store_readyz(&service).await != 200 {
-        assert!(Instant::now() < deadline, "the store is not up after the restart");
+        assert!(
+            Instant::now() < deadline,
+            "the store is not up after the restart"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     service.stop().await;

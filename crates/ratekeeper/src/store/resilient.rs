@@ -235,7 +235,9 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
         *self
             .last_error
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::from(error.to_string());
+            .unwrap_or_else(PoisonError::into_inner) =
+            // The skipped calls' error names the store itself.
+            Arc::from(error.without_store().to_string());
         let now = self.clock.now().as_nanos().max(1);
         let retry = self.policy.retry_after.as_nanos().min(u64::MAX as u128) as u64;
         self.down_until

@@ -399,3 +399,86 @@ fn a_window_counter_gets_long_keys_bounded() {
         assert_eq!(counts.values().copied().collect::<Vec<_>>(), [2]);
     });
 }
+
+#[test]
+fn answers_say_who_made_them() {
+    use ratekeeper::store::AnsweredBy;
+    block_on(async {
+        let l = limit("l", 1);
+        let checks = [Check::new(&l, b"k", 1)];
+        for (policy, failover) in [
+            (FailurePolicy::new(FailureMode::Open), AnsweredBy::FailOpen),
+            (
+                FailurePolicy::new(FailureMode::Closed).with_fallback(true),
+                AnsweredBy::Fallback,
+            ),
+        ] {
+            let policy = policy.with_retry_after(Duration::ZERO);
+            let store =
+                Resilient::with_fallback_store(Flaky::new(), policy, Some(manual_store().0));
+            // Up: the store answers.
+            assert_eq!(
+                store.check_all(&checks).await.unwrap().answered_by(),
+                AnsweredBy::Store
+            );
+            assert_eq!(
+                store.check_answered(&l, b"j", 1).await.unwrap().1,
+                AnsweredBy::Store
+            );
+            assert_eq!(
+                store.peek_answered(&l, b"j").await.unwrap().1,
+                AnsweredBy::Store
+            );
+            // Down: the policy does, and says so on every kind of call.
+            store.inner().down.store(true, Ordering::SeqCst);
+            assert_eq!(
+                store.check_all(&checks).await.unwrap().answered_by(),
+                failover
+            );
+            assert_eq!(store.check_answered(&l, b"k", 1).await.unwrap().1, failover);
+            assert_eq!(store.peek_answered(&l, b"k").await.unwrap().1, failover);
+            // Back up.
+            store.inner().down.store(false, Ordering::SeqCst);
+            assert_eq!(
+                store
+                    .check_all(&[Check::new(&l, b"other", 1)])
+                    .await
+                    .unwrap()
+                    .answered_by(),
+                AnsweredBy::Store
+            );
+        }
+    });
+}
+
+#[test]
+fn errors_name_the_store_and_repeat_the_failure_while_it_is_skipped() {
+    block_on(async {
+        let store = Resilient::new(
+            Flaky::new(),
+            FailurePolicy::new(FailureMode::Closed).with_retry_after(Duration::from_secs(3_600)),
+        )
+        .at("redis://10.0.0.5:6379");
+        let l = limit("l", 5);
+        store.inner().down.store(true, Ordering::SeqCst);
+        let first = store.check(&l, b"k", 1).await.unwrap_err();
+        assert_eq!(
+            first.to_string(),
+            "the rate-limit store did not answer within 50ms (store: redis://10.0.0.5:6379)"
+        );
+        assert!(matches!(first.without_store(), StoreError::Timeout(_)));
+        let skipped = store.check(&l, b"k", 1).await.unwrap_err();
+        assert!(matches!(skipped.without_store(), StoreError::Down { .. }));
+        let text = skipped.to_string();
+        assert!(
+            text.starts_with("the rate-limit store did not answer within 50ms"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("(store: redis://10.0.0.5:6379)").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains("tried again within 3600s"), "{text}");
+    });
+}
