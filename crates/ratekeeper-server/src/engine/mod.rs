@@ -290,7 +290,7 @@ impl Engine {
     /// Shadow limits are decided after the others, and charged only when
     /// the others let the request through (otherwise only read): they
     /// report what they would have done without changing what happens
-    /// ([`check_shadow`], which the tower layer decides its shadow rules
+    /// ([`check_shadow`](ratekeeper::store::check_shadow), which the tower layer decides its shadow rules
     /// by too).
     ///
     /// Its latency, failed or not, goes to

@@ -309,6 +309,31 @@ async fn a_store_that_fails_closed_gives_503_and_one_that_fails_open_passes() {
     let reply = http.get("/", &[]).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.body, "hello");
+    // The answer says the failure policy made it.
+    assert_eq!(reply.header("x-ratekeeper-store"), Some("fail-open"));
+}
+
+#[tokio::test]
+async fn the_fallbacks_answers_say_so_allowed_or_refused() {
+    let policy = FailurePolicy::new(FailureMode::Closed).with_fallback(true);
+    let layer = RateLimitLayer::builder(Resilient::new(DownStore, policy))
+        .limit(per_minute("per-ip", 1), Key::peer())
+        .build()
+        .unwrap();
+    let http = serve(app().layer(layer)).await;
+    for status in [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS] {
+        let reply = http.get("/", &[]).await;
+        assert_eq!(reply.status, status);
+        assert_eq!(reply.header("x-ratekeeper-store"), Some("fallback"));
+    }
+    // The store's own answers carry no such header.
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .limit(per_minute("per-ip", 1), Key::peer())
+        .build()
+        .unwrap();
+    let reply = serve(app().layer(layer)).await.get("/", &[]).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("x-ratekeeper-store"), None);
 }
 
 #[tokio::test]
