@@ -306,6 +306,19 @@ mod tests {
             access.check(Door::Admin, "/metrics", &headers(&[])),
             Err(Refused::Missing)
         );
+        // gRPC's health service too, but not the rate limit service.
+        for method in ["Check", "Watch"] {
+            let path = format!("{OPEN_GRPC_PREFIX}{method}");
+            assert_eq!(access.check(Door::Grpc, &path, &headers(&[])), Ok(()));
+        }
+        assert_eq!(
+            access.check(
+                Door::Grpc,
+                "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                &headers(&[])
+            ),
+            Err(Refused::Missing)
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! store, unless requests were decided since the last look and none of
 //! them failed, which says the store answers without another call.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratekeeper::Timestamp;
@@ -50,18 +51,22 @@ impl StoreState {
 #[derive(Debug)]
 pub(crate) struct StoreMonitor {
     state: watch::Sender<StoreState>,
+    /// Probes recorded so far.
+    probes: AtomicU64,
 }
 
 impl StoreMonitor {
     pub(crate) fn new(initial: StoreState) -> StoreMonitor {
         StoreMonitor {
             state: watch::Sender::new(initial),
+            probes: AtomicU64::new(0),
         }
     }
 
     /// Records a probe's result at `now`; watchers hear of it when the
     /// store went up or down.
     pub(crate) fn record(&self, now: Timestamp, error: Option<String>) {
+        self.probes.fetch_add(1, Ordering::Relaxed);
         self.state.send_if_modified(|state| {
             let up = error.is_none();
             if state.up == up {
@@ -152,7 +157,7 @@ impl Engine {
                 _ = stopped.wait_for(|stop| *stop) => return,
             }
             let now = self.activity();
-            let answered = now.0 != seen.0 && now.1 == seen.1;
+            let answered = (now.0 != seen.0 || now.2 != seen.2) && now.1 == seen.1;
             if !(answered && self.store_state().up) {
                 self.probe_store().await;
             }
@@ -160,13 +165,14 @@ impl Engine {
         }
     }
 
-    /// Decisions made and store calls failed so far.
-    fn activity(&self) -> (u64, u64) {
+    /// Decisions made, store calls failed and probes made so far.
+    fn activity(&self) -> (u64, u64, u64) {
         let decisions = self.decision_metrics().decisions();
         let failures = self
             .store()
             .failure_stats()
             .map_or(0, |stats| stats.failures);
-        (decisions, failures)
+        let probes = self.inner.monitor.probes.load(Ordering::Relaxed);
+        (decisions, failures, probes)
     }
 }
