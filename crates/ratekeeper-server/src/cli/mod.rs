@@ -61,6 +61,10 @@ enum Command {
         /// when it changes.
         #[arg(long, value_name = "FILE")]
         limitador_config: Option<PathBuf>,
+        /// Decide, count and report every limit but refuse nothing
+        /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
+        #[arg(long)]
+        shadow_mode: bool,
     },
     /// Run as a reverse proxy in front of an HTTP app: every request is
     /// decided against the limits, then forwarded to the upstream (bodies
@@ -117,7 +121,8 @@ pub fn run() -> ExitCode {
             watch,
             envoy_config,
             limitador_config,
-        } => serve(config, watch, envoy_config, limitador_config),
+            shadow_mode,
+        } => serve(config, watch, envoy_config, limitador_config, shadow_mode),
         Command::Proxy {
             upstream,
             config,
