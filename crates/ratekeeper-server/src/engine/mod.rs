@@ -114,6 +114,9 @@ struct Inner {
     connections: crate::listen::ConnectionStats,
     /// The tokens the doors ask for; replaced with the limits.
     access: Arc<Access>,
+    /// `[enforcement] shadow_mode`, as the limits in force were made
+    /// with; replaced with them.
+    shadow_mode: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -170,6 +173,7 @@ impl Engine {
                 metrics: DecisionMetrics::new(),
                 connections: crate::listen::ConnectionStats::default(),
                 access: Arc::new(Access::new(&config.access)),
+                shadow_mode: config.shadow_mode.into(),
             }),
         }
     }
@@ -198,6 +202,9 @@ impl Engine {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
+        self.inner
+            .shadow_mode
+            .store(config.shadow_mode, std::sync::atomic::Ordering::Relaxed);
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
             config.envoy.files.as_ref(),
@@ -205,6 +212,19 @@ impl Engine {
             &self.inner.stats,
         )));
         config.store == self.inner.store_config
+    }
+
+    /// The `[store]` the engine was started with (a reload cannot change
+    /// it).
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.inner.store_config
+    }
+
+    /// Whether `[enforcement] shadow_mode` is on: no limit refuses.
+    pub fn shadow_mode(&self) -> bool {
+        self.inner
+            .shadow_mode
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The tokens the doors ask for (`[access]`), and their refusals: each

@@ -216,6 +216,7 @@ async fn shadow_mode_refuses_nothing_on_any_door_and_a_reload_enforces_what_it_c
     );
     // Counted and reported as denials, as enforcement would have.
     let stats = service.get_json(service.admin("/v1/stats")).await;
+    assert_eq!(stats["shadow_mode"], true);
     let per_user = stats["limits"]
         .as_array()
         .unwrap()
@@ -227,6 +228,8 @@ async fn shadow_mode_refuses_nothing_on_any_door_and_a_reload_enforces_what_it_c
     // Off, by a reload: the counts made in shadow mode are enforced now.
     std::fs::write(sources.path(), sources.toml(false)).unwrap();
     service.service.reload().await.expect("the reload applies");
+    let stats = service.get_json(service.admin("/v1/stats")).await;
+    assert_eq!(stats["shadow_mode"], false);
     assert_eq!(
         ask_every_door_again(&service, "alice").await,
         enforced_again()
