@@ -21,6 +21,7 @@ pub(crate) struct FileTls {
     pub(crate) http: Option<Spanned<FileTlsFiles>>,
     pub(crate) grpc: Option<Spanned<FileTlsFiles>>,
     pub(crate) admin: Option<Spanned<FileTlsFiles>>,
+    pub(crate) proxy: Option<Spanned<FileTlsFiles>>,
 }
 
 /// One door's table as written.
@@ -73,6 +74,9 @@ pub struct DoorTls {
     pub grpc: Option<TlsFiles>,
     /// The admin door (`[listen.tls.admin]`).
     pub admin: Option<TlsFiles>,
+    /// The reverse proxy's door under `ratekeeper proxy`
+    /// (`[listen.tls.proxy]`), which offers `h2` and `http/1.1` in ALPN.
+    pub proxy: Option<TlsFiles>,
 }
 
 /// Checks `[listen.tls]`: each table's paths are given, and, for a door
@@ -98,6 +102,9 @@ pub(crate) fn check(
         http: one("http", tls.http, doors.http.is_some(), Alpn::Http)?,
         grpc: one("grpc", tls.grpc, doors.grpc.is_some(), Alpn::Grpc)?,
         admin: one("admin", tls.admin, doors.admin.is_some(), Alpn::Http)?,
+        // Whether the proxy runs is the command's choice, not the file's:
+        // its files are always checked.
+        proxy: one("proxy", tls.proxy, true, Alpn::Proxy)?,
     })
 }
 

@@ -97,22 +97,29 @@
 //! ```
 
 mod forward;
+mod headers;
 mod limit;
+mod upgrade;
+mod upstream;
 
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::Uri;
 use axum::Router;
-use std::time::Duration;
+use ipnet::IpNet;
 use thiserror::Error;
-
 use tokio::net::TcpListener;
 
 use crate::config::ConnectionConfig;
 use crate::engine::Engine;
 use crate::listen::{Door, Protocol};
-use forward::{forward, Upstream};
+use forward::forward;
 use limit::LimitLayer;
+pub(crate) use upstream::Upstream;
 
 /// Why the proxy could not start or stopped with an error.
 #[derive(Debug, Error)]
@@ -127,22 +134,39 @@ pub enum ProxyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The CA file for an `https://` upstream
+    /// ([`ProxyOptions::upstream_ca`]) cannot be used.
+    #[error("cannot use the upstream CA file {}: {reason}", path.display())]
+    UpstreamCa {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No TLS client configuration could be made for an `https://`
+    /// upstream.
+    #[error("cannot set up TLS to the upstream: {reason}")]
+    UpstreamTls {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The proxy as an axum [`Router`]: every request, any method and path,
 /// decided through `engine` and then forwarded to `upstream`
-/// (`http://host[:port][/path]`).
+/// (`http[s]://host[:port][/path]`).
 ///
 /// Serve it with
 /// `into_make_service_with_connect_info::<std::net::SocketAddr>()`, so that
 /// `X-Forwarded-For` and the `peer` and `client_ip` keys know the client
 /// (without it they are `unknown`, one count for all); [`serve_proxy`]
-/// does.
+/// does. Upgrades (WebSocket) need a server that keeps them
+/// (hyper's `with_upgrades`), as [`serve_proxy`] does.
 pub fn router(engine: Engine, upstream: &Uri) -> Result<Router, ProxyError> {
     router_with(engine, upstream, &ProxyOptions::default())
 }
 
-/// How the proxy waits for its upstream.
+/// How the proxy reaches its upstream and treats its clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProxyOptions {
@@ -151,10 +175,26 @@ pub struct ProxyOptions {
     /// started, streams for as long as it takes. 60 s by default, as
     /// nginx's `proxy_read_timeout`.
     pub response_timeout: Duration,
-    /// How the proxy's listener treats connections (caps, timeouts,
-    /// shutdown grace); its requests have no `request_timeout`, since they
-    /// stream to the upstream.
+    /// How [`serve_proxy_with`]'s listener treats connections (caps,
+    /// timeouts, shutdown grace); its requests have no `request_timeout`,
+    /// since they stream to the upstream. A [`Service`](crate::serve::Service)
+    /// uses its `[listen.connections]` instead.
     pub connections: ConnectionConfig,
+    /// Speak HTTP/2 to the upstream: with prior knowledge (`h2c`) to an
+    /// `http://` one, and only HTTP/2 to an `https://` one. Off by
+    /// default: HTTP/1.1 to `http://` upstreams, and to `https://` ones
+    /// whichever of HTTP/2 and HTTP/1.1 their ALPN picks. Upgrades
+    /// (WebSocket) always go over HTTP/1.1.
+    pub upstream_http2: bool,
+    /// The PEM file of the CA certificates an `https://` upstream's
+    /// certificate must be signed by; `None` (the default): the system's.
+    pub upstream_ca: Option<PathBuf>,
+    /// The peers whose forwarding headers (`X-Forwarded-For`, `-Proto`,
+    /// `-Host`, `Forwarded`, `X-Real-IP`) are passed on to the upstream;
+    /// from any other peer they are replaced by what the proxy saw. None
+    /// by default. (Which headers a limit believes for its `client_ip`
+    /// key is the limit's own `trusted_proxies`.)
+    pub trusted_proxies: Vec<IpNet>,
 }
 
 impl Default for ProxyOptions {
@@ -162,7 +202,52 @@ impl Default for ProxyOptions {
         ProxyOptions {
             response_timeout: Duration::from_secs(60),
             connections: ConnectionConfig::default(),
+            upstream_http2: false,
+            upstream_ca: None,
+            trusted_proxies: Vec::new(),
         }
+    }
+}
+
+/// The proxy as one more door of a [`Service`](crate::serve::Service)
+/// ([`Options::proxy`](crate::serve::Options::proxy)): where it listens
+/// and what it forwards to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProxyDoor {
+    /// Where the proxy listens (port 0 picks a free port).
+    pub addr: SocketAddr,
+    /// The upstream, `http[s]://host[:port][/path]`.
+    pub upstream: Uri,
+    /// How it reaches the upstream.
+    pub options: ProxyOptions,
+}
+
+impl ProxyDoor {
+    /// A proxy on `addr` before `upstream`, with the default options.
+    pub fn new(addr: SocketAddr, upstream: Uri) -> ProxyDoor {
+        ProxyDoor {
+            addr,
+            upstream,
+            options: ProxyOptions::default(),
+        }
+    }
+}
+
+/// What the forwarding handler needs: the upstream, and how clients
+/// reach the proxy.
+#[derive(Clone, Debug)]
+pub(crate) struct Route {
+    upstream: Upstream,
+    /// `https` when the proxy's door serves TLS, else `http`.
+    client_proto: &'static str,
+    trusted_proxies: Arc<[IpNet]>,
+}
+
+impl Route {
+    fn trusts(&self, peer: IpAddr) -> bool {
+        let peer = ratekeeper_tower::client::canonical(peer);
+        self.trusted_proxies.iter().any(|net| net.contains(&peer))
     }
 }
 
@@ -172,11 +257,27 @@ pub fn router_with(
     upstream: &Uri,
     options: &ProxyOptions,
 ) -> Result<Router, ProxyError> {
-    let upstream = Upstream::new(upstream, options.response_timeout)?;
-    Ok(Router::new()
+    let upstream = Upstream::new(upstream, options)?;
+    Ok(router_to(engine, upstream, options, false))
+}
+
+/// The proxy's router before `upstream`, for a door that serves TLS when
+/// `tls` (its clients' `X-Forwarded-Proto` is then `https`).
+pub(crate) fn router_to(
+    engine: Engine,
+    upstream: Upstream,
+    options: &ProxyOptions,
+    tls: bool,
+) -> Router {
+    let route = Route {
+        upstream,
+        client_proto: if tls { "https" } else { "http" },
+        trusted_proxies: options.trusted_proxies.clone().into(),
+    };
+    Router::new()
         .fallback(forward)
-        .with_state(upstream)
-        .layer(LimitLayer::new(engine)))
+        .with_state(route)
+        .layer(LimitLayer::new(engine))
 }
 
 /// Serves the proxy of [`router`] on `listener` until `shutdown`
@@ -197,7 +298,8 @@ pub async fn serve_proxy(
     .await
 }
 
-/// [`serve_proxy`], with `options`.
+/// [`serve_proxy`], with `options`. Clients may speak HTTP/1.1 (with
+/// upgrades) or HTTP/2 with prior knowledge (`h2c`).
 pub async fn serve_proxy_with(
     engine: Engine,
     listener: TcpListener,
@@ -208,7 +310,7 @@ pub async fn serve_proxy_with(
     let app = router_with(engine.clone(), &upstream, options)?;
     let door = Door::new(
         "proxy",
-        Protocol::Http1,
+        Protocol::Auto,
         &options.connections,
         engine.connection_stats(),
     );
