@@ -301,7 +301,11 @@ async fn method_path_query_headers_status_and_body_pass_through() {
     assert_eq!(seen("x-custom"), ["first"]);
     assert_eq!(seen("x-custom-2"), ["second"]);
     assert_eq!(seen("host"), ["app.example"]);
-    assert_eq!(seen("x-forwarded-for"), ["203.0.113.7, 127.0.0.1"]);
+    // The peer is no trusted proxy: what it said in X-Forwarded-For is
+    // replaced by what the proxy saw.
+    assert_eq!(seen("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(seen("x-forwarded-proto"), ["http"]);
+    assert_eq!(seen("x-forwarded-host"), ["app.example"]);
     assert_eq!(seen("content-length"), ["16"]);
     for hop in ["x-hop", "proxy-authorization"] {
         assert!(seen(hop).is_empty(), "{hop} reached the upstream");
@@ -633,12 +637,49 @@ async fn an_upstream_that_cannot_be_proxied_to_is_refused_at_start() {
     let engine = Engine::start(&config, clock)
         .await
         .expect("the engine starts");
-    let error = proxy::router(engine, &"https://example.com".parse().unwrap())
-        .expect_err("https is not supported");
+    let error =
+        proxy::router(engine, &"ftp://example.com".parse().unwrap()).expect_err("ftp is not HTTP");
     assert_eq!(
         error.to_string(),
-        "invalid upstream \"https://example.com/\": the upstream must be an http:// URL"
+        "invalid upstream \"ftp://example.com/\": the upstream must be an http:// or https:// URL"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_forwarding_headers_reach_the_upstream_extended() {
+    let (upstream_addr, _upstream) = start_upstream().await;
+    let mut options = proxy::ProxyOptions::default();
+    options.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    let proxy =
+        Proxy::start_with(NO_LIMITS_HERE, &format!("http://{upstream_addr}"), &options).await;
+    let echo: Value = client()
+        .get(proxy.url("/echo/x"))
+        .header("x-forwarded-for", "203.0.113.7")
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "shop.example")
+        .header("forwarded", "for=203.0.113.7;proto=https")
+        .header("host", "internal.example")
+        .send()
+        .await
+        .expect("the proxy answers")
+        .json()
+        .await
+        .expect("the echo");
+    let seen = |name: &str| -> Vec<String> {
+        echo["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|pair| pair[0] == name)
+            .map(|pair| pair[1].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(seen("x-forwarded-for"), ["203.0.113.7, 127.0.0.1"]);
+    assert_eq!(seen("x-forwarded-proto"), ["https"]);
+    assert_eq!(seen("x-forwarded-host"), ["shop.example"]);
+    assert_eq!(seen("forwarded"), ["for=203.0.113.7;proto=https"]);
+    assert_eq!(seen("host"), ["internal.example"]);
+    proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -688,9 +729,15 @@ impl ProxyProcess {
     /// from its first line (at most 10 s).
     fn start(args: &[&str]) -> ProxyProcess {
         use std::io::BufRead as _;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+        for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
+            command.env_remove(key);
+        }
+        let mut child = command
             .arg("proxy")
             .args(args)
+            // The admin port on a free port, so that tests run side by side.
+            .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
@@ -857,7 +904,7 @@ fn the_proxy_command_refuses_an_upstream_it_cannot_proxy_to() {
         .args([
             "proxy",
             "--upstream",
-            "https://example.com",
+            "ftp://example.com",
             "--listen",
             "127.0.0.1:0",
         ])
@@ -867,7 +914,7 @@ fn the_proxy_command_refuses_an_upstream_it_cannot_proxy_to() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "invalid upstream \"https://example.com/\": the upstream must be an http:// URL"
+            "invalid upstream \"ftp://example.com/\": the upstream must be an http:// or https:// URL"
         ),
         "{stderr}"
     );
