@@ -1,6 +1,6 @@
-//! `[listen.tls.http]`, `[listen.tls.grpc]` and `[listen.tls.admin]`: the
-//! certificate, key and optional client CA of each front door that serves
-//! TLS, checked by loading them as the listener will.
+//! `[listen.tls.http]`, `[listen.tls.grpc]`, `[listen.tls.admin]` and
+//! `[listen.tls.proxy]`: the certificate, key and optional client CA of
+//! each front door that serves TLS, checked by loading them as the listener will.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -163,6 +163,8 @@ pub(crate) fn explain(listen: &ListenConfig) -> Option<String> {
         ("http", listen.http.is_some(), &listen.tls.http),
         ("grpc", listen.grpc.is_some(), &listen.tls.grpc),
         ("admin", listen.admin.is_some(), &listen.tls.admin),
+        // Listens only under `ratekeeper proxy`: named when it has files.
+        ("proxy", listen.tls.proxy.is_some(), &listen.tls.proxy),
     ];
     if !doors.iter().any(|(_, on, tls)| *on && tls.is_some()) {
         return None;

@@ -1,6 +1,18 @@
 //! The reverse proxy: ratekeeper in front of any HTTP app
 //! (`ratekeeper proxy --upstream http://127.0.0.1:3000 --config FILE`).
 //!
+//! `ratekeeper proxy` runs the [`Service`](crate::serve::Service) with the
+//! proxy as one of its doors ([`Options::proxy`](crate::serve::Options::proxy)):
+//! `[listen] admin` serves `/healthz`, `/readyz`, `/metrics`, `/v1/stats`
+//! and the dashboard behind the same access tokens as under `serve`, the
+//! file reloads on SIGHUP and when it changes, and the proxy's connections
+//! have `[listen.connections]`' caps, timeouts (but `request_timeout`:
+//! requests stream to the upstream) and graceful shutdown. `[listen] http`
+//! and `grpc` are not served under `proxy`: run `serve` for the decision
+//! doors. Every path is forwarded, `/healthz` included: the proxy's port
+//! is the app's, and health checks of ratekeeper itself go to the admin
+//! port. [`serve_proxy`] runs the proxy alone, without an admin port.
+//!
 //! Every request is decided against the limits whose `match` fits its
 //! method and path, each keyed from the request itself (`peer` is the
 //! socket peer; `client_ip` the limit's rule, which believes
@@ -28,18 +40,56 @@
 //! `/base/x?y`), every header but the hop-by-hop ones (`Connection` and the
 //! headers it names, `Keep-Alive`, `Proxy-Connection`,
 //! `Proxy-Authenticate`, `Proxy-Authorization`, `TE`, `Trailer`,
-//! `Transfer-Encoding`, `Upgrade`), the `Host` the client sent, and both
-//! bodies, streamed as they come (nothing is buffered, so uploads and
-//! downloads of any size pass in constant memory). The client's address is
-//! appended to `X-Forwarded-For`. The response's status, headers (again
-//! without the hop-by-hop ones) and body come back as the upstream sent
-//! them. An upstream that cannot be reached, or that fails before its
-//! response starts, is answered with `502 Bad Gateway`; one that does not
-//! start its response within [`ProxyOptions::response_timeout`] (60 s
-//! unless told otherwise) with `504 Gateway Timeout`.
+//! `Transfer-Encoding`, `Upgrade`), the `Host` the client sent (an HTTP/2
+//! client's `:authority`), and both bodies, streamed as they come (nothing
+//! is buffered, so uploads and downloads of any size pass in constant
+//! memory). The response's status, headers (again without the hop-by-hop
+//! ones) and body come back as the upstream sent them, in the HTTP version
+//! the client speaks: an HTTP/1.0 upstream does not close an HTTP/1.1
+//! client's keep-alive connection. An upstream that cannot be reached, or
+//! that fails before its response starts, is answered with
+//! `502 Bad Gateway`; one that does not start its response within
+//! [`ProxyOptions::response_timeout`] (60 s unless told otherwise) with
+//! `504 Gateway Timeout`.
 //!
-//! Not supported: `https://` upstreams, protocol upgrades (WebSocket:
-//! `Upgrade` is hop-by-hop and removed) and HTTP/2 on either side.
+//! # Forwarding headers
+//!
+//! The upstream gets `X-Forwarded-For` ending with the client's address,
+//! `X-Forwarded-Proto` (`http`, or `https` on a door that serves TLS) and
+//! `X-Forwarded-Host` (the client's `Host`). Those a client sent, and its
+//! `Forwarded` and `X-Real-IP`, are nothing but its word: from a peer that
+//! is not in [`ProxyOptions::trusted_proxies`] (none by default;
+//! `--trusted-proxy NET`) they are dropped and replaced by what the proxy
+//! saw, so an upstream that reads them, even the leftmost address, reads
+//! the proxy's. From a trusted proxy they are kept: the peer is appended to
+//! `X-Forwarded-For`, and `X-Forwarded-Proto` and `-Host` are added only
+//! where missing. (The limits' own `client_ip` keys believe the headers
+//! only from their `trusted_proxies`, whatever this setting says.)
+//!
+//! # HTTP versions, upgrades and TLS
+//!
+//! Clients may speak HTTP/1.1 or HTTP/2: with prior knowledge (`h2c`) on
+//! plaintext, chosen by ALPN (`h2`, then `http/1.1`) on a door that serves
+//! TLS (`[listen.tls.proxy]`). The upstream is spoken to in HTTP/1.1, or
+//! in HTTP/2 with [`ProxyOptions::upstream_http2`] (`h2c` to an `http://`
+//! upstream); an `https://` upstream gets whichever of the two its ALPN
+//! picks. Its certificate must be valid for the URL's host (also sent as
+//! SNI) and signed by a CA of the system's, or of
+//! [`ProxyOptions::upstream_ca`] (`--upstream-ca FILE`). TLS is rustls on
+//! the ring provider.
+//!
+//! An HTTP/1.1 request that asks for an upgrade (`Connection: upgrade`,
+//! `Upgrade: websocket`) is decided like any other: refused, it gets the
+//! 429 and never reaches the upstream; allowed, it goes to the upstream
+//! over HTTP/1.1 with its `Upgrade`, and once the upstream answers
+//! `101 Switching Protocols` the bytes are copied both ways until either
+//! side closes. A tunnel holds its client connection's slot of
+//! `max_connections` while it lasts; no idle timeout applies to it, and it
+//! ends with the process (not within the shutdown grace).
+//!
+//! Not supported: HTTP/2 extended CONNECT (RFC 8441, WebSocket over an
+//! HTTP/2 connection), forwarding trailers, and client certificates
+//! toward the upstream.
 //!
 //! # The middleware
 //!

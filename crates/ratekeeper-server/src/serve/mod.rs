@@ -397,7 +397,8 @@ where
 
 /// Reloads an engine's limits from a configuration file on SIGHUP and when
 /// the file changes, for as long as it lives: what [`Service`] does, for
-/// programs that run the engine themselves (`ratekeeper proxy`).
+/// programs that run the engine themselves (such as one serving
+/// [`crate::proxy::serve_proxy`]).
 ///
 /// An invalid file is logged and refused; the running limits stay.
 #[derive(Debug)]

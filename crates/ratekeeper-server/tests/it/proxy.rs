@@ -722,6 +722,10 @@ async fn a_store_failing_closed_is_a_503_that_never_reaches_the_upstream() {
 struct ProxyProcess {
     child: std::process::Child,
     url: String,
+    /// The admin port's URL, from the banner's second line.
+    admin: String,
+    /// The banner's lines.
+    banner: Vec<String>,
 }
 
 impl ProxyProcess {
@@ -746,17 +750,34 @@ impl ProxyProcess {
         let stdout = child.stdout.take().expect("its stdout");
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-            let _ = sender.send(line);
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            for _ in 0..2 {
+                let line = lines.next().and_then(Result::ok).unwrap_or_default();
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+            // Keep reading, so the process never writes into a closed pipe.
+            lines.for_each(drop);
         });
         let mut process = ProxyProcess {
             child,
             url: String::new(),
+            admin: String::new(),
+            banner: Vec::new(),
         };
         let banner = receiver
             .recv_timeout(STEP)
             .expect("ratekeeper proxy says where it listens");
+        let admin = receiver
+            .recv_timeout(STEP)
+            .expect("ratekeeper proxy says where its admin port listens");
+        process.admin = admin
+            .strip_prefix("admin ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no admin address in {admin:?}"))
+            .to_owned();
+        process.banner = vec![banner.clone(), admin];
         // "ratekeeper 0.1.0 proxy http://127.0.0.1:PORT -> http://... (...)"
         process.url = banner
             .split_whitespace()
@@ -895,6 +916,53 @@ async fn the_proxy_command_reloads_a_changed_file_without_a_signal() {
             "the change was not picked up"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_command_serves_the_admin_port_but_not_the_decision_doors() {
+    let (upstream_addr, upstream) = start_upstream().await;
+    let upstream_url = format!("http://{upstream_addr}");
+    let process = ProxyProcess::start(&["--upstream", &upstream_url, "--listen", "127.0.0.1:0"]);
+    assert_eq!(process.banner.len(), 2, "{:?}", process.banner);
+    assert!(
+        process.banner[1].starts_with("admin http://127.0.0.1:"),
+        "{:?}",
+        process.banner
+    );
+    let client = client();
+    let proxied = client
+        .get(format!("{}/echo/x", process.url))
+        .send()
+        .await
+        .expect("the proxy answers");
+    assert_eq!(proxied.status(), 201);
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 1);
+    for path in ["/healthz", "/readyz"] {
+        let response = client
+            .get(format!("{}{path}", process.admin))
+            .send()
+            .await
+            .expect("the admin port answers");
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let metrics = client
+        .get(format!("{}/metrics", process.admin))
+        .send()
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("the metrics");
+    assert!(
+        metrics.contains("ratekeeper_connections_accepted_total{door=\"proxy\"} 1"),
+        "{metrics}"
+    );
+    // The decision doors are `serve`'s: no connection metrics of theirs.
+    for door in ["http", "grpc"] {
+        let line = format!("ratekeeper_connections_accepted_total{{door=\"{door}\"}}");
+        assert!(!metrics.contains(&line), "{metrics}");
     }
 }
 
