@@ -94,7 +94,7 @@ pub(crate) async fn forward(State(route): State<Route>, mut request: Request) ->
     match (client_upgrade, upstream_upgrade, protocol) {
         (Some(client), Some(upstream), Some(protocol)) => {
             upgrade::restore(&mut head.headers, protocol);
-            tokio::spawn(upgrade::tunnel(client, upstream));
+            tokio::spawn(upgrade::tunnel(client, upstream, route.tunnels.clone()));
         }
         (_, Some(_), _) => {
             tracing::warn!("proxy: the upstream switched protocols unasked");

@@ -1,8 +1,9 @@
 //! The reverse proxy: ratekeeper in front of any HTTP app
 //! (`ratekeeper proxy --upstream http://127.0.0.1:3000 --config FILE`).
 //!
-//! `ratekeeper proxy` runs the [`Service`](crate::serve::Service) with the
-//! proxy as one of its doors ([`Options::proxy`](crate::serve::Options::proxy)):
+//! `ratekeeper proxy` runs the service (`serve::Service`) with the proxy
+//! as one of its doors (`serve::Options::proxy`; the doors never name the
+//! service that runs them):
 //! `[listen] admin` serves `/healthz`, `/readyz`, `/metrics`, `/v1/stats`
 //! and the dashboard behind the same access tokens as under `serve`, the
 //! file reloads on SIGHUP and when it changes, and the proxy's connections
@@ -83,9 +84,11 @@
 //! 429 and never reaches the upstream; allowed, it goes to the upstream
 //! over HTTP/1.1 with its `Upgrade`, and once the upstream answers
 //! `101 Switching Protocols` the bytes are copied both ways until either
-//! side closes. A tunnel holds its client connection's slot of
-//! `max_connections` while it lasts; no idle timeout applies to it, and it
-//! ends with the process (not within the shutdown grace).
+//! side closes, no byte has passed either way for the door's
+//! `idle_timeout` (60 s by default, as nginx's `proxy_read_timeout`:
+//! WebSocket applications ping within it), or the shutdown grace is over.
+//! A tunnel holds its client connection's slot of `max_connections` while
+//! it lasts.
 //!
 //! Not supported: HTTP/2 extended CONNECT (RFC 8441, WebSocket over an
 //! HTTP/2 connection), forwarding trailers, and client certificates
@@ -163,12 +166,14 @@ use axum::Router;
 use ipnet::IpNet;
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::config::ConnectionConfig;
 use crate::engine::Engine;
 use crate::listen::{Door, Protocol};
 use forward::forward;
 use limit::LimitLayer;
+pub(crate) use upgrade::TunnelLimits;
 pub(crate) use upstream::Upstream;
 
 /// Why the proxy could not start or stopped with an error.
@@ -227,8 +232,9 @@ pub struct ProxyOptions {
     pub response_timeout: Duration,
     /// How [`serve_proxy_with`]'s listener treats connections (caps,
     /// timeouts, shutdown grace); its requests have no `request_timeout`,
-    /// since they stream to the upstream. A [`Service`](crate::serve::Service)
-    /// uses its `[listen.connections]` instead.
+    /// since they stream to the upstream; its `idle_timeout` also ends
+    /// idle upgraded tunnels. The service (`serve::Service`) uses its
+    /// `[listen.connections]` instead.
     pub connections: ConnectionConfig,
     /// Speak HTTP/2 to the upstream: with prior knowledge (`h2c`) to an
     /// `http://` one, and only HTTP/2 to an `https://` one. Off by
@@ -259,9 +265,8 @@ impl Default for ProxyOptions {
     }
 }
 
-/// The proxy as one more door of a [`Service`](crate::serve::Service)
-/// ([`Options::proxy`](crate::serve::Options::proxy)): where it listens
-/// and what it forwards to.
+/// The proxy as one more door of the service (`serve::Options::proxy`):
+/// where it listens and what it forwards to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProxyDoor {
@@ -292,6 +297,8 @@ pub(crate) struct Route {
     /// `https` when the proxy's door serves TLS, else `http`.
     client_proto: &'static str,
     trusted_proxies: Arc<[IpNet]>,
+    /// How long upgraded connections live.
+    tunnels: TunnelLimits,
 }
 
 impl Route {
@@ -308,7 +315,25 @@ pub fn router_with(
     options: &ProxyOptions,
 ) -> Result<Router, ProxyError> {
     let upstream = Upstream::new(upstream, options)?;
-    Ok(router_to(engine, upstream, options, false))
+    // Never told to stop: a router served by the caller ends its tunnels
+    // when they close or idle.
+    Ok(router_to(
+        engine,
+        upstream,
+        options,
+        false,
+        tunnels(options, None),
+    ))
+}
+
+/// How long tunnels live on a door with `options.connections`, stopping
+/// (after the grace) when `stop` turns true.
+pub(crate) fn tunnels(options: &ProxyOptions, stop: Option<watch::Receiver<bool>>) -> TunnelLimits {
+    TunnelLimits {
+        idle: options.connections.idle_timeout,
+        grace: options.connections.shutdown_grace,
+        stop,
+    }
 }
 
 /// The proxy's router before `upstream`, for a door that serves TLS when
@@ -318,11 +343,13 @@ pub(crate) fn router_to(
     upstream: Upstream,
     options: &ProxyOptions,
     tls: bool,
+    tunnels: TunnelLimits,
 ) -> Router {
     let route = Route {
         upstream,
         client_proto: if tls { "https" } else { "http" },
         trusted_proxies: options.trusted_proxies.clone().into(),
+        tunnels,
     };
     Router::new()
         .fallback(forward)
@@ -357,7 +384,19 @@ pub async fn serve_proxy_with(
     options: &ProxyOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ProxyError> {
-    let app = router_with(engine.clone(), &upstream, options)?;
+    let upstream = Upstream::new(&upstream, options)?;
+    let (stop, stopped) = watch::channel(false);
+    let app = router_to(
+        engine.clone(),
+        upstream,
+        options,
+        false,
+        tunnels(options, Some(stopped)),
+    );
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    };
     let door = Door::new(
         "proxy",
         Protocol::Auto,

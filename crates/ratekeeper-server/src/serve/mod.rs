@@ -236,11 +236,16 @@ impl Service {
         if let Some((addr, upstream, proxy_options)) = proxy {
             let listener = bind("proxy", addr).await?;
             addrs.proxy = Some(local_addr("proxy", &listener)?);
+            // The door's settings are the service's, not the options'.
+            let mut settings = proxy_options.clone();
+            settings.connections = connections.clone();
+            let tunnels = crate::proxy::tunnels(&settings, Some(stopped.clone()));
             let app = crate::proxy::router_to(
                 engine.clone(),
                 upstream,
-                proxy_options,
+                &settings,
                 tls.proxy.is_some(),
+                tunnels,
             );
             let door = door("proxy", Protocol::Auto, &tls.proxy);
             tasks.spawn(serve_door(listener, door, app, stopped.clone()));

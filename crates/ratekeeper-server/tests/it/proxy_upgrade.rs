@@ -102,3 +102,31 @@ async fn websocket_upgrades_are_tunnelled_and_refused_with_429_over_the_limit() 
     drop(first);
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_idle_for_the_idle_timeout_is_closed() {
+    let upstream = upstream::start(Speaks::Http1).await;
+    let proxy = ProxyService::start(
+        "[listen.connections]\nidle_timeout = \"1s\"\n\
+         [[limits]]\nname = \"sockets\"\nrate = \"10/hour\"\nkey = [\"peer\"]\n",
+        &format!("http://{}", upstream.addr),
+        |_| {},
+    )
+    .await;
+    let (head, mut tcp) = upgrade(proxy.proxy).await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    tcp.write_all(b"ping").await.expect("sent");
+    let mut echoed = [0; 4];
+    tokio::time::timeout(STEP, tcp.read_exact(&mut echoed))
+        .await
+        .expect("in time")
+        .expect("echoed");
+    // Then nothing either way: the proxy closes the tunnel, and the
+    // client reads the end of the stream.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(STEP, tcp.read_to_end(&mut rest))
+        .await
+        .expect("the idle tunnel closed in time");
+    assert!(read.is_ok() && rest.is_empty(), "{read:?} {rest:?}");
+    proxy.stop().await;
+}
