@@ -106,6 +106,10 @@ enum Command {
         /// the proxy saw. Repeatable; none by default.
         #[arg(long = "trusted-proxy", value_name = "NET", value_parser = parse_net)]
         trusted_proxies: Vec<ipnet::IpNet>,
+        /// Decide, count and report every limit but refuse nothing
+        /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
+        #[arg(long)]
+        shadow_mode: bool,
     },
     /// Check a configuration file and explain what it sets up.
     Check {
@@ -151,6 +155,7 @@ pub fn run() -> ExitCode {
             upstream_http2,
             upstream_ca,
             trusted_proxies,
+            shadow_mode,
         } => proxy(ProxyArgs {
             upstream,
             config,
@@ -160,6 +165,7 @@ pub fn run() -> ExitCode {
             upstream_http2,
             upstream_ca,
             trusted_proxies,
+            shadow_mode,
         }),
         Command::Simulate(args) => simulate(&args),
         Command::Import { source } => import(&source),

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use crate::proxy::{ProxyDoor, ProxyOptions};
 use crate::serve::{Options, Service};
 
-use super::{error_chain, init_logging, load};
+use super::{error_chain, init_logging, load_with};
 
 /// What `ratekeeper proxy` was told.
 #[derive(Debug)]
@@ -26,6 +26,7 @@ pub(super) struct ProxyArgs {
     pub(super) upstream_http2: bool,
     pub(super) upstream_ca: Option<PathBuf>,
     pub(super) trusted_proxies: Vec<IpNet>,
+    pub(super) shadow_mode: bool,
 }
 
 pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
@@ -51,7 +52,17 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
     options.upstream_http2 = args.upstream_http2;
     options.upstream_ca = args.upstream_ca;
     options.trusted_proxies = args.trusted_proxies;
-    let mut config = match load(args.config.as_deref()) {
+    // A flag is an override like the environment's, applied after it, so
+    // that a reload keeps it.
+    let overrides: Vec<(String, String)> = if args.shadow_mode {
+        vec![(
+            "RATEKEEPER_ENFORCEMENT__SHADOW_MODE".to_owned(),
+            "true".to_owned(),
+        )]
+    } else {
+        Vec::new()
+    };
+    let mut config = match load_with(args.config.as_deref(), &overrides) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("error: {error}");
@@ -81,10 +92,12 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
     let service_options = Options {
         config_path: args.config,
         watch_interval: Some(watch),
+        overrides,
         proxy: Some(door),
         ..Options::default()
     };
     let tls = config.listen.tls.clone();
+    let shadow_mode = config.shadow_mode;
     let result = runtime.block_on(async move {
         let service = Service::start(config, service_options).await?;
         let addrs = service.addrs();
@@ -108,6 +121,12 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
             let _ = writeln!(
                 out,
                 "admin {scheme}://{addr}  (dashboard /, /metrics, /v1/stats, /healthz, /readyz)"
+            );
+        }
+        if shadow_mode {
+            let _ = writeln!(
+                out,
+                "shadow mode: every limit decides and reports, none refuses ([enforcement])"
             );
         }
         let _ = out.flush();

@@ -966,6 +966,51 @@ async fn the_proxy_command_serves_the_admin_port_but_not_the_decision_doors() {
     }
 }
 
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_command_in_shadow_mode_counts_but_refuses_nothing() {
+    let (upstream_addr, upstream) = start_upstream().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(
+        &path,
+        "[[limits]]\nname = \"everyone\"\nrate = \"1/hour\"\nkey = [\"global\"]\n",
+    )
+    .expect("the config written");
+    let upstream_url = format!("http://{upstream_addr}");
+    let process = ProxyProcess::start(&[
+        "--upstream",
+        &upstream_url,
+        "--config",
+        path.to_str().expect("a UTF-8 path"),
+        "--listen",
+        "127.0.0.1:0",
+        "--shadow-mode",
+    ]);
+    let client = client();
+    for _ in 0..3 {
+        let response = client
+            .get(format!("{}/echo/x", process.url))
+            .send()
+            .await
+            .expect("the proxy answers");
+        assert_eq!(response.status(), 201);
+    }
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 3);
+    let metrics = client
+        .get(format!("{}/metrics", process.admin))
+        .send()
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("the metrics");
+    assert!(
+        metrics.contains("ratekeeper_decisions_total{limit=\"everyone\",decision=\"denied\"} 2"),
+        "{metrics}"
+    );
+}
+
 #[test]
 fn the_proxy_command_refuses_an_upstream_it_cannot_proxy_to() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
