@@ -313,6 +313,26 @@ mod tests {
     }
 
     #[test]
+    fn the_proxys_table_is_always_checked_and_explained() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let files = write_leaf(dir.path(), &ca.server());
+        let config = load(&table("proxy", &files)).expect("a valid proxy table");
+        assert_eq!(config.listen.tls.proxy, Some(files.clone()));
+        assert!(config.warnings().is_empty(), "{:?}", config.warnings());
+        let explained = config.explain();
+        assert!(
+            explained.contains(&format!("proxy TLS (cert {})", files.cert.display())),
+            "{explained}"
+        );
+        // No address turns the proxy on or off in the file, so its files
+        // are read whatever `[listen]` says.
+        let missing = TlsFiles::new(dir.path().join("missing.pem"), &files.key);
+        let error = load(&table("proxy", &missing)).expect_err("a missing certificate");
+        assert_eq!(at(&error), (2, 8, "listen.tls.proxy.cert"));
+    }
+
+    #[test]
     fn a_table_must_name_both_files() {
         let error = load("[listen.tls.http]\ncert = 'a.pem'\n").expect_err("no key");
         assert_eq!(error.field(), Some("listen.tls.http"));
