@@ -2,13 +2,12 @@
 //! (`ratekeeper proxy --upstream http://127.0.0.1:3000 --config FILE`).
 //!
 //! `ratekeeper proxy` runs the service (`serve::Service`) with the proxy
-//! as one of its doors (`serve::Options::proxy`; the doors never name the
-//! service that runs them):
-//! `[listen] admin` serves `/healthz`, `/readyz`, `/metrics`, `/v1/stats`
-//! and the dashboard behind the same access tokens as under `serve`, the
-//! file reloads on SIGHUP and when it changes, and the proxy's connections
-//! have `[listen.connections]`' caps, timeouts (but `request_timeout`:
-//! requests stream to the upstream) and graceful shutdown. `[listen] http`
+//! as one of its doors (`serve::Options::proxy`): `[listen] admin` serves
+//! `/healthz`, `/readyz`, `/metrics`, `/v1/stats` and the dashboard behind
+//! the same access tokens as under `serve`, the file reloads on SIGHUP and
+//! when it changes, and the proxy's connections have
+//! `[listen.connections]`' caps, timeouts (all but `request_timeout`,
+//! since requests stream to the upstream) and graceful shutdown. `[listen] http`
 //! and `grpc` are not served under `proxy`: run `serve` for the decision
 //! doors. Every path is forwarded, `/healthz` included: the proxy's port
 //! is the app's, and health checks of ratekeeper itself go to the admin
@@ -91,8 +90,8 @@
 //! it lasts.
 //!
 //! Not supported: HTTP/2 extended CONNECT (RFC 8441, WebSocket over an
-//! HTTP/2 connection), forwarding trailers, and client certificates
-//! toward the upstream.
+//! HTTP/2 connection), upgrades to an upstream that speaks only HTTP/2,
+//! and client certificates toward the upstream.
 //!
 //! # The middleware
 //!
