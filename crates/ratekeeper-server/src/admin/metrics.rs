@@ -17,6 +17,9 @@
 //! | `ratekeeper_ready` | gauge | | 1 when decisions are answered as configured (what `/readyz` says: the store answers, or its failure policy answers for it), 0 when not |
 //! | `ratekeeper_failover_answers_total` | counter | `limit`, `how` (`fail_open`, `fallback`) | a limit's answers made by the failure policy while the store failed: allowed unlimited, or decided by the in-memory fallback |
 //! | `ratekeeper_keys_tracked` | gauge | | keys the in-memory store holds (in-memory store only) |
+//! | `ratekeeper_limit_keys` | gauge | `limit` | keys the in-memory store holds for each limit (in-memory store only): near `ratekeeper_max_keys`, new keys get `saturated` |
+//! | `ratekeeper_max_keys` | gauge | | `store.max_keys`: the most keys the in-memory store (or the fallback) holds per limit |
+//! | `ratekeeper_shadow_mode` | gauge | | 1 when `[enforcement] shadow_mode` is on: every limit decides and reports, none refuses |
 //! | `ratekeeper_store_failures_total` | counter | `store` | calls the store failed |
 //! | `ratekeeper_store_failed_open_total` | counter | `store` | requests allowed because the store failed open |
 //! | `ratekeeper_store_failed_closed_total` | counter | `store` | requests refused because the store failed closed |
@@ -71,6 +74,8 @@ struct LimitCounts {
     untrusted_forwarding: u64,
     saturated: u64,
     overrides_refused: u64,
+    /// Keys the in-memory store holds for it; `None` on the others.
+    keys_in_memory: Option<usize>,
 }
 
 /// Everything one scrape reports, read before encoding (the store's
@@ -87,6 +92,8 @@ struct Scrape {
     global_shadow: u64,
     /// The store's state and readiness, and the failover answers per limit.
     failover: FailoverScrape,
+    /// `[enforcement] shadow_mode`.
+    shadow_mode: bool,
 }
 
 /// What `/metrics` says of store failures: the store's state, readiness,
@@ -154,12 +161,8 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
     let store = StoreHealth::check(engine).await;
     let metrics = engine.decision_metrics();
     let set = engine.limits();
-    let files = set.envoy().into_iter().flat_map(|envoy| envoy.iter());
-    let limitador = set.limitador().active();
     let limits: Vec<LimitCounts> = set
-        .iter()
-        .chain(files)
-        .chain(limitador)
+        .every()
         .map(|limit| LimitCounts {
             name: limit.name().to_owned(),
             allowed: limit.stats().map_or(0, |stats| stats.allowed()),
@@ -168,6 +171,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
             untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
             saturated: metrics.saturated(limit.name()),
             overrides_refused: metrics.overrides_refused(limit.name()),
+            keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
         })
         .collect();
     let access = engine.access();
@@ -180,6 +184,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
         global_shadow: metrics.global_shadow(),
         failover,
+        shadow_mode: engine.shadow_mode(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -336,6 +341,32 @@ impl Collector for Scrape {
                 [(no_labels, i64::try_from(keys).unwrap_or(i64::MAX))],
             )?;
         }
+        if self.store.keys_in_memory.is_some() {
+            gauge(
+                &mut encoder,
+                "ratekeeper_limit_keys",
+                "Keys the in-memory store holds for each limit (at most ratekeeper_max_keys each).",
+                self.limits.iter().filter_map(|limit| {
+                    let keys = i64::try_from(limit.keys_in_memory?).unwrap_or(i64::MAX);
+                    Some(([("limit", limit.name.as_str())], keys))
+                }),
+            )?;
+        }
+        gauge(
+            &mut encoder,
+            "ratekeeper_max_keys",
+            "The most keys the in-memory store (or the fallback) holds per limit.",
+            [(
+                no_labels,
+                i64::try_from(self.store.max_keys).unwrap_or(i64::MAX),
+            )],
+        )?;
+        gauge(
+            &mut encoder,
+            "ratekeeper_shadow_mode",
+            "1 when [enforcement] shadow_mode is on: no limit refuses.",
+            [(no_labels, i64::from(self.shadow_mode))],
+        )?;
         let failures = self.store.failures.unwrap_or_default();
         for (name, help, value) in [
             (

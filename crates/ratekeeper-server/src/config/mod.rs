@@ -62,6 +62,9 @@
 //! shadow_mode = false        # its SHADOW_MODE: count and show, but always answer OK
 //! quota_mode = false         # its QUOTA_MODE: every limit of the files in quota mode
 //!
+//! [enforcement]
+//! shadow_mode = false        # true: every limit, every door, decides and reports but never refuses
+//!
 //! [limitador]                # optional: Kuadrant Limitador's limits file, beside these limits
 //! config_file = "limits.yaml" # (see config::limitador); reloaded when it changes
 //!
@@ -129,10 +132,11 @@
 //!
 //! # TLS on the doors
 //!
-//! A door with a `[listen.tls.http]`, `[listen.tls.grpc]` or
-//! `[listen.tls.admin]` table serves TLS only, with rustls (TLS 1.2 and
-//! 1.3, the ring provider), offering `h2` in ALPN on gRPC and `http/1.1`
-//! on HTTP and admin. `cert` and `key` are PEM files; with
+//! A door with a `[listen.tls.http]`, `[listen.tls.grpc]`,
+//! `[listen.tls.admin]` or (under `ratekeeper proxy`) `[listen.tls.proxy]`
+//! table serves TLS only, with rustls (TLS 1.2 and 1.3, the ring
+//! provider), offering `h2` in ALPN on gRPC, `http/1.1` on HTTP and admin,
+//! and both (`h2` first) on the proxy. `cert` and `key` are PEM files; with
 //! `client_ca`, a client must present a certificate signed by that CA or
 //! the handshake fails (mTLS). Relative paths are from the working
 //! directory, as `store.path`. Checking the configuration loads the files,
@@ -252,6 +256,7 @@
 mod access;
 mod address;
 mod connections;
+mod enforcement;
 mod env;
 pub mod envoy;
 mod envoy_door;
@@ -416,6 +421,11 @@ pub struct Config {
     pub envoy: EnvoyDoorConfig,
     /// A Limitador limits file and its limits (`[limitador]`).
     pub limitador: Option<LimitadorSource>,
+    /// `enforcement.shadow_mode`: every limit, from every source and on
+    /// every door, decides and reports but never refuses. The loader has
+    /// already made each limit a shadow limit and set
+    /// [`EnvoyDoorConfig::shadow_mode`]; this says why.
+    pub shadow_mode: bool,
 }
 
 impl Default for Config {
@@ -439,6 +449,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             envoy: EnvoyDoorConfig::default(),
             limitador: None,
+            shadow_mode: false,
         })
     }
 }

@@ -120,6 +120,9 @@ struct Inner {
     access: Arc<Access>,
     /// The store's state as last seen.
     monitor: health::StoreMonitor,
+    /// `[enforcement] shadow_mode`, as the limits in force were made
+    /// with; replaced with them.
+    shadow_mode: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -179,6 +182,7 @@ impl Engine {
                 connections: crate::listen::ConnectionStats::default(),
                 access: Arc::new(Access::new(&config.access)),
                 monitor,
+                shadow_mode: config.shadow_mode.into(),
             }),
         }
     }
@@ -207,6 +211,9 @@ impl Engine {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
+        self.inner
+            .shadow_mode
+            .store(config.shadow_mode, std::sync::atomic::Ordering::Relaxed);
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
             config.envoy.files.as_ref(),
@@ -214,6 +221,19 @@ impl Engine {
             &self.inner.stats,
         )));
         config.store == self.inner.store_config
+    }
+
+    /// The `[store]` the engine was started with (a reload cannot change
+    /// it).
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.inner.store_config
+    }
+
+    /// Whether `[enforcement] shadow_mode` is on: no limit refuses.
+    pub fn shadow_mode(&self) -> bool {
+        self.inner
+            .shadow_mode
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The tokens the doors ask for (`[access]`), and their refusals: each

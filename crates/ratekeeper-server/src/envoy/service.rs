@@ -401,7 +401,7 @@ impl EnvoyService {
                         false,
                     ),
                     _ => (
-                        descriptor_status(results()),
+                        descriptor_status(results(), door.shadow_mode),
                         results().any(|(_, plan, _)| plan.quota),
                     ),
                 };
