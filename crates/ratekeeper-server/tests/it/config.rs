@@ -1304,7 +1304,7 @@ fn a_field_at_its_default_value_is_never_an_error() {
     // A memory store with every remote store's field at its default, and a
     // limit keyed without an address with every address field at its default.
     let defaults = "[store]\nkind = \"memory\"\non_failure = \"closed\"\nfallback = false\n\
-                    prefix = \"ratekeeper:\"\ntimeout_ms = 100\nbatch_in_flight = 4\nbatch_max_calls = 64\n\n\
+                    prefix = \"ratekeeper:\"\ntimeout_ms = 100\nstart_wait_ms = 0\nbatch_in_flight = 4\nbatch_max_calls = 64\n\n\
                     [[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"route\"]\ntrusted_proxies = []\n\
                     client_ip_from = \"x-forwarded-for\"\nipv4_prefix = 32\nipv6_prefix = 64\n";
     Config::from_toml_str(defaults, "defaults.toml").unwrap_or_else(|error| panic!("{error}"));
@@ -1325,6 +1325,10 @@ fn a_field_at_its_default_value_is_never_an_error() {
         (
             "timeout_ms = 50",
             "timeout_ms applies only to the redis stores",
+        ),
+        (
+            "start_wait_ms = 5000",
+            "start_wait_ms applies only to the redis stores",
         ),
         (
             "batch_in_flight = 2",
@@ -1368,4 +1372,25 @@ fn a_field_at_its_default_value_is_never_an_error() {
             .to_string();
         assert!(error.contains(message), "{field}: {error}");
     }
+}
+
+#[test]
+fn start_wait_ms_is_read_and_bounded() {
+    let redis = |line: &str| {
+        format!(
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n{line}\n{}",
+            limit("rate = \"1/s\"\nkey = [\"global\"]")
+        )
+    };
+    let config = Config::from_toml_str(&redis(""), "ratekeeper.toml").unwrap();
+    assert_eq!(config.store.start_wait, std::time::Duration::ZERO);
+    let config = Config::from_toml_str(&redis("start_wait_ms = 30000"), "ratekeeper.toml").unwrap();
+    assert_eq!(config.store.start_wait, std::time::Duration::from_secs(30));
+    let error = Config::from_toml_str(&redis("start_wait_ms = 3600001"), "ratekeeper.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("store.start_wait_ms: start_wait_ms is 3600001, above the largest supported value 3600000"),
+        "{error}"
+    );
 }
