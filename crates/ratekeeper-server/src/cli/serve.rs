@@ -65,6 +65,12 @@ pub(super) fn serve(
         let service = Service::start(config, options).await?;
         let addrs = service.addrs();
         let store = service.engine().store().kind();
+        // A store the failure policy answers for until it connects.
+        let connecting = if service.engine().store_state().up {
+            ""
+        } else {
+            " not connected yet: the failure policy answers until it is"
+        };
         let set = service.engine().limits();
         let limits = set.len();
         let files = set.envoy().map_or_else(String::new, |envoy| {
@@ -87,7 +93,7 @@ pub(super) fn serve(
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "ratekeeper {} ({store} store, {limits} limits{files}{limitador})",
+            "ratekeeper {} ({store} store{connecting}, {limits} limits{files}{limitador})",
             env!("CARGO_PKG_VERSION")
         );
         let _ = writeln!(out, "{threads}");

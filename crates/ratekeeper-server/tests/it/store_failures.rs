@@ -593,3 +593,64 @@ async fn errors_name_the_cause_and_the_store() {
         status.message()
     );
 }
+
+#[tokio::test]
+async fn a_redis_cluster_nobody_answers_is_started_under_fail_open_and_refused_under_fail_closed() {
+    // Two ports nothing listens on.
+    let ports = [
+        ratekeeper_test_support::redis::free_port(),
+        ratekeeper_test_support::redis::free_port(),
+    ];
+    let urls = ports.map(|port| format!("redis://default:S3cretPass@127.0.0.1:{port}"));
+    let hidden = ports.map(|port| format!("redis://default:***@127.0.0.1:{port}"));
+    let toml = |policy: &str| {
+        format!(
+            "[store]\nkind = \"redis-cluster\"\nurls = [\"{}\", \"{}\"]\n{policy}\n\n\
+             [[limits]]\nname = \"hourly\"\nrate = \"1/hour\"\nkey = [\"global\"]\n",
+            urls[0], urls[1]
+        )
+    };
+
+    let (process, _dir) = serve(&toml("on_failure = \"open\""));
+    assert!(
+        process.banner[0].contains("redis store not connected yet"),
+        "{:?}",
+        process.banner
+    );
+    let answer = check(&process).await;
+    assert_eq!(answer.status, 200, "{}", answer.json);
+    assert_eq!(store_header(&answer.headers), Some("fail-open"));
+    let (status, body) = admin(&process, "/readyz?store").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains(&format!("{} {}", hidden[0], hidden[1])),
+        "{body}"
+    );
+    assert!(!body.contains("S3cretPass"), "{body}");
+    drop(process);
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(&path, toml("")).expect("the configuration is written");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
+        command.env_remove(key);
+    }
+    let output = command
+        .args(["serve", "--config", path.to_str().expect("a UTF-8 path")])
+        .env("RATEKEEPER_LISTEN__HTTP", "127.0.0.1:0")
+        .env("RATEKEEPER_LISTEN__GRPC", "127.0.0.1:0")
+        .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
+        .output()
+        .expect("the binary runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot open the Redis store at {} {}",
+            hidden[0], hidden[1]
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("S3cretPass"), "{stderr}");
+}
