@@ -342,8 +342,13 @@ async fn readiness_follows_the_policy(policy: &str, serving_while_down: bool) {
     );
     let ready = format!("ratekeeper_ready {}", u8::from(serving_while_down));
     assert!(metrics.lines().any(|line| line == ready), "{metrics}");
+    // The health service hears of the state a moment after the probes.
     for name in ["", RLS] {
-        assert_eq!(status_of(&mut client, name).await, expected, "{name:?}");
+        eventually("the health service follows the outage", || {
+            let mut client = client.clone();
+            async move { (status_of(&mut client, name).await == expected).then_some(()) }
+        })
+        .await;
     }
     if !serving_while_down {
         let change = tokio::time::timeout(DEADLINE, watch.message())
@@ -361,7 +366,11 @@ async fn readiness_follows_the_policy(policy: &str, serving_while_down: bool) {
     .await;
     assert_eq!(admin(&process, "/readyz").await.0, 200);
     for name in ["", RLS] {
-        assert_eq!(status_of(&mut client, name).await, serving, "{name:?}");
+        eventually("the health service follows the recovery", || {
+            let mut client = client.clone();
+            async move { (status_of(&mut client, name).await == serving).then_some(()) }
+        })
+        .await;
     }
     if !serving_while_down {
         let change = tokio::time::timeout(DEADLINE, watch.message())
