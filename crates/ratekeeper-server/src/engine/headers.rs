@@ -1,6 +1,7 @@
 //! The response headers of a verdict, shared by every HTTP door.
 
 use axum::http::{HeaderMap, HeaderValue};
+use ratekeeper::store::AnsweredBy;
 use ratekeeper_tower::headers::{insert_headers, insert_retry_after, HeaderStyle, ResetStyle};
 
 use super::{Verdict, SATURATED_HEADER, STORE_HEADER};
@@ -49,7 +50,11 @@ pub(crate) fn insert_saturated(headers: &mut HeaderMap, verdict: &Verdict) {
 /// [`STORE_HEADER`](crate::engine::STORE_HEADER)) when the failure policy
 /// answered `verdict` while the store failed.
 pub(crate) fn insert_answered_by(headers: &mut HeaderMap, verdict: &Verdict) {
-    let by = verdict.answered_by();
+    insert_store_header(headers, verdict.answered_by());
+}
+
+/// Adds `X-RateKeeper-Store` when `by` is the failure policy.
+pub(crate) fn insert_store_header(headers: &mut HeaderMap, by: AnsweredBy) {
     if by.is_failover() {
         headers.insert(STORE_HEADER, HeaderValue::from_static(by.as_str()));
     }

@@ -22,6 +22,9 @@
 //!   `X-RateLimit-Reset` of the limit with the least left when
 //!   `response_headers` is `"DraftVersion03"` (the limit field lists every
 //!   limit that applied, as `, MAX;w=SECONDS;name="NAME"`);
+//! - an answer the store's failure policy made (`on_failure = "open"`, or
+//!   the `fallback`) carries `X-RateKeeper-Store: fail-open` (or
+//!   `fallback`), as on the other doors;
 //! - `/limits/{namespace}` lists the namespace's limits as Limitador's
 //!   JSON (`id`, `namespace`, `max_value`, `seconds`, `name`, `conditions`,
 //!   `variables`), `[]` for an unknown one.
@@ -45,11 +48,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use http::{HeaderValue, StatusCode};
+use ratekeeper::store::AnsweredBy;
 use serde::{Deserialize, Serialize};
 
 use super::body::JsonBody;
 use super::error::ApiError;
 use crate::config::limitador::Descriptors;
+use crate::engine::headers::insert_store_header;
 use crate::engine::{Check, Engine, LimitadorCheck};
 
 /// Limitador's routes.
@@ -114,19 +119,23 @@ async fn check(State(engine): State<Engine>, body: Body) -> Result<Response, Api
     // nothing, so it is not asked.
     let shadow = limits.limitador().shadow();
     let mut limited = !shadow && zero && info.delta > 0;
+    let mut answered_by = AnsweredBy::Store;
     if !shadow && !limited && !checks.is_empty() {
         let verdict = engine.peek(checks).await?;
+        answered_by = verdict.answered_by();
         limited = verdict
             .results
             .iter()
             .any(|result| result.decision().remaining() < info.delta);
     }
-    Ok(if limited {
+    let mut response = if limited {
         // Limitador's error answer: its text, not JSON.
         (StatusCode::TOO_MANY_REQUESTS, "Too many requests").into_response()
     } else {
         ok_null()
-    })
+    };
+    insert_store_header(response.headers_mut(), answered_by);
+    Ok(response)
 }
 
 /// Adds `delta` to each limit that applies, each on its own.
@@ -137,9 +146,12 @@ async fn report(State(engine): State<Engine>, body: Body) -> Result<Response, Ap
     let applying = limits
         .limitador()
         .checks(&info.namespace, &descriptors, info.delta);
+    let mut answered_by = AnsweredBy::Store;
     for check in applying.into_iter().filter_map(|applying| applying.check) {
         let fill = Check::new(check.limit.clone(), check.key.clone(), 0);
-        if engine.check(vec![check]).await?.is_allowed() {
+        let verdict = engine.check(vec![check]).await?;
+        answered_by = answered_by.or(verdict.answered_by());
+        if verdict.is_allowed() {
             continue;
         }
         // More than is left: fill the counter, as close as a counter that
@@ -155,7 +167,9 @@ async fn report(State(engine): State<Engine>, body: Body) -> Result<Response, Ap
                 .await?;
         }
     }
-    Ok(ok_null())
+    let mut response = ok_null();
+    insert_store_header(response.headers_mut(), answered_by);
+    Ok(response)
 }
 
 /// All or nothing: adds `delta` to every limit that applies unless one is
@@ -208,6 +222,9 @@ async fn check_and_report(State(engine): State<Engine>, body: Body) -> Result<Re
     let mut response = (status, Json(())).into_response();
     if info.response_headers.as_deref() == Some("DraftVersion03") {
         draft_03_headers(&mut counters, response.headers_mut());
+    }
+    if let Some(verdict) = &verdict {
+        insert_store_header(response.headers_mut(), verdict.answered_by());
     }
     Ok(response)
 }

@@ -657,3 +657,36 @@ async fn a_redis_cluster_nobody_answers_is_started_under_fail_open_and_refused_u
     );
     assert!(!stderr.contains("S3cretPass"), "{stderr}");
 }
+
+#[tokio::test]
+async fn limitadors_http_door_marks_failover_answers() {
+    let Some(redis) = redis_down() else {
+        return;
+    };
+    let limits = crate::limitador::compat("examples-limits.yaml");
+    let toml = format!(
+        "{}\n[limitador]\nconfig_file = {:?}\n",
+        config(&redis.url(), "on_failure = \"open\""),
+        limits.display().to_string()
+    );
+    let (process, _dir) = serve(&toml);
+    let body = json!({
+        "namespace": "test_namespace",
+        "values": {"req.method": "POST", "user_id": "alice"},
+        "delta": 1,
+    });
+    for path in ["/check", "/report", "/check_and_report"] {
+        let response = client()
+            .post(format!("http://{}{path}", process.http))
+            .json(&body)
+            .send()
+            .await
+            .expect("the Limitador door answers");
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(
+            store_header(response.headers()),
+            Some("fail-open"),
+            "{path}"
+        );
+    }
+}
