@@ -12,6 +12,7 @@
 
 mod dashboard;
 mod metrics;
+mod operations;
 mod stats;
 
 use axum::extract::State;

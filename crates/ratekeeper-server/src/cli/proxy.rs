@@ -17,8 +17,12 @@ pub(super) fn proxy(
     listen: SocketAddr,
     watch: f64,
     upstream_timeout: f64,
+    log_format: crate::telemetry::LogFormat,
 ) -> ExitCode {
-    init_logging();
+    let telemetry = match init_logging(log_format) {
+        Ok(telemetry) => telemetry,
+        Err(code) => return code,
+    };
     let Ok(watch) = Duration::try_from_secs_f64(watch) else {
         eprintln!("error: --watch takes a number of seconds, not {watch}");
         return ExitCode::from(2);
@@ -95,6 +99,7 @@ pub(super) fn proxy(
         crate::proxy::serve_proxy_with(engine, listener, upstream, &options, stop).await?;
         Ok(())
     });
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -43,12 +43,15 @@ mod envoy_files;
 mod error;
 mod forwarding;
 pub(crate) mod headers;
+mod histogram;
 mod key;
 mod limitador;
 mod limits;
 pub mod matching;
 mod metrics;
+mod reloads;
 mod store;
+mod store_latency;
 mod verdict;
 
 use std::sync::Arc;
@@ -61,6 +64,7 @@ use ratekeeper::{
     Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
 use smallvec::SmallVec;
+use tracing::Instrument as _;
 
 pub use describe::{LimitDescription, MatchDescription};
 pub use envoy_files::EnvoyLimits;
@@ -70,7 +74,9 @@ pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
+pub use reloads::{ReloadSnapshot, ReloadStats};
 pub use store::{AnyStore, SharedClock};
+pub use store_latency::{StoreLatency, StoreOperation};
 pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
 
 use verdict::refuses;
@@ -114,6 +120,10 @@ struct Inner {
     connections: crate::listen::ConnectionStats,
     /// The tokens the doors ask for; replaced with the limits.
     access: Arc<Access>,
+    /// The remote store's call latencies, for `/metrics`.
+    store_latency: StoreLatency,
+    /// What the configuration reloads did, for `/metrics`.
+    reloads: ReloadStats,
 }
 
 impl Engine {
@@ -152,6 +162,7 @@ impl Engine {
         )
         .expect("ratekeeper-readyz is a valid limit name");
         let stats = Stats::new();
+        let loaded = wall_clock.now();
         Engine {
             inner: Arc::new(Inner {
                 limits: ArcSwap::from_pointee(LimitSet::with_stats(
@@ -170,6 +181,8 @@ impl Engine {
                 metrics: DecisionMetrics::new(),
                 connections: crate::listen::ConnectionStats::default(),
                 access: Arc::new(Access::new(&config.access)),
+                store_latency: StoreLatency::default(),
+                reloads: ReloadStats::new(loaded),
             }),
         }
     }
@@ -222,6 +235,25 @@ impl Engine {
     /// How long decisions took, and how many came near their limit.
     pub fn decision_metrics(&self) -> &DecisionMetrics {
         &self.inner.metrics
+    }
+
+    /// How long the store's calls took, by operation (SQLite and Redis).
+    pub fn store_latency(&self) -> &StoreLatency {
+        &self.inner.store_latency
+    }
+
+    /// What the configuration reloads did (counted by the reloader of
+    /// `serve` and `proxy`).
+    pub fn reload_stats(&self) -> &ReloadStats {
+        &self.inner.reloads
+    }
+
+    /// The store, its calls timed into [`Engine::store_latency`].
+    fn timed_store(&self) -> store_latency::Timed<'_> {
+        store_latency::Timed {
+            store: &self.inner.store,
+            latency: &self.inner.store_latency,
+        }
     }
 
     /// The connection counters of the front doors serving this engine.
@@ -299,11 +331,15 @@ impl Engine {
         counting: Counting,
     ) -> Result<Verdict, StoreError> {
         let started = std::time::Instant::now();
+        // A disabled span, made without allocating, unless traces are
+        // exported (crate::telemetry).
+        let span = crate::telemetry::decision_span(self.inner.store.kind(), &checks);
         let verdict = if counting == Counting::AllOrNothing && self.takes_steps(&checks) {
-            self.decide_detached(checks).await
+            self.decide_detached(checks).instrument(span.clone()).await
         } else {
-            self.decide(checks, counting).await
+            self.decide(checks, counting).instrument(span.clone()).await
         };
+        crate::telemetry::record_verdict(&span, &verdict);
         self.inner.metrics.observe(started.elapsed());
         verdict
     }
@@ -337,7 +373,7 @@ impl Engine {
 
     /// [`Engine::check_counting`], unmeasured.
     async fn decide(&self, checks: Vec<Check>, counting: Counting) -> Result<Verdict, StoreError> {
-        let store = &self.inner.store;
+        let store = &self.timed_store();
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..checks.len()).partition(|&i| checks[i].limit.is_shadow());
         let mut outcomes: Vec<Option<Outcome>> = vec![None; checks.len()];
@@ -393,7 +429,7 @@ impl Engine {
         mut active: Vec<usize>,
         outcomes: &mut [Option<Outcome>],
     ) -> Result<bool, StoreError> {
-        let store = &self.inner.store;
+        let store = &self.timed_store();
         let passes = |index: usize, outcome: &Outcome| {
             outcome.is_saturated() && checks[index].limit.allows_saturated()
         };
@@ -458,8 +494,7 @@ impl Engine {
         for &index in enforced {
             let check = &checks[index];
             let outcome = self
-                .inner
-                .store
+                .timed_store()
                 .check(check.limit.limit(), &check.key, check.cost)
                 .await?;
             allowed &= !refuses(check, &outcome);
@@ -473,8 +508,7 @@ impl Engine {
         let mut results = Vec::with_capacity(checks.len());
         for check in checks {
             let decision = self
-                .inner
-                .store
+                .timed_store()
                 .peek(check.limit.limit(), &check.key)
                 .await?;
             results.push(LimitResult {
@@ -488,8 +522,7 @@ impl Engine {
     /// Gives each check's cost back to its key.
     pub async fn refund(&self, checks: &[Check]) -> Result<(), StoreError> {
         for check in checks {
-            self.inner
-                .store
+            self.timed_store()
                 .refund(check.limit.limit(), &check.key, check.cost)
                 .await?;
         }

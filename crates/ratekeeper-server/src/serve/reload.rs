@@ -95,7 +95,22 @@ impl Reloader {
     /// Reads the file and, if it changed (or `force`), checks it and puts
     /// its limits in force. An invalid file is refused and the running
     /// limits kept.
+    ///
+    /// Counted in the engine's [`reload_stats`](Engine::reload_stats):
+    /// applied or refused (an unchanged file is neither).
     pub(crate) fn reload(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
+        let result = self.reload_uncounted(force);
+        let stats = self.engine.reload_stats();
+        match &result {
+            Ok(Reloaded::Unchanged) => {}
+            Ok(Reloaded::Applied { .. }) => stats.applied(self.engine.wall_now()),
+            Err(_) => stats.refused(),
+        }
+        result
+    }
+
+    /// [`Reloader::reload`], uncounted.
+    fn reload_uncounted(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
         let seen = read(&self.source, &self.engine).map_err(|source| ConfigError::Read {
             path: self.source.path.clone().unwrap_or_default(),
             source,
