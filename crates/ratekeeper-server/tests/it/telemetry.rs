@@ -518,3 +518,73 @@ fn the_log_format_comes_from_the_environment_on_proxy_too() {
         .unwrap()
         .contains("descriptor:tenant"));
 }
+
+/// `ratekeeper proxy` in front of `upstream` with `env`, and where it
+/// listens (read from its first line).
+fn proxy(
+    upstream: SocketAddr,
+    config: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String) {
+    use std::io::BufRead as _;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    command
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config", config])
+        .arg("--upstream")
+        .arg(format!("http://{upstream}"));
+    for (key, _) in std::env::vars()
+        .filter(|(key, _)| key.starts_with("RATEKEEPER_") || key.starts_with("OTEL_"))
+    {
+        command.env_remove(key);
+    }
+    let mut child = command
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let first = lines.next().expect("a first line").unwrap();
+    std::thread::spawn(move || lines.for_each(drop));
+    let url = first
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    (child, url)
+}
+
+// The collector answers while this thread waits for the proxy to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_door_exports_its_decisions_too() {
+    let (collector, received) = http_collector().await;
+    let upstream = common::serve_app(
+        axum::Router::new().route("/hello", axum::routing::get(|| async { "hello" })),
+    )
+    .await;
+    let (_dir, path) = config_file();
+    let endpoint = format!("http://{collector}");
+    let (mut child, url) = proxy(
+        upstream,
+        &path,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let trace = "9bf92f3577b34da6a3ce929d0e0e473b";
+    let response = reqwest::Client::new()
+        .get(format!("{url}/hello"))
+        .header("traceparent", traceparent(trace, "50f067aa0ba902bc"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (_, span) = received.span_of_trace(trace).await;
+    assert_eq!(hex(&span.parent_span_id), "50f067aa0ba902bc");
+    assert_eq!(text(&span, "ratekeeper.door"), "proxy");
+    assert_eq!(text(&span, "ratekeeper.decision"), "allowed");
+    let _ = child.kill();
+    let _ = child.wait();
+}
