@@ -56,7 +56,12 @@ pub(crate) fn record_verdict(span: &Span, verdict: &Result<Verdict, StoreError>)
         Ok(verdict) => verdict,
         Err(error) => {
             span.set_attribute("ratekeeper.decision", "error");
-            span.set_status(Status::error(crate::cli::error_chain(error)));
+            // The error and its causes, as the logs give them.
+            let causes: Vec<String> =
+                std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect();
+            span.set_status(Status::error(causes.join(": ")));
             return;
         }
     };
