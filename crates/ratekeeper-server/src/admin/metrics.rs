@@ -14,6 +14,9 @@
 //! | `ratekeeper_limits_configured` | gauge | | limits in force (those of `[envoy] config_dir`'s files included) |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
 //! | `ratekeeper_keys_tracked` | gauge | | keys the in-memory store holds (in-memory store only) |
+//! | `ratekeeper_limit_keys` | gauge | `limit` | keys the in-memory store holds for each limit (in-memory store only): near `ratekeeper_max_keys`, new keys get `saturated` |
+//! | `ratekeeper_max_keys` | gauge | | `store.max_keys`: the most keys the in-memory store (or the fallback) holds per limit |
+//! | `ratekeeper_shadow_mode` | gauge | | 1 when `[enforcement] shadow_mode` is on: every limit decides and reports, none refuses |
 //! | `ratekeeper_store_failures_total` | counter | `store` | calls the store failed |
 //! | `ratekeeper_store_failed_open_total` | counter | `store` | requests allowed because the store failed open |
 //! | `ratekeeper_store_failed_closed_total` | counter | `store` | requests refused because the store failed closed |
@@ -72,6 +75,8 @@ struct LimitCounts {
     untrusted_forwarding: u64,
     saturated: u64,
     overrides_refused: u64,
+    /// Keys the in-memory store holds for it; `None` on the others.
+    keys_in_memory: Option<usize>,
 }
 
 /// Everything one scrape reports, read before encoding (the store's
@@ -86,6 +91,8 @@ struct Scrape {
     unauthenticated: [(&'static str, u64); 3],
     /// Envoy requests answered OK by `[envoy] shadow_mode` alone.
     global_shadow: u64,
+    /// `[enforcement] shadow_mode`.
+    shadow_mode: bool,
 }
 
 /// The metrics of `engine` now, in the Prometheus text format.
@@ -96,12 +103,8 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
     let store = StoreHealth::check(engine).await;
     let metrics = engine.decision_metrics();
     let set = engine.limits();
-    let files = set.envoy().into_iter().flat_map(|envoy| envoy.iter());
-    let limitador = set.limitador().active();
     let limits = set
-        .iter()
-        .chain(files)
-        .chain(limitador)
+        .every()
         .map(|limit| LimitCounts {
             name: limit.name().to_owned(),
             allowed: limit.stats().map_or(0, |stats| stats.allowed()),
@@ -110,6 +113,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
             untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
             saturated: metrics.saturated(limit.name()),
             overrides_refused: metrics.overrides_refused(limit.name()),
+            keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
         })
         .collect();
     let access = engine.access();
@@ -120,6 +124,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         doors: engine.connection_stats().snapshot(),
         unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
         global_shadow: metrics.global_shadow(),
+        shadow_mode: engine.shadow_mode(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -276,6 +281,32 @@ impl Collector for Scrape {
                 [(no_labels, i64::try_from(keys).unwrap_or(i64::MAX))],
             )?;
         }
+        if self.store.keys_in_memory.is_some() {
+            gauge(
+                &mut encoder,
+                "ratekeeper_limit_keys",
+                "Keys the in-memory store holds for each limit (at most ratekeeper_max_keys each).",
+                self.limits.iter().filter_map(|limit| {
+                    let keys = i64::try_from(limit.keys_in_memory?).unwrap_or(i64::MAX);
+                    Some(([("limit", limit.name.as_str())], keys))
+                }),
+            )?;
+        }
+        gauge(
+            &mut encoder,
+            "ratekeeper_max_keys",
+            "The most keys the in-memory store (or the fallback) holds per limit.",
+            [(
+                no_labels,
+                i64::try_from(self.store.max_keys).unwrap_or(i64::MAX),
+            )],
+        )?;
+        gauge(
+            &mut encoder,
+            "ratekeeper_shadow_mode",
+            "1 when [enforcement] shadow_mode is on: no limit refuses.",
+            [(no_labels, i64::from(self.shadow_mode))],
+        )?;
         let failures = self.store.failures.unwrap_or_default();
         for (name, help, value) in [
             (

@@ -7,11 +7,13 @@
 //! 200 OK
 //! {"at_unix_secs": 1767225600,
 //!  "store": {"kind": "memory", "ready": true, "error": null,
-//!            "keys_in_memory": 2, "failures": null, "batching": null},
+//!            "keys_in_memory": 2, "max_keys": 100000, "failures": null, "batching": null},
 //!  "decisions": 12,
+//!  "shadow_mode": false,
+//!  "near_limit_percent": 10,
 //!  "limits": [{"name": "per-user",
 //!              "config": {"name": "per-user", "policy": "gcra", "rate": "3/minute", ...},
-//!              "near_limit": 2,
+//!              "near_limit": 2, "keys_in_memory": 2,
 //!              "at_unix_secs": 1767225600, "allowed": 6, "denied": 6,
 //!              "windows": {"minute": {"current": {"start_unix_secs": 1767225600,
 //!                                                 "requests": 12, "denied": 6},
@@ -36,7 +38,8 @@
 //! bytes each; so, with limits of ordinary configuration, the answer stays
 //! under 5 MB whatever clients send.
 //!
-//! The limits are in the configuration's order. Each limit's counts are
+//! The limits are the configuration's, in its order, then those of
+//! envoyproxy/ratelimit's files and of the Limitador file. Each limit's counts are
 //! those of the core's [`LimitSnapshot`] (flattened into the limit's
 //! object): totals since the limit was configured, the current and
 //! previous UTC minute, hour, day and week, the last 60 minutes oldest
@@ -81,8 +84,15 @@ pub struct ServiceStats {
     /// API, the gRPC service, nginx's `auth_request` and the proxy, however
     /// many limits each checked).
     pub decisions: u64,
-    /// The configured limits, in the configuration's order: the first
-    /// [`MAX_LIMITS_SHOWN`].
+    /// `[enforcement] shadow_mode`: every limit decides and reports, none
+    /// refuses.
+    pub shadow_mode: bool,
+    /// What `near_limit` counts: allowed decisions that left at most this
+    /// percentage of the quota.
+    pub near_limit_percent: u64,
+    /// The limits in force, the configuration's in its order, then those
+    /// of envoyproxy/ratelimit's files and of the Limitador file: the
+    /// first [`MAX_LIMITS_SHOWN`].
     pub limits: Vec<LimitReport>,
     /// Configured limits past the first [`MAX_LIMITS_SHOWN`], not shown.
     pub limits_not_shown: usize,
@@ -98,8 +108,12 @@ pub struct StoreHealth {
     pub ready: bool,
     /// Why it is not ready.
     pub error: Option<String>,
-    /// Keys the in-memory store tracks; `None` for the others.
+    /// Keys the in-memory store tracks, over all limits; `None` for the
+    /// others.
     pub keys_in_memory: Option<usize>,
+    /// The most keys the in-memory store (or a remote store's fallback)
+    /// tracks per limit (`store.max_keys`).
+    pub max_keys: usize,
     /// What the failure policy has done; `None` for the in-memory store.
     pub failures: Option<FailureCounts>,
     /// How the Redis store's concurrent calls went together; `None` for
@@ -172,6 +186,10 @@ pub struct LimitReport {
     /// Allowed decisions that left at most
     /// [`NEAR_LIMIT_PERCENT`](crate::engine::NEAR_LIMIT_PERCENT)% of the quota.
     pub near_limit: u64,
+    /// Keys the in-memory store tracks for this limit now, of at most
+    /// `store.max_keys`; `None` on the other stores. Not the same as
+    /// `keys_tracked`, the keys the statistics keep denials of.
+    pub keys_in_memory: Option<usize>,
     /// Totals, windows, the last hour and the keys denied most (at most
     /// [`MAX_KEYS_SHOWN`]).
     #[serde(flatten)]
@@ -193,6 +211,7 @@ impl StoreHealth {
             ready: error.is_none(),
             error,
             keys_in_memory: store.keys_in_memory(),
+            max_keys: engine.store_config().max_keys,
             failures: store.failure_stats().map(FailureCounts::from),
             batching: store.redis_batching().map(BatchCounts::from),
         }
@@ -207,7 +226,7 @@ impl ServiceStats {
         let metrics = engine.decision_metrics();
         let configured = engine.limits();
         let limits = configured
-            .iter()
+            .every()
             .take(MAX_LIMITS_SHOWN)
             .map(|limit| {
                 let mut stats = limit
@@ -219,6 +238,7 @@ impl ServiceStats {
                     name: limit.name().to_owned(),
                     config: LimitDescription::new(limit.config()),
                     near_limit: metrics.near_limit(limit.name()),
+                    keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
                     stats,
                 }
             })
@@ -227,8 +247,10 @@ impl ServiceStats {
             at_unix_secs: now.as_duration().as_secs(),
             store,
             decisions: metrics.latency().count,
+            shadow_mode: engine.shadow_mode(),
+            near_limit_percent: crate::engine::NEAR_LIMIT_PERCENT,
             limits,
-            limits_not_shown: configured.len().saturating_sub(MAX_LIMITS_SHOWN),
+            limits_not_shown: configured.every().count().saturating_sub(MAX_LIMITS_SHOWN),
         }
     }
 }

@@ -62,6 +62,10 @@ enum Command {
         /// when it changes.
         #[arg(long, value_name = "FILE")]
         limitador_config: Option<PathBuf>,
+        /// Decide, count and report every limit but refuse nothing
+        /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
+        #[arg(long)]
+        shadow_mode: bool,
         /// How log lines are written on stderr: `text`, or `json` (one
         /// object a line).
         #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "RATEKEEPER_LOG_FORMAT", value_name = "FORMAT")]
@@ -126,8 +130,16 @@ pub fn run() -> ExitCode {
             watch,
             envoy_config,
             limitador_config,
+            shadow_mode,
             log_format,
-        } => serve(config, watch, envoy_config, limitador_config, log_format),
+        } => serve(
+            config,
+            watch,
+            envoy_config,
+            limitador_config,
+            shadow_mode,
+            log_format,
+        ),
         Command::Proxy {
             upstream,
             config,

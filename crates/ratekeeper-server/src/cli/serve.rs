@@ -15,6 +15,7 @@ pub(super) fn serve(
     watch: f64,
     envoy_config: Option<PathBuf>,
     limitador_config: Option<PathBuf>,
+    shadow_mode: bool,
     log_format: crate::telemetry::LogFormat,
 ) -> ExitCode {
     let telemetry = match init_logging(log_format) {
@@ -27,10 +28,16 @@ pub(super) fn serve(
         ("RATEKEEPER_ENVOY__CONFIG_DIR", envoy_config),
         ("RATEKEEPER_LIMITADOR__CONFIG_FILE", limitador_config),
     ];
-    let overrides: Vec<(String, String)> = flags
+    let mut overrides: Vec<(String, String)> = flags
         .into_iter()
         .filter_map(|(variable, path)| Some((variable.to_owned(), path?.display().to_string())))
         .collect();
+    if shadow_mode {
+        overrides.push((
+            "RATEKEEPER_ENFORCEMENT__SHADOW_MODE".to_owned(),
+            "true".to_owned(),
+        ));
+    }
     let config = match load_with(path.as_deref(), &overrides) {
         Ok(config) => config,
         Err(error) => {
@@ -57,6 +64,7 @@ pub(super) fn serve(
     };
     let tls = config.listen.tls.clone();
     let threads = runtime_line(&config.runtime, &runtime);
+    let shadow_mode = config.shadow_mode;
     let result = runtime.block_on(async move {
         let service = Service::start(config, options).await?;
         let addrs = service.addrs();
@@ -87,6 +95,12 @@ pub(super) fn serve(
             env!("CARGO_PKG_VERSION")
         );
         let _ = writeln!(out, "{threads}");
+        if shadow_mode {
+            let _ = writeln!(
+                out,
+                "shadow mode: every limit decides and reports, none refuses ([enforcement])"
+            );
+        }
         if let Some(addr) = addrs.http {
             let scheme = if tls.http.is_some() { "https" } else { "http" };
             let _ = writeln!(

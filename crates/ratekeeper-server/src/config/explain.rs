@@ -123,6 +123,12 @@ impl Config {
                 caps.max_body_bytes
             );
         }
+        if self.shadow_mode {
+            let _ = writeln!(
+                out,
+                "shadow mode: every limit below decides and reports, but none refuses ([enforcement])"
+            );
+        }
         if let WorkerThreads::Fixed(n) = self.runtime.worker_threads {
             let _ = writeln!(
                 out,

@@ -24,6 +24,7 @@ pub(crate) struct FileConfig {
     pub(crate) runtime: Option<Spanned<super::runtime::FileRuntime>>,
     pub(crate) envoy: Option<Spanned<super::envoy_door::FileEnvoy>>,
     pub(crate) limitador: Option<Spanned<super::limitador_file::FileLimitador>>,
+    pub(crate) enforcement: Option<Spanned<super::enforcement::FileEnforcement>>,
 }
 
 /// `[store]`.

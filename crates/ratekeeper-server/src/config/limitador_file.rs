@@ -36,6 +36,9 @@ pub struct LimitadorSource {
     pub path: PathBuf,
     /// The file's limits, as loaded when the configuration was.
     pub limits: Arc<LimitadorConfig>,
+    /// Whether every limit of the file decides and reports but never
+    /// refuses (`[enforcement] shadow_mode`).
+    pub shadow: bool,
 }
 
 impl Checker<'_> {
@@ -52,6 +55,7 @@ impl Checker<'_> {
             Ok(limits) => Ok(Some(LimitadorSource {
                 path,
                 limits: Arc::new(limits),
+                shadow: false,
             })),
             // Where the TOML names the file is the place to fix a path.
             Err(LimitadorConfigError::Read { source, .. }) => self.fail(

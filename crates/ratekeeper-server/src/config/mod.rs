@@ -62,6 +62,9 @@
 //! shadow_mode = false        # its SHADOW_MODE: count and show, but always answer OK
 //! quota_mode = false         # its QUOTA_MODE: every limit of the files in quota mode
 //!
+//! [enforcement]
+//! shadow_mode = false        # true: every limit, every door, decides and reports but never refuses
+//!
 //! [limitador]                # optional: Kuadrant Limitador's limits file, beside these limits
 //! config_file = "limits.yaml" # (see config::limitador); reloaded when it changes
 //!
@@ -242,6 +245,7 @@
 mod access;
 mod address;
 mod connections;
+mod enforcement;
 mod env;
 pub mod envoy;
 mod envoy_door;
@@ -406,6 +410,11 @@ pub struct Config {
     pub envoy: EnvoyDoorConfig,
     /// A Limitador limits file and its limits (`[limitador]`).
     pub limitador: Option<LimitadorSource>,
+    /// `enforcement.shadow_mode`: every limit, from every source and on
+    /// every door, decides and reports but never refuses. The loader has
+    /// already made each limit a shadow limit and set
+    /// [`EnvoyDoorConfig::shadow_mode`]; this says why.
+    pub shadow_mode: bool,
 }
 
 impl Default for Config {
@@ -428,6 +437,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             envoy: EnvoyDoorConfig::default(),
             limitador: None,
+            shadow_mode: false,
         })
     }
 }

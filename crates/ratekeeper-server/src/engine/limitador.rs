@@ -123,7 +123,7 @@ impl LimitadorLimits {
         let mut names = HashSet::new();
         let mut by_namespace: HashMap<String, Vec<Running>> = HashMap::new();
         for (index, limit) in source.limits.limits().iter().enumerate() {
-            let active = build(limit, stats, &mut |name: &str| {
+            let active = build(limit, source.shadow, stats, &mut |name: &str| {
                 taken(name) || !names.insert(name.to_owned())
             });
             by_namespace
@@ -149,6 +149,12 @@ impl LimitadorLimits {
     /// The loaded file, if any.
     pub fn config(&self) -> Option<&LimitadorConfig> {
         self.source.as_ref().map(|source| source.limits.as_ref())
+    }
+
+    /// Whether the limits decide and report but never refuse
+    /// (`[enforcement] shadow_mode`).
+    pub fn shadow(&self) -> bool {
+        self.source.as_ref().is_some_and(|source| source.shadow)
     }
 
     /// Whether `namespace` has limits.
@@ -237,6 +243,7 @@ fn counter_key(values: &[String]) -> Vec<u8> {
 /// says whether a name is used (and claims it when not).
 fn build(
     limit: &LimitadorLimit,
+    shadow: bool,
     stats: &Stats,
     taken: &mut dyn FnMut(&str) -> bool,
 ) -> Option<Arc<ActiveLimit>> {
@@ -253,7 +260,7 @@ fn build(
         limit: limit_name,
         rate,
         key: vec![KeyPart::Global],
-        shadow: false,
+        shadow,
         on_saturated: OnSaturated::default(),
         allow_overrides: false,
         allow_refunds: false,

@@ -221,6 +221,16 @@ impl LimitSet {
         self.limits.iter()
     }
 
+    /// Every limit in force: the configuration's, in its order, then
+    /// those of envoyproxy/ratelimit's files and of the Limitador file.
+    pub fn every(&self) -> impl Iterator<Item = &Arc<ActiveLimit>> {
+        let files = self.envoy.iter().flat_map(EnvoyLimits::iter);
+        self.limits
+            .iter()
+            .chain(files)
+            .chain(self.limitador.active())
+    }
+
     /// The limit called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<ActiveLimit>> {
         self.by_name.get(name).map(|&index| &self.limits[index])

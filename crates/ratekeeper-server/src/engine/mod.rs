@@ -124,6 +124,9 @@ struct Inner {
     store_latency: StoreLatency,
     /// What the configuration reloads did, for `/metrics`.
     reloads: ReloadStats,
+    /// `[enforcement] shadow_mode`, as the limits in force were made
+    /// with; replaced with them.
+    shadow_mode: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -183,6 +186,7 @@ impl Engine {
                 access: Arc::new(Access::new(&config.access)),
                 store_latency: StoreLatency::default(),
                 reloads: ReloadStats::new(loaded),
+                shadow_mode: config.shadow_mode.into(),
             }),
         }
     }
@@ -211,6 +215,9 @@ impl Engine {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
+        self.inner
+            .shadow_mode
+            .store(config.shadow_mode, std::sync::atomic::Ordering::Relaxed);
         self.inner.limits.store(Arc::new(LimitSet::with_stats(
             &config.limits,
             config.envoy.files.as_ref(),
@@ -218,6 +225,19 @@ impl Engine {
             &self.inner.stats,
         )));
         config.store == self.inner.store_config
+    }
+
+    /// The `[store]` the engine was started with (a reload cannot change
+    /// it).
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.inner.store_config
+    }
+
+    /// Whether `[enforcement] shadow_mode` is on: no limit refuses.
+    pub fn shadow_mode(&self) -> bool {
+        self.inner
+            .shadow_mode
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The tokens the doors ask for (`[access]`), and their refusals: each

@@ -146,6 +146,15 @@ impl AnyStore {
         }
     }
 
+    /// Keys the in-memory store tracks for the limit called `name`;
+    /// `None` for the other stores.
+    pub fn keys_in_memory_of(&self, name: &str) -> Option<usize> {
+        match self {
+            AnyStore::Memory(store) => Some(store.keys_of(name)),
+            _ => None,
+        }
+    }
+
     /// Asks the store itself (not the failure policy) whether it answers:
     /// a read of `probe`'s state for an unused key.
     pub async fn ping(&self, probe: &Limit) -> Result<(), StoreError> {

@@ -26,11 +26,16 @@ pub(super) fn zero_status(shown: RateLimit, window: Duration) -> DescriptorStatu
 /// The status of one descriptor from the results of its limits: OK with no
 /// limit when none applied; otherwise the limit that refused it, or else
 /// the tightest (least remaining, then longest reset). Shadow limits are
-/// shown only when no other limit applied, and never refuse; refunds never
-/// refuse.
+/// shown only when no other limit applied, and never refuse, unless the door
+/// is in `shadow_mode` (`[envoy]` or `[enforcement]`), where the code is as
+/// decided whatever the limits' flags; refunds never refuse.
 pub(super) fn descriptor_status<'a>(
     results: impl Iterator<Item = &'a (&'a LimitResult, &'a Planned, Decision)>,
+    shadow_mode: bool,
 ) -> DescriptorStatus {
+    // In global shadow mode every limit is a shadow limit, and the
+    // statuses are what shows which would refuse: they stay as decided.
+    let is_shadow = |result: &LimitResult| !shadow_mode && result.check.limit.is_shadow();
     let mine: Vec<&(&LimitResult, &Planned, Decision)> = results
         .inspect(|_| {
             #[cfg(test)]
@@ -40,12 +45,13 @@ pub(super) fn descriptor_status<'a>(
     let enforced: Vec<_> = mine
         .iter()
         .copied()
-        .filter(|(result, _, _)| !result.check.limit.is_shadow())
+        .filter(|(result, _, _)| !is_shadow(result))
         .collect();
     let pool = if enforced.is_empty() { mine } else { enforced };
-    let refusing = pool.iter().copied().find(|(result, plan, _)| {
-        !plan.refund && !result.check.limit.is_shadow() && result.refused()
-    });
+    let refusing = pool
+        .iter()
+        .copied()
+        .find(|(result, plan, _)| !plan.refund && !is_shadow(result) && result.refused());
     let chosen = refusing.or_else(|| {
         pool.iter().copied().min_by(|(_, _, a), (_, _, b)| {
             a.remaining()

@@ -384,7 +384,7 @@ impl EnvoyService {
                         false,
                     ),
                     _ => (
-                        descriptor_status(results()),
+                        descriptor_status(results(), door.shadow_mode),
                         results().any(|(_, plan, _)| plan.quota),
                     ),
                 };

@@ -110,8 +110,11 @@ async fn check(State(engine): State<Engine>, body: Body) -> Result<Response, Api
         .limitador()
         .checks(&info.namespace, &descriptors, info.delta);
     let (checks, zero) = split(applying);
-    let mut limited = zero && info.delta > 0;
-    if !limited && !checks.is_empty() {
+    // In shadow mode the answer is always yes; the question still costs
+    // nothing, so it is not asked.
+    let shadow = limits.limitador().shadow();
+    let mut limited = !shadow && zero && info.delta > 0;
+    if !shadow && !limited && !checks.is_empty() {
         let verdict = engine.peek(checks).await?;
         limited = verdict
             .results
@@ -177,7 +180,7 @@ async fn check_and_report(State(engine): State<Engine>, body: Body) -> Result<Re
             }
         }
     }
-    let blocked = zero && info.delta > 0;
+    let blocked = zero && info.delta > 0 && !limits.limitador().shadow();
     let verdict = if checks.is_empty() {
         None
     } else if blocked {

@@ -255,7 +255,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err("[stores]\n"),
-        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`, `runtime`, `envoy`, `limitador`"
+        "ratekeeper.toml:1:2: stores: unknown field `stores`, expected one of `store`, `listen`, `requests`, `limits`, `access`, `runtime`, `envoy`, `limitador`, `enforcement`"
     );
 }
 

@@ -318,6 +318,41 @@ async fn the_dashboard_draws_the_last_hour_and_the_numbers_of_a_running_service(
     let global = card(&dom, "global");
     assert!(global.contains(&number("denied-total", sent.global_denied)));
 
+    // The key counts are /v1/stats's, each under its own name: the store's
+    // keys (alice, bob and carol under per-user, one under global), and
+    // per limit the keys whose denials the statistics keep.
+    let stats = service.get_json(service.admin("/v1/stats")).await;
+    assert_eq!(stats["store"]["keys_in_memory"], 4);
+    assert!(dom.contains(r#"data-field="store-keys" data-value="4">4</b> keys in memory"#));
+    for (name, in_memory) in [("per-user", 3), ("global", 1)] {
+        let limit = stats["limits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|limit| limit["name"] == name)
+            .expect("the limit's stats");
+        assert_eq!(limit["keys_in_memory"], in_memory, "{name}");
+        let tracked = limit["keys_tracked"].as_u64().expect("keys_tracked");
+        let card = card(&dom, name);
+        assert!(
+            card.contains(&format!(
+                r#"data-field="keys-in-memory" data-value="{in_memory}">{in_memory}</b> of 100,000 keys in memory"#
+            )),
+            "{name}: {card}"
+        );
+        let with_denials = if tracked == 1 { "key" } else { "keys" };
+        assert!(card.contains(&format!(
+            r#"data-field="keys-tracked" data-value="{tracked}">{tracked}</b> {with_denials} with denials tracked"#
+        )));
+    }
+    // "Near limit" says what it counts, with the service's own threshold.
+    assert_eq!(stats["near_limit_percent"], 10);
+    assert!(
+        per_user.contains(r#"<abbr title="allowed requests that left at most 10% of the quota"#)
+    );
+    assert!(dom.contains(r#"<span id="near-limit-note">Near limit: allowed requests that left at most 10% of the quota"#));
+    assert!(!dom.contains(r#"data-field="shadow-mode""#));
+
     let png = screenshot(chromium, service.admin("/")).await;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
     assert!(
@@ -351,6 +386,12 @@ async fn the_dashboard_shows_many_limits() {
     }
     let dom = dump_dom(chromium, service.admin("/")).await;
     assert_eq!(dom.matches(r#"<section class="card""#).count(), 12);
+    // Three cards a row in a 1280 px window: none takes half the width.
+    assert!(
+        dom.contains(r#"<main id="limits" aria-live="off" data-columns="3">"#),
+        "{}",
+        &dom[dom.find("<main").unwrap_or(0)..][..80.min(dom.len())]
+    );
     assert_eq!(dom.matches(r#"<svg class="chart""#).count(), 12);
     // 13 a minute: 13 allowed, 2 denied.
     let limit_03 = card(&dom, "limit-03");

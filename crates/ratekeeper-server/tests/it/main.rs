@@ -26,6 +26,7 @@ mod reload;
 mod runtime;
 mod saturation;
 mod serve_command;
+mod shadow_mode;
 mod simulate;
 mod store_tls;
 mod telemetry;

@@ -177,6 +177,16 @@ async fn metrics_count_every_decision_of_every_limit() {
     );
     // alice, bob and mallory under per-user, one key under global.
     assert_eq!(value(&scrape, "ratekeeper_keys_tracked", &[]), 4.0);
+    assert_eq!(
+        value(&scrape, "ratekeeper_limit_keys", &[("limit", "per-user")]),
+        3.0
+    );
+    assert_eq!(
+        value(&scrape, "ratekeeper_limit_keys", &[("limit", "global")]),
+        1.0
+    );
+    assert_eq!(value(&scrape, "ratekeeper_max_keys", &[]), 100_000.0);
+    assert_eq!(value(&scrape, "ratekeeper_shadow_mode", &[]), 0.0);
     for counter in [
         "ratekeeper_store_failures_total",
         "ratekeeper_store_failed_open_total",
@@ -200,8 +210,10 @@ async fn stats_report_totals_windows_history_and_top_keys() {
     assert_eq!(stats["decisions"], 16);
     assert_eq!(
         stats["store"],
-        json!({"kind": "memory", "ready": true, "error": null, "keys_in_memory": 4, "failures": null, "batching": null})
+        json!({"kind": "memory", "ready": true, "error": null, "keys_in_memory": 4, "max_keys": 100_000, "failures": null, "batching": null})
     );
+    assert_eq!(stats["shadow_mode"], false);
+    assert_eq!(stats["near_limit_percent"], 10);
     let limits = stats["limits"].as_array().expect("an array of limits");
     let names: Vec<&str> = limits.iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["per-user", "global"], "the configuration's order");
@@ -212,6 +224,12 @@ async fn stats_report_totals_windows_history_and_top_keys() {
     assert_eq!(per_user["allowed"], 12);
     assert_eq!(per_user["denied"], 4);
     assert_eq!(per_user["near_limit"], 2);
+    // Its own keys in the store, of the store's 4.
+    let in_memory: Vec<u64> = limits
+        .iter()
+        .map(|l| l["keys_in_memory"].as_u64().unwrap())
+        .collect();
+    assert_eq!(in_memory.iter().sum::<u64>(), 4, "{in_memory:?}");
     assert_eq!(
         per_user["top_denied"],
         json!([{"key": "alice", "count": 3, "error": 0}, {"key": "mallory", "count": 1, "error": 0}])

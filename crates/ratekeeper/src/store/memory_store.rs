@@ -192,6 +192,31 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             .sum()
     }
 
+    /// Keys tracked for the limit called `name`: 0 before its first
+    /// decision. With [`len`](MemoryStore::len), what a dashboard needs to
+    /// tell which limit fills its table (each holds at most `max_keys`).
+    ///
+    /// ```
+    /// use ratekeeper::{Gcra, Limit, MemoryStore, Store};
+    ///
+    /// # futures_executor::block_on(async {
+    /// let store = MemoryStore::new();
+    /// let per_user = Limit::new("per-user", Gcra::per_second(1)?)?;
+    /// store.check(&per_user, b"alice", 1).await?;
+    /// store.check(&per_user, b"bob", 1).await?;
+    /// assert_eq!(store.keys_of("per-user"), 2);
+    /// assert_eq!(store.keys_of("per-ip"), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn keys_of(&self, name: &str) -> usize {
+        self.inner
+            .limiters
+            .load()
+            .get(name)
+            .map_or(0, |entry| entry.limiter.len())
+    }
+
     /// Whether no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

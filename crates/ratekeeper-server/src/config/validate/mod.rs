@@ -256,7 +256,19 @@ impl Checker<'_> {
         // configuration otherwise right.
         self.envoy_files(&mut envoy, envoy_dir, &checked)?;
         let access = super::access::check(self.at, file.access, self.vars)?;
-        let limitador = self.limitador(file.limitador)?;
+        let mut limitador = self.limitador(file.limitador)?;
+        let shadow_mode = super::enforcement::shadow_mode(file.enforcement);
+        if shadow_mode {
+            // One switch, applied where each door already looks: the
+            // limits' own flags and the gRPC door's global mode.
+            for limit in &mut checked {
+                limit.shadow = true;
+            }
+            envoy.shadow_mode = true;
+            if let Some(limitador) = &mut limitador {
+                limitador.shadow = true;
+            }
+        }
         Ok(Config {
             store,
             listen,
@@ -266,6 +278,7 @@ impl Checker<'_> {
             runtime,
             envoy,
             limitador,
+            shadow_mode,
         })
     }
 
