@@ -61,8 +61,9 @@ impl Telemetry {
 /// service does not support, or an exporter that could not start; logs
 /// are then not set up either.
 pub fn init(format: LogFormat) -> Result<Telemetry, TelemetryError> {
-    let exporter = match OtlpSettings::from_env()? {
-        Some(settings) => Some(Exporter::start(&settings)?),
+    let settings = OtlpSettings::from_env()?;
+    let exporter = match &settings {
+        Some(settings) => Some(Exporter::start(settings)?),
         None => None,
     };
     let filter =
@@ -92,9 +93,25 @@ pub fn init(format: LogFormat) -> Result<Telemetry, TelemetryError> {
         .try_init()
         .is_ok();
     let exporter = exporter.filter(|_| installed);
-    if exporter.is_some() {
+    if let (Some(_), Some(settings)) = (&exporter, &settings) {
         EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!("exporting traces over OTLP");
+        // Where to, as set (without a URL's credentials); the exporter
+        // adds the defaults and /v1/traces itself.
+        let endpoint = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]
+        .iter()
+        .find_map(|name| {
+            std::env::var(name)
+                .ok()
+                .filter(|value| !value.trim().is_empty())
+        })
+        .map_or_else(
+            || "the default".to_owned(),
+            |url| crate::config::redact_url(&url),
+        );
+        tracing::info!(protocol = settings.protocol.as_str(), %endpoint, "exporting traces over OTLP");
     }
     Ok(Telemetry { exporter })
 }

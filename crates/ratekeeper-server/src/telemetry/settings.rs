@@ -16,6 +16,16 @@ pub enum OtlpProtocol {
     HttpProtobuf,
 }
 
+impl OtlpProtocol {
+    /// The protocol as `OTEL_EXPORTER_OTLP_PROTOCOL` names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtlpProtocol::Grpc => "grpc",
+            OtlpProtocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
 /// How to export traces, when the environment turns the exporter on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
