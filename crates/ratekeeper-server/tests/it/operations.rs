@@ -159,15 +159,13 @@ async fn reloads_applied_and_refused_are_counted() {
 
 const DURATION: &str = "ratekeeper_store_operation_duration_seconds";
 
-#[tokio::test]
-async fn the_store_latency_is_measured_per_operation() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("counts.db");
+/// Two limits on `store` (a `[store]` table): `per-user`, and `watch` in
+/// shadow mode; traffic of every operation, then its latency histograms.
+async fn latency_per_operation(kind: &str, store: &str) {
     let toml = format!(
-        "{LISTEN_ANY}[store]\nkind = \"sqlite\"\npath = {path:?}\n\n\
+        "{LISTEN_ANY}{store}\n\
          [[limits]]\nname = \"per-user\"\nrate = \"5/minute\"\nkey = [\"header:x-user\"]\n\n\
-         [[limits]]\nname = \"watch\"\nrate = \"100/minute\"\nkey = [\"global\"]\nshadow = true\n",
-        path = path.display().to_string()
+         [[limits]]\nname = \"watch\"\nrate = \"100/minute\"\nkey = [\"global\"]\nshadow = true\n"
     );
     let service = TestService::start(&toml).await;
     let both = json!({"limits": ["per-user", "watch"], "key": {"header:x-user": "alice"}});
@@ -183,7 +181,7 @@ async fn the_store_latency_is_measured_per_operation() {
     assert_eq!(service.post("/v1/refund", one).await.0, 200);
 
     let scrape = scrape(&service).await;
-    let labels = |operation| [("store", "sqlite"), ("operation", operation)];
+    let labels = |operation| [("store", kind), ("operation", operation)];
     for (operation, calls) in [
         ("check_all", 2.0),
         ("check", 2.0),
@@ -193,12 +191,36 @@ async fn the_store_latency_is_measured_per_operation() {
         assert_eq!(
             observations(&scrape, DURATION, &labels(operation)),
             calls,
-            "{operation}"
+            "{kind} {operation}"
         );
         let sum = value(&scrape, &format!("{DURATION}_sum"), &labels(operation));
-        assert!(sum > 0.0 && sum < 30.0, "{operation} took {sum} s");
+        assert!(sum > 0.0 && sum < 30.0, "{kind} {operation} took {sum} s");
     }
     service.stop().await;
+}
+
+#[tokio::test]
+async fn the_sqlite_store_latency_is_measured_per_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counts.db");
+    let store = format!(
+        "[store]\nkind = \"sqlite\"\npath = {:?}\n",
+        path.display().to_string()
+    );
+    latency_per_operation("sqlite", &store).await;
+}
+
+#[tokio::test]
+async fn the_redis_store_latency_is_measured_per_operation() {
+    let Some(redis) = ratekeeper_test_support::redis::RedisServer::start() else {
+        return;
+    };
+    let timeout = ratekeeper_test_support::redis::UNHURRIED.as_millis();
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = {timeout}\n",
+        redis.url()
+    );
+    latency_per_operation("redis", &store).await;
 }
 
 #[tokio::test]
