@@ -17,6 +17,15 @@ pub enum TelemetryError {
         /// Its value.
         value: String,
     },
+    /// An `https://` endpoint for the `http/protobuf` exporter, which
+    /// speaks plain HTTP.
+    #[error("{variable}={url:?}: https endpoints need OTEL_EXPORTER_OTLP_PROTOCOL=grpc (the http/protobuf exporter speaks plain http)")]
+    HttpsOverHttp {
+        /// The variable.
+        variable: &'static str,
+        /// Its value, without credentials.
+        url: String,
+    },
     /// The OTLP exporter refused its settings (an endpoint that is not a
     /// URL, a header that is not one).
     #[error("cannot set up the OTLP trace exporter")]

@@ -26,7 +26,8 @@
 //! | `OTEL_EXPORTER_OTLP_TIMEOUT`, `_HEADERS`, `_COMPRESSION` and their `_TRACES_` forms, `OTEL_BSP_*` | as the specification says |
 //!
 //! gRPC endpoints may be `https://` (rustls, the system's roots); HTTP
-//! endpoints are plain `http://` (a collector beside the service).
+//! endpoints are plain `http://` (a collector beside the service), and an
+//! `https://` one is refused at start.
 //!
 //! Each decision ([`Engine::check`](crate::engine::Engine::check)) is one
 //! span named `ratekeeper.decide`, of kind server, with these attributes:

@@ -109,6 +109,20 @@ impl OtlpSettings {
                 })
             }
         };
+        // The HTTP exporter's client speaks plain HTTP: say so now rather
+        // than fail every export.
+        if protocol == OtlpProtocol::HttpProtobuf {
+            if let Some((variable, url)) = ENDPOINTS
+                .iter()
+                .find_map(|name| Some((*name, get(name)?)))
+                .filter(|(_, url)| url.to_ascii_lowercase().starts_with("https:"))
+            {
+                return Err(TelemetryError::HttpsOverHttp {
+                    variable,
+                    url: crate::config::redact_url(url),
+                });
+            }
+        }
         let named = get("OTEL_SERVICE_NAME").is_some()
             || get("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|attributes| {
                 attributes
@@ -205,6 +219,18 @@ mod tests {
             text.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && text.contains("http/json"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn https_needs_grpc() {
+        let https = (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "HTTPS://c:4318/v1/traces",
+        );
+        let error = settings(&[https]).unwrap_err();
+        assert!(error.to_string().contains("grpc"), "{error}");
+        let on = settings(&[https, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).unwrap();
+        assert_eq!(on.unwrap().protocol, OtlpProtocol::Grpc);
     }
 
     #[test]
