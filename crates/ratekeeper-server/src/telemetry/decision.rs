@@ -106,3 +106,19 @@ fn strings<'a>(names: impl Iterator<Item = &'a str>) -> Value {
             .collect(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_exporter_the_span_is_disabled() {
+        // No test of this crate starts the exporter (the binary's tests
+        // do, in their own processes).
+        assert!(!super::super::is_exporting());
+        let span = decision_span("memory", &[]);
+        assert!(span.is_disabled());
+        assert!(span.id().is_none());
+        record_verdict(&span, &Ok(Verdict::default()));
+    }
+}
