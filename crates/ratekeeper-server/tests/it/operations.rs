@@ -154,6 +154,14 @@ async fn reloads_applied_and_refused_are_counted() {
     std::fs::write(&path, limits("3/minute")).unwrap();
     let fixed = until_reloads(&service, "applied", 2.0).await;
     assert_eq!(value(&fixed, LAST_OK, &[]), 1.0);
+
+    // A file gone is refused once too, not at every poll.
+    std::fs::remove_file(&path).unwrap();
+    let gone = until_reloads(&service, "refused", 2.0).await;
+    assert_eq!(value(&gone, LAST_OK, &[]), 0.0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = scrape(&service).await;
+    assert_eq!(value(&later, RELOADS, &[("result", "refused")]), 2.0);
     service.stop().await;
 }
 
