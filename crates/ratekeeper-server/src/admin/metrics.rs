@@ -27,7 +27,7 @@
 //! | `ratekeeper_connection_cap_reached_total` | counter | `door` | times a new connection found its door at `max_connections` (idle connections are then closed to make room) |
 //! | `ratekeeper_requests_timed_out_total` | counter | `door` | requests reset for taking longer than `request_timeout` |
 //! | `ratekeeper_accept_errors_total` | counter | `door` | failed accepts (mostly: out of file descriptors) |
-//! | `ratekeeper_config_reloads_total` | counter | `result` (`applied`, `refused`) | configuration reloads (SIGHUP, a changed file, `Service::reload`) put in force, or refused with the running configuration kept; an unchanged file is neither |
+//! | `ratekeeper_config_reloads_total` | counter | `result` (`applied`, `refused`) | configuration reloads (SIGHUP, a changed file, `Service::reload`) put in force, or refused with the running configuration kept; an unchanged file is neither, and a file that stays broken or unreadable is one refusal |
 //! | `ratekeeper_config_last_reload_successful` | gauge | | 1 when the last reload (or the start, before any) was applied, 0 when it was refused |
 //! | `ratekeeper_config_last_reload_success_timestamp_seconds` | gauge | | when the configuration in force was loaded (Unix time): the start, or the last reload applied |
 //! | `ratekeeper_store_operation_duration_seconds` | histogram | `store` (`sqlite`, `redis`), `operation` (`check`, `check_all`, `refund`, `peek`) | time the store took to answer one call, failed calls included, from 1 µs to 1 s (not for the in-memory store, whose calls take less than the first bucket: see the decision duration) |
