@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand};
 
 /// Rate limiting as a service.
 use import::{import, ImportSource};
-use proxy::proxy;
+use proxy::{proxy, ProxyArgs};
 use serve::serve;
 use simulate::{simulate, SimulateArgs};
 
@@ -73,9 +73,13 @@ enum Command {
     },
     /// Run as a reverse proxy in front of an HTTP app: every request is
     /// decided against the limits, then forwarded to the upstream (bodies
-    /// streamed) or refused with a 429. SIGHUP reloads the limits.
+    /// streamed, HTTP/1.1 or HTTP/2, WebSocket upgrades) or refused with a
+    /// 429. `[listen] admin` serves health, metrics and the dashboard;
+    /// `[listen] http` and `grpc` are not served. SIGHUP and a change of
+    /// the file reload the limits.
     Proxy {
-        /// The app: an http:// URL, such as http://127.0.0.1:3000.
+        /// The app: an http:// or https:// URL, such as
+        /// http://127.0.0.1:3000.
         #[arg(long, value_name = "URL")]
         upstream: String,
         /// The configuration file; without one, the built-in defaults.
@@ -92,6 +96,25 @@ enum Command {
         /// seconds, before the client gets 504 Gateway Timeout.
         #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
         upstream_timeout: f64,
+        /// Speak HTTP/2 to the upstream: with prior knowledge (h2c) to an
+        /// http:// one; only HTTP/2 to an https:// one (which otherwise
+        /// gets what its ALPN picks).
+        #[arg(long)]
+        upstream_http2: bool,
+        /// A PEM file of the CA certificates an https:// upstream must be
+        /// signed by (default: the system's).
+        #[arg(long, value_name = "FILE")]
+        upstream_ca: Option<PathBuf>,
+        /// A peer (address or network, such as 10.0.0.0/8) whose
+        /// X-Forwarded-For/-Proto/-Host, Forwarded and X-Real-IP are
+        /// passed to the upstream; from others they are replaced by what
+        /// the proxy saw. Repeatable; none by default.
+        #[arg(long = "trusted-proxy", value_name = "NET", value_parser = parse_net)]
+        trusted_proxies: Vec<ipnet::IpNet>,
+        /// Decide, count and report every limit but refuse nothing
+        /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
+        #[arg(long)]
+        shadow_mode: bool,
         /// How log lines are written on stderr: `text`, or `json` (one
         /// object a line).
         #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "RATEKEEPER_LOG_FORMAT", value_name = "FORMAT")]
@@ -146,15 +169,23 @@ pub fn run() -> ExitCode {
             listen,
             watch,
             upstream_timeout,
+            upstream_http2,
+            upstream_ca,
+            trusted_proxies,
+            shadow_mode,
             log_format,
-        } => proxy(
-            &upstream,
+        } => proxy(ProxyArgs {
+            upstream,
             config,
             listen,
             watch,
             upstream_timeout,
+            upstream_http2,
+            upstream_ca,
+            trusted_proxies,
+            shadow_mode,
             log_format,
-        ),
+        }),
         Command::Simulate(args) => simulate(&args),
         Command::Import { source } => import(&source),
         Command::Check {
@@ -228,4 +259,12 @@ pub(crate) fn init_logging(format: LogFormat) -> Result<Telemetry, ExitCode> {
         eprintln!("error: {}", error_chain(&error));
         ExitCode::from(2)
     })
+}
+
+/// An address or network for `--trusted-proxy`: `10.0.0.0/8`, or one
+/// address as its own network.
+fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is neither an address nor a network such as 10.0.0.0/8"))
 }

@@ -1,4 +1,6 @@
-//! `ratekeeper proxy`: the limits in front of an HTTP app.
+//! `ratekeeper proxy`: the limits in front of an HTTP app, run as the
+//! service with the proxy as its door (beside `[listen] admin`; the HTTP
+//! and gRPC decision doors are not served).
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -6,52 +8,78 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::serve::ConfigWatcher;
+use ipnet::IpNet;
 
-/// Rate limiting as a service.
-use super::{error_chain, init_logging, load};
+use crate::proxy::{ProxyDoor, ProxyOptions};
+use crate::serve::{Options, Service};
 
-pub(super) fn proxy(
-    upstream: &str,
-    path: Option<PathBuf>,
-    listen: SocketAddr,
-    watch: f64,
-    upstream_timeout: f64,
-    log_format: crate::telemetry::LogFormat,
-) -> ExitCode {
-    let telemetry = match init_logging(log_format) {
+use super::{error_chain, init_logging, load_with};
+
+/// What `ratekeeper proxy` was told.
+#[derive(Debug)]
+pub(super) struct ProxyArgs {
+    pub(super) upstream: String,
+    pub(super) config: Option<PathBuf>,
+    pub(super) listen: SocketAddr,
+    pub(super) watch: f64,
+    pub(super) upstream_timeout: f64,
+    pub(super) upstream_http2: bool,
+    pub(super) upstream_ca: Option<PathBuf>,
+    pub(super) trusted_proxies: Vec<IpNet>,
+    pub(super) shadow_mode: bool,
+    pub(super) log_format: crate::telemetry::LogFormat,
+}
+
+pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
+    let telemetry = match init_logging(args.log_format) {
         Ok(telemetry) => telemetry,
         Err(code) => return code,
     };
-    let Ok(watch) = Duration::try_from_secs_f64(watch) else {
-        eprintln!("error: --watch takes a number of seconds, not {watch}");
+    let Ok(watch) = Duration::try_from_secs_f64(args.watch) else {
+        eprintln!(
+            "error: --watch takes a number of seconds, not {}",
+            args.watch
+        );
         return ExitCode::from(2);
     };
-    let mut options = crate::proxy::ProxyOptions::default();
-    match Duration::try_from_secs_f64(upstream_timeout) {
+    let mut options = ProxyOptions::default();
+    match Duration::try_from_secs_f64(args.upstream_timeout) {
         Ok(timeout) if !timeout.is_zero() => options.response_timeout = timeout,
         _ => {
             eprintln!(
-                "error: --upstream-timeout takes a number of seconds above 0, not {upstream_timeout}"
+                "error: --upstream-timeout takes a number of seconds above 0, not {}",
+                args.upstream_timeout
             );
             return ExitCode::from(2);
         }
     }
-    let config = match load(path.as_deref()) {
+    options.upstream_http2 = args.upstream_http2;
+    options.upstream_ca = args.upstream_ca;
+    options.trusted_proxies = args.trusted_proxies;
+    // A flag is an override like the environment's, applied after it, so
+    // that a reload keeps it.
+    let overrides: Vec<(String, String)> = if args.shadow_mode {
+        vec![(
+            "RATEKEEPER_ENFORCEMENT__SHADOW_MODE".to_owned(),
+            "true".to_owned(),
+        )]
+    } else {
+        Vec::new()
+    };
+    let mut config = match load_with(args.config.as_deref(), &overrides) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::from(2);
         }
     };
-    for warning in config.warnings() {
-        tracing::warn!("{warning}");
-    }
-    options.connections = config.listen.connections.clone();
-    let upstream: axum::http::Uri = match upstream.parse() {
+    // The proxy and the admin port only: the decision doors are `serve`'s.
+    config.listen.http = None;
+    config.listen.grpc = None;
+    let upstream: axum::http::Uri = match args.upstream.parse() {
         Ok(uri) => uri,
         Err(error) => {
-            let upstream = crate::config::redact_url(upstream);
+            let upstream = crate::config::redact_url(&args.upstream);
             eprintln!("error: --upstream {upstream:?} is not a URL: {error}");
             return ExitCode::from(2);
         }
@@ -63,84 +91,59 @@ pub(super) fn proxy(
             return ExitCode::FAILURE;
         }
     };
-    let result: Result<(), Box<dyn std::error::Error>> = runtime.block_on(async move {
-        use crate::engine::Engine;
-        // Fixed windows on the wall clock's minutes, as `serve`'s.
-        let clock = std::sync::Arc::new(ratekeeper::clock::MonotonicClock::since_unix_epoch());
-        let engine = Engine::start(&config, clock).await?;
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|error| format!("cannot listen on {listen}: {error}"))?;
-        let addr = listener.local_addr()?;
-        // The upstream URL is checked, and the signals caught, before
-        // saying where the proxy listens: a signal sent as soon as the
-        // address is known is never missed.
-        drop(crate::proxy::router_with(
-            engine.clone(),
-            &upstream,
-            &options,
-        )?);
-        let mut caps = [("proxy", options.connections.max_connections)];
-        crate::listen::fit_open_files(&mut caps);
-        options.connections.max_connections = caps[0].1;
-        let signals = ProxySignals::catch()?;
-        let _watcher = ConfigWatcher::spawn(engine.clone(), path, Some(watch));
+    let mut door = ProxyDoor::new(args.listen, upstream.clone());
+    door.options = options;
+    let service_options = Options {
+        config_path: args.config,
+        watch_interval: Some(watch),
+        overrides,
+        proxy: Some(door),
+        ..Options::default()
+    };
+    let tls = config.listen.tls.clone();
+    let shadow_mode = config.shadow_mode;
+    let result = runtime.block_on(async move {
+        let service = Service::start(config, service_options).await?;
+        let addrs = service.addrs();
+        let engine = service.engine();
+        // Where it listens, on stdout, the proxy first; a closed stdout
+        // must not stop the service, so write errors are ignored.
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "ratekeeper {} proxy http://{addr} -> {upstream} ({} store, {} limits)",
-            env!("CARGO_PKG_VERSION"),
-            engine.store().kind(),
-            engine.limits().len()
-        );
+        if let Some(addr) = addrs.proxy {
+            let scheme = if tls.proxy.is_some() { "https" } else { "http" };
+            let _ = writeln!(
+                out,
+                "ratekeeper {} proxy {scheme}://{addr} -> {} ({} store, {} limits)",
+                env!("CARGO_PKG_VERSION"),
+                crate::config::redact_url(&upstream.to_string()),
+                engine.store().kind(),
+                engine.limits().len()
+            );
+        }
+        if let Some(addr) = addrs.admin {
+            let scheme = if tls.admin.is_some() { "https" } else { "http" };
+            let _ = writeln!(
+                out,
+                "admin {scheme}://{addr}  (dashboard /, /metrics, /v1/stats, /healthz, /readyz)"
+            );
+        }
+        if shadow_mode {
+            let _ = writeln!(
+                out,
+                "shadow mode: every limit decides and reports, none refuses ([enforcement])"
+            );
+        }
         let _ = out.flush();
         drop(out);
-        let stop = signals.run();
-        crate::proxy::serve_proxy_with(engine, listener, upstream, &options, stop).await?;
-        Ok(())
+        service.run().await
     });
+    // The traces still queued, now that the runtime has stopped.
     telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", error_chain(&*error));
+            eprintln!("error: {}", error_chain(&error));
             ExitCode::FAILURE
-        }
-    }
-}
-
-/// The signals that stop `ratekeeper proxy`: SIGTERM and Ctrl-C (SIGHUP
-/// reloads, through its [`ConfigWatcher`]).
-struct ProxySignals {
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl ProxySignals {
-    fn catch() -> std::io::Result<ProxySignals> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            Ok(ProxySignals {
-                terminate: signal(SignalKind::terminate())?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(ProxySignals {})
-    }
-
-    /// Completes on SIGTERM or Ctrl-C.
-    fn run(self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        #[cfg(unix)]
-        let ProxySignals { mut terminate } = self;
-        async move {
-            #[cfg(unix)]
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            #[cfg(not(unix))]
-            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

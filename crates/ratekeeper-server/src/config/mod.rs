@@ -122,10 +122,11 @@
 //!
 //! # TLS on the doors
 //!
-//! A door with a `[listen.tls.http]`, `[listen.tls.grpc]` or
-//! `[listen.tls.admin]` table serves TLS only, with rustls (TLS 1.2 and
-//! 1.3, the ring provider), offering `h2` in ALPN on gRPC and `http/1.1`
-//! on HTTP and admin. `cert` and `key` are PEM files; with
+//! A door with a `[listen.tls.http]`, `[listen.tls.grpc]`,
+//! `[listen.tls.admin]` or (under `ratekeeper proxy`) `[listen.tls.proxy]`
+//! table serves TLS only, with rustls (TLS 1.2 and 1.3, the ring
+//! provider), offering `h2` in ALPN on gRPC, `http/1.1` on HTTP and admin,
+//! and both (`h2` first) on the proxy. `cert` and `key` are PEM files; with
 //! `client_ca`, a client must present a certificate signed by that CA or
 //! the handshake fails (mTLS). Relative paths are from the working
 //! directory, as `store.path`. Checking the configuration loads the files,

@@ -1,6 +1,6 @@
-//! `[listen.tls.http]`, `[listen.tls.grpc]` and `[listen.tls.admin]`: the
-//! certificate, key and optional client CA of each front door that serves
-//! TLS, checked by loading them as the listener will.
+//! `[listen.tls.http]`, `[listen.tls.grpc]`, `[listen.tls.admin]` and
+//! `[listen.tls.proxy]`: the certificate, key and optional client CA of
+//! each front door that serves TLS, checked by loading them as the listener will.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -21,6 +21,7 @@ pub(crate) struct FileTls {
     pub(crate) http: Option<Spanned<FileTlsFiles>>,
     pub(crate) grpc: Option<Spanned<FileTlsFiles>>,
     pub(crate) admin: Option<Spanned<FileTlsFiles>>,
+    pub(crate) proxy: Option<Spanned<FileTlsFiles>>,
 }
 
 /// One door's table as written.
@@ -73,6 +74,9 @@ pub struct DoorTls {
     pub grpc: Option<TlsFiles>,
     /// The admin door (`[listen.tls.admin]`).
     pub admin: Option<TlsFiles>,
+    /// The reverse proxy's door under `ratekeeper proxy`
+    /// (`[listen.tls.proxy]`), which offers `h2` and `http/1.1` in ALPN.
+    pub proxy: Option<TlsFiles>,
 }
 
 /// Checks `[listen.tls]`: each table's paths are given, and, for a door
@@ -98,6 +102,9 @@ pub(crate) fn check(
         http: one("http", tls.http, doors.http.is_some(), Alpn::Http)?,
         grpc: one("grpc", tls.grpc, doors.grpc.is_some(), Alpn::Grpc)?,
         admin: one("admin", tls.admin, doors.admin.is_some(), Alpn::Http)?,
+        // Whether the proxy runs is the command's choice, not the file's:
+        // its files are always checked.
+        proxy: one("proxy", tls.proxy, true, Alpn::Proxy)?,
     })
 }
 
@@ -156,6 +163,8 @@ pub(crate) fn explain(listen: &ListenConfig) -> Option<String> {
         ("http", listen.http.is_some(), &listen.tls.http),
         ("grpc", listen.grpc.is_some(), &listen.tls.grpc),
         ("admin", listen.admin.is_some(), &listen.tls.admin),
+        // Listens only under `ratekeeper proxy`: named when it has files.
+        ("proxy", listen.tls.proxy.is_some(), &listen.tls.proxy),
     ];
     if !doors.iter().any(|(_, on, tls)| *on && tls.is_some()) {
         return None;
@@ -301,6 +310,26 @@ mod tests {
         let no_ca = files.clone().with_client_ca(&files.key);
         let error = load(&table("http", &no_ca)).expect_err("a CA file without a certificate");
         assert_eq!(at(&error), (4, 13, "listen.tls.http.client_ca"));
+    }
+
+    #[test]
+    fn the_proxys_table_is_always_checked_and_explained() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::new("test CA");
+        let files = write_leaf(dir.path(), &ca.server());
+        let config = load(&table("proxy", &files)).expect("a valid proxy table");
+        assert_eq!(config.listen.tls.proxy, Some(files.clone()));
+        assert!(config.warnings().is_empty(), "{:?}", config.warnings());
+        let explained = config.explain();
+        assert!(
+            explained.contains(&format!("proxy TLS (cert {})", files.cert.display())),
+            "{explained}"
+        );
+        // No address turns the proxy on or off in the file, so its files
+        // are read whatever `[listen]` says.
+        let missing = TlsFiles::new(dir.path().join("missing.pem"), &files.key);
+        let error = load(&table("proxy", &missing)).expect_err("a missing certificate");
+        assert_eq!(at(&error), (2, 8, "listen.tls.proxy.cert"));
     }
 
     #[test]

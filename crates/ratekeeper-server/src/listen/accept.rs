@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::activity::Activity;
 use super::connection::{drive, Pressure, PRESSURE_MIN_IDLE};
+use super::detect::detect;
 use super::service::{BoxError, Tracked};
 use super::socket::{Lingering, Socket};
 use super::stats::CloseReason;
@@ -102,21 +103,16 @@ pub(crate) async fn serve<S, B>(
             () = &mut stop => break,
         };
         let _ = tcp.set_nodelay(true);
-        let activity = Activity::new();
-        let track_heads = door.protocol == Protocol::Http1;
-        let socket = Socket::new(
-            tcp,
-            Arc::clone(&activity),
-            track_heads,
-            permit,
-            Arc::clone(&lingering),
-        );
+        // A door that speaks both versions knows which once the first
+        // bytes have come (see `serve_connection`).
+        let activity = Activity::new(door.protocol == Protocol::Http1);
+        let socket = Socket::new(tcp, Arc::clone(&activity), permit, Arc::clone(&lingering));
         let tracked = Tracked {
             service: service.clone(),
             activity: Arc::clone(&activity),
             stats: Arc::clone(&door.stats),
             door: door.name,
-            peer: (door.protocol == Protocol::Http1).then_some(peer),
+            peer: (door.protocol != Protocol::Http2).then_some(peer),
             timeout: door.request_timeout,
         };
         let (door, stopped, pressure) = (Arc::clone(&door), stopped.clone(), Arc::clone(&pressure));
@@ -182,8 +178,54 @@ async fn handshake(
     }
 }
 
-/// Serves one accepted connection with the door's protocol.
+/// Serves one accepted connection with the door's protocol; on a door
+/// that speaks both, with the one the client's first bytes show. A client
+/// that sends nothing to tell within the door's `header_timeout` is
+/// closed, as an HTTP/1.1 one that sends no request.
 async fn serve_connection<IO, S, B>(
+    socket: IO,
+    door: &Door,
+    service: Tracked<S>,
+    activity: &Activity,
+    stopped: watch::Receiver<bool>,
+    pressure: &Pressure,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if door.protocol != Protocol::Auto {
+        return serve_protocol(socket, door, service, activity, stopped, pressure).await;
+    }
+    let (protocol, socket) = match tokio::time::timeout(door.header_timeout, detect(socket)).await {
+        Ok(Ok(detected)) => detected,
+        Ok(Err(error)) => {
+            tracing::debug!(door = door.name, %error, "connection ended before its first request");
+            return;
+        }
+        Err(_) => {
+            door.stats.closed(CloseReason::HeaderTimeout);
+            activity.set_abortive();
+            return;
+        }
+    };
+    if protocol == Protocol::Http1 {
+        activity.track_heads();
+        // The bytes read to tell were the first request's head.
+        activity.bytes_arrived();
+    }
+    let door = Door {
+        protocol,
+        ..door.clone()
+    };
+    serve_protocol(socket, &door, service, activity, stopped, pressure).await;
+}
+
+/// Serves one connection in `door.protocol`, HTTP/1.1 or HTTP/2.
+async fn serve_protocol<IO, S, B>(
     socket: IO,
     door: &Door,
     service: Tracked<S>,
@@ -200,7 +242,8 @@ async fn serve_connection<IO, S, B>(
 {
     let io = TokioIo::new(socket);
     match door.protocol {
-        Protocol::Http1 => {
+        // Told apart by `serve_connection`; here only for completeness.
+        Protocol::Http1 | Protocol::Auto => {
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -209,10 +252,12 @@ async fn serve_connection<IO, S, B>(
                 .header_read_timeout(None)
                 .max_buf_size(door.max_header_bytes)
                 .keep_alive(true);
-            let conn = builder.serve_connection(io, service);
+            // Upgrades (WebSocket) for the proxy; the other doors never
+            // answer 101, so their connections are never upgraded.
+            let conn = builder.serve_connection(io, service).with_upgrades();
             drive(
                 conn,
-                http1::Connection::graceful_shutdown,
+                http1::UpgradeableConnection::graceful_shutdown,
                 door,
                 activity,
                 stopped,

@@ -33,6 +33,10 @@ pub(crate) struct Activity {
     /// woken when one starts.
     wake_on_head: AtomicBool,
     head_started: Notify,
+    /// Whether bytes arriving with no request in flight are a request's
+    /// head: HTTP/1.1's (an HTTP/2 connection's pings and settings are
+    /// not).
+    track_heads: AtomicBool,
     /// Whether the connection ends abruptly (a timeout), so that its
     /// socket is closed at once instead of lingering for the client's last
     /// bytes.
@@ -51,7 +55,8 @@ pub(crate) enum State {
 }
 
 impl Activity {
-    pub(crate) fn new() -> Arc<Activity> {
+    /// A connection opened now; `track_heads` as [`Activity::track_heads`].
+    pub(crate) fn new(track_heads: bool) -> Arc<Activity> {
         Arc::new(Activity {
             opened: Instant::now(),
             in_flight: AtomicU32::new(0),
@@ -60,6 +65,7 @@ impl Activity {
             head_since: AtomicU64::new(0),
             wake_on_head: AtomicBool::new(false),
             head_started: Notify::new(),
+            track_heads: AtomicBool::new(track_heads),
             abortive: AtomicBool::new(false),
         })
     }
@@ -85,9 +91,18 @@ impl Activity {
         InFlight(Arc::clone(self))
     }
 
-    /// Bytes arrived on an HTTP/1.1 connection: with no request in flight,
-    /// they are the next request's head.
+    /// From now on, bytes that arrive with no request in flight are the
+    /// next request's head (the connection turned out to be HTTP/1.1).
+    pub(crate) fn track_heads(&self) {
+        self.track_heads.store(true, Relaxed);
+    }
+
+    /// Bytes arrived: on HTTP/1.1, with no request in flight, they are the
+    /// next request's head.
     pub(crate) fn bytes_arrived(&self) {
+        if !self.track_heads.load(Relaxed) {
+            return;
+        }
         if self.in_flight.load(Relaxed) == 0 && self.head_since.load(Relaxed) == 0 {
             let now = self.millis(Instant::now());
             self.head_since.store(now + 1, Relaxed);

@@ -25,6 +25,10 @@
 //! sends for a moment, so that a response already written is not lost to a
 //! reset.
 //!
+//! The proxy's door speaks both HTTP/1.1 (with upgrades, for WebSocket)
+//! and HTTP/2, telling them apart by the connection's first bytes (see
+//! `detect.rs`); the other doors speak one.
+//!
 //! An HTTP/2 connection runs its calls inside its own task, so that the
 //! responses ready at one moment leave in one write (see `streams.rs`).
 //!
@@ -36,6 +40,7 @@
 mod accept;
 mod activity;
 mod connection;
+mod detect;
 mod files;
 mod service;
 mod socket;
@@ -61,10 +66,14 @@ pub(crate) enum Protocol {
     Http1,
     /// HTTP/2 with prior knowledge: gRPC.
     Http2,
+    /// Either, as each client speaks: HTTP/2 when its connection opens
+    /// with HTTP/2's preface (with prior knowledge, `h2c`, or after ALPN
+    /// chose `h2`), HTTP/1.1 otherwise. The proxy.
+    Auto,
 }
 
 /// One door's settings, from [`ConnectionConfig`].
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Door {
     pub(crate) name: &'static str,
     pub(crate) protocol: Protocol,

@@ -53,9 +53,9 @@ impl Lingering {
 #[derive(Debug)]
 pub(crate) struct Socket {
     tcp: Option<TcpStream>,
+    /// Told when bytes arrive: on HTTP/1.1, bytes with no request in
+    /// flight are a head arriving.
     activity: Arc<Activity>,
-    /// HTTP/1.1: bytes with no request in flight are a head arriving.
-    track_heads: bool,
     /// The client closed its side: nothing more will come.
     eof: bool,
     permit: Option<OwnedSemaphorePermit>,
@@ -66,14 +66,12 @@ impl Socket {
     pub(crate) fn new(
         tcp: TcpStream,
         activity: Arc<Activity>,
-        track_heads: bool,
         permit: OwnedSemaphorePermit,
         lingering: Arc<Lingering>,
     ) -> Socket {
         Socket {
             tcp: Some(tcp),
             activity,
-            track_heads,
             eof: false,
             permit: Some(permit),
             lingering,
@@ -99,7 +97,7 @@ impl AsyncRead for Socket {
         if let Poll::Ready(Ok(())) = polled {
             if buf.filled().len() == before {
                 this.eof = true;
-            } else if this.track_heads {
+            } else {
                 this.activity.bytes_arrived();
             }
         }

@@ -8,6 +8,10 @@
 //! `listen.connections.shutdown_grace`, closes what is left, and returns.
 //! Every door's connections are served as [`crate::listen`] describes. With a configuration file, SIGHUP or a change of the file
 //! reloads the limits (see [`Service::reload`]).
+//!
+//! With [`Options::proxy`] (what `ratekeeper proxy` runs), the reverse
+//! proxy is one more door, on the same engine, connection settings, TLS
+//! (`[listen.tls.proxy]`), metrics, reloads and shutdown as the others.
 
 mod reload;
 pub mod runtime;
@@ -39,7 +43,7 @@ pub enum ServeError {
     /// An address could not be bound.
     #[error("cannot listen on {addr} ({door})")]
     Bind {
-        /// The front door: `http`, `grpc` or `admin`.
+        /// The front door: `http`, `grpc`, `admin` or `proxy`.
         door: &'static str,
         /// The address.
         addr: SocketAddr,
@@ -50,12 +54,15 @@ pub enum ServeError {
     /// A door's TLS files could not be loaded.
     #[error("cannot serve TLS on the {door} door")]
     Tls {
-        /// The front door: `http`, `grpc` or `admin`.
+        /// The front door: `http`, `grpc`, `admin` or `proxy`.
         door: &'static str,
         /// Why.
         #[source]
         source: TlsError,
     },
+    /// The proxy's upstream cannot be proxied to.
+    #[error(transparent)]
+    Proxy(#[from] crate::proxy::ProxyError),
     /// A front door failed while serving.
     #[error("the {door} server failed")]
     Serve {
@@ -77,6 +84,8 @@ pub struct Addrs {
     pub grpc: Option<SocketAddr>,
     /// Health checks.
     pub admin: Option<SocketAddr>,
+    /// The reverse proxy ([`Options::proxy`]).
+    pub proxy: Option<SocketAddr>,
 }
 
 /// How to run: where the configuration came from, and the clock.
@@ -99,6 +108,9 @@ pub struct Options {
     pub clock: SharedClock,
     /// The wall clock (Unix time) of the statistics' calendar windows.
     pub wall_clock: SharedClock,
+    /// The reverse proxy as one more door, if any (`ratekeeper proxy`);
+    /// none by default.
+    pub proxy: Option<crate::proxy::ProxyDoor>,
 }
 
 impl Default for Options {
@@ -113,6 +125,7 @@ impl Default for Options {
             overrides: Vec::new(),
             clock: Arc::new(MonotonicClock::since_unix_epoch()),
             wall_clock: Arc::new(UnixClock),
+            proxy: None,
         }
     }
 }
@@ -122,6 +135,7 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("config_path", &self.config_path)
             .field("watch_interval", &self.watch_interval)
+            .field("proxy", &self.proxy)
             .finish_non_exhaustive()
     }
 }
@@ -146,8 +160,18 @@ impl Service {
         }
         // Before the store: files that do not load should not wait for a
         // connection to Redis to be reported.
-        let tls = TlsDoors::load(&config.listen)
+        let tls = TlsDoors::load(&config.listen, options.proxy.is_some())
             .map_err(|(door, source)| ServeError::Tls { door, source })?;
+        // The upstream, also before the store: a URL that cannot be
+        // proxied to is the operator's mistake, reported at once.
+        let proxy = options
+            .proxy
+            .as_ref()
+            .map(|door| {
+                let upstream = crate::proxy::Upstream::new(&door.upstream, &door.options)?;
+                Ok::<_, crate::proxy::ProxyError>((door.addr, upstream, &door.options))
+            })
+            .transpose()?;
         let engine = Engine::start_with_wall_clock(
             &config,
             Arc::clone(&options.clock),
@@ -172,6 +196,9 @@ impl Service {
         .into_iter()
         .filter_map(|(door, addr, cap)| addr.map(|_| (door, cap)))
         .collect();
+        if proxy.is_some() {
+            caps.push(("proxy", connections.max_connections));
+        }
         crate::listen::fit_open_files(&mut caps);
         let door = |name: &'static str, protocol, tls: &Option<Arc<TlsListener>>| {
             let mut door = Door::new(name, protocol, connections, stats);
@@ -203,6 +230,24 @@ impl Service {
             addrs.admin = Some(local_addr("admin", &listener)?);
             let app = crate::admin::router(engine.clone());
             let door = door("admin", Protocol::Http1, &tls.admin);
+            tasks.spawn(serve_door(listener, door, app, stopped.clone()));
+        }
+
+        if let Some((addr, upstream, proxy_options)) = proxy {
+            let listener = bind("proxy", addr).await?;
+            addrs.proxy = Some(local_addr("proxy", &listener)?);
+            // The door's settings are the service's, not the options'.
+            let mut settings = proxy_options.clone();
+            settings.connections = connections.clone();
+            let tunnels = crate::proxy::tunnels(&settings, Some(stopped.clone()));
+            let app = crate::proxy::router_to(
+                engine.clone(),
+                upstream,
+                &settings,
+                tls.proxy.is_some(),
+                tunnels,
+            );
+            let door = door("proxy", Protocol::Auto, &tls.proxy);
             tasks.spawn(serve_door(listener, door, app, stopped.clone()));
         }
 
@@ -357,7 +402,8 @@ where
 
 /// Reloads an engine's limits from a configuration file on SIGHUP and when
 /// the file changes, for as long as it lives: what [`Service`] does, for
-/// programs that run the engine themselves (`ratekeeper proxy`).
+/// programs that run the engine themselves (such as one serving
+/// [`crate::proxy::serve_proxy`]).
 ///
 /// An invalid file is logged and refused; the running limits stay.
 #[derive(Debug)]

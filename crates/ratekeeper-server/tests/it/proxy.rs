@@ -301,7 +301,11 @@ async fn method_path_query_headers_status_and_body_pass_through() {
     assert_eq!(seen("x-custom"), ["first"]);
     assert_eq!(seen("x-custom-2"), ["second"]);
     assert_eq!(seen("host"), ["app.example"]);
-    assert_eq!(seen("x-forwarded-for"), ["203.0.113.7, 127.0.0.1"]);
+    // The peer is no trusted proxy: what it said in X-Forwarded-For is
+    // replaced by what the proxy saw.
+    assert_eq!(seen("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(seen("x-forwarded-proto"), ["http"]);
+    assert_eq!(seen("x-forwarded-host"), ["app.example"]);
     assert_eq!(seen("content-length"), ["16"]);
     for hop in ["x-hop", "proxy-authorization"] {
         assert!(seen(hop).is_empty(), "{hop} reached the upstream");
@@ -633,12 +637,49 @@ async fn an_upstream_that_cannot_be_proxied_to_is_refused_at_start() {
     let engine = Engine::start(&config, clock)
         .await
         .expect("the engine starts");
-    let error = proxy::router(engine, &"https://example.com".parse().unwrap())
-        .expect_err("https is not supported");
+    let error =
+        proxy::router(engine, &"ftp://example.com".parse().unwrap()).expect_err("ftp is not HTTP");
     assert_eq!(
         error.to_string(),
-        "invalid upstream \"https://example.com/\": the upstream must be an http:// URL"
+        "invalid upstream \"ftp://example.com/\": the upstream must be an http:// or https:// URL"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_forwarding_headers_reach_the_upstream_extended() {
+    let (upstream_addr, _upstream) = start_upstream().await;
+    let mut options = proxy::ProxyOptions::default();
+    options.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    let proxy =
+        Proxy::start_with(NO_LIMITS_HERE, &format!("http://{upstream_addr}"), &options).await;
+    let echo: Value = client()
+        .get(proxy.url("/echo/x"))
+        .header("x-forwarded-for", "203.0.113.7")
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", "shop.example")
+        .header("forwarded", "for=203.0.113.7;proto=https")
+        .header("host", "internal.example")
+        .send()
+        .await
+        .expect("the proxy answers")
+        .json()
+        .await
+        .expect("the echo");
+    let seen = |name: &str| -> Vec<String> {
+        echo["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|pair| pair[0] == name)
+            .map(|pair| pair[1].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(seen("x-forwarded-for"), ["203.0.113.7, 127.0.0.1"]);
+    assert_eq!(seen("x-forwarded-proto"), ["https"]);
+    assert_eq!(seen("x-forwarded-host"), ["shop.example"]);
+    assert_eq!(seen("forwarded"), ["for=203.0.113.7;proto=https"]);
+    assert_eq!(seen("host"), ["internal.example"]);
+    proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,6 +722,10 @@ async fn a_store_failing_closed_is_a_503_that_never_reaches_the_upstream() {
 struct ProxyProcess {
     child: std::process::Child,
     url: String,
+    /// The admin port's URL, from the banner's second line.
+    admin: String,
+    /// The banner's lines.
+    banner: Vec<String>,
 }
 
 impl ProxyProcess {
@@ -688,9 +733,15 @@ impl ProxyProcess {
     /// from its first line (at most 10 s).
     fn start(args: &[&str]) -> ProxyProcess {
         use std::io::BufRead as _;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+        for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
+            command.env_remove(key);
+        }
+        let mut child = command
             .arg("proxy")
             .args(args)
+            // The admin port on a free port, so that tests run side by side.
+            .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
@@ -699,17 +750,34 @@ impl ProxyProcess {
         let stdout = child.stdout.take().expect("its stdout");
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-            let _ = sender.send(line);
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            for _ in 0..2 {
+                let line = lines.next().and_then(Result::ok).unwrap_or_default();
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+            // Keep reading, so the process never writes into a closed pipe.
+            lines.for_each(drop);
         });
         let mut process = ProxyProcess {
             child,
             url: String::new(),
+            admin: String::new(),
+            banner: Vec::new(),
         };
         let banner = receiver
             .recv_timeout(STEP)
             .expect("ratekeeper proxy says where it listens");
+        let admin = receiver
+            .recv_timeout(STEP)
+            .expect("ratekeeper proxy says where its admin port listens");
+        process.admin = admin
+            .strip_prefix("admin ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no admin address in {admin:?}"))
+            .to_owned();
+        process.banner = vec![banner.clone(), admin];
         // "ratekeeper 0.1.0 proxy http://127.0.0.1:PORT -> http://... (...)"
         process.url = banner
             .split_whitespace()
@@ -851,13 +919,105 @@ async fn the_proxy_command_reloads_a_changed_file_without_a_signal() {
     }
 }
 
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_command_serves_the_admin_port_but_not_the_decision_doors() {
+    let (upstream_addr, upstream) = start_upstream().await;
+    let upstream_url = format!("http://{upstream_addr}");
+    let process = ProxyProcess::start(&["--upstream", &upstream_url, "--listen", "127.0.0.1:0"]);
+    assert_eq!(process.banner.len(), 2, "{:?}", process.banner);
+    assert!(
+        process.banner[1].starts_with("admin http://127.0.0.1:"),
+        "{:?}",
+        process.banner
+    );
+    let client = client();
+    let proxied = client
+        .get(format!("{}/echo/x", process.url))
+        .send()
+        .await
+        .expect("the proxy answers");
+    assert_eq!(proxied.status(), 201);
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 1);
+    for path in ["/healthz", "/readyz"] {
+        let response = client
+            .get(format!("{}{path}", process.admin))
+            .send()
+            .await
+            .expect("the admin port answers");
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let metrics = client
+        .get(format!("{}/metrics", process.admin))
+        .send()
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("the metrics");
+    assert!(
+        metrics.contains("ratekeeper_connections_accepted_total{door=\"proxy\"} 1"),
+        "{metrics}"
+    );
+    // The decision doors are `serve`'s: no connection metrics of theirs.
+    for door in ["http", "grpc"] {
+        let line = format!("ratekeeper_connections_accepted_total{{door=\"{door}\"}}");
+        assert!(!metrics.contains(&line), "{metrics}");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_command_in_shadow_mode_counts_but_refuses_nothing() {
+    let (upstream_addr, upstream) = start_upstream().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(
+        &path,
+        "[[limits]]\nname = \"everyone\"\nrate = \"1/hour\"\nkey = [\"global\"]\n",
+    )
+    .expect("the config written");
+    let upstream_url = format!("http://{upstream_addr}");
+    let process = ProxyProcess::start(&[
+        "--upstream",
+        &upstream_url,
+        "--config",
+        path.to_str().expect("a UTF-8 path"),
+        "--listen",
+        "127.0.0.1:0",
+        "--shadow-mode",
+    ]);
+    let client = client();
+    for _ in 0..3 {
+        let response = client
+            .get(format!("{}/echo/x", process.url))
+            .send()
+            .await
+            .expect("the proxy answers");
+        assert_eq!(response.status(), 201);
+    }
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 3);
+    let metrics = client
+        .get(format!("{}/metrics", process.admin))
+        .send()
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("the metrics");
+    assert!(
+        metrics.contains("ratekeeper_decisions_total{limit=\"everyone\",decision=\"denied\"} 2"),
+        "{metrics}"
+    );
+}
+
 #[test]
 fn the_proxy_command_refuses_an_upstream_it_cannot_proxy_to() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
         .args([
             "proxy",
             "--upstream",
-            "https://example.com",
+            "ftp://example.com",
             "--listen",
             "127.0.0.1:0",
         ])
@@ -867,7 +1027,7 @@ fn the_proxy_command_refuses_an_upstream_it_cannot_proxy_to() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "invalid upstream \"https://example.com/\": the upstream must be an http:// URL"
+            "invalid upstream \"ftp://example.com/\": the upstream must be an http:// or https:// URL"
         ),
         "{stderr}"
     );

@@ -473,10 +473,10 @@ async fn log_format_json_writes_json_lines() {
             .contains("stopping")));
 }
 
-#[test]
-fn the_log_format_comes_from_the_environment_on_proxy_too() {
-    // A limit on HTTP paths keyed by a descriptor draws a warning, logged
-    // before the upstream is looked at.
+// The collector-free upstream answers while this thread waits for the exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_format_comes_from_the_environment_on_proxy_too() {
+    // A limit on HTTP paths keyed by a descriptor draws a warning at start.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ratekeeper.toml");
     std::fs::write(
@@ -485,35 +485,46 @@ fn the_log_format_comes_from_the_environment_on_proxy_too() {
          [limits.match]\nmethods = [\"GET\"]\n",
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
-        .args([
-            "proxy",
-            "--upstream",
-            "not a url",
-            "--listen",
-            "127.0.0.1:0",
-        ])
+    let upstream = common::serve_app(axum::Router::new()).await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    command
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .arg("--upstream")
+        .arg(format!("http://{upstream}"))
         .arg("--config")
-        .arg(&path)
+        .arg(&path);
+    for (key, _) in std::env::vars()
+        .filter(|(key, _)| key.starts_with("RATEKEEPER_") || key.starts_with("OTEL_"))
+    {
+        command.env_remove(key);
+    }
+    let mut child = command
         .env_remove("RUST_LOG")
+        .env("RATEKEEPER_LISTEN__ADMIN", "off")
         .env("RATEKEEPER_LOG_FORMAT", "json")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    // Its first line says it listens: the warning was logged before.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert!(first.contains(" proxy http://"), "{first:?}");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    // The error that stops it is said plainly, as before logs start.
-    let (logs, last) = stderr
-        .trim_end()
-        .rsplit_once('\n')
-        .expect("two lines or more");
-    assert!(
-        last.starts_with("error: --upstream"),
-        "{last:?} in {stderr}"
-    );
-    let lines = json_lines(logs);
-    assert_eq!(lines.len(), 1, "{stderr}");
-    assert_eq!(lines[0]["level"], "WARN");
-    assert!(lines[0]["fields"]["message"]
+    let lines = json_lines(&stderr);
+    let warning = lines
+        .iter()
+        .find(|line| line["level"] == "WARN")
+        .unwrap_or_else(|| panic!("no warning in {stderr}"));
+    assert!(warning["fields"]["message"]
         .as_str()
         .unwrap()
         .contains("descriptor:tenant"));
@@ -538,6 +549,7 @@ fn proxy(
         command.env_remove(key);
     }
     let mut child = command
+        .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()

@@ -38,6 +38,8 @@ pub(crate) enum Alpn {
     /// A client that offers only `h2` is refused rather than answered in a
     /// protocol it did not ask for.
     Http,
+    /// The proxy: `h2` first, then `http/1.1`; its door speaks both.
+    Proxy,
 }
 
 impl Alpn {
@@ -45,6 +47,7 @@ impl Alpn {
         match self {
             Alpn::Grpc => vec![b"h2".to_vec()],
             Alpn::Http => vec![b"http/1.1".to_vec()],
+            Alpn::Proxy => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         }
     }
 }
@@ -218,12 +221,18 @@ pub(crate) struct TlsDoors {
     pub(crate) grpc: Option<Arc<TlsListener>>,
     /// The admin door's.
     pub(crate) admin: Option<Arc<TlsListener>>,
+    /// The proxy's, under `ratekeeper proxy`.
+    pub(crate) proxy: Option<Arc<TlsListener>>,
 }
 
 impl TlsDoors {
     /// Loads the files of each door that listens and has a
-    /// `[listen.tls.*]` table; the error names the door.
-    pub(crate) fn load(listen: &ListenConfig) -> Result<TlsDoors, (&'static str, TlsError)> {
+    /// `[listen.tls.*]` table (the proxy listens when `proxy`); the error
+    /// names the door.
+    pub(crate) fn load(
+        listen: &ListenConfig,
+        proxy: bool,
+    ) -> Result<TlsDoors, (&'static str, TlsError)> {
         let one = |door, on: bool, files: &Option<TlsFiles>, alpn| match files {
             Some(files) if on => TlsListener::load(files, alpn)
                 .map(|listener| Some(Arc::new(listener)))
@@ -239,6 +248,7 @@ impl TlsDoors {
                 &listen.tls.admin,
                 Alpn::Http,
             )?,
+            proxy: one("proxy", proxy, &listen.tls.proxy, Alpn::Proxy)?,
         })
     }
 
@@ -248,6 +258,7 @@ impl TlsDoors {
             ("http", &self.http),
             ("grpc", &self.grpc),
             ("admin", &self.admin),
+            ("proxy", &self.proxy),
         ]
         .into_iter()
         .filter_map(|(door, listener)| listener.as_ref().map(|l| (door, l)))
