@@ -380,8 +380,12 @@ impl Engine {
             return self.decide(checks, Counting::AllOrNothing).await;
         };
         let engine = self.clone();
+        // The task stays in the decision's span (when traces are exported).
+        let span = crate::telemetry::current_span();
         match runtime
-            .spawn(async move { engine.decide(checks, Counting::AllOrNothing).await })
+            .spawn(
+                async move { engine.decide(checks, Counting::AllOrNothing).await }.instrument(span),
+            )
             .await
         {
             Ok(verdict) => verdict,

@@ -47,6 +47,16 @@ pub(crate) fn decision_span(store: &'static str, checks: &[Check]) -> Span {
     span
 }
 
+/// The span the caller is in, to carry into a task it spawns; a disabled
+/// span, without asking the subscriber, when traces are not exported.
+pub(crate) fn current_span() -> Span {
+    if super::is_exporting() {
+        Span::current()
+    } else {
+        Span::none()
+    }
+}
+
 /// Records what `verdict` decided on `span` (nothing for a disabled span).
 pub(crate) fn record_verdict(span: &Span, verdict: &Result<Verdict, StoreError>) {
     if span.is_disabled() {

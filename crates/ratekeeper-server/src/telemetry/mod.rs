@@ -73,7 +73,7 @@ pub use export::SHUTDOWN_LIMIT;
 pub use logging::{init, LogFormat, Telemetry};
 pub use settings::{OtlpProtocol, OtlpSettings};
 
-pub(crate) use decision::{decision_span, record_verdict};
+pub(crate) use decision::{current_span, decision_span, record_verdict};
 pub(crate) use propagation::{request_trace, scope_request, RequestScoped};
 
 /// Whether decisions are traced: set once, when the exporter starts.
