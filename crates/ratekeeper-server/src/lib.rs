@@ -16,6 +16,8 @@
 //! - [`access`]: who may ask, the bearer tokens of the doors;
 //! - [`serve`]: listeners, reloads on SIGHUP or a changed file, and a
 //!   graceful shutdown;
+//! - [`telemetry`]: logs as text or JSON lines, and OpenTelemetry traces
+//!   of the decisions exported over OTLP;
 //! - [`simulate`]: policies run offline over a trace or a pattern, with
 //!   the decisions as CSV and an SVG chart (`ratekeeper simulate`).
 
@@ -30,5 +32,6 @@ pub mod listen;
 pub mod proxy;
 pub mod serve;
 pub mod simulate;
+pub mod telemetry;
 
 pub use config::{Config, ConfigError};

@@ -30,6 +30,10 @@
 //! | `ratekeeper_connection_cap_reached_total` | counter | `door` | times a new connection found its door at `max_connections` (idle connections are then closed to make room) |
 //! | `ratekeeper_requests_timed_out_total` | counter | `door` | requests reset for taking longer than `request_timeout` |
 //! | `ratekeeper_accept_errors_total` | counter | `door` | failed accepts (mostly: out of file descriptors) |
+//! | `ratekeeper_config_reloads_total` | counter | `result` (`applied`, `refused`) | configuration reloads (SIGHUP, a changed file, `Service::reload`) put in force, or refused with the running configuration kept; an unchanged file is neither, and a file that stays broken or unreadable is one refusal |
+//! | `ratekeeper_config_last_reload_successful` | gauge | | 1 when the last reload (or the start, before any) was applied, 0 when it was refused |
+//! | `ratekeeper_config_last_reload_success_timestamp_seconds` | gauge | | when the configuration in force was loaded (Unix time): the start, or the last reload applied |
+//! | `ratekeeper_store_operation_duration_seconds` | histogram | `store` (`sqlite`, `redis`), `operation` (`check`, `check_all`, `refund`, `peek`) | time the store took to answer one call, failed calls included, from 1 µs to 1 s (not for the in-memory store, whose calls take less than the first bucket: see the decision duration) |
 //! | `ratekeeper_redis_calls_total` | counter | `path` (`at_once`, `queued`) | Redis store calls sent as soon as made, or after waiting for a running script (Redis with batching on only) |
 //! | `ratekeeper_redis_batches_total` | counter | | scripts that decided calls that had waited |
 //! | `ratekeeper_redis_batched_calls_total` | counter | | calls those scripts decided (divided by the batches: calls per script) |
@@ -188,6 +192,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
+    registry.register_collector(Box::new(super::operations::Operations::read(engine)));
     let mut text = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
     Ok(text)

@@ -36,6 +36,7 @@
 
 mod dashboard;
 mod metrics;
+mod operations;
 mod stats;
 
 use axum::extract::{RawQuery, State};

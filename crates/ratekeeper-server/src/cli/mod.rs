@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::config::{process_vars, DEFAULT_TOML};
+use crate::telemetry::{LogFormat, Telemetry};
 use crate::Config;
 use clap::{Parser, Subcommand};
 
@@ -65,6 +66,10 @@ enum Command {
         /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
         #[arg(long)]
         shadow_mode: bool,
+        /// How log lines are written on stderr: `text`, or `json` (one
+        /// object a line).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "RATEKEEPER_LOG_FORMAT", value_name = "FORMAT")]
+        log_format: LogFormat,
     },
     /// Run as a reverse proxy in front of an HTTP app: every request is
     /// decided against the limits, then forwarded to the upstream (bodies
@@ -110,6 +115,10 @@ enum Command {
         /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
         #[arg(long)]
         shadow_mode: bool,
+        /// How log lines are written on stderr: `text`, or `json` (one
+        /// object a line).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "RATEKEEPER_LOG_FORMAT", value_name = "FORMAT")]
+        log_format: LogFormat,
     },
     /// Check a configuration file and explain what it sets up.
     Check {
@@ -145,7 +154,15 @@ pub fn run() -> ExitCode {
             envoy_config,
             limitador_config,
             shadow_mode,
-        } => serve(config, watch, envoy_config, limitador_config, shadow_mode),
+            log_format,
+        } => serve(
+            config,
+            watch,
+            envoy_config,
+            limitador_config,
+            shadow_mode,
+            log_format,
+        ),
         Command::Proxy {
             upstream,
             config,
@@ -156,6 +173,7 @@ pub fn run() -> ExitCode {
             upstream_ca,
             trusted_proxies,
             shadow_mode,
+            log_format,
         } => proxy(ProxyArgs {
             upstream,
             config,
@@ -166,6 +184,7 @@ pub fn run() -> ExitCode {
             upstream_ca,
             trusted_proxies,
             shadow_mode,
+            log_format,
         }),
         Command::Simulate(args) => simulate(&args),
         Command::Import { source } => import(&source),
@@ -231,15 +250,15 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Logs to stderr; `RUST_LOG` picks the level (`info` by default).
-pub(crate) fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+/// Sets up the logs (to stderr in `format`, `RUST_LOG` picking the level,
+/// `info` by default) and the trace export the `OTEL_*` environment asks
+/// for ([`crate::telemetry`]); on an error, says it and gives the exit
+/// code.
+pub(crate) fn init_logging(format: LogFormat) -> Result<Telemetry, ExitCode> {
+    crate::telemetry::init(format).map_err(|error| {
+        eprintln!("error: {}", error_chain(&error));
+        ExitCode::from(2)
+    })
 }
 
 /// An address or network for `--trusted-proxy`: `10.0.0.0/8`, or one

@@ -27,10 +27,14 @@ pub(super) struct ProxyArgs {
     pub(super) upstream_ca: Option<PathBuf>,
     pub(super) trusted_proxies: Vec<IpNet>,
     pub(super) shadow_mode: bool,
+    pub(super) log_format: crate::telemetry::LogFormat,
 }
 
 pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
-    init_logging();
+    let telemetry = match init_logging(args.log_format) {
+        Ok(telemetry) => telemetry,
+        Err(code) => return code,
+    };
     let Ok(watch) = Duration::try_from_secs_f64(args.watch) else {
         eprintln!(
             "error: --watch takes a number of seconds, not {}",
@@ -133,6 +137,8 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
         drop(out);
         service.run().await
     });
+    // The traces still queued, now that the runtime has stopped.
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

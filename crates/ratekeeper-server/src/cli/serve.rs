@@ -16,8 +16,12 @@ pub(super) fn serve(
     envoy_config: Option<PathBuf>,
     limitador_config: Option<PathBuf>,
     shadow_mode: bool,
+    log_format: crate::telemetry::LogFormat,
 ) -> ExitCode {
-    init_logging();
+    let telemetry = match init_logging(log_format) {
+        Ok(telemetry) => telemetry,
+        Err(code) => return code,
+    };
     // A flag is an override like the environment's, applied after it, so
     // that a reload keeps it.
     let flags = [
@@ -130,6 +134,8 @@ pub(super) fn serve(
         drop(out);
         service.run().await
     });
+    // The traces still queued, now that the runtime has stopped.
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

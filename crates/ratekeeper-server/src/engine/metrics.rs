@@ -14,30 +14,8 @@ use std::time::Duration;
 
 use ratekeeper::{store::AnsweredBy, Outcome};
 
-/// The upper bounds of the decision latency histogram's buckets, in
-/// nanoseconds: from 1 µs (the in-memory store) to 1 s (a remote store
-/// timing out). Larger latencies land in the `+Inf` bucket.
-const BOUNDS_NANOS: [u64; 19] = [
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    50_000_000,
-    100_000_000,
-    250_000_000,
-    500_000_000,
-    1_000_000_000,
-];
+use super::histogram::Histogram;
+pub use super::histogram::LatencyHistogram;
 
 /// An allowed decision is *near its limit* when what it left is at most
 /// this fraction of the quota: `remaining <= quota / 10`, so the last 10
@@ -62,10 +40,8 @@ pub fn is_near_limit(outcome: &Outcome) -> bool {
 /// records) and the admin port (which reports).
 #[derive(Debug, Default)]
 pub struct DecisionMetrics {
-    /// Decisions per latency bucket (not cumulative); the last is `+Inf`.
-    buckets: [AtomicU64; BOUNDS_NANOS.len() + 1],
-    /// The sum of all latencies, in nanoseconds.
-    sum_nanos: AtomicU64,
+    /// Decision latencies.
+    latency: Histogram,
     /// Allowed decisions near their limit, by limit name.
     near_limit: NamedCounters,
     /// Requests whose forwarding header came from a peer the limit does
@@ -115,20 +91,6 @@ impl NamedCounters {
     }
 }
 
-/// The decision latency histogram at one time.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[non_exhaustive]
-pub struct LatencyHistogram {
-    /// Each bucket's upper bound in seconds and the decisions that took
-    /// longer than the previous bound and at most this one (not
-    /// cumulative); the last bound is infinite.
-    pub buckets: Vec<(f64, u64)>,
-    /// Decisions observed.
-    pub count: u64,
-    /// Their total latency, in seconds.
-    pub sum_seconds: f64,
-}
-
 impl DecisionMetrics {
     /// Nothing recorded yet.
     pub fn new() -> DecisionMetrics {
@@ -139,19 +101,12 @@ impl DecisionMetrics {
     /// [`Engine::check`](crate::engine::Engine::check), whatever the number
     /// of limits it checked) that took `elapsed`.
     pub fn observe(&self, elapsed: Duration) {
-        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        let bucket = BOUNDS_NANOS.partition_point(|&bound| bound < nanos);
-        if let Some(counter) = self.buckets.get(bucket) {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.latency.observe(elapsed);
     }
 
     /// Decisions observed so far (see [`DecisionMetrics::observe`]).
     pub fn decisions(&self) -> u64 {
-        self.buckets.iter().fold(0u64, |total, n| {
-            total.saturating_add(n.load(Ordering::Relaxed))
-        })
+        self.latency.count()
     }
 
     /// Counts `outcome` for the limit `name` if it allowed the request near
@@ -240,26 +195,13 @@ impl DecisionMetrics {
     /// Read while decisions are recorded, the buckets and the sum may be a
     /// decision or two apart; `count` is always the buckets' total.
     pub fn latency(&self) -> LatencyHistogram {
-        let buckets: Vec<(f64, u64)> = BOUNDS_NANOS
-            .iter()
-            .map(|&bound| Duration::from_nanos(bound).as_secs_f64())
-            .chain(std::iter::once(f64::INFINITY))
-            .zip(&self.buckets)
-            .map(|(bound, counter)| (bound, counter.load(Ordering::Relaxed)))
-            .collect();
-        let count = buckets
-            .iter()
-            .fold(0u64, |total, (_, n)| total.saturating_add(*n));
-        LatencyHistogram {
-            buckets,
-            count,
-            sum_seconds: Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed)).as_secs_f64(),
-        }
+        self.latency.snapshot()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::histogram::BOUNDS_NANOS;
     use super::*;
     use ratekeeper::{Decision, RetryAfter};
 

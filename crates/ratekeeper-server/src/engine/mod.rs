@@ -45,12 +45,15 @@ mod error;
 mod forwarding;
 pub(crate) mod headers;
 mod health;
+mod histogram;
 mod key;
 mod limitador;
 mod limits;
 pub mod matching;
 mod metrics;
+mod reloads;
 mod store;
+mod store_latency;
 mod verdict;
 
 use std::sync::Arc;
@@ -63,6 +66,7 @@ use ratekeeper::{
     Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
 use smallvec::SmallVec;
+use tracing::Instrument as _;
 
 pub use connecting::Connecting;
 pub use describe::{LimitDescription, MatchDescription};
@@ -74,7 +78,9 @@ pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
+pub use reloads::{ReloadSnapshot, ReloadStats};
 pub use store::{AnyStore, SharedClock};
+pub use store_latency::{StoreLatency, StoreOperation};
 pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER, STORE_HEADER};
 
 use verdict::refuses;
@@ -120,6 +126,10 @@ struct Inner {
     access: Arc<Access>,
     /// The store's state as last seen.
     monitor: health::StoreMonitor,
+    /// The remote store's call latencies, for `/metrics`.
+    store_latency: StoreLatency,
+    /// What the configuration reloads did, for `/metrics`.
+    reloads: ReloadStats,
     /// `[enforcement] shadow_mode`, as the limits in force were made
     /// with; replaced with them.
     shadow_mode: std::sync::atomic::AtomicBool,
@@ -161,6 +171,7 @@ impl Engine {
         )
         .expect("ratekeeper-readyz is a valid limit name");
         let stats = Stats::new();
+        let loaded = wall_clock.now();
         let opening = store.opening_error().map(|error| error.to_string());
         let monitor = health::StoreMonitor::new(StoreState::new(wall_clock.now(), opening));
         Engine {
@@ -182,6 +193,8 @@ impl Engine {
                 connections: crate::listen::ConnectionStats::default(),
                 access: Arc::new(Access::new(&config.access)),
                 monitor,
+                store_latency: StoreLatency::default(),
+                reloads: ReloadStats::new(loaded),
                 shadow_mode: config.shadow_mode.into(),
             }),
         }
@@ -251,6 +264,25 @@ impl Engine {
     /// How long decisions took, and how many came near their limit.
     pub fn decision_metrics(&self) -> &DecisionMetrics {
         &self.inner.metrics
+    }
+
+    /// How long the store's calls took, by operation (SQLite and Redis).
+    pub fn store_latency(&self) -> &StoreLatency {
+        &self.inner.store_latency
+    }
+
+    /// What the configuration reloads did (counted by the reloader of
+    /// `serve` and `proxy`).
+    pub fn reload_stats(&self) -> &ReloadStats {
+        &self.inner.reloads
+    }
+
+    /// The store, its calls timed into [`Engine::store_latency`].
+    fn timed_store(&self) -> store_latency::Timed<'_> {
+        store_latency::Timed {
+            store: &self.inner.store,
+            latency: &self.inner.store_latency,
+        }
     }
 
     /// The connection counters of the front doors serving this engine.
@@ -328,11 +360,15 @@ impl Engine {
         counting: Counting,
     ) -> Result<Verdict, StoreError> {
         let started = std::time::Instant::now();
+        // A disabled span, made without allocating, unless traces are
+        // exported (crate::telemetry).
+        let span = crate::telemetry::decision_span(self.inner.store.kind(), &checks);
         let verdict = if counting == Counting::AllOrNothing && self.takes_steps(&checks) {
-            self.decide_detached(checks).await
+            self.decide_detached(checks).instrument(span.clone()).await
         } else {
-            self.decide(checks, counting).await
+            self.decide(checks, counting).instrument(span.clone()).await
         };
+        crate::telemetry::record_verdict(&span, &verdict);
         self.inner.metrics.observe(started.elapsed());
         verdict
     }
@@ -353,8 +389,12 @@ impl Engine {
             return self.decide(checks, Counting::AllOrNothing).await;
         };
         let engine = self.clone();
+        // The task stays in the decision's span (when traces are exported).
+        let span = crate::telemetry::current_span();
         match runtime
-            .spawn(async move { engine.decide(checks, Counting::AllOrNothing).await })
+            .spawn(
+                async move { engine.decide(checks, Counting::AllOrNothing).await }.instrument(span),
+            )
             .await
         {
             Ok(verdict) => verdict,
@@ -418,7 +458,7 @@ impl Engine {
         allowed: bool,
         outcomes: &mut [Option<Answer>],
     ) -> Result<(), StoreError> {
-        let store = &self.inner.store;
+        let store = &self.timed_store();
         for &index in shadow {
             let check = &checks[index];
             let (limit, key) = (check.limit.limit(), &check.key);
@@ -445,7 +485,7 @@ impl Engine {
         mut active: Vec<usize>,
         outcomes: &mut [Option<Answer>],
     ) -> Result<bool, StoreError> {
-        let store = &self.inner.store;
+        let store = &self.timed_store();
         let passes = |index: usize, outcome: &Outcome| {
             outcome.is_saturated() && checks[index].limit.allows_saturated()
         };
@@ -512,8 +552,7 @@ impl Engine {
         for &index in enforced {
             let check = &checks[index];
             let answer = self
-                .inner
-                .store
+                .timed_store()
                 .check_answered(check.limit.limit(), &check.key, check.cost)
                 .await?;
             allowed &= !refuses(check, &answer.0);
@@ -527,8 +566,7 @@ impl Engine {
         let mut results = Vec::with_capacity(checks.len());
         for check in checks {
             let (decision, answered_by) = self
-                .inner
-                .store
+                .timed_store()
                 .peek_answered(check.limit.limit(), &check.key)
                 .await?;
             results.push(LimitResult {
@@ -543,8 +581,7 @@ impl Engine {
     /// Gives each check's cost back to its key.
     pub async fn refund(&self, checks: &[Check]) -> Result<(), StoreError> {
         for check in checks {
-            self.inner
-                .store
+            self.timed_store()
                 .refund(check.limit.limit(), &check.key, check.cost)
                 .await?;
         }

@@ -111,6 +111,7 @@ pub(crate) async fn serve<S, B>(
             service: service.clone(),
             activity: Arc::clone(&activity),
             stats: Arc::clone(&door.stats),
+            door: door.name,
             peer: (door.protocol != Protocol::Http2).then_some(peer),
             timeout: door.request_timeout,
         };

@@ -21,6 +21,7 @@ use tower::ServiceExt;
 
 use super::activity::{Activity, InFlight};
 use super::stats::DoorStats;
+use crate::telemetry::{request_trace, scope_request, RequestScoped};
 
 /// The error type the doors' services give hyper.
 pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
@@ -36,6 +37,8 @@ pub(crate) struct Tracked<S> {
     pub(crate) service: S,
     pub(crate) activity: Arc<Activity>,
     pub(crate) stats: Arc<DoorStats>,
+    /// The door's name, for the decision spans.
+    pub(crate) door: &'static str,
     /// Given to axum's `ConnectInfo` extractor; `None` where no handler
     /// reads it (the gRPC door), which spares an allocation per request.
     pub(crate) peer: Option<SocketAddr>,
@@ -49,7 +52,7 @@ where
 {
     type Response = Response<Guarded<B>>;
     type Error = BoxError;
-    type Future = TrackedFuture<Oneshot<S, Request<Incoming>>>;
+    type Future = TrackedFuture<RequestScoped<Oneshot<S, Request<Incoming>>>>;
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         if let Some(peer) = self.peer {
@@ -58,7 +61,8 @@ where
                 .insert(axum::extract::ConnectInfo(peer));
         }
         let guard = self.activity.start_request();
-        let call = self.service.clone().oneshot(request);
+        let trace = request_trace(self.door, &request);
+        let call = scope_request(trace, self.service.clone().oneshot(request));
         TrackedFuture {
             timeout: self.timeout.unwrap_or_default(),
             sleep: self.timeout.map(tokio::time::sleep),

@@ -66,6 +66,9 @@ pub(crate) struct Reloader {
     source: Source,
     engine: Engine,
     seen: Option<Seen>,
+    /// Whether the last attempt could not read the file: a file that
+    /// stays unreadable is one refusal, as a broken file is.
+    unreadable: bool,
 }
 
 /// What a reload did.
@@ -89,13 +92,35 @@ impl Reloader {
             source,
             engine,
             seen,
+            unreadable: false,
         }
     }
 
     /// Reads the file and, if it changed (or `force`), checks it and puts
     /// its limits in force. An invalid file is refused and the running
     /// limits kept.
+    ///
+    /// Counted in the engine's [`reload_stats`](Engine::reload_stats):
+    /// applied or refused (an unchanged file is neither; a file that stays
+    /// unreadable is refused once, until it reads again or SIGHUP asks).
     pub(crate) fn reload(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
+        let result = self.reload_uncounted(force);
+        let stats = self.engine.reload_stats();
+        let was_unreadable = std::mem::replace(
+            &mut self.unreadable,
+            matches!(result, Err(ConfigError::Read { .. })),
+        );
+        match &result {
+            Ok(Reloaded::Unchanged) => {}
+            Ok(Reloaded::Applied { .. }) => stats.applied(self.engine.wall_now()),
+            Err(ConfigError::Read { .. }) if was_unreadable && !force => {}
+            Err(_) => stats.refused(),
+        }
+        result
+    }
+
+    /// [`Reloader::reload`], uncounted.
+    fn reload_uncounted(&mut self, force: bool) -> Result<Reloaded, ConfigError> {
         let seen = read(&self.source, &self.engine).map_err(|source| ConfigError::Read {
             path: self.source.path.clone().unwrap_or_default(),
             source,

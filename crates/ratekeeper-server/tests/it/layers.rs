@@ -68,3 +68,14 @@ fn the_engine_and_the_configuration_depend_on_no_door() {
         "config names engine"
     );
 }
+
+#[test]
+fn telemetry_depends_on_no_door() {
+    let named = named_from("telemetry");
+    for above in DOORS.iter().chain(&["serve", "cli"]) {
+        assert!(
+            !named.contains(*above),
+            "telemetry names {above}: {named:?}"
+        );
+    }
+}

@@ -124,7 +124,7 @@ impl TestService {
 }
 
 /// A `ratekeeper serve` process on free loopback ports, its environment
-/// cleared of `RATEKEEPER_*` but for what the test sets; killed when
+/// cleared of `RATEKEEPER_*` and `OTEL_*` but for what the test sets; killed when
 /// dropped.
 pub struct ServeProcess {
     pub child: std::process::Child,
@@ -157,7 +157,10 @@ impl ServeProcess {
             }
         };
         command.arg("serve").args(args);
-        for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
+        // Nor a developer's OTEL_* (trace export) settings.
+        for (key, _) in std::env::vars()
+            .filter(|(key, _)| key.starts_with("RATEKEEPER_") || key.starts_with("OTEL_"))
+        {
             command.env_remove(key);
         }
         command
