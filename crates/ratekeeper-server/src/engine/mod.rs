@@ -74,7 +74,7 @@ pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
-pub use reloads::{ReloadSnapshot, ReloadStats};
+pub use reloads::{Refusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
 pub use store::{AnyStore, SharedClock};
 pub use store_latency::{StoreLatency, StoreOperation};
 pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};

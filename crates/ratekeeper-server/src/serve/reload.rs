@@ -114,7 +114,7 @@ impl Reloader {
             Ok(Reloaded::Unchanged) => {}
             Ok(Reloaded::Applied { .. }) => stats.applied(self.engine.wall_now()),
             Err(ConfigError::Read { .. }) if was_unreadable && !force => {}
-            Err(_) => stats.refused(),
+            Err(error) => stats.refused(self.engine.wall_now(), error),
         }
         result
     }
