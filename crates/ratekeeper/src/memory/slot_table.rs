@@ -266,11 +266,26 @@ impl SlotTable {
     #[inline(never)]
     fn claim(&self, fingerprint: u64, state: u64) -> Claim {
         let _guard = lock(&self.locks[self.shard_of(fingerprint)]);
+        let (index, slot) = match self.free_slot(fingerprint) {
+            Ok(free) => free,
+            Err(claim) => return claim,
+        };
+        if !self.reserve() {
+            return Claim::Full;
+        }
+        self.fill(index, slot, fingerprint, state);
+        Claim::Claimed
+    }
+
+    /// The first free slot of `fingerprint`'s probe, or why there is none
+    /// (the key is there, or the shard is full). The caller holds the
+    /// shard's lock.
+    fn free_slot(&self, fingerprint: u64) -> Result<(usize, u128), Claim> {
         let mut free = None;
         for index in self.probe(fingerprint) {
             let slot = self.slots[index].load(Ordering::Acquire);
             match key_of(slot) {
-                key if key == fingerprint => return Claim::Present,
+                key if key == fingerprint => return Err(Claim::Present),
                 EMPTY => {
                     free.get_or_insert((index, slot));
                     break;
@@ -281,12 +296,12 @@ impl SlotTable {
                 _ => {}
             }
         }
-        let Some((index, slot)) = free else {
-            return Claim::Full;
-        };
-        if !self.reserve() {
-            return Claim::Full;
-        }
+        free.ok_or(Claim::Full)
+    }
+
+    /// Puts `fingerprint` and `state` in the free slot at `index`, which
+    /// held `slot`, its room reserved. The caller holds the shard's lock.
+    fn fill(&self, index: usize, slot: u128, fingerprint: u64, state: u64) {
         // Under the lock nobody else claims or frees slots in this shard, and
         // updates only swap slots holding their own key: this cannot fail.
         let claimed = self.slots[index].compare_exchange(
@@ -299,7 +314,40 @@ impl SlotTable {
         if key_of(slot) == EMPTY {
             self.occupied[self.shard_of(fingerprint)].fetch_add(1, Ordering::Relaxed);
         }
-        Claim::Claimed
+    }
+
+    /// Gives an untracked `fingerprint` a slot holding what `adopt`
+    /// returns, if there is room: `adopt` runs under the shard's lock,
+    /// once a slot is reserved, so that two threads adopting one key take
+    /// its state once and the second finds it here. `None` from `adopt`
+    /// claims nothing.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn adopt(&self, fingerprint: u64, adopt: impl FnOnce() -> Option<u64>) {
+        let _guard = lock(&self.locks[self.shard_of(fingerprint)]);
+        let Ok((index, slot)) = self.free_slot(fingerprint) else {
+            return;
+        };
+        if !self.reserve() {
+            return;
+        }
+        match adopt() {
+            Some(state) => self.fill(index, slot, fingerprint, state),
+            None => {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Forgets `fingerprint` and returns its state, if it was tracked.
+    pub(crate) fn take(&self, fingerprint: u64) -> Option<u64> {
+        let _guard = lock(&self.locks[self.shard_of(fingerprint)]);
+        loop {
+            let (index, slot) = self.find(fingerprint)?;
+            if self.free(index, slot) {
+                return Some(state_of(slot));
+            }
+        }
     }
 
     /// Counts one more key if there is room.

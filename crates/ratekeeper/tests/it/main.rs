@@ -4,6 +4,7 @@
 //! one per file.
 
 mod actions;
+mod carry;
 mod clock;
 #[path = "../common/mod.rs"]
 mod common;
