@@ -289,8 +289,30 @@ impl<C: Clock> Inner<C> {
                     }
                 }
                 tx.commit()?;
+            } else {
+                // Denied: nothing is taken. Only the states carried from
+                // other numbers are written, as carried, so that a change
+                // of numbers happens once, now, as a single check's does.
+                let mut carried = false;
+                for row in &rows {
+                    if let Some(stored) = row.stored.as_ref().filter(|s| !s.as_stored) {
+                        let policy = row.policy;
+                        write(
+                            &tx,
+                            &self.sql,
+                            policy,
+                            row.name,
+                            row.key,
+                            Some(stored),
+                            &stored.state,
+                        )?;
+                        carried = true;
+                    }
+                }
+                if carried {
+                    tx.commit()?;
+                }
             }
-            // Denied: the transaction rolls back on drop; it wrote nothing.
             Ok(MultiOutcome::new(outcomes, denied_by))
         })
     }

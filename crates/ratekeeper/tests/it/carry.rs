@@ -62,13 +62,16 @@ fn small(kind: PolicyKind) -> impl Strategy<Value = Policy> {
 }
 
 /// Requests as gaps (ms) after the one before, with their costs.
-fn requests(max_cost: u64) -> impl Strategy<Value = Vec<(u64, u64)>> {
+fn requests(max_cost: u64) -> impl Strategy<Value = Requests> {
     proptest::collection::vec((0u64..1_500, 0u64..=max_cost), 0..40)
 }
 
+/// Requests as `(gap in ms, cost)`.
+type Requests = Vec<(u64, u64)>;
+
 /// An old and a new policy of one kind, a history, the gap to the change
 /// and the requests after it.
-fn change() -> impl Strategy<Value = (Policy, Policy, Vec<(u64, u64)>, u64, Vec<(u64, u64)>)> {
+fn change() -> impl Strategy<Value = (Policy, Policy, Requests, u64, Requests)> {
     any_kind().prop_flat_map(|kind| {
         (
             small(kind),
