@@ -15,6 +15,7 @@ mod gcra;
 mod memory;
 mod memory_contention;
 mod memory_flood;
+mod memory_successor;
 mod multi;
 mod policy;
 mod properties;
