@@ -89,7 +89,7 @@ for call_index = 1, calls do
   end
   -- Several keys: decide each in order (a key given twice sees its
   -- earlier charge), and write only if every limit allows.
-  local mine, states, ttls, out
+  local mine, states, ttls, out, carries
   local denied, broken = 0, false
   if n ~= 1 then
     mine, states, ttls, out = {}, {}, {}, {}
@@ -150,22 +150,29 @@ for call_index = 1, calls do
           if tag == 2 then
             r, e = ahead + (at - now) * 1000, at
             if made ~= interval and r > 0 and made > 0 then
-              local q = floor(r / made)
-              local rem = r - q * made
-              local p = rem * interval
+              -- ceil(r x interval / made), exact while the reduced product
+              -- fits 2^53, else one ns toward refusing
+              local g, h = interval, made
+              while h > 0 do
+                g, h = h, g % h
+              end
+              local num, den = interval / g, made / g
+              local q = floor(r / den)
+              local rem = r - q * den
+              local p = rem * num
               local c
               if p < 9007199254740992 then
-                c = floor(p / made)
-                while c * made > p do
+                c = floor(p / den)
+                while c * den > p do
                   c = c - 1
                 end
-                if c * made < p then
+                if c * den < p then
                   c = c + 1
                 end
               else
-                c = ceil(rem / made * interval) + 1
+                c = ceil(rem / den * num) + 1
               end
-              r = q * interval + c
+              r = q * num + c
               if r > 9007199254740992 then
                 r = 9007199254740992
               end
@@ -253,22 +260,28 @@ for call_index = 1, calls do
               if d < 0 then
                 d = 0
               end
-              -- ceil(d x unit / from), exactly while the product fits 2^53
-              local q = floor(d / from)
-              local p = (d - q * from) * unit
+              -- ceil(d x unit / from), exact while the reduced product fits
+              -- 2^53, else one unit toward refusing
+              local g, h = unit, from
+              while h > 0 do
+                g, h = h, g % h
+              end
+              local num, den = unit / g, from / g
+              local q = floor(d / den)
+              local p = (d - q * den) * num
               local f
               if p < 9007199254740992 then
-                f = floor(p / from)
-                while f * from > p do
+                f = floor(p / den)
+                while f * den > p do
                   f = f - 1
                 end
-                if f * from < p then
+                if f * den < p then
                   f = f + 1
                 end
               else
-                f = ceil((d - q * from) / from * unit) + 1
+                f = ceil((d - q * den) / den * num) + 1
               end
-              level, at = full - (q * unit + f), t2
+              level, at = full - (q * num + f), t2
               if level < full then
                 carried = pack('<Bddddd', 1, level, at, unit, full, gain)
                 carried_ttl = at - now + ceil(ceil((full - level) / gain) / 1000)
@@ -821,6 +834,11 @@ for call_index = 1, calls do
         mine[key] = new
         states[i], ttls[i] = new, ttl
       end
+      if carried and code == 1 then
+        -- written even if another limit refuses (see `carried`)
+        carries = carries or {}
+        carries[i] = { carried, carried_ttl }
+      end
     end
   end
 
@@ -841,6 +859,20 @@ for call_index = 1, calls do
           if ttl >= 0 or wt[key] == nil then
             wt[key] = ttl
           end
+        end
+      end
+    elseif carries then
+      for i, c in pairs(carries) do
+        local key = KEYS[kb + i]
+        if batch then
+          cache[key] = c[1]
+        end
+        if wv[key] == nil then
+          order[#order + 1] = key
+        end
+        wv[key] = c[1]
+        if c[2] >= 0 or wt[key] == nil then
+          wt[key] = c[2]
         end
       end
     end
