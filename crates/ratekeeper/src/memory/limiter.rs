@@ -32,6 +32,12 @@ pub const MAX_KEYS: usize = 1 << 30;
 /// this, so a nanosecond window does not turn the sweeper into a busy loop.
 pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 
+/// How many tables a limiter may inherit from through its predecessors
+/// (changes of numbers within the old states' lifetime): past it, a
+/// successor first moves every key of the older tables in, so that the
+/// tables kept stay bounded however often the numbers change.
+const MAX_INHERITED: usize = 4;
+
 /// The longest time between two background sweeps.
 pub const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -550,6 +556,44 @@ impl<C: Clock> MemoryLimiter<C> {
         (to.expires_at(&carried) > now).then_some(carried)
     }
 
+    /// How many tables this one inherits from, through its predecessors.
+    fn inherited_tables(&self) -> usize {
+        let mut count = 0;
+        let mut link = self.shared.inherited.load_full();
+        while let Some(inherited) = link {
+            count += 1;
+            link = inherited.from.shared.inherited.load_full();
+        }
+        count
+    }
+
+    /// Moves every key the tables this one inherits from still hold into
+    /// this one (carried, as their first requests would), then lets those
+    /// tables go. Decisions go on meanwhile: each key moves under its
+    /// shard's lock, as on a first request.
+    fn absorb_inherited(&self) {
+        let now = self.shared.clock.now();
+        let mut fingerprints = Vec::new();
+        let mut link = self.shared.inherited.load_full();
+        while let Some(inherited) = link {
+            fingerprints.extend(inherited.from.fingerprints());
+            link = inherited.from.shared.inherited.load_full();
+        }
+        for fingerprint in fingerprints {
+            self.inherit_at(fingerprint, now);
+        }
+        self.shared.inheriting.store(false, Ordering::Relaxed);
+        self.shared.inherited.store(None);
+    }
+
+    /// Every key's fingerprint in this table.
+    fn fingerprints(&self) -> Vec<u64> {
+        match &self.shared.table {
+            Table::Slots { slots, .. } => slots.fingerprints(),
+            Table::Locked { rows } => rows.fingerprints(),
+        }
+    }
+
     /// A limiter for `policy` that takes this one's keys over: each key's
     /// state moves to it, [carried](Policy::carry) to the new numbers, on
     /// the key's first request to it, so that changing a limit's numbers
@@ -560,6 +604,9 @@ impl<C: Clock> MemoryLimiter<C> {
     /// a key has moved are not seen by the new one. The new limiter has
     /// this one's settings (keys, clock, sweeping, hook) and holds on to
     /// this one until every state it had is fresh (two of its windows).
+    /// Changed again and again within that time, a limiter keeps at most
+    /// four such tables: making a fifth first moves every key of the older
+    /// ones into this one.
     ///
     /// ```
     /// use ratekeeper::{FixedWindow, MemoryLimiter, Timestamp, clock::ManualClock};
@@ -590,6 +637,9 @@ impl<C: Clock> MemoryLimiter<C> {
         C: Clone + 'static,
     {
         let policy = policy.into();
+        if self.inherited_tables() >= MAX_INHERITED {
+            self.absorb_inherited();
+        }
         let inherited = (policy.kind() == self.shared.policy.kind()).then(|| {
             let now = self.shared.clock.now();
             let window = self.shared.policy.window().saturating_mul(2);

@@ -146,6 +146,19 @@ impl LockedTable {
         }
     }
 
+    /// Every tracked key's fingerprint, one shard at a time.
+    pub(crate) fn fingerprints(&self) -> Vec<u64> {
+        self.shards
+            .iter()
+            .flat_map(|shard| {
+                let shard = shard
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                shard.keys().copied().collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Forgets `fingerprint` and returns its state, if it was tracked.
     pub(crate) fn take(&self, fingerprint: u64) -> Option<State> {
         let taken = self.shard(fingerprint).remove(&fingerprint);

@@ -339,6 +339,16 @@ impl SlotTable {
         }
     }
 
+    /// Every tracked key's fingerprint, read without locks (a key claimed
+    /// or evicted meanwhile may be missed or listed).
+    pub(crate) fn fingerprints(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|slot| key_of(slot.load(Ordering::Acquire)))
+            .filter(|&key| key >= MIN_FINGERPRINT)
+            .collect()
+    }
+
     /// Forgets `fingerprint` and returns its state, if it was tracked.
     pub(crate) fn take(&self, fingerprint: u64) -> Option<u64> {
         let _guard = lock(&self.locks[self.shard_of(fingerprint)]);

@@ -110,3 +110,23 @@ fn racing_threads_take_a_moved_key_s_quota_exactly_once() {
         assert_eq!(allowed, 20, "round {round}");
     }
 }
+
+#[test]
+fn many_changes_in_a_row_keep_every_key_s_use() {
+    let (first, _) = limiter(Gcra::new(100, MINUTE, 100).unwrap());
+    for key in 0..10 {
+        assert!(first.check(format!("k{key}"), 50).is_allowed());
+    }
+    // Twelve changes while the first states still count: the tables kept
+    // stay few, and each key still has what it used.
+    let mut current = first;
+    for step in 0..12u64 {
+        current = current
+            .successor(Gcra::new(100 + step % 2, MINUTE, 100 + step % 2).unwrap())
+            .unwrap();
+    }
+    for key in 0..10 {
+        let left = current.peek(format!("k{key}")).remaining();
+        assert!((49..=51).contains(&left), "k{key}: {left} left");
+    }
+}
