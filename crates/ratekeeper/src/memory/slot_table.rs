@@ -526,6 +526,27 @@ fn take(limit: u64, delta: i64) -> impl FnMut(Option<u64>) -> (bool, Option<u64>
 mod tests {
     use super::*;
 
+    #[test]
+    fn adopt_takes_a_state_once_and_only_with_room() {
+        let old = SlotTable::new(4);
+        assert_eq!(old.update(7, take(9, 5)), Update::Done(true));
+        let new = SlotTable::new(1);
+        new.adopt(7, || old.take(7));
+        assert_eq!((new.get(7), new.len()), (Some(5), 1));
+        assert_eq!((old.get(7), old.len()), (None, 0));
+        // Tracked already: `adopt` runs nothing.
+        new.adopt(7, || panic!("a tracked key is not adopted again"));
+        // Full: nothing is taken from the old table.
+        assert_eq!(old.update(8, take(9, 2)), Update::Done(true));
+        new.adopt(8, || old.take(8));
+        assert_eq!((new.get(8), old.get(8)), (None, Some(2)));
+        // Nothing to adopt: the room reserved is given back.
+        let spare = SlotTable::new(1);
+        spare.adopt(9, || None);
+        assert_eq!(spare.len(), 0);
+        assert_eq!(spare.update(10, take(9, 1)), Update::Done(true));
+    }
+
     /// Each shard's count of slots that are not empty, as `occupied` should
     /// hold it.
     fn counted(table: &SlotTable) -> Vec<usize> {
@@ -736,6 +757,34 @@ mod loom_tests {
                 .count();
             assert_eq!(saturated, 1);
             assert_eq!(table.len(), 1);
+        });
+    }
+
+    /// Two first hits of a key whose state is still in the table it moves
+    /// from (a limit's numbers changed): the state is taken once, and the
+    /// last unit it leaves goes to one of them.
+    #[test]
+    fn loom_a_moving_key_is_taken_once() {
+        model(|| {
+            let old = Arc::new(SlotTable::new(2));
+            assert_eq!(old.update(KEY, take(9, 8)), Update::Done(true));
+            let new = Arc::new(SlotTable::new(2));
+            let (o, n) = (Arc::clone(&old), Arc::clone(&new));
+            let racer = thread::spawn(move || {
+                n.adopt(KEY, || o.take(KEY));
+                n.update(KEY, take(9, 1))
+            });
+            new.adopt(KEY, || old.take(KEY));
+            let mine = new.update(KEY, take(9, 1));
+            let theirs = racer.join().unwrap();
+            let allowed = [mine, theirs]
+                .iter()
+                .filter(|u| **u == Update::Done(true))
+                .count();
+            assert_eq!(allowed, 1);
+            assert_eq!(new.get(KEY), Some(9));
+            assert_eq!((old.get(KEY), old.len()), (None, 0));
+            assert_eq!((new.slots_holding(KEY), new.len()), (1, 1));
         });
     }
 
