@@ -50,6 +50,7 @@ mod limits;
 pub mod matching;
 mod metrics;
 mod reloads;
+mod renumbered;
 mod store;
 mod store_latency;
 mod verdict;
@@ -75,6 +76,7 @@ pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NA
 pub use limits::{ActiveLimit, LimitSet};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
 pub use reloads::{Refusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
+pub use renumbered::{changed_limits, ChangedLimit, KeysAfterChange};
 pub use store::{AnyStore, SharedClock};
 pub use store_latency::{StoreLatency, StoreOperation};
 pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER};
