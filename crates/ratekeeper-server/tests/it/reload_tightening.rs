@@ -5,7 +5,9 @@
 //!
 //! The memory store runs on the tests' manual clock, which does not move;
 //! SQLite and Redis decide on real time, against limits of a day, so that
-//! nothing refills while a test runs.
+//! nothing refills while a test runs; a test that would start within two
+//! minutes of UTC midnight, where a day's fixed window turns, first waits
+//! for it to pass.
 
 use ratekeeper_test_support::redis as harness;
 
@@ -62,6 +64,9 @@ async fn ask(service: &TestService, kind: &str, count: u64) -> u64 {
 /// cut short: the used units were fewer) and at most `BEFORE` through;
 /// a fresh quota at the reload would have let `FIRST + AFTER` and more.
 async fn tighten_under_load(store: &str) {
+    if !store.is_empty() {
+        clear_of_midnight().await;
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ratekeeper.toml");
     let store = store.replace("{dir}", &dir.path().display().to_string());
@@ -113,6 +118,22 @@ async fn tighten_under_load(store: &str) {
     }
     let service = Arc::into_inner(service).unwrap();
     service.stop().await;
+}
+
+/// Returns at once unless UTC midnight, where the day windows of the
+/// stores on real time turn, is less than two minutes away; then after it.
+/// A turn mid-test would refill the fixed window and let more through
+/// than either limit allows, whatever the carrying.
+async fn clear_of_midnight() {
+    const DAY: u64 = 86_400;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let left = DAY - now % DAY;
+    if left < 120 {
+        tokio::time::sleep(std::time::Duration::from_secs(left + 1)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
