@@ -40,9 +40,17 @@
 //! (prefix, limit, key) share one (nested prefixes included). Keys of
 //! versions before this one were `{prefix}{name}:{key}`: an upgrade starts
 //! every key fresh, and the old keys expire on their own. The state is one
-//! small string: a tag byte and two or
-//! three doubles packed with Lua's `struct` (17 or 25 bytes); the sliding
-//! log keeps 16 bytes per instant with allowed hits. Each write sets the
+//! small string: a tag byte and the state's doubles packed with Lua's
+//! `struct`, then the numbers it was made under (GCRA's interval, a token
+//! bucket's unit, full bucket and gain, a window's length; 25 to 41
+//! bytes); the sliding log keeps 16 bytes per instant with allowed hits and
+//! its window last. When a limit's numbers change (a reload), the script
+//! carries each key's state to the new ones as
+//! [`Policy::carry`](ratekeeper::Policy::carry) does, on the key's next
+//! request, and writes it then even if the request is refused; values of
+//! earlier versions, which record no numbers, are read as made under the
+//! numbers given (and earlier versions read the new values as fresh).
+//! Each write sets the
 //! key's TTL to the moment its state equals a fresh one (rounded up to the
 //! next millisecond, plus one), so idle keys disappear on their own, and
 //! never before their state is fresh. Two exceptions keep the TTL a key
@@ -51,9 +59,8 @@
 //! state by up to a quarter of the state's lifetime (as of when its expiry
 //! was last set) and 2 ms: its value records the expiry set, and writes
 //! keep it while the new state is fresh again by then. The value still
-//! reads as before (the same theoretical arrival time), so versions before
-//! this one and after it can share keys during a rolling upgrade; a value
-//! of an earlier version records no expiry, and gets a new one.
+//! reads as before (the same theoretical arrival time); a value of an
+//! earlier version records no expiry, and gets a new one.
 //!
 //! # Exactness and precision
 //!
@@ -63,9 +70,9 @@
 //! token bucket in the core's units of 1/P token, GCRA with the core's
 //! emission interval in whole nanoseconds (its state is the time of the last
 //! write in µs and the theoretical arrival time's distance from it in ns),
-//! the window policies with windows in µs. (One rounding differs: a token
-//! bucket state written under other numbers is rescaled exactly while the
-//! product fits 2^53, else one internal unit short, never more.) So every decision equals
+//! the window policies with windows in µs. (One rounding differs: a state
+//! carried to other numbers is rescaled exactly while the product fits
+//! 2^53, else rounded one unit toward refusing.) So every decision equals
 //! [`Algorithm::decide`](ratekeeper::policy::Algorithm::decide) of the pure policy at
 //! the server's time in whole microseconds, field for field (the tests
 //! replay each policy through the core). Policies whose numbers would not

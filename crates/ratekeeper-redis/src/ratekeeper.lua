@@ -18,7 +18,11 @@
 -- Times are microseconds since the Unix epoch, every quantity an integer
 -- below 2^53, so Lua's doubles hold them exactly. States are packed with
 -- struct: a tag byte (the kind) then doubles; a state of another shape
--- counts as fresh.
+-- counts as fresh. Each state also records the numbers it was made under
+-- (see each policy), so that when a limit's numbers change (a reload) the
+-- state is carried to the new ones, as the core's `Policy::carry` does,
+-- rather than misread; a state without them (written by earlier versions)
+-- is read as made under the numbers given.
 --
 -- Reply, doubles packed '<d...': for checks and peeks, six per limit
 -- (allowed 1/0, remaining, reset us, reset ns part, retry us or -1 for
@@ -85,7 +89,7 @@ for call_index = 1, calls do
   end
   -- Several keys: decide each in order (a key given twice sees its
   -- earlier charge), and write only if every limit allows.
-  local mine, states, ttls, out
+  local mine, states, ttls, out, carries
   local denied, broken = 0, false
   if n ~= 1 then
     mine, states, ttls, out = {}, {}, {}, {}
@@ -119,6 +123,10 @@ for call_index = 1, calls do
     -- the state to write (nil: none; false: delete, for refunds only), and
     -- ttl, its lifetime in us (-1: the key already expires with it).
     local allowed, remaining, rs, rsn, rt, rtn, new, ttl = 1, 0, 0, 0, 0, 0, nil, 0
+    -- A state carried from other numbers, and its TTL: written even when
+    -- the check changes nothing else, so that the change happens once, at
+    -- this instant, as in the core.
+    local carried, carried_ttl = nil, 0
     repeat -- `break` ends the decision
       if kind == 2 then
         -- GCRA. a = emission interval (ns), b = burst. The state is (at,
@@ -131,13 +139,45 @@ for call_index = 1, calls do
         -- of the write, before any expiry they set, so their values read as
         -- "expiry unknown" and get a new one; they read ours correctly. Stored
         -- `ahead` stays within [-2^51, 2^53]: exact.
+        -- The state records its interval after (at, ahead); one made under
+        -- another keeps its outstanding units: ahead x interval / made,
+        -- rounded up.
         local interval, burst = a, b
         local tol = interval * burst
         local r, e = 0, 0
-        if v and #v == 17 then
-          local tag, at, ahead = sunpack('<Bdd', v)
+        if v and (#v == 25 or #v == 17) then
+          local tag, at, ahead, made = sunpack('<Bddd', v .. (#v == 17 and pack('<d', interval) or ''))
           if tag == 2 then
             r, e = ahead + (at - now) * 1000, at
+            if made ~= interval and r > 0 and made > 0 then
+              -- ceil(r x interval / made), exact while the reduced product
+              -- fits 2^53, else one ns toward refusing
+              local g, h = interval, made
+              while h > 0 do
+                g, h = h, g % h
+              end
+              local num, den = interval / g, made / g
+              local q = floor(r / den)
+              local rem = r - q * den
+              local p = rem * num
+              local c
+              if p < 9007199254740992 then
+                c = floor(p / den)
+                while c * den > p do
+                  c = c - 1
+                end
+                if c * den < p then
+                  c = c + 1
+                end
+              else
+                c = ceil(rem / den * num) + 1
+              end
+              r = q * num + c
+              if r > 9007199254740992 then
+                r = 9007199254740992
+              end
+              carried, carried_ttl = pack('<Bddd', 2, now, r, interval), ceil(r / 1000)
+            end
           end
         end
         if code == 3 then
@@ -146,9 +186,9 @@ for call_index = 1, calls do
             if r <= 0 then
               new = false
             elseif now + ceil(r / 1000) <= e then
-              new, ttl = pack('<Bdd', 2, e, r - (e - now) * 1000), -1
+              new, ttl = pack('<Bddd', 2, e, r - (e - now) * 1000, interval), -1
             else
-              new, ttl = pack('<Bdd', 2, now, r), ceil(r / 1000)
+              new, ttl = pack('<Bddd', 2, now, r, interval), ceil(r / 1000)
             end
           end
           break
@@ -164,7 +204,7 @@ for call_index = 1, calls do
           if cost > 0 and code == 1 then
             -- fresh again by now + us + 1
             if now + us < e then
-              new, ttl = pack('<Bdd', 2, e, ahead - (e - now) * 1000), -1
+              new, ttl = pack('<Bddd', 2, e, ahead - (e - now) * 1000, interval), -1
             else
               -- A new expiry a quarter of the state's lifetime later than
               -- needed, so a key hit near its rate sets one about every
@@ -175,7 +215,7 @@ for call_index = 1, calls do
               -- exact) and so is ahead less it.
               local slack = (us + 1) * 1.25
               e = now + slack
-              new, ttl = pack('<Bdd', 2, e, ahead - slack * 1000), slack
+              new, ttl = pack('<Bddd', 2, e, ahead - slack * 1000, interval), slack
             end
           end
           break
@@ -200,11 +240,55 @@ for call_index = 1, calls do
       elseif kind == 1 then
         -- Token bucket. a = full (burst x unit), b = unit (units per token),
         -- c = gain (units per ns): the core's exact integer bucket. The state
-        -- (level, at, unit) records its unit, so a state written under other
-        -- numbers keeps its tokens, rounded down.
+        -- (level, at, unit, full, gain) records its numbers: one made under
+        -- others keeps the tokens used and not yet back at now, rounded up.
+        -- (Earlier versions recorded only the unit, and such a state keeps
+        -- its tokens, rounded down.)
         local full, unit, gain = a, b, c
         local level, at = full, now
-        if v and #v == 25 then
+        if v and #v == 41 then
+          local tag, l, t, from, mfull, mgain = sunpack('<Bddddd', v)
+          if tag == 1 then
+            level, at = l, t
+            if (from ~= unit or mfull ~= full or mgain ~= gain) and from > 0 then
+              local t2 = t > now and t or now
+              local d = mfull - l
+              if d < 0 then
+                d = 0
+              end
+              d = d - (t2 - t) * 1000 * mgain
+              if d < 0 then
+                d = 0
+              end
+              -- ceil(d x unit / from), exact while the reduced product fits
+              -- 2^53, else one unit toward refusing
+              local g, h = unit, from
+              while h > 0 do
+                g, h = h, g % h
+              end
+              local num, den = unit / g, from / g
+              local q = floor(d / den)
+              local p = (d - q * den) * num
+              local f
+              if p < 9007199254740992 then
+                f = floor(p / den)
+                while f * den > p do
+                  f = f - 1
+                end
+                if f * den < p then
+                  f = f + 1
+                end
+              else
+                f = ceil((d - q * den) / den * num) + 1
+              end
+              level, at = full - (q * num + f), t2
+              if level < full then
+                carried = pack('<Bddddd', 1, level, at, unit, full, gain)
+                carried_ttl = at - now + ceil(ceil((full - level) / gain) / 1000)
+              end
+            end
+          end
+        elseif v and #v == 25 then
           local tag, l, t, from = sunpack('<Bddd', v)
           if tag == 1 then
             level, at = l, t
@@ -238,7 +322,7 @@ for call_index = 1, calls do
             if deficit <= 0 then
               new = false
             else
-              new = pack('<Bddd', 1, full - deficit, at2, unit)
+              new = pack('<Bddddd', 1, full - deficit, at2, unit, full, gain)
               ttl = at2 - now + ceil(ceil(deficit / gain) / 1000)
             end
           end
@@ -259,7 +343,7 @@ for call_index = 1, calls do
           local q = (full - after) / unit
           remaining, rs, rsn = q - q % 1, us, w - us * 1000
           if cost > 0 and code == 1 then
-            new = pack('<Bddd', 1, full - after, at2, unit)
+            new = pack('<Bddddd', 1, full - after, at2, unit, full, gain)
             local t = fill / 1000
             local whole = t - t % 1
             ttl = at2 - now + (whole < t and whole + 1 or whole)
@@ -290,12 +374,32 @@ for call_index = 1, calls do
       elseif kind == 3 then
         -- Fixed window. a = limit, b = window (us), c = 1 when each window
         -- opens at the key's first hit, 0 when aligned to the epoch.
+        -- The state (start, count, window, c) records its window and
+        -- alignment: under others, the count in force at now moves into
+        -- the window holding now (as the core's FixedWindow::carry_from).
         local limit, window = a, b
-        local st, cnt = 0, 0
-        if v and #v == 17 then
-          local tag, s0, c0 = sunpack('<Bdd', v)
+        local st, cnt, moved = 0, 0, false
+        if v and (#v == 33 or #v == 17) then
+          local tag, s0, c0, mw, mc = sunpack('<Bdddd', v .. (#v == 17 and pack('<dd', window, c) or ''))
           if tag == 3 then
             st, cnt = s0, c0
+            if (mw ~= window or mc ~= c) and mw > 0 then
+              local at = s0 > now and s0 or now
+              local live = 0
+              if mc == 1 then
+                if c0 > 0 and now < s0 + mw then
+                  live = c0
+                end
+              elseif now - now % mw <= s0 then
+                live = c0
+              end
+              if live > 0 then
+                st, cnt, moved = c == 1 and at or at - at % window, live, true
+                carried, carried_ttl = pack('<Bdddd', 3, st, cnt, window, c), st + window - now
+              else
+                st, cnt = 0, 0
+              end
+            end
           end
         end
         local start = now - now % window
@@ -322,7 +426,7 @@ for call_index = 1, calls do
             if count <= 0 then
               new = false
             else
-              new, ttl = pack('<Bdd', 3, start, count), start + window - now
+              new, ttl = pack('<Bdddd', 3, start, count, window, c), start + window - now
             end
           end
           break
@@ -334,9 +438,10 @@ for call_index = 1, calls do
         if cost <= room then
           remaining, rs = room - cost, (count + cost == 0) and 0 or until_end
           if cost > 0 and code == 1 then
-            new = pack('<Bdd', 3, start, count + cost)
+            new = pack('<Bdddd', 3, start, count + cost, window, c)
             -- the key already expires at this window's end: keep its TTL
-            ttl = (start == st and cnt > 0) and -1 or start + window - now
+            -- (unless its state was just carried from another window)
+            ttl = (start == st and cnt > 0 and not moved) and -1 or start + window - now
           end
           break
         end
@@ -345,12 +450,40 @@ for call_index = 1, calls do
       elseif kind == 5 then
         -- Sliding window counter. a = limit, b = window (us), limit x window
         -- below 2^53.
+        -- The state (start, previous, current, window) records its window:
+        -- under another, the old estimate at now becomes the current count
+        -- of the window holding now (as the core's carry_from).
         local limit, window = a, b
-        local st, p, cr = 0, 0, 0
-        if v and #v == 25 then
-          local tag, s0, p0, c0 = sunpack('<Bddd', v)
+        local st, p, cr, moved = 0, 0, 0, false
+        if v and (#v == 33 or #v == 25) then
+          local tag, s0, p0, c0, mw = sunpack('<Bdddd', v .. (#v == 25 and pack('<d', window) or ''))
           if tag == 5 then
             st, p, cr = s0, p0, c0
+            if mw ~= window and mw > 0 then
+              local os = now - now % mw
+              local op, oc, oe = 0, 0, now - os
+              if os == s0 then
+                op, oc = p0, c0
+              elseif os > s0 then
+                if os - s0 == mw then
+                  op = c0
+                end
+              else
+                os, op, oc, oe = s0, p0, c0, 0
+              end
+              local est = oc
+              if op > 0 then
+                local e2 = oe < mw and oe or mw
+                est = est + ceil(op * (mw - e2) / mw)
+              end
+              if est > 0 then
+                local at = os > now and os or now
+                st, p, cr, moved = at - at % window, 0, est, true
+                carried, carried_ttl = pack('<Bdddd', 5, st, 0, est, window), st + 2 * window - now
+              else
+                st, p, cr = 0, 0, 0
+              end
+            end
           end
         end
         local start = now - now % window
@@ -376,7 +509,7 @@ for call_index = 1, calls do
               new = false
             else
               local ends = cur > 0 and start + 2 * window or start + window
-              new, ttl = pack('<Bddd', 5, start, prev, cur), ends - now
+              new, ttl = pack('<Bdddd', 5, start, prev, cur, window), ends - now
             end
           end
           break
@@ -405,9 +538,10 @@ for call_index = 1, calls do
         if cost <= room then
           remaining, rs = room - cost, reset
           if cost > 0 and code == 1 then
-            new = pack('<Bddd', 5, start, prev, cur + cost)
+            new = pack('<Bdddd', 5, start, prev, cur + cost, window)
             -- a key whose current window counts already expires with it
-            ttl = (start == st and cr > 0) and -1 or start + 2 * window - now
+            -- (unless its state was just carried from another window)
+            ttl = (start == st and cr > 0 and not moved) and -1 or start + 2 * window - now
           end
           break
         end
@@ -469,9 +603,50 @@ for call_index = 1, calls do
         -- the one before (or base). Record r is at byte r x 16 - 6. (No
         -- helper functions: each would be a closure made on every call, with
         -- its upvalues, ~2k instructions of allocation together.)
+        -- The state ends with the window it was made under (8 bytes; earlier
+        -- versions wrote none): under another, the hits still in the old
+        -- window move later by how much shorter the window got, but not past
+        -- the newest instant, and those meeting on one instant merge (as
+        -- the core's SlidingLog::carry_from).
         local limit, window = a, b
         local records, base = 0, 0
-        if v and #v >= 9 and (#v - 9) % 16 == 0 then
+        if v and #v >= 17 and (#v - 17) % 16 == 0 then
+          local tag, b0 = sunpack('<Bd', v)
+          if tag == 4 then
+            records, base = (#v - 17) / 16, b0
+            local mw = sunpack('<d', v, #v - 7)
+            if mw ~= window and records > 0 then
+              local na = sunpack('<d', v, records * 16 - 6)
+              local top = na > now and na or now
+              local shift = mw > window and mw - window or 0
+              local out, last_at = { pack('<Bd', 4, b0) }, -1
+              for r = 1, records do
+                local x, y = sunpack('<dd', v, r * 16 - 6)
+                if x + mw > top then
+                  local x2 = x + shift
+                  if x2 > top then
+                    x2 = top
+                  end
+                  if x2 == last_at then
+                    out[#out] = pack('<dd', x2, y)
+                  else
+                    out[#out + 1] = pack('<dd', x2, y)
+                  end
+                  last_at = x2
+                else
+                  -- a hit gone from the old window: it moves into the base
+                  out[1] = pack('<Bd', 4, y)
+                end
+              end
+              out[#out + 1] = pack('<d', window)
+              v = table.concat(out)
+              records, base = (#v - 17) / 16, sunpack('<d', v, 2)
+              if records > 0 then
+                carried, carried_ttl = v, sunpack('<d', v, records * 16 - 6) + window - now
+              end
+            end
+          end
+        elseif v and #v >= 9 and (#v - 9) % 16 == 0 then
           local tag, b0 = sunpack('<Bd', v)
           if tag == 4 then
             records, base = (#v - 9) / 16, b0
@@ -586,19 +761,22 @@ for call_index = 1, calls do
             local x, y = sunpack('<dd', v, r * 16 - 6)
             parts[#parts + 1] = pack('<dd', x, y - before)
           end
-          parts[#parts + 1] = pack('<dd', wat, wcm - before)
+          parts[#parts + 1] = pack('<ddd', wat, wcm - before, window)
           new = table.concat(parts)
         elseif upto < j then
-          new = pack('<Bddd', 4, before, wat, wcm)
+          new = pack('<Bdddd', 4, before, wat, wcm, window)
         elseif j == 1 then
-          new = string.sub(v, 1, 9 + upto * 16) .. pack('<dd', wat, wcm)
+          new = string.sub(v, 1, 9 + upto * 16) .. pack('<ddd', wat, wcm, window)
         else
-          new = pack('<Bd', 4, before) .. string.sub(v, j * 16 - 6, 9 + upto * 16) .. pack('<dd', wat, wcm)
+          new = pack('<Bd', 4, before) .. string.sub(v, j * 16 - 6, 9 + upto * 16) .. pack('<ddd', wat, wcm, window)
         end
       else
         error('ratekeeper: unknown policy kind ' .. tostring(kind))
       end
     until true
+    if new == nil and carried and code == 1 then
+      new, ttl = carried, carried_ttl
+    end
 
     if not batch and n == 1 then
       -- One key, alone: nothing allocated but the new state and the reply.
@@ -656,6 +834,11 @@ for call_index = 1, calls do
         mine[key] = new
         states[i], ttls[i] = new, ttl
       end
+      if carried and code == 1 then
+        -- written even if another limit refuses (see `carried`)
+        carries = carries or {}
+        carries[i] = { carried, carried_ttl }
+      end
     end
   end
 
@@ -676,6 +859,20 @@ for call_index = 1, calls do
           if ttl >= 0 or wt[key] == nil then
             wt[key] = ttl
           end
+        end
+      end
+    elseif carries then
+      for i, c in pairs(carries) do
+        local key = KEYS[kb + i]
+        if batch then
+          cache[key] = c[1]
+        end
+        if wv[key] == nil then
+          order[#order + 1] = key
+        end
+        wv[key] = c[1]
+        if c[2] >= 0 or wt[key] == nil then
+          wt[key] = c[2]
         end
       end
     end

@@ -8,6 +8,12 @@
 //! Every ratekeeper policy works. SQLite is built in (rusqlite's `bundled`
 //! feature): there is nothing to install.
 //!
+//! Each row's state (JSON) records the policy that made it (`made_by`), so
+//! that when a limit's numbers change under the same name (a reload) the
+//! state is [carried](ratekeeper::Policy::carry) to the new ones on the
+//! key's next request rather than misread; rows written before it was
+//! recorded are read as made by the policy reading them.
+//!
 //! The store implements [`ratekeeper::Store`]: on a Tokio runtime the work
 //! runs on [`tokio::task::spawn_blocking`]; in a program without one, under
 //! any executor's `block_on`, it runs on the calling thread.

@@ -173,9 +173,10 @@ impl<C: Clock> Inner<C> {
             let now = self.clock.now();
             let policy = limit.policy();
             let stored = read(&tx, &self.sql, limit.name(), key)?;
+            let stored = stored.map(|row| row.under(policy, now));
             let fresh;
             let current = match &stored {
-                Some(state) => state,
+                Some(carried) => &carried.state,
                 None => {
                     fresh = policy.fresh();
                     &fresh
@@ -203,8 +204,9 @@ impl<C: Clock> Inner<C> {
             let stored = read(conn, &self.sql, limit.name(), key)?;
             let now = self.clock.now();
             let policy = limit.policy();
+            let stored = stored.map(|row| row.under(policy, now));
             Ok(match &stored {
-                Some(state) => policy.peek(state, now),
+                Some(carried) => policy.peek(&carried.state, now),
                 None => policy.peek(&policy.fresh(), now),
             })
         })
@@ -222,7 +224,7 @@ impl<C: Clock> Inner<C> {
             name: &'a str,
             key: &'a [u8],
             policy: &'a Policy,
-            stored: Option<State>,
+            stored: Option<Carried>,
             next: Option<State>,
         }
 
@@ -240,7 +242,8 @@ impl<C: Clock> Inner<C> {
                 let slot = match rows.iter().position(|r| r.name == name && r.key == key) {
                     Some(slot) => slot,
                     None => {
-                        let stored = read(&tx, &self.sql, name, key)?;
+                        let stored =
+                            read(&tx, &self.sql, name, key)?.map(|row| row.under(policy, now));
                         rows.push(Row {
                             name,
                             key,
@@ -253,7 +256,7 @@ impl<C: Clock> Inner<C> {
                 };
                 let row = &mut rows[slot];
                 let fresh;
-                let current = match row.next.as_ref().or(row.stored.as_ref()) {
+                let current = match row.next.as_ref().or(row.stored.as_ref().map(|c| &c.state)) {
                     Some(state) => state,
                     None => {
                         fresh = policy.fresh();
@@ -286,8 +289,30 @@ impl<C: Clock> Inner<C> {
                     }
                 }
                 tx.commit()?;
+            } else {
+                // Denied: nothing is taken. Only the states carried from
+                // other numbers are written, as carried, so that a change
+                // of numbers happens once, now, as a single check's does.
+                let mut carried = false;
+                for row in &rows {
+                    if let Some(stored) = row.stored.as_ref().filter(|s| !s.as_stored) {
+                        let policy = row.policy;
+                        write(
+                            &tx,
+                            &self.sql,
+                            policy,
+                            row.name,
+                            row.key,
+                            Some(stored),
+                            &stored.state,
+                        )?;
+                        carried = true;
+                    }
+                }
+                if carried {
+                    tx.commit()?;
+                }
             }
-            // Denied: the transaction rolls back on drop; it wrote nothing.
             Ok(MultiOutcome::new(outcomes, denied_by))
         })
     }
@@ -331,17 +356,76 @@ impl<C: Clock> Inner<C> {
     }
 }
 
+/// A row's state column: the state, and the policy whose numbers made it
+/// (`None` in rows written before it was recorded, read as made by the
+/// policy reading them).
+struct Stored {
+    state: State,
+    made_by: Option<Policy>,
+}
+
+/// A row's state as the policy reading it sees it.
+struct Carried {
+    state: State,
+    /// Whether the row already holds `state`, made by these numbers, so
+    /// that an unchanged state needs no write.
+    as_stored: bool,
+}
+
+impl Stored {
+    /// The state as `policy` reads it at `now`: [carried](Policy::carry)
+    /// from the numbers that made it when they were others, fresh when
+    /// they were another kind of policy.
+    fn under(self, policy: &Policy, now: Timestamp) -> Carried {
+        match self.made_by {
+            Some(made_by) if made_by != *policy => Carried {
+                state: policy
+                    .carry(&made_by, &self.state, now)
+                    .unwrap_or_else(|| policy.fresh()),
+                as_stored: false,
+            },
+            _ => Carried {
+                state: self.state,
+                as_stored: true,
+            },
+        }
+    }
+}
+
+/// The field of the state's JSON that names the policy that made it.
+const MADE_BY: &str = "made_by";
+
+/// A state's JSON, with the policy that made it.
+fn encode(state: &State, made_by: &Policy) -> Result<String, serde_json::Error> {
+    let mut json = serde_json::to_value(state)?;
+    if let serde_json::Value::Object(fields) = &mut json {
+        fields.insert(MADE_BY.to_owned(), serde_json::to_value(made_by)?);
+    }
+    serde_json::to_string(&json)
+}
+
+/// A state column's JSON: the state and, if recorded, its policy.
+fn decode(json: &[u8]) -> Result<Stored, serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_slice(json)?;
+    let made_by = match value.as_object_mut().and_then(|f| f.remove(MADE_BY)) {
+        Some(policy) => Some(serde_json::from_value(policy)?),
+        None => None,
+    };
+    Ok(Stored {
+        state: serde_json::from_value(value)?,
+        made_by,
+    })
+}
+
 /// The stored state of `(name, key)`, if it has a row.
-fn read(conn: &Connection, sql: &Sql, name: &str, key: &[u8]) -> Result<Option<State>, Failure> {
+fn read(conn: &Connection, sql: &Sql, name: &str, key: &[u8]) -> Result<Option<Stored>, Failure> {
     let mut statement = conn.prepare_cached(&sql.select)?;
     let mut rows = statement.query(params![name, key])?;
     let Some(row) = rows.next()? else {
         return Ok(None);
     };
     let parsed = match row.get_ref(0)? {
-        ValueRef::Text(json) | ValueRef::Blob(json) => {
-            serde_json::from_slice::<State>(json).map_err(Unreadable::from)
-        }
+        ValueRef::Text(json) | ValueRef::Blob(json) => decode(json).map_err(Unreadable::from),
         other => Err(Unreadable::ColumnType(other.data_type())),
     };
     parsed.map(Some).map_err(|reason| {
@@ -354,17 +438,18 @@ fn read(conn: &Connection, sql: &Sql, name: &str, key: &[u8]) -> Result<Option<S
 }
 
 /// Writes `next` as the state of `(name, key)`, which was `stored`: nothing
-/// if it is unchanged, a delete if it is fresh, an upsert otherwise.
+/// if it is unchanged, a delete if it is fresh, an upsert (recording
+/// `policy` with the state) otherwise.
 fn write(
     conn: &Connection,
     sql: &Sql,
     policy: &Policy,
     name: &str,
     key: &[u8],
-    stored: Option<&State>,
+    stored: Option<&Carried>,
     next: &State,
 ) -> Result<(), Failure> {
-    if stored == Some(next) {
+    if stored.is_some_and(|stored| stored.as_stored && stored.state == *next) {
         return Ok(());
     }
     if *next == policy.fresh() {
@@ -375,7 +460,7 @@ fn write(
         }
         return Ok(());
     }
-    let json = serde_json::to_string(next).map_err(Failure::Encode)?;
+    let json = encode(next, policy).map_err(Failure::Encode)?;
     conn.prepare_cached(&sql.upsert)?.execute(params![
         name,
         key,

@@ -44,6 +44,10 @@ pub struct Supports {
     /// Whether a denied request is counted too (a counter that can only go
     /// up adds before it knows).
     pub counts_denied: bool,
+    /// Whether a key's state is carried across a change of a limit's
+    /// numbers under the same name (a configuration reload), rather than
+    /// read as if the new numbers had made it.
+    pub carries_numbers: bool,
 }
 
 impl Supports {
@@ -52,6 +56,7 @@ impl Supports {
         kinds: &PolicyKind::ALL,
         refunds: true,
         counts_denied: false,
+        carries_numbers: true,
     };
 
     /// Fixed windows that only count up: what a `WindowCounter` offers.
@@ -59,6 +64,7 @@ impl Supports {
         kinds: &[PolicyKind::FixedWindow],
         refunds: false,
         counts_denied: true,
+        carries_numbers: false,
     };
 
     /// One policy of each kind the store runs, at `amount` per `period`.
@@ -292,6 +298,42 @@ pub async fn several_limits_take_their_own_costs<S: Store>(store: &S, supports: 
     }
 }
 
+/// A limit whose numbers change under the same name (a configuration
+/// reload) keeps what each key used: tightened from 5 to 4 after 3 were
+/// taken, 1 is left; loosened to 8 after 4, 4 are left; moved to 10 over
+/// twice the period, 6. A key never seen has the whole new quota.
+pub async fn a_change_of_numbers_carries_each_key<S: Store>(store: &S, supports: &Supports) {
+    if !supports.carries_numbers {
+        return;
+    }
+    let numbers = |amount: u64, period: Duration| {
+        let rate = Rate::new(amount, period).expect("a valid rate");
+        every_kind(&rate)
+    };
+    let steps = [
+        numbers(5, PERIOD),
+        numbers(4, PERIOD),
+        numbers(8, PERIOD),
+        numbers(10, PERIOD * 2),
+    ];
+    for (index, kind) in PolicyKind::ALL.into_iter().enumerate() {
+        if !supports.kinds.contains(&kind) {
+            continue;
+        }
+        let at = |step: usize| limit("carry", &steps[step][index]);
+        let (five, four, eight, ten) = (at(0), at(1), at(2), at(3));
+        assert!(check(store, &five, b"k", 3).await.is_allowed(), "{kind}");
+        assert_eq!(remaining(store, &four, b"k").await, 1, "{kind}: 5 to 4");
+        assert!(check(store, &four, b"k", 1).await.is_allowed(), "{kind}");
+        assert!(!check(store, &four, b"k", 1).await.is_allowed(), "{kind}");
+        assert_eq!(remaining(store, &eight, b"k").await, 4, "{kind}: 4 to 8");
+        assert_eq!(remaining(store, &ten, b"k").await, 6, "{kind}: 8 to 10/2p");
+        assert!(!check(store, &ten, b"k", 7).await.is_allowed(), "{kind}");
+        assert!(check(store, &ten, b"k", 6).await.is_allowed(), "{kind}");
+        assert_eq!(remaining(store, &ten, b"other").await, 10, "{kind}");
+    }
+}
+
 /// Requests racing for one key from many tasks at once take exactly the
 /// quota between them.
 pub async fn racing_requests_take_exactly_the_quota<S: Store + 'static>(
@@ -341,6 +383,7 @@ pub async fn all_on_one_store<S: Store + 'static>(store: Arc<S>, supports: &Supp
     refunds_give_units_back(&*store, supports).await;
     several_limits_count_all_or_nothing(&*store, supports).await;
     several_limits_take_their_own_costs(&*store, supports).await;
+    a_change_of_numbers_carries_each_key(&*store, supports).await;
     racing_requests_take_exactly_the_quota(store, supports).await;
 }
 
@@ -375,6 +418,7 @@ macro_rules! store_conformance {
                 refunds_give_units_back,
                 several_limits_count_all_or_nothing,
                 several_limits_take_their_own_costs,
+                a_change_of_numbers_carries_each_key,
             );
 
             #[test]

@@ -109,3 +109,54 @@ async fn a_key_twice_counts_twice() {
     );
     assert!(store.pinned(at).check_all(&[]).await.unwrap().is_allowed());
 }
+
+/// A limit whose numbers changed, checked with another, refused: the
+/// request takes nothing, but the changed limit's state is carried (and
+/// written) at that instant, as a check of it alone would be, so the change
+/// happens once and the old rate stops counting there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_check_of_several_limits_still_carries_new_numbers() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = unhurried::connect(&server.url()).await;
+    let old: Policy = Gcra::new(10, Duration::from_secs(1), 10).unwrap().into();
+    let new: Policy = Gcra::new(5, Duration::from_secs(1), 5).unwrap().into();
+    let tight: Policy = FixedWindow::new(1, Duration::from_secs(3_600))
+        .unwrap()
+        .into();
+    let (before, after) = (
+        Limit::new("carry-multi", old.clone()).unwrap(),
+        Limit::new("carry-multi", new.clone()).unwrap(),
+    );
+    let refusing = Limit::new("carry-multi-tight", tight).unwrap();
+    let t0 = 1_760_000_000_000_000u64;
+    let at = |us: u64| Timestamp::from_micros(t0 + us);
+    assert!(store
+        .pinned(at(0))
+        .check(&before, b"k", 8)
+        .await
+        .unwrap()
+        .is_allowed());
+    assert!(store
+        .pinned(at(0))
+        .check(&refusing, b"k", 1)
+        .await
+        .unwrap()
+        .is_allowed());
+
+    let checks = [Check::new(&after, b"k", 1), Check::new(&refusing, b"k", 1)];
+    let refused = store.pinned(at(50_000)).check_all(&checks).await.unwrap();
+    assert!(!refused.is_allowed());
+
+    // The core: 8 taken under 10/s, carried to 5/s 50 ms later, read
+    // 500 ms after that.
+    let state = old.decide(&old.fresh(), at(0), 8).1;
+    let carried = new.carry(&old, &state, at(50_000)).unwrap();
+    let expected = new.peek(&carried, at(550_000));
+    // Carried only at the peek, the old rate would have run 500 ms more.
+    let late = new.peek(&new.carry(&old, &state, at(550_000)).unwrap(), at(550_000));
+    assert_ne!(expected.remaining(), late.remaining());
+    let peeked = store.pinned(at(550_000)).peek(&after, b"k").await.unwrap();
+    assert_eq!(peeked, expected);
+}

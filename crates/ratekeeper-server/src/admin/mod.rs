@@ -47,8 +47,8 @@ use axum::Router;
 pub use dashboard::DASHBOARD_HTML;
 pub use metrics::{render as render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use stats::{
-    FailureCounts, LimitReport, ServiceStats, StoreHealth, MAX_KEYS_SHOWN, MAX_LIMITS_SHOWN,
-    READY_TIMEOUT,
+    FailureCounts, LimitReport, ReloadReport, ServiceStats, StoreHealth, MAX_KEYS_SHOWN,
+    MAX_LIMITS_SHOWN, READY_TIMEOUT,
 };
 
 use crate::access::Door;

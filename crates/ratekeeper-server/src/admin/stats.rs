@@ -12,6 +12,10 @@
 //!            "keys_in_memory": 2, "max_keys": 100000, "failures": null, "batching": null},
 //!  "decisions": 12,
 //!  "shadow_mode": false,
+//!  "reloads": {"applied": 1, "refused": 1, "last_successful": false,
+//!              "last_success_unix_secs": 1767225000,
+//!              "last_refusal": {"at_unix_secs": 1767225500,
+//!                               "error": "ratekeeper.toml:3:8: limits[0].rate: ..."}},
 //!  "near_limit_percent": 10,
 //!  "limits": [{"name": "per-user",
 //!              "config": {"name": "per-user", "policy": "gcra", "rate": "3/minute", ...},
@@ -65,8 +69,8 @@ use ratekeeper::{stats::LimitSnapshot, store::ResilientStats};
 use ratekeeper_redis::BatchStats;
 use serde::Serialize;
 
-use crate::engine::LimitDescription;
 use crate::engine::{Engine, StoreState};
+use crate::engine::{LimitDescription, Refusal};
 
 /// The most limits `/v1/stats` shows.
 pub const MAX_LIMITS_SHOWN: usize = 256;
@@ -94,6 +98,8 @@ pub struct ServiceStats {
     /// `[enforcement] shadow_mode`: every limit decides and reports, none
     /// refuses.
     pub shadow_mode: bool,
+    /// The configuration reloads so far.
+    pub reloads: ReloadReport,
     /// What `near_limit` counts: allowed decisions that left at most this
     /// percentage of the quota.
     pub near_limit_percent: u64,
@@ -103,6 +109,40 @@ pub struct ServiceStats {
     pub limits: Vec<LimitReport>,
     /// Configured limits past the first [`MAX_LIMITS_SHOWN`], not shown.
     pub limits_not_shown: usize,
+}
+
+/// What the configuration reloads did: with `last_successful` false, the
+/// file on disk is not what runs, and `last_refusal` says why.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct ReloadReport {
+    /// Reloads put in force.
+    pub applied: u64,
+    /// Reloads refused, the running configuration kept.
+    pub refused: u64,
+    /// Whether the last reload (or the start) was applied.
+    pub last_successful: bool,
+    /// When the configuration in force was loaded, in seconds since the
+    /// Unix epoch.
+    pub last_success_unix_secs: u64,
+    /// The last refused reload: when, and the error.
+    pub last_refusal: Option<Refusal>,
+}
+
+impl ReloadReport {
+    fn of(engine: &Engine) -> ReloadReport {
+        let stats = engine.reload_stats();
+        let now = stats.snapshot();
+        ReloadReport {
+            applied: now.applied,
+            refused: now.refused,
+            last_successful: now.last_successful,
+            // Whole seconds of a time the reloader took in milliseconds.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            last_success_unix_secs: now.last_success_seconds as u64,
+            last_refusal: stats.last_refusal(),
+        }
+    }
 }
 
 /// The store's health.
@@ -267,6 +307,7 @@ impl ServiceStats {
             store,
             decisions: metrics.latency().count,
             shadow_mode: engine.shadow_mode(),
+            reloads: ReloadReport::of(engine),
             near_limit_percent: crate::engine::NEAR_LIMIT_PERCENT,
             limits,
             limits_not_shown: configured.every().count().saturating_sub(MAX_LIMITS_SHOWN),

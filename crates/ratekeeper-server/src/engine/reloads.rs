@@ -1,8 +1,10 @@
-//! What the configuration reloads did, for `/metrics`: how many were
-//! applied and refused, whether the last one was, and when the
-//! configuration in force was loaded.
+//! What the configuration reloads did, for `/metrics`, `/v1/stats` and
+//! the dashboard: how many were applied and refused, whether the last one
+//! was, when the configuration in force was loaded, and why the last
+//! refused one was refused.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use ratekeeper::Timestamp;
 
@@ -14,6 +16,22 @@ pub struct ReloadStats {
     last_successful: AtomicBool,
     /// Unix time of the last load applied, in milliseconds.
     last_success_millis: AtomicU64,
+    /// The last refusal, kept until the next one.
+    last_refusal: Mutex<Option<Refusal>>,
+}
+
+/// The most bytes of a refusal's reason kept: an error names a file and a
+/// place, never more than a few lines; a longer one is cut.
+pub const MAX_REFUSAL_BYTES: usize = 2048;
+
+/// Why a reload was refused, and when.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Refusal {
+    /// When, in seconds since the Unix epoch.
+    pub at_unix_secs: u64,
+    /// The error, as the log told it (at most [`MAX_REFUSAL_BYTES`]).
+    pub error: String,
 }
 
 /// The reload counters at one time.
@@ -40,6 +58,7 @@ impl ReloadStats {
             refused: AtomicU64::new(0),
             last_successful: AtomicBool::new(true),
             last_success_millis: AtomicU64::new(millis(started)),
+            last_refusal: Mutex::new(None),
         }
     }
 
@@ -50,10 +69,38 @@ impl ReloadStats {
         self.last_success_millis.store(millis(now), Relaxed);
     }
 
-    /// Counts a refused reload.
-    pub fn refused(&self) {
+    /// Counts a reload refused at `now` for `error`.
+    pub fn refused(&self, now: Timestamp, error: &dyn std::fmt::Display) {
+        let mut error = error.to_string();
+        if error.len() > MAX_REFUSAL_BYTES {
+            let mut end = MAX_REFUSAL_BYTES;
+            while !error.is_char_boundary(end) {
+                end -= 1;
+            }
+            error.truncate(end);
+            error.push('…');
+        }
+        let refusal = Refusal {
+            at_unix_secs: now.as_duration().as_secs(),
+            error,
+        };
+        // A poisoned lock only means a reader panicked: the value is whole.
+        *self
+            .last_refusal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(refusal);
         self.refused.fetch_add(1, Relaxed);
         self.last_successful.store(false, Relaxed);
+    }
+
+    /// The last refused reload, if any was; with
+    /// [`ReloadSnapshot::last_successful`] false, the configuration file
+    /// on disk is not the one in force, and this says why.
+    pub fn last_refusal(&self) -> Option<Refusal> {
+        self.last_refusal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The counters now.
@@ -84,14 +131,25 @@ mod tests {
         assert_eq!((start.applied, start.refused), (0, 0));
         assert!(start.last_successful);
         assert_eq!(start.last_success_seconds, 100.0);
-        stats.refused();
+        stats.refused(Timestamp::from_secs(200), &"bad file");
         let refused = stats.snapshot();
+        assert_eq!(
+            stats.last_refusal(),
+            Some(Refusal {
+                at_unix_secs: 200,
+                error: "bad file".to_owned()
+            })
+        );
+        stats.refused(Timestamp::from_secs(201), &"é".repeat(MAX_REFUSAL_BYTES));
+        let cut = stats.last_refusal().unwrap().error;
+        assert!(cut.len() <= MAX_REFUSAL_BYTES + '…'.len_utf8() && cut.ends_with('…'));
         assert_eq!(refused.refused, 1);
+        assert_eq!(stats.snapshot().refused, 2);
         assert!(!refused.last_successful);
         assert_eq!(refused.last_success_seconds, 100.0);
         stats.applied(Timestamp::from_millis(250_500));
         let applied = stats.snapshot();
-        assert_eq!((applied.applied, applied.refused), (1, 1));
+        assert_eq!((applied.applied, applied.refused), (1, 2));
         assert!(applied.last_successful);
         assert_eq!(applied.last_success_seconds, 250.5);
     }

@@ -21,7 +21,7 @@ use tokio::sync::{watch, Mutex};
 
 use crate::config::envoy::EnvoyConfig;
 use crate::config::{envoy_watched, process_vars, Config, ConfigError, DEFAULT_TOML};
-use crate::engine::Engine;
+use crate::engine::{changed_limits, ChangedLimit, Engine, KeysAfterChange};
 use crate::listen::tls::TlsDoors;
 
 /// What is known of the file the running limits came from.
@@ -114,7 +114,7 @@ impl Reloader {
             Ok(Reloaded::Unchanged) => {}
             Ok(Reloaded::Applied { .. }) => stats.applied(self.engine.wall_now()),
             Err(ConfigError::Read { .. }) if was_unreadable && !force => {}
-            Err(_) => stats.refused(),
+            Err(error) => stats.refused(self.engine.wall_now(), error),
         }
         result
     }
@@ -137,9 +137,11 @@ impl Reloader {
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
+        let before = self.engine.limits();
         if !self.engine.replace_limits(&config) {
             tracing::warn!("the [store] section changed; the store only changes on a restart");
         }
+        log_changed_limits(&changed_limits(&before, &self.engine.limits()));
         // The token files and envoyproxy/ratelimit's may be others now:
         // watch those.
         if let Some(seen) = &mut self.seen {
@@ -197,6 +199,36 @@ pub(crate) async fn watch(
             Err(error) => {
                 tracing::error!(%error, "configuration refused; the running limits stay");
             }
+        }
+    }
+}
+
+/// Tells, per limit whose policy a reload changed, what became of its
+/// keys: carried to the new numbers, or started fresh (another kind of
+/// policy), which an operator tightening a limit during an incident must
+/// know.
+fn log_changed_limits(changes: &[ChangedLimit]) {
+    for change in changes {
+        let (before, after) = (change.before_shown(), change.after_shown());
+        match change.keys {
+            KeysAfterChange::Carried => tracing::info!(
+                limit = %change.name,
+                %before,
+                %after,
+                keys = %change.keys,
+                "limit {}: new numbers; each key's use so far is carried over to them",
+                change.name,
+            ),
+            KeysAfterChange::StartedFresh => tracing::warn!(
+                limit = %change.name,
+                %before,
+                %after,
+                keys = %change.keys,
+                "limit {}: another kind of policy ({} to {}); every key starts with a fresh quota",
+                change.name,
+                change.before.kind(),
+                change.after.kind(),
+            ),
         }
     }
 }

@@ -400,6 +400,64 @@ async fn the_dashboard_shows_many_limits() {
     service.stop().await;
 }
 
+/// A reload refused: the page says so with the error `/v1/stats` gives,
+/// and stops saying it once a reload applies again.
+#[tokio::test]
+async fn the_dashboard_shows_a_refused_reload_until_one_applies() {
+    let Some(chromium) = chromium() else { return };
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("ratekeeper.toml");
+    let good = format!("{LISTEN_ANY}{LIMITS}");
+    std::fs::write(&file, &good).expect("the file");
+    let service = TestService::start_with(&good, Some(file.clone()), None).await;
+
+    let dom = dump_dom(chromium.clone(), service.admin("/")).await;
+    assert!(
+        dom.contains(r#"<div class="banner" id="reload-refused" role="alert" hidden="">"#),
+        "{dom}"
+    );
+
+    std::fs::write(&file, good.replace("20/minute", "20/fortnight")).expect("a broken file");
+    let error = service
+        .service
+        .reload()
+        .await
+        .expect_err("the reload is refused");
+    let stats = service.get_json(service.admin("/v1/stats")).await;
+    assert_eq!(stats["reloads"]["last_successful"], false);
+    assert_eq!(stats["reloads"]["refused"], 1);
+    let said = stats["reloads"]["last_refusal"]["error"]
+        .as_str()
+        .expect("the refusal's error");
+    assert_eq!(said, error.to_string());
+    assert!(said.contains("fortnight"), "{said}");
+
+    let dom = dump_dom(chromium.clone(), service.admin("/")).await;
+    let banner = &dom[dom.find(r#"id="reload-refused""#).expect("the banner")..];
+    let banner = &banner[..banner.find("</div>").expect("its end")];
+    assert!(!banner.contains("hidden"), "{banner}");
+    assert!(banner.contains("Configuration refused"), "{banner}");
+    // The error as the page shows it: HTML-escaped text of the same string.
+    let shown = said
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    assert!(
+        banner.contains(&format!(
+            r#"<code data-field="reload-error">{shown}</code>"#
+        )),
+        "{banner}"
+    );
+    // The running limits are the last good ones.
+    assert!(card(&dom, "per-user").contains("20/minute"));
+
+    std::fs::write(&file, &good).expect("the file fixed");
+    service.service.reload().await.expect("the reload applies");
+    let dom = dump_dom(chromium, service.admin("/")).await;
+    assert!(dom.contains(r#"<div class="banner" id="reload-refused" role="alert" hidden="">"#));
+    service.stop().await;
+}
+
 #[tokio::test]
 async fn the_dashboard_says_when_no_limit_is_configured() {
     let Some(chromium) = chromium() else { return };

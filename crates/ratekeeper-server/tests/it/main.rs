@@ -27,6 +27,7 @@ mod proxy_upgrade;
 mod proxy_versions;
 mod redis_store;
 mod reload;
+mod reload_tightening;
 mod runtime;
 mod saturation;
 mod serve_command;

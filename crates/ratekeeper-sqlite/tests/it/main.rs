@@ -3,6 +3,7 @@
 //! One binary for the crate, its files as modules: one link instead of
 //! one per file.
 
+mod carry;
 mod check_all;
 mod conformance;
 mod errors;

@@ -1,11 +1,13 @@
 //! The keyed in-memory limiter.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use thiserror::Error;
 
 use super::demand::{DemandGates, ShardSwept};
@@ -14,8 +16,9 @@ use super::locked_table::LockedTable;
 use super::one_word::{self, OneWord};
 use super::slot_table::{Decide, SlotTable, Update};
 use crate::{
-    clock::MonotonicClock, policy::Algorithm, Clock, Decision, FixedWindow, Gcra, Outcome, Policy,
-    Timestamp,
+    clock::MonotonicClock,
+    policy::{Algorithm, State},
+    Clock, Decision, FixedWindow, Gcra, Outcome, Policy, Timestamp,
 };
 
 /// How many keys a limiter tracks unless told otherwise.
@@ -28,6 +31,12 @@ pub const MAX_KEYS: usize = 1 << 30;
 /// policy's window (at most a minute apart) but never run more often than
 /// this, so a nanosecond window does not turn the sweeper into a busy loop.
 pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How many tables a limiter may inherit from through its predecessors
+/// (changes of numbers within the old states' lifetime): past it, a
+/// successor first moves every key of the older tables in, so that the
+/// tables kept stay bounded however often the numbers change.
+const MAX_INHERITED: usize = 4;
 
 /// The longest time between two background sweeps.
 pub const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
@@ -117,8 +126,22 @@ struct Shared<C> {
     /// When each shard may next be swept for a new key.
     demand: DemandGates,
     on_forget: Option<Hook>,
+    /// The table this one took over from ([`MemoryLimiter::successor`]),
+    /// read for each key this one has not seen yet.
+    inherited: ArcSwapOption<Inherited<C>>,
+    /// Whether `inherited` may hold a table: the one load every decision
+    /// pays for inheriting (relaxed: a table is set before the limiter is
+    /// shared, and a late look at a cleared one finds nothing).
+    inheriting: AtomicBool,
     /// Dropped with the limiter, which tells the sweeper thread to stop.
     _stop_sweeper: Option<Sender<()>>,
+}
+
+/// The table a limiter took over from, kept while its states may count.
+struct Inherited<C> {
+    from: MemoryLimiter<C>,
+    /// When every state `from` holds is fresh: after it, nothing is taken.
+    until: Timestamp,
 }
 
 /// `max_keys` if a table may track that many keys: from 1 to [`MAX_KEYS`].
@@ -294,6 +317,9 @@ impl<C: Clock> MemoryLimiter<C> {
     #[inline]
     fn decide(&self, key: &[u8], now: &mut Now<'_, C>, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key);
+        if self.shared.inheriting.load(Ordering::Relaxed) {
+            self.inherit(fingerprint, now.get());
+        }
         match self.update_at(fingerprint, now, cost) {
             Update::Done(decision) => Outcome::Decided(decision),
             Update::Saturated => self.decide_when_full(fingerprint, now, cost),
@@ -377,6 +403,7 @@ impl<C: Clock> MemoryLimiter<C> {
     /// Gives `units` back to `key` at `now`.
     pub(crate) fn refund_at(&self, key: impl AsRef<[u8]>, now: Timestamp, units: u64) {
         let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
+        self.inherit_at(fingerprint, now);
         // A refund never needs a new row: an untracked key is already whole.
         let _ = match &self.shared.table {
             Table::Slots { policy, slots } => slots.update_existing(fingerprint, |word| {
@@ -393,6 +420,7 @@ impl<C: Clock> MemoryLimiter<C> {
     /// or saturated if the key is new, would need a row, and there is none.
     pub(crate) fn preview_at(&self, key: &[u8], now: Timestamp, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key);
+        self.inherit_at(fingerprint, now);
         let (decision, tracked) = match &self.shared.table {
             Table::Slots { policy, slots } => {
                 let word = slots.get(fingerprint);
@@ -424,6 +452,7 @@ impl<C: Clock> MemoryLimiter<C> {
     /// reports a fresh quota.
     pub(crate) fn peek_at(&self, key: impl AsRef<[u8]>, now: Timestamp) -> Decision {
         let fingerprint = self.shared.hasher.fingerprint(key.as_ref());
+        self.inherit_at(fingerprint, now);
         match &self.shared.table {
             Table::Slots { policy, slots } => policy.decide(slots.get(fingerprint), now, 0).0,
             Table::Locked { rows } => {
@@ -463,6 +492,174 @@ impl<C: Clock> MemoryLimiter<C> {
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
         &self.shared.clock
+    }
+
+    /// [`inherit`](MemoryLimiter::inherit) while there is a table to
+    /// inherit from.
+    #[inline]
+    fn inherit_at(&self, fingerprint: u64, now: Timestamp) {
+        if self.shared.inheriting.load(Ordering::Relaxed) {
+            self.inherit(fingerprint, now);
+        }
+    }
+
+    /// Moves `fingerprint`'s state from the table this one took over from
+    /// into this one, carried to this policy, unless this table tracks the
+    /// key already (or is full: the key is then saturated here, and its
+    /// old state stays where it was).
+    ///
+    /// The move happens under this table's shard lock, so the state is
+    /// taken once however many threads meet the key first; each key moves
+    /// on its first request, so a reload costs no pause, only a lookup in
+    /// the old table per new key until the old states are all fresh.
+    #[cold]
+    #[inline(never)]
+    fn inherit(&self, fingerprint: u64, now: Timestamp) {
+        let guard = self.shared.inherited.load();
+        let Some(inherited) = guard.as_ref() else {
+            return;
+        };
+        if now >= inherited.until {
+            self.shared.inheriting.store(false, Ordering::Relaxed);
+            self.shared.inherited.store(None);
+            return;
+        }
+        let from = &inherited.from;
+        match &self.shared.table {
+            Table::Slots { policy, slots } => {
+                if slots.get(fingerprint).is_none() {
+                    let to = policy.policy();
+                    slots.adopt(fingerprint, || {
+                        policy.pack(&from.take_carried(fingerprint, now, &to)?)
+                    });
+                }
+            }
+            Table::Locked { rows } => rows.adopt(fingerprint, || {
+                from.take_carried(fingerprint, now, &self.shared.policy)
+            }),
+        }
+    }
+
+    /// Takes `fingerprint`'s state out of this table (after taking it from
+    /// the one this inherits from, if any), carried into `to` at `now`;
+    /// `None` if the key is untracked, or its state fresh or not carried.
+    fn take_carried(&self, fingerprint: u64, now: Timestamp, to: &Policy) -> Option<State> {
+        self.inherit_at(fingerprint, now);
+        let (state, from) = match &self.shared.table {
+            Table::Slots { policy, slots } => (
+                policy.unpack(slots.take(fingerprint)?, now),
+                policy.policy(),
+            ),
+            Table::Locked { rows } => (rows.take(fingerprint)?, self.shared.policy.clone()),
+        };
+        let carried = to.carry(&from, &state, now)?;
+        (to.expires_at(&carried) > now).then_some(carried)
+    }
+
+    /// How many tables this one inherits from, through its predecessors.
+    fn inherited_tables(&self) -> usize {
+        let mut count = 0;
+        let mut link = self.shared.inherited.load_full();
+        while let Some(inherited) = link {
+            count += 1;
+            link = inherited.from.shared.inherited.load_full();
+        }
+        count
+    }
+
+    /// Moves every key the tables this one inherits from still hold into
+    /// this one (carried, as their first requests would), then lets those
+    /// tables go. Decisions go on meanwhile: each key moves under its
+    /// shard's lock, as on a first request.
+    fn absorb_inherited(&self) {
+        let now = self.shared.clock.now();
+        let mut fingerprints = Vec::new();
+        let mut link = self.shared.inherited.load_full();
+        while let Some(inherited) = link {
+            fingerprints.extend(inherited.from.fingerprints());
+            link = inherited.from.shared.inherited.load_full();
+        }
+        for fingerprint in fingerprints {
+            self.inherit_at(fingerprint, now);
+        }
+        self.shared.inheriting.store(false, Ordering::Relaxed);
+        self.shared.inherited.store(None);
+    }
+
+    /// Every key's fingerprint in this table.
+    fn fingerprints(&self) -> Vec<u64> {
+        match &self.shared.table {
+            Table::Slots { slots, .. } => slots.fingerprints(),
+            Table::Locked { rows } => rows.fingerprints(),
+        }
+    }
+
+    /// A limiter for `policy` that takes this one's keys over: each key's
+    /// state moves to it, [carried](Policy::carry) to the new numbers, on
+    /// the key's first request to it, so that changing a limit's numbers
+    /// (a configuration reload) gives no key a fresh quota. Keys start
+    /// fresh when the policy is of another kind.
+    ///
+    /// Use the new limiter from then on: requests decided by this one after
+    /// a key has moved are not seen by the new one. The new limiter has
+    /// this one's settings (keys, clock, sweeping, hook) and holds on to
+    /// this one until every state it had is fresh (two of its windows).
+    /// Changed again and again within that time, a limiter keeps at most
+    /// four such tables: making a fifth first moves every key of the older
+    /// ones into this one.
+    ///
+    /// ```
+    /// use ratekeeper::{FixedWindow, MemoryLimiter, Timestamp, clock::ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new(Timestamp::from_secs(600));
+    /// let minute = Duration::from_secs(60);
+    /// let five = MemoryLimiter::builder(FixedWindow::new(5, minute)?)
+    ///     .clock(clock.clone())
+    ///     .background_sweep(false)
+    ///     .build()?;
+    /// for _ in 0..3 {
+    ///     assert!(five.check("abuser", 1).is_allowed());
+    /// }
+    /// // Tightened to 4 a minute: the 3 already taken still count.
+    /// let four = five.successor(FixedWindow::new(4, minute)?)?;
+    /// assert!(four.check("abuser", 1).is_allowed());
+    /// assert!(!four.check("abuser", 1).is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Sweeper`] if the new limiter's sweeper thread could
+    /// not start.
+    pub fn successor(&self, policy: impl Into<Policy>) -> Result<MemoryLimiter<C>, BuildError>
+    where
+        C: Clone + 'static,
+    {
+        let policy = policy.into();
+        if self.inherited_tables() >= MAX_INHERITED {
+            self.absorb_inherited();
+        }
+        let inherited = (policy.kind() == self.shared.policy.kind()).then(|| {
+            let now = self.shared.clock.now();
+            let window = self.shared.policy.window().saturating_mul(2);
+            let mut until = now.saturating_add(window);
+            if let Some(older) = self.shared.inherited.load().as_ref() {
+                until = until.max(older.until);
+            }
+            Inherited {
+                from: self.clone(),
+                until,
+            }
+        });
+        MemoryLimiterBuilder {
+            policy,
+            max_keys: self.shared.max_keys,
+            clock: self.shared.clock.clone(),
+            background_sweep: self.shared.background_sweep,
+            on_forget: self.shared.on_forget.clone(),
+        }
+        .build_with(self.shared.hasher.clone(), inherited)
     }
 }
 
@@ -551,6 +748,18 @@ impl<C> Shared<C> {
     }
 
     fn sweep_at(&self, now: Timestamp) -> usize {
+        // A table inherited from is let go once its states are all fresh,
+        // even if no request comes to find that out.
+        if self.inheriting.load(Ordering::Relaxed)
+            && self
+                .inherited
+                .load()
+                .as_ref()
+                .is_some_and(|i| now >= i.until)
+        {
+            self.inheriting.store(false, Ordering::Relaxed);
+            self.inherited.store(None);
+        }
         let evicted = match &self.table {
             Table::Slots { policy, slots } => slots.sweep(|word| policy.is_fresh(word, now)),
             Table::Locked { rows } => rows.sweep(|state| self.policy.expires_at(state) <= now),
@@ -664,6 +873,19 @@ impl<C> MemoryLimiterBuilder<C> {
     where
         C: Clock + 'static,
     {
+        self.build_with(KeyHasher::new(), None)
+    }
+
+    /// Builds the limiter on `hasher`, inheriting from `inherited`'s table
+    /// (which hashes keys with the same `hasher`).
+    fn build_with(
+        self,
+        hasher: KeyHasher,
+        inherited: Option<Inherited<C>>,
+    ) -> Result<MemoryLimiter<C>, BuildError>
+    where
+        C: Clock + 'static,
+    {
         check_max_keys(self.max_keys)?;
         let table = match OneWord::for_policy(&self.policy) {
             Some(policy) => Table::Slots {
@@ -686,13 +908,15 @@ impl<C> MemoryLimiterBuilder<C> {
         let shared = Arc::new(Shared {
             policy: self.policy,
             table,
-            hasher: KeyHasher::new(),
+            hasher,
             clock: self.clock,
             max_keys: self.max_keys,
             sweep_interval,
             background_sweep: self.background_sweep,
             demand: DemandGates::new(shards),
             on_forget: self.on_forget,
+            inheriting: AtomicBool::new(inherited.is_some()),
+            inherited: ArcSwapOption::from(inherited.map(Arc::new)),
             _stop_sweeper: self.background_sweep.then_some(stop),
         });
         if self.background_sweep {

@@ -119,6 +119,55 @@ impl LockedTable {
         Some(result)
     }
 
+    /// Gives an untracked `fingerprint` the state `adopt` returns, if
+    /// there is room; `adopt` runs under the shard's lock, once the room is
+    /// reserved, and its `None` adds nothing.
+    pub(crate) fn adopt(&self, fingerprint: u64, adopt: impl FnOnce() -> Option<State>) {
+        let mut shard = self.shard(fingerprint);
+        if shard.contains_key(&fingerprint) {
+            return;
+        }
+        let reserved = self
+            .len
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |len| {
+                (len < self.max_keys).then_some(len + 1)
+            })
+            .is_ok();
+        if !reserved {
+            return;
+        }
+        match adopt() {
+            Some(state) => {
+                shard.insert(fingerprint, state);
+            }
+            None => {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Every tracked key's fingerprint, one shard at a time.
+    pub(crate) fn fingerprints(&self) -> Vec<u64> {
+        self.shards
+            .iter()
+            .flat_map(|shard| {
+                let shard = shard
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                shard.keys().copied().collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Forgets `fingerprint` and returns its state, if it was tracked.
+    pub(crate) fn take(&self, fingerprint: u64) -> Option<State> {
+        let taken = self.shard(fingerprint).remove(&fingerprint);
+        if taken.is_some() {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+        }
+        taken
+    }
+
     pub(crate) fn get(&self, fingerprint: u64) -> Option<State> {
         self.shard(fingerprint).get(&fingerprint).cloned()
     }

@@ -2,7 +2,10 @@
 
 use crate::policy::fixed_window::{FixedWindow, FixedWindowState};
 use crate::policy::gcra::{Gcra, GcraState};
-use crate::{policy::Algorithm, Decision, Policy, Timestamp};
+use crate::{
+    policy::{Algorithm, State},
+    Decision, Policy, Timestamp,
+};
 
 /// A policy the lock-free table can run, with its state packed in a word.
 ///
@@ -86,6 +89,38 @@ impl OneWord {
                 tat: Timestamp::from_nanos(word),
             }),
             OneWord::FixedWindow(window) => window.expires_at(&unpack_window(window, word, now)),
+        }
+    }
+}
+
+impl OneWord {
+    /// The policy the words follow: a token bucket's GCRA.
+    pub(crate) fn policy(&self) -> Policy {
+        match self {
+            OneWord::Gcra(gcra) => Policy::Gcra(*gcra),
+            OneWord::FixedWindow(window) => Policy::FixedWindow(*window),
+        }
+    }
+
+    /// The packed state as a [`State`] of [`policy`](OneWord::policy), read
+    /// at `now`.
+    pub(crate) fn unpack(&self, word: u64, now: Timestamp) -> State {
+        match self {
+            OneWord::Gcra(_) => State::Gcra(GcraState {
+                tat: Timestamp::from_nanos(word),
+            }),
+            OneWord::FixedWindow(window) => State::FixedWindow(unpack_window(window, word, now)),
+        }
+    }
+
+    /// `state` packed, if it is one of this policy's shape.
+    pub(crate) fn pack(&self, state: &State) -> Option<u64> {
+        match (self, state) {
+            (OneWord::Gcra(_), State::Gcra(state)) => Some(state.tat.as_nanos()),
+            (OneWord::FixedWindow(window), State::FixedWindow(state)) => {
+                Some(pack_window(window, state))
+            }
+            _ => None,
         }
     }
 }

@@ -266,11 +266,26 @@ impl SlotTable {
     #[inline(never)]
     fn claim(&self, fingerprint: u64, state: u64) -> Claim {
         let _guard = lock(&self.locks[self.shard_of(fingerprint)]);
+        let (index, slot) = match self.free_slot(fingerprint) {
+            Ok(free) => free,
+            Err(claim) => return claim,
+        };
+        if !self.reserve() {
+            return Claim::Full;
+        }
+        self.fill(index, slot, fingerprint, state);
+        Claim::Claimed
+    }
+
+    /// The first free slot of `fingerprint`'s probe, or why there is none
+    /// (the key is there, or the shard is full). The caller holds the
+    /// shard's lock.
+    fn free_slot(&self, fingerprint: u64) -> Result<(usize, u128), Claim> {
         let mut free = None;
         for index in self.probe(fingerprint) {
             let slot = self.slots[index].load(Ordering::Acquire);
             match key_of(slot) {
-                key if key == fingerprint => return Claim::Present,
+                key if key == fingerprint => return Err(Claim::Present),
                 EMPTY => {
                     free.get_or_insert((index, slot));
                     break;
@@ -281,12 +296,12 @@ impl SlotTable {
                 _ => {}
             }
         }
-        let Some((index, slot)) = free else {
-            return Claim::Full;
-        };
-        if !self.reserve() {
-            return Claim::Full;
-        }
+        free.ok_or(Claim::Full)
+    }
+
+    /// Puts `fingerprint` and `state` in the free slot at `index`, which
+    /// held `slot`, its room reserved. The caller holds the shard's lock.
+    fn fill(&self, index: usize, slot: u128, fingerprint: u64, state: u64) {
         // Under the lock nobody else claims or frees slots in this shard, and
         // updates only swap slots holding their own key: this cannot fail.
         let claimed = self.slots[index].compare_exchange(
@@ -299,7 +314,50 @@ impl SlotTable {
         if key_of(slot) == EMPTY {
             self.occupied[self.shard_of(fingerprint)].fetch_add(1, Ordering::Relaxed);
         }
-        Claim::Claimed
+    }
+
+    /// Gives an untracked `fingerprint` a slot holding what `adopt`
+    /// returns, if there is room: `adopt` runs under the shard's lock,
+    /// once a slot is reserved, so that two threads adopting one key take
+    /// its state once and the second finds it here. `None` from `adopt`
+    /// claims nothing.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn adopt(&self, fingerprint: u64, adopt: impl FnOnce() -> Option<u64>) {
+        let _guard = lock(&self.locks[self.shard_of(fingerprint)]);
+        let Ok((index, slot)) = self.free_slot(fingerprint) else {
+            return;
+        };
+        if !self.reserve() {
+            return;
+        }
+        match adopt() {
+            Some(state) => self.fill(index, slot, fingerprint, state),
+            None => {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Every tracked key's fingerprint, read without locks (a key claimed
+    /// or evicted meanwhile may be missed or listed).
+    pub(crate) fn fingerprints(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|slot| key_of(slot.load(Ordering::Acquire)))
+            .filter(|&key| key >= MIN_FINGERPRINT)
+            .collect()
+    }
+
+    /// Forgets `fingerprint` and returns its state, if it was tracked.
+    pub(crate) fn take(&self, fingerprint: u64) -> Option<u64> {
+        let _guard = lock(&self.locks[self.shard_of(fingerprint)]);
+        loop {
+            let (index, slot) = self.find(fingerprint)?;
+            if self.free(index, slot) {
+                return Some(state_of(slot));
+            }
+        }
     }
 
     /// Counts one more key if there is room.
@@ -467,6 +525,27 @@ fn take(limit: u64, delta: i64) -> impl FnMut(Option<u64>) -> (bool, Option<u64>
 #[cfg(all(test, not(ratekeeper_loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adopt_takes_a_state_once_and_only_with_room() {
+        let old = SlotTable::new(4);
+        assert_eq!(old.update(7, take(9, 5)), Update::Done(true));
+        let new = SlotTable::new(1);
+        new.adopt(7, || old.take(7));
+        assert_eq!((new.get(7), new.len()), (Some(5), 1));
+        assert_eq!((old.get(7), old.len()), (None, 0));
+        // Tracked already: `adopt` runs nothing.
+        new.adopt(7, || panic!("a tracked key is not adopted again"));
+        // Full: nothing is taken from the old table.
+        assert_eq!(old.update(8, take(9, 2)), Update::Done(true));
+        new.adopt(8, || old.take(8));
+        assert_eq!((new.get(8), old.get(8)), (None, Some(2)));
+        // Nothing to adopt: the room reserved is given back.
+        let spare = SlotTable::new(1);
+        spare.adopt(9, || None);
+        assert_eq!(spare.len(), 0);
+        assert_eq!(spare.update(10, take(9, 1)), Update::Done(true));
+    }
 
     /// Each shard's count of slots that are not empty, as `occupied` should
     /// hold it.
@@ -678,6 +757,34 @@ mod loom_tests {
                 .count();
             assert_eq!(saturated, 1);
             assert_eq!(table.len(), 1);
+        });
+    }
+
+    /// Two first hits of a key whose state is still in the table it moves
+    /// from (a limit's numbers changed): the state is taken once, and the
+    /// last unit it leaves goes to one of them.
+    #[test]
+    fn loom_a_moving_key_is_taken_once() {
+        model(|| {
+            let old = Arc::new(SlotTable::new(2));
+            assert_eq!(old.update(KEY, take(9, 8)), Update::Done(true));
+            let new = Arc::new(SlotTable::new(2));
+            let (o, n) = (Arc::clone(&old), Arc::clone(&new));
+            let racer = thread::spawn(move || {
+                n.adopt(KEY, || o.take(KEY));
+                n.update(KEY, take(9, 1))
+            });
+            new.adopt(KEY, || old.take(KEY));
+            let mine = new.update(KEY, take(9, 1));
+            let theirs = racer.join().unwrap();
+            let allowed = [mine, theirs]
+                .iter()
+                .filter(|u| **u == Update::Done(true))
+                .count();
+            assert_eq!(allowed, 1);
+            assert_eq!(new.get(KEY), Some(9));
+            assert_eq!((old.get(KEY), old.len()), (None, 0));
+            assert_eq!((new.slots_holding(KEY), new.len()), (1, 1));
         });
     }
 

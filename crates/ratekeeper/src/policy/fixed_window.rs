@@ -141,6 +141,43 @@ impl FixedWindow {
         }
     }
 
+    /// The state of a key that `old` left in `state`, carried into this
+    /// window at `now` (a configuration reload that changed the numbers):
+    /// the count in force at `now` is kept.
+    ///
+    /// With the same window length and alignment the state stays as it is,
+    /// window start and count: the key has what is left of the new limit
+    /// after its count, until its window ends, and when the limit was
+    /// lowered it can take no more than the old limit would have let it
+    /// (the same count against a smaller limit, the same boundaries).
+    ///
+    /// When the length or the alignment changes, the count moves into the
+    /// new window that holds `now` (for windows [from the first
+    /// hit](FixedWindow::from_first_hit), one opened at `now`), so the
+    /// key keeps what it used until that window ends. It counts hits that
+    /// may lie before the new window's start, erring toward refusing; hits
+    /// before the old window's start are not known and not counted.
+    pub fn carry_from(
+        &self,
+        old: &FixedWindow,
+        state: &FixedWindowState,
+        now: Timestamp,
+    ) -> FixedWindowState {
+        let (count, start, at) = old.current(state, now);
+        if count == 0 {
+            return FixedWindowState::default();
+        }
+        if old.window == self.window && old.from_first_hit == self.from_first_hit {
+            return FixedWindowState { start, count };
+        }
+        let start = if self.from_first_hit {
+            at
+        } else {
+            self.window_start(at)
+        };
+        FixedWindowState { start, count }
+    }
+
     #[inline]
     fn until_end(&self, start: Timestamp, now: Timestamp) -> Duration {
         let end = start.as_nanos().saturating_add(self.window);

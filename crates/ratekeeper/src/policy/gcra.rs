@@ -167,6 +167,42 @@ impl Gcra {
         }
     }
 
+    /// The state of a key that `old` left in `state`, carried into this
+    /// policy at `now` (a configuration reload that changed the numbers):
+    /// the units the key has outstanding at `now` stay outstanding.
+    ///
+    /// The TAT runs `ahead` of now by the key's outstanding units times
+    /// `old`'s emission interval; the carried TAT runs ahead by the same
+    /// units times this one's, rounded up. That is the token bucket's
+    /// [`carry_from`](TokenBucket::carry_from) seen through time, and
+    /// never grants more than either limit would:
+    ///
+    /// - **the new limit**: the key is charged every unit it took that
+    ///   has not come back, so it gets the new quota less what it used,
+    ///   never a fresh one;
+    /// - **the old limit, when tightened** (an interval no shorter, a
+    ///   burst no larger): both start from the same outstanding units `u`;
+    ///   the new one pays them back no faster (`u` shrinks by one per
+    ///   interval, and its interval is longer) and admits a cost `c` only
+    ///   while `u + c` fits a burst no larger, so, by induction over any
+    ///   following requests, everything it admits the old would have
+    ///   admitted too.
+    ///
+    /// A TAT already past (a whole quota) is left as it is.
+    pub fn carry_from(&self, old: &Gcra, state: &GcraState, now: Timestamp) -> GcraState {
+        let now = now.as_nanos();
+        let tat = state.tat.as_nanos();
+        if old.interval == self.interval || tat <= now {
+            return *state;
+        }
+        let ahead = u128::from(tat - now) * u128::from(self.interval);
+        let ahead = ahead.div_ceil(u128::from(old.interval));
+        let ahead = u64::try_from(ahead).unwrap_or(u64::MAX).min(MAX_SCALED);
+        GcraState {
+            tat: Timestamp::from_nanos(now.saturating_add(ahead)),
+        }
+    }
+
     /// Remaining units when the TAT is `ahead` nanoseconds past now.
     #[inline]
     fn remaining(&self, ahead: u64) -> u64 {

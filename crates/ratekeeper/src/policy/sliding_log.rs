@@ -90,6 +90,43 @@ impl SlidingLog {
         (live, now, used)
     }
 
+    /// The state of a key that `old` left in `state`, carried into this
+    /// log at `now` (a configuration reload that changed the numbers): the
+    /// hits still in `old`'s window at `now` are kept.
+    ///
+    /// With a window no shorter they keep their times, so each counts at
+    /// least as long as it did: the key has what is left of the new limit
+    /// after them, and when the limit was lowered (and the window not
+    /// shortened) it can take no more than the old log would have let it,
+    /// since every window-long interval of the old log lies inside one of
+    /// the new log's and holds the same hits.
+    ///
+    /// With a shorter window a hit moves later, to leave when it would
+    /// have left the old window, but no later than `now` (a log never
+    /// holds a hit from the future): it counts until the earlier of the
+    /// two. Hits moved onto the same instant are merged.
+    pub fn carry_from(
+        &self,
+        old: &SlidingLog,
+        state: &SlidingLogState,
+        now: Timestamp,
+    ) -> SlidingLogState {
+        let (live, at, _) = old.live(state, now);
+        let shift = old.window.saturating_sub(self.window);
+        let mut hits: Vec<Hit> = Vec::with_capacity(live.len());
+        for hit in live {
+            let moved = Timestamp::from_nanos(hit.at.as_nanos().saturating_add(shift).min(at));
+            match hits.last_mut() {
+                Some(last) if last.at == moved => last.cost = last.cost.saturating_add(hit.cost),
+                _ => hits.push(Hit {
+                    at: moved,
+                    cost: hit.cost,
+                }),
+            }
+        }
+        SlidingLogState { hits }
+    }
+
     fn reset(&self, live: &[Hit], now: u64) -> Duration {
         live.last().map_or(Duration::ZERO, |h| {
             Duration::from_nanos(self.leaves(h).saturating_sub(now))

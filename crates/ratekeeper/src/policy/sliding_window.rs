@@ -125,6 +125,46 @@ impl SlidingWindow {
         }
     }
 
+    /// The state of a key that `old` left in `state`, carried into this
+    /// counter at `now` (a configuration reload that changed the numbers).
+    ///
+    /// With the same window the state stays as it is: the key has what is
+    /// left of the new limit after the same estimate, and when the limit
+    /// was lowered it can take no more than the old limit would have let
+    /// it (the same estimate against a smaller limit, the counts moving
+    /// alike).
+    ///
+    /// When the window changes, `old`'s estimate at `now` (the current
+    /// count plus the weighted previous one) becomes the current count of
+    /// the new window holding `now`: the key keeps what it used, which then
+    /// ages out as this counter's current count does (over one to two new
+    /// windows).
+    pub fn carry_from(
+        &self,
+        old: &SlidingWindow,
+        state: &SlidingWindowState,
+        now: Timestamp,
+    ) -> SlidingWindowState {
+        if old.window == self.window {
+            return *state;
+        }
+        let c = old.counts(state, now);
+        let estimate = c
+            .current
+            .saturating_add(old.weighted(c.previous, c.elapsed));
+        if estimate == 0 {
+            return SlidingWindowState::default();
+        }
+        // The clock may have gone back into the state's window: count from
+        // the later of the two.
+        let at = now.as_nanos().max(c.start);
+        SlidingWindowState {
+            start: Timestamp::from_nanos(at - at % self.window),
+            previous: 0,
+            current: estimate,
+        }
+    }
+
     /// `ceil(count * (window - elapsed) / window)`: the part of a window's
     /// count that still overlaps the sliding window.
     #[inline]

@@ -244,6 +244,43 @@ impl TokenBucket {
         self.refund(state, now, reservation.cost)
     }
 
+    /// The state of a key that `old` left in `state`, carried into this
+    /// bucket at `now` (a configuration reload that changed the numbers):
+    /// the tokens the key has used and not got back by `now`, measured by
+    /// `old`, stay used (rounded up), and debt stays debt.
+    ///
+    /// It never grants more than either bucket would:
+    ///
+    /// - **the new bucket**: the key is charged every token it took that
+    ///   has not come back, so it gets the new burst less what it used,
+    ///   never a fresh bucket;
+    /// - **the old bucket, when tightened** (a rate and a burst no
+    ///   larger): both start from the same deficit; the new one refills no
+    ///   faster and admits a cost only while the deficit plus the cost fits
+    ///   a burst no larger, so, by induction over any following requests,
+    ///   its deficit stays at least the old one's and everything it admits
+    ///   the old would have admitted too.
+    ///
+    /// Keeping the *fraction* of the burst used instead would hand a key
+    /// that used 4 of 10 tokens 3 fresh ones of a new burst of 5, where it
+    /// has 1 left in this model: tightening would refill it.
+    pub fn carry_from(
+        &self,
+        old: &TokenBucket,
+        state: &TokenBucketState,
+        now: Timestamp,
+    ) -> TokenBucketState {
+        if old == self {
+            return *state;
+        }
+        let (deficit, at) = old.deficit_at(state, now);
+        let scaled = (u128::from(deficit) * u128::from(self.unit)).div_ceil(u128::from(old.unit));
+        // Debt is bounded as `reserve` bounds it, so the level fits an i64.
+        let ceiling = u128::from(self.full) + u128::from(MAX_SCALED);
+        let deficit = scaled.min(ceiling) as u64;
+        self.state_with_deficit(deficit, at)
+    }
+
     /// The deficit (full minus level, in units) at `now`, and the time it is
     /// measured at: `now`, or the state's own time if the clock went back.
     #[inline]

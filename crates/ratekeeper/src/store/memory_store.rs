@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
@@ -12,13 +13,36 @@ use crate::{
     clock::MonotonicClock,
     memory::{check_all, check_max_keys, BuildError, DEFAULT_MAX_KEYS},
     store::MultiOutcome,
-    Clock, Decision, MemoryLimiter, Outcome, Policy,
+    Clock, Decision, MemoryLimiter, Outcome, Policy, Timestamp,
 };
+
+/// How many policies a limit's entry remembers it replaced.
+const RETIRED: usize = 4;
+
+/// For how long after a limit's numbers change a request still carrying
+/// the numbers it had before is taken for one in flight during the reload
+/// (and decided on the new table) rather than for a change back.
+pub const RETIRED_GRACE: Duration = Duration::from_secs(1);
 
 /// One limit's table.
 struct Entry<C> {
     policy: Policy,
     limiter: MemoryLimiter<C>,
+    /// The policies this limit had before, newest first: until
+    /// `retired_until`, a request still carrying one (started before a
+    /// reload with the limits it had then) is decided on this table,
+    /// rather than turning the limit back and forth.
+    retired: SmallVec<[Policy; 2]>,
+    retired_until: Timestamp,
+}
+
+impl<C> Entry<C> {
+    /// Whether a request with `policy` is decided on this table without
+    /// asking more: the hot path's test.
+    #[inline]
+    fn serves(&self, policy: &Policy) -> bool {
+        self.policy == *policy
+    }
 }
 
 type Limiters<C> = HashMap<Arc<str>, Arc<Entry<C>>, ahash::RandomState>;
@@ -38,9 +62,16 @@ struct Inner<C> {
 /// this process, made the first time the limit is used.
 ///
 /// Decisions are exact and lock-free (see [`MemoryLimiter`]); finding a
-/// limit's table is one lock-free load of the current map. When a limit
-/// comes back with another policy under the same name (a configuration
-/// reload), its table is replaced and its keys start fresh.
+/// limit's table is one lock-free load of the current map.
+///
+/// When a limit comes back with other numbers under the same name (a
+/// configuration reload), its table is replaced by its
+/// [successor](MemoryLimiter::successor): each key's state is carried to
+/// the new numbers ([`Policy::carry`]), so tightening a limit gives no key
+/// a fresh quota. A change of policy kind starts the keys fresh. For
+/// [`RETIRED_GRACE`] after a change, requests still carrying a policy the
+/// limit had before (in flight during the reload) are decided on the new
+/// table; after it, such a request is a change back, carried in turn.
 ///
 /// ```
 /// use ratekeeper::{Gcra, Limit, MemoryStore, Store};
@@ -232,7 +263,7 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
         {
             let limiters = self.inner.limiters.load();
             if let Some(entry) = limiters.get(limit.name()) {
-                if entry.policy == *limit.policy() {
+                if entry.serves(limit.policy()) {
                     return Ok(f(&entry.limiter));
                 }
             }
@@ -250,20 +281,37 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let current = self.inner.limiters.load_full();
-        if let Some(entry) = current.get(limit.name()) {
-            if entry.policy == *limit.policy() {
+        let previous = current.get(limit.name());
+        let now = self.inner.clock.now();
+        if let Some(entry) = previous {
+            let in_flight = now < entry.retired_until && entry.retired.contains(limit.policy());
+            if entry.serves(limit.policy()) || in_flight {
                 return Ok(Arc::clone(entry));
             }
         }
-        let limiter = MemoryLimiter::builder(limit.policy().clone())
-            .max_keys(self.inner.max_keys)
-            .clock(self.inner.clock.clone())
-            .background_sweep(self.inner.background_sweep)
-            .build()
-            .map_err(StoreError::unavailable)?;
+        let policy = limit.policy().clone();
+        let limiter = match previous {
+            Some(entry) => entry.limiter.successor(policy.clone()),
+            None => MemoryLimiter::builder(policy.clone())
+                .max_keys(self.inner.max_keys)
+                .clock(self.inner.clock.clone())
+                .background_sweep(self.inner.background_sweep)
+                .build(),
+        }
+        .map_err(StoreError::unavailable)?;
+        let retired = previous.map_or_else(SmallVec::new, |entry| {
+            std::iter::once(&entry.policy)
+                .chain(&entry.retired)
+                .filter(|retired| **retired != policy)
+                .take(RETIRED)
+                .cloned()
+                .collect()
+        });
         let entry = Arc::new(Entry {
-            policy: limit.policy().clone(),
+            policy,
             limiter,
+            retired,
+            retired_until: now.saturating_add(RETIRED_GRACE),
         });
         let mut next = (*current).clone();
         next.insert(limit.name().into(), Arc::clone(&entry));
@@ -324,7 +372,7 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
                 .iter()
                 .map(|check| {
                     let entry = limiters.get(check.limit.name())?;
-                    (entry.policy == *check.limit.policy()).then_some((
+                    entry.serves(check.limit.policy()).then_some((
                         &entry.limiter,
                         check.key,
                         check.cost,

@@ -28,7 +28,7 @@ use std::sync::Arc;
 pub use answered::AnsweredBy;
 pub use error::{BackendError, StoreError};
 pub use limit::{Limit, LimitNameError, MAX_LIMIT_NAME};
-pub use memory_store::{MemoryStore, MemoryStoreBuilder};
+pub use memory_store::{MemoryStore, MemoryStoreBuilder, RETIRED_GRACE};
 pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};
 pub use window_counter::{CounterStore, WindowCounter};
 

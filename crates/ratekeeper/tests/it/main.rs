@@ -4,6 +4,7 @@
 //! one per file.
 
 mod actions;
+mod carry;
 mod clock;
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,6 +15,7 @@ mod gcra;
 mod memory;
 mod memory_contention;
 mod memory_flood;
+mod memory_successor;
 mod multi;
 mod policy;
 mod properties;

@@ -76,7 +76,7 @@ fn direct(kind: PolicyKind, amount: u64, period: u64, burst: u64) -> Result<Poli
     })
 }
 
-fn any_kind() -> impl Strategy<Value = PolicyKind> {
+pub(crate) fn any_kind() -> impl Strategy<Value = PolicyKind> {
     select(PolicyKind::ALL.to_vec())
 }
 
@@ -132,7 +132,7 @@ fn edge_period() -> impl Strategy<Value = u64> {
 /// constructor refuses (a token bucket too full for 2^62 units, a GCRA rate
 /// finer than a nanosecond) fall back to a smaller burst, then to the
 /// largest bucket there is: 1 per `MAX_PERIOD`.
-fn extreme_policy() -> impl Strategy<Value = Policy> {
+pub(crate) fn extreme_policy() -> impl Strategy<Value = Policy> {
     (any_kind(), edge_quota(), edge_period(), edge_quota()).prop_map(
         |(kind, amount, period, burst)| {
             direct(kind, amount, period, burst)
@@ -667,7 +667,7 @@ fn any_token_bucket_state() -> impl Strategy<Value = TokenBucketState> {
     })
 }
 
-fn any_state_of(kind: PolicyKind) -> BoxedStrategy<State> {
+pub(crate) fn any_state_of(kind: PolicyKind) -> BoxedStrategy<State> {
     match kind {
         PolicyKind::TokenBucket => any_token_bucket_state()
             .prop_map(State::TokenBucket)

@@ -52,23 +52,31 @@ fn memory_store_keeps_each_limit_apart() {
 }
 
 #[test]
-fn memory_store_starts_a_limit_over_when_its_policy_changes() {
+fn memory_store_carries_each_key_when_a_limit_s_numbers_change() {
     block_on(async {
-        let (store, _) = manual_store();
-        assert!(store
-            .check(&limit("api", 1), b"k", 1)
-            .await
-            .unwrap()
-            .is_allowed());
-        assert!(!store
-            .check(&limit("api", 1), b"k", 1)
-            .await
-            .unwrap()
-            .is_allowed());
-        // A reload with another policy under the same name.
-        let reloaded = limit("api", 5);
-        let decision = store.peek(&reloaded, b"k").await.unwrap();
-        assert_eq!((decision.limit(), decision.remaining()), (5, 5));
+        let (store, clock) = manual_store();
+        let one = limit("api", 1);
+        assert!(store.check(&one, b"k", 1).await.unwrap().is_allowed());
+        assert!(!store.check(&one, b"k", 1).await.unwrap().is_allowed());
+        // A reload with other numbers under the same name: the unit taken
+        // still counts (it comes back in 12 s at 5 a minute).
+        let five = limit("api", 5);
+        let decision = store.peek(&five, b"k").await.unwrap();
+        assert_eq!((decision.limit(), decision.remaining()), (5, 4));
+        // A request still carrying the old numbers (in flight during the
+        // reload) is decided on the new table, and does not turn it back.
+        assert!(store.check(&one, b"k", 1).await.unwrap().is_allowed());
+        assert_eq!(store.peek(&five, b"k").await.unwrap().remaining(), 3);
+        // Turned back on purpose (the file reverted), past the grace given
+        // to requests in flight: carried again.
+        clock.advance(Duration::from_secs(12));
+        assert!(ratekeeper::store::RETIRED_GRACE < Duration::from_secs(12));
+        let back = store.peek(&one, b"k").await.unwrap();
+        assert_eq!((back.limit(), back.remaining()), (1, 0));
+        // Another kind of policy starts the key over.
+        let window =
+            Limit::new("api", FixedWindow::new(3, Duration::from_secs(60)).unwrap()).unwrap();
+        assert_eq!(store.peek(&window, b"k").await.unwrap().remaining(), 3);
     });
 }
 
@@ -105,13 +113,21 @@ fn a_prepared_limit_keeps_its_state_when_the_store_replaces_it() {
             .prepare(&limit("api", 1))
             .unwrap();
         assert!(prepared.check(b"k", 1).is_allowed());
-        // A reload with another policy under the same name: the store starts
-        // over, the handle keeps deciding on what it was prepared on.
+        // A reload with other numbers under the same name: the store's new
+        // table carries the key's count over (it moves on the key's first
+        // request there); the handle keeps deciding on the table it was
+        // prepared on, for the keys that have not moved.
         let reloaded = limit("api", 5);
-        assert_eq!(store.peek(&reloaded, b"k").await.unwrap().remaining(), 5);
-        assert!(!prepared.check(b"k", 1).is_allowed());
+        assert_eq!(store.peek(&reloaded, b"k").await.unwrap().remaining(), 4);
+        assert!(prepared.check(b"other", 1).is_allowed());
+        assert!(!prepared.check(b"other", 1).is_allowed());
+        assert_eq!(
+            store.peek(&reloaded, b"other").await.unwrap().remaining(),
+            4
+        );
         let again = store.immediate().unwrap().prepare(&reloaded).unwrap();
-        assert!(again.check(b"k", 5).is_allowed());
+        assert!(!again.check(b"k", 5).is_allowed());
+        assert!(again.check(b"k", 4).is_allowed());
     });
 }
 
