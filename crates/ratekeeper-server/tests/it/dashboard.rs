@@ -458,6 +458,76 @@ async fn the_dashboard_shows_a_refused_reload_until_one_applies() {
     service.stop().await;
 }
 
+/// The store's state during an outage, as `/v1/stats` has it: down since
+/// when, why, where, and whether decisions are still answered (fail-open)
+/// or refused (fail-closed).
+#[tokio::test]
+async fn the_dashboard_shows_the_store_down_and_what_the_failure_policy_does() {
+    use ratekeeper_test_support::redis::RedisServer;
+    let Some(chromium) = chromium() else { return };
+    for (policy, serving, says) in [
+        ("open", true, "answering by its failure policy"),
+        ("closed", false, "refusing decisions (503)"),
+    ] {
+        let Some(mut redis) = RedisServer::start() else {
+            return;
+        };
+        let service = TestService::start(&format!(
+            "{LISTEN_ANY}[store]\nkind = \"redis\"\nurl = \"{}\"\non_failure = \"{policy}\"\n{LIMITS}",
+            redis.url()
+        ))
+        .await;
+        let dom = dump_dom(chromium.clone(), service.admin("/")).await;
+        assert!(dom.contains(r#"data-field="store-ready" data-value="true">store up<"#));
+        assert!(!dom.contains(r#"data-field="serving""#));
+
+        redis.kill();
+        let body = json!({"limits": ["per-user"], "key": {"header:x-user": "alice"}});
+        service.post("/v1/check", body).await;
+        // The store's monitor notices within its probe interval.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let stats = loop {
+            let stats = service.get_json(service.admin("/v1/stats")).await;
+            if stats["store"]["ready"] == false && stats["store"]["state"]["up"] == false {
+                break stats;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{policy}: the store still up: {stats}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(stats["store"]["serving"], serving, "{policy}");
+
+        let dom = dump_dom(chromium.clone(), service.admin("/")).await;
+        let header = &dom[dom.find(r#"id="store""#).expect("the store's line")..];
+        let header = &header[..header.find("</header>").expect("the header's end")];
+        assert!(
+            header.contains(r#"data-field="store-ready" data-value="false">store down since "#),
+            "{policy}: {header}"
+        );
+        let pill = &header[header
+            .find(r#"data-field="serving""#)
+            .expect("the serving pill")..];
+        let pill = &pill[..pill.find("</span>").expect("its end")];
+        assert!(
+            pill.contains(&format!(r#"data-value="{serving}""#)) && pill.ends_with(says),
+            "{policy}: {pill}"
+        );
+        let address = stats["store"]["address"].as_str().expect("the address");
+        assert!(address.contains(&redis.port().to_string()), "{address}");
+        assert!(header.contains(&format!(r#"data-field="store-address">{address}<"#)));
+        // The page may have read a later failure than the stats did: each
+        // names the store and its cause.
+        assert!(header.contains(r#"data-field="store-error""#), "{header}");
+        assert!(
+            header.contains(&format!("(store: {address})")),
+            "{policy}: {header}"
+        );
+        service.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn the_dashboard_says_when_no_limit_is_configured() {
     let Some(chromium) = chromium() else { return };
