@@ -27,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod envoy;
+mod error_chain;
 pub mod http;
 pub mod listen;
 pub mod proxy;

@@ -231,24 +231,7 @@ pub(crate) fn load_with(
     }
 }
 
-/// An error and its causes, on one line.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    let mut last = text.clone();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // Some errors (the redis crate's I/O errors) show their source's
-        // text as their own: say it once.
-        if cause_text != last {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        last = cause_text;
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use crate::error_chain::error_chain;
 
 /// Sets up the logs (to stderr in `format`, `RUST_LOG` picking the level,
 /// `info` by default) and the trace export the `OTEL_*` environment asks

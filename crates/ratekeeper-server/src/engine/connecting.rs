@@ -200,7 +200,7 @@ impl Connecting {
                             return Err(error);
                         }
                         tracing::warn!(
-                            error = %crate::cli::error_chain(&error),
+                            error = %crate::error_chain::error_chain(&error),
                             store = %target.address(),
                             "cannot connect to the Redis store yet: starting anyway (the failure \
                              policy answers until it connects) and connecting in the background"
@@ -213,7 +213,7 @@ impl Connecting {
                         return Ok(connecting);
                     }
                     tracing::info!(
-                        error = %crate::cli::error_chain(&error),
+                        error = %crate::error_chain::error_chain(&error),
                         store = %target.address(),
                         "waiting for the Redis store (store.start_wait_ms)"
                     );
@@ -266,7 +266,8 @@ impl Shared {
         *self
             .last_error
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::from(crate::cli::error_chain(error));
+            .unwrap_or_else(PoisonError::into_inner) =
+            Arc::from(crate::error_chain::error_chain(error));
     }
 }
 
@@ -298,7 +299,7 @@ async fn keep_trying(connecting: Weak<Shared>, target: Target, mut backoff: Dura
                 failures = failures.saturating_add(1);
                 if failures.is_multiple_of(LOG_EVERY) {
                     tracing::warn!(
-                        error = %crate::cli::error_chain(&error),
+                        error = %crate::error_chain::error_chain(&error),
                         store = %target.address(),
                         attempts = failures,
                         "still cannot connect to the Redis store"

@@ -79,7 +79,7 @@ pub(crate) async fn forward(State(route): State<Route>, mut request: Request) ->
     let mut response = match response {
         Ok(response) => response,
         Err(error) => {
-            tracing::warn!(error = %error_chain(&error), "proxy: the upstream failed");
+            tracing::warn!(error = %crate::error_chain::error_chain(&error), "proxy: the upstream failed");
             return plain(
                 StatusCode::BAD_GATEWAY,
                 "Bad Gateway: the upstream did not answer\n",
@@ -120,16 +120,4 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
-}
-
-/// An error and its sources, for the log.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

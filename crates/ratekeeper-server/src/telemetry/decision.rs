@@ -67,11 +67,7 @@ pub(crate) fn record_verdict(span: &Span, verdict: &Result<Verdict, StoreError>)
         Err(error) => {
             span.set_attribute("ratekeeper.decision", "error");
             // The error and its causes, as the logs give them.
-            let causes: Vec<String> =
-                std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
-                    .map(ToString::to_string)
-                    .collect();
-            span.set_status(Status::error(causes.join(": ")));
+            span.set_status(Status::error(crate::error_chain::error_chain(error)));
             return;
         }
     };
