@@ -8,6 +8,7 @@
 //! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
 //! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
 //! | `ratekeeper_overrides_refused_total` | counter | `limit` | Envoy descriptor `limit` overrides ignored because a limit the descriptor matches has `allow_overrides = false` (the limit decided instead) |
+//! | `ratekeeper_proxy_upstream_overflow_total` | counter | | proxy requests answered `503` because `max_upstream_requests` (1,024 by default) were at the upstream |
 //! | `ratekeeper_envoy_shadow_mode_passes_total` | counter | | Envoy requests over a limit answered `OK` only because `[envoy] shadow_mode` is on |
 //! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
@@ -94,6 +95,8 @@ struct Scrape {
     unauthenticated: [(&'static str, u64); 3],
     /// Envoy requests answered OK by `[envoy] shadow_mode` alone.
     global_shadow: u64,
+    /// Proxy requests refused at the upstream cap.
+    upstream_overflow: u64,
     /// The store's state and readiness, and the failover answers per limit.
     failover: FailoverScrape,
     /// `[enforcement] shadow_mode`.
@@ -187,6 +190,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         doors: engine.connection_stats().snapshot(),
         unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
         global_shadow: metrics.global_shadow(),
+        upstream_overflow: metrics.upstream_overflow(),
         failover,
         shadow_mode: engine.shadow_mode(),
     };
@@ -298,6 +302,12 @@ impl Collector for Scrape {
             "ratekeeper_envoy_shadow_mode_passes",
             "Envoy requests over a limit answered OK because [envoy] shadow_mode is on.",
             [(no_labels, self.global_shadow)],
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_proxy_upstream_overflow",
+            "Proxy requests answered 503 because max_upstream_requests were at the upstream.",
+            [(no_labels, self.upstream_overflow)],
         )?;
         counter(
             &mut encoder,

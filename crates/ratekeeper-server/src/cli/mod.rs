@@ -111,6 +111,12 @@ enum Command {
         /// the proxy saw. Repeatable; none by default.
         #[arg(long = "trusted-proxy", value_name = "NET", value_parser = parse_net)]
         trusted_proxies: Vec<ipnet::IpNet>,
+        /// The most requests at the upstream at once, over every client;
+        /// past it a request gets 503 with Retry-After: 1.
+        // The default is proxy::DEFAULT_MAX_UPSTREAM_REQUESTS (asserted
+        // below the enum).
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+        max_upstream_requests: u32,
         /// Decide, count and report every limit but refuse nothing
         /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
         #[arg(long)]
@@ -142,6 +148,9 @@ enum Command {
     Simulate(SimulateArgs),
 }
 
+// `--max-upstream-requests`'s default is the library's.
+const _: () = assert!(crate::proxy::DEFAULT_MAX_UPSTREAM_REQUESTS == 1024);
+
 /// `ratekeeper simulate`'s arguments.
 /// Runs the command line of this process: parses it and runs the
 /// subcommand; the exit code to return.
@@ -172,6 +181,7 @@ pub fn run() -> ExitCode {
             upstream_http2,
             upstream_ca,
             trusted_proxies,
+            max_upstream_requests,
             shadow_mode,
             log_format,
         } => proxy(ProxyArgs {
@@ -183,6 +193,7 @@ pub fn run() -> ExitCode {
             upstream_http2,
             upstream_ca,
             trusted_proxies,
+            max_upstream_requests,
             shadow_mode,
             log_format,
         }),

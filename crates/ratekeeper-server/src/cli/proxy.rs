@@ -26,6 +26,7 @@ pub(super) struct ProxyArgs {
     pub(super) upstream_http2: bool,
     pub(super) upstream_ca: Option<PathBuf>,
     pub(super) trusted_proxies: Vec<IpNet>,
+    pub(super) max_upstream_requests: u32,
     pub(super) shadow_mode: bool,
     pub(super) log_format: crate::telemetry::LogFormat,
 }
@@ -56,6 +57,8 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
     options.upstream_http2 = args.upstream_http2;
     options.upstream_ca = args.upstream_ca;
     options.trusted_proxies = args.trusted_proxies;
+    options.max_upstream_requests =
+        usize::try_from(args.max_upstream_requests).unwrap_or(usize::MAX);
     // A flag is an override like the environment's, applied after it, so
     // that a reload keeps it.
     let overrides: Vec<(String, String)> = if args.shadow_mode {

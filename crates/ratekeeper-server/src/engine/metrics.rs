@@ -54,6 +54,9 @@ pub struct DecisionMetrics {
     overrides_refused: NamedCounters,
     /// Envoy requests over a limit answered OK by `[envoy] shadow_mode`.
     global_shadow: AtomicU64,
+    /// Proxy requests answered 503 because `max_upstream_requests` were at
+    /// the upstream.
+    upstream_overflow: AtomicU64,
     /// Answers the failure policy made while the store failed, by limit
     /// name: allowed unlimited (fail open), and decided in memory.
     failed_open: NamedCounters,
@@ -169,6 +172,18 @@ impl DecisionMetrics {
     /// since the process started.
     pub fn global_shadow(&self) -> u64 {
         self.global_shadow.load(Ordering::Relaxed)
+    }
+
+    /// Counts a proxy request answered 503 because the proxy's
+    /// `max_upstream_requests` were at the upstream.
+    pub fn record_upstream_overflow(&self) {
+        self.upstream_overflow.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Proxy requests answered 503 at the upstream cap, since the process
+    /// started.
+    pub fn upstream_overflow(&self) -> u64 {
+        self.upstream_overflow.load(Ordering::Relaxed)
     }
 
     /// Envoy overrides ignored because the limit `name` forbids them, since

@@ -5,10 +5,11 @@ use std::net::SocketAddr;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header::{HeaderValue, CONTENT_TYPE, HOST, UPGRADE};
+use axum::http::header::{HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER, UPGRADE};
 use axum::http::{Response, StatusCode, Version};
 
 use super::headers::{remove_hop_by_hop, set_forwarding, Hop};
+use super::in_flight::Held;
 use super::upgrade;
 use super::Route;
 
@@ -20,6 +21,18 @@ use super::Route;
 /// that does not start its response in time, a 504.
 pub(crate) async fn forward(State(route): State<Route>, mut request: Request) -> Response<Body> {
     let upstream = &route.upstream;
+    let Some(place) = route.in_flight.try_take() else {
+        // Counted, not logged: a flood would otherwise flood the log.
+        route.engine.decision_metrics().record_upstream_overflow();
+        let mut response = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service Unavailable: too many requests are at the upstream\n",
+        );
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    };
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -108,7 +121,7 @@ pub(crate) async fn forward(State(route): State<Route>, mut request: Request) ->
     // The client's version, never the upstream's: an HTTP/1.0 upstream
     // must not close a client's HTTP/1.1 keep-alive connection.
     head.version = parts.version;
-    Response::from_parts(head, Body::new(body))
+    Response::from_parts(head, Body::new(Held::new(body, place)))
 }
 
 /// A short text response.

@@ -50,7 +50,13 @@
 //! that fails before its response starts, is answered with
 //! `502 Bad Gateway`; one that does not start its response within
 //! [`ProxyOptions::response_timeout`] (60 s unless told otherwise) with
-//! `504 Gateway Timeout`.
+//! `504 Gateway Timeout`. At most [`ProxyOptions::max_upstream_requests`]
+//! (1,024) requests are at the upstream at once, each until its response
+//! body is sent; past it a request is answered `503 Service Unavailable`
+//! with `Retry-After: 1` and counted in
+//! `ratekeeper_proxy_upstream_overflow_total`: an HTTP/2 client carries
+//! many requests on one connection, so the connection caps alone do not
+//! bound what clients hold open at the upstream.
 //!
 //! # Forwarding headers
 //!
@@ -150,6 +156,7 @@
 
 mod forward;
 mod headers;
+mod in_flight;
 mod limit;
 mod upgrade;
 mod upstream;
@@ -250,7 +257,18 @@ pub struct ProxyOptions {
     /// by default. (Which headers a limit believes for its `client_ip`
     /// key is the limit's own `trusted_proxies`.)
     pub trusted_proxies: Vec<IpNet>,
+    /// The most requests at the upstream at once, over every client (a
+    /// request holds its place until its response body has been sent);
+    /// past it a request gets `503 Service Unavailable` with
+    /// `Retry-After: 1` and the upstream never sees it. 1,024 by default,
+    /// as Envoy's circuit breakers; at least 1. It bounds what HTTP/2
+    /// clients, each with many streams on one connection, can hold open
+    /// at the upstream.
+    pub max_upstream_requests: usize,
 }
+
+/// [`ProxyOptions::max_upstream_requests`]'s default.
+pub const DEFAULT_MAX_UPSTREAM_REQUESTS: usize = 1024;
 
 impl Default for ProxyOptions {
     fn default() -> Self {
@@ -260,6 +278,7 @@ impl Default for ProxyOptions {
             upstream_http2: false,
             upstream_ca: None,
             trusted_proxies: Vec::new(),
+            max_upstream_requests: DEFAULT_MAX_UPSTREAM_REQUESTS,
         }
     }
 }
@@ -298,6 +317,10 @@ pub(crate) struct Route {
     trusted_proxies: Arc<[IpNet]>,
     /// How long upgraded connections live.
     tunnels: TunnelLimits,
+    /// The requests at the upstream now, up to the cap.
+    in_flight: in_flight::InFlight,
+    /// Where refusals at the cap are counted.
+    engine: Engine,
 }
 
 impl Route {
@@ -349,6 +372,8 @@ pub(crate) fn router_to(
         client_proto: if tls { "https" } else { "http" },
         trusted_proxies: options.trusted_proxies.clone().into(),
         tunnels,
+        in_flight: in_flight::InFlight::new(options.max_upstream_requests),
+        engine: engine.clone(),
     };
     Router::new()
         .fallback(forward)

@@ -630,6 +630,78 @@ async fn an_upstream_that_does_not_answer_in_time_is_a_504() {
     proxy.stop().await;
 }
 
+/// `max_upstream_requests` at the upstream: the next request is a 503
+/// with `Retry-After: 1` that the upstream never sees, counted in the
+/// metrics; a place is free again once a response has been sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_max_upstream_requests_get_503_and_never_reach_the_upstream() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // An upstream that answers only when the test lets it.
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = {
+        let (arrived, gate) = (arrived.clone(), gate.clone());
+        move || {
+            let (arrived, gate) = (arrived.clone(), gate.clone());
+            async move {
+                arrived.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await.expect("the gate").forget();
+                "answered"
+            }
+        }
+    };
+    let app = axum::Router::new().route("/held", get(held));
+    let upstream = common::serve_app(app).await;
+    let mut options = proxy::ProxyOptions::default();
+    options.max_upstream_requests = 2;
+    let proxy = Proxy::start_with(NO_LIMITS_HERE, &format!("http://{upstream}"), &options).await;
+
+    let first: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(client().get(proxy.url("/held")).send()))
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while arrived.load(Ordering::SeqCst) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first two never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let refused = client()
+        .get(proxy.url("/held"))
+        .send()
+        .await
+        .expect("the proxy answers");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(
+        refused.text().await.expect("a body"),
+        "Service Unavailable: too many requests are at the upstream\n"
+    );
+    assert_eq!(
+        arrived.load(Ordering::SeqCst),
+        2,
+        "the upstream never saw it"
+    );
+    assert_eq!(proxy.engine.decision_metrics().upstream_overflow(), 1);
+
+    gate.add_permits(3);
+    for request in first {
+        let response = request.await.expect("the task").expect("an answer");
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await.expect("a body"), "answered");
+    }
+    // The bodies were sent: both places are free again.
+    for _ in 0..2 {
+        let response = client().get(proxy.url("/held")).send();
+        gate.add_permits(1);
+        assert_eq!(response.await.expect("an answer").status(), 200);
+    }
+    assert_eq!(proxy.engine.decision_metrics().upstream_overflow(), 1);
+    proxy.stop().await;
+}
+
 #[tokio::test]
 async fn an_upstream_that_cannot_be_proxied_to_is_refused_at_start() {
     let config = Config::from_toml_str(NO_LIMITS_HERE, "t.toml").expect("a valid config");
