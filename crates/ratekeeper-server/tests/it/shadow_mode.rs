@@ -105,20 +105,7 @@ struct Answers {
 /// Asks every door for `user` once (twice for the limits whose first
 /// request the second must see counted), and returns the second answers.
 async fn ask_every_door(service: &TestService, user: &str) -> Answers {
-    let addr = service.service.addrs().grpc.expect("grpc is on");
-    let rls = common::rls_client(addr).await;
-    let grpc = |domain: &str, entries: &[(&str, &str)]| {
-        let request = RateLimitRequest {
-            domain: domain.to_owned(),
-            descriptors: vec![common::descriptor(entries)],
-            hits_addend: 0,
-        };
-        let mut rls = rls.clone();
-        async move {
-            let answer = rls.should_rate_limit(request).await.unwrap().into_inner();
-            (answer.overall_code, answer.statuses[0].code)
-        }
-    };
+    let grpc = grpc_door(service).await;
     let json_body = json!({"limits": ["per-user"], "key": {"header:x-user": user}});
     let auth = || {
         service
@@ -176,6 +163,28 @@ async fn ask_every_door(service: &TestService, user: &str) -> Answers {
         limitador_zero: limitador(1, "closed").await.unwrap().status().as_u16(),
     };
     answers
+}
+
+/// The gRPC door of `service`, as a function of a domain and one
+/// descriptor's entries to the overall code and the descriptor's.
+async fn grpc_door(
+    service: &TestService,
+) -> impl Fn(&str, &[(&str, &str)]) -> std::pin::Pin<Box<dyn std::future::Future<Output = (i32, i32)>>>
+{
+    let addr = service.service.addrs().grpc.expect("grpc is on");
+    let rls = common::rls_client(addr).await;
+    move |domain, entries| {
+        let request = RateLimitRequest {
+            domain: domain.to_owned(),
+            descriptors: vec![common::descriptor(entries)],
+            hits_addend: 0,
+        };
+        let mut rls = rls.clone();
+        Box::pin(async move {
+            let answer = rls.should_rate_limit(request).await.unwrap().into_inner();
+            (answer.overall_code, answer.statuses[0].code)
+        })
+    }
 }
 
 /// What enforcement answers to a client over every limit.
@@ -253,23 +262,7 @@ async fn shadow_mode_refuses_nothing_on_any_door_and_a_reload_enforces_what_it_c
 /// After the reload, the first request of each is already over: the shadow
 /// requests were counted.
 async fn ask_every_door_again(service: &TestService, user: &str) -> (Value, u16, i32, i32) {
-    let addr = service.service.addrs().grpc.expect("grpc is on");
-    let rls = common::rls_client(addr).await;
-    let grpc = |domain: &str, entries: &[(&str, &str)]| {
-        let request = RateLimitRequest {
-            domain: domain.to_owned(),
-            descriptors: vec![common::descriptor(entries)],
-            hits_addend: 0,
-        };
-        let mut rls = rls.clone();
-        async move {
-            rls.should_rate_limit(request)
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code
-        }
-    };
+    let grpc = grpc_door(service).await;
     let (_, _, json) = service
         .post(
             "/v1/check",
@@ -286,8 +279,8 @@ async fn ask_every_door_again(service: &TestService, user: &str) -> (Value, u16,
         .unwrap()
         .status()
         .as_u16();
-    let native = grpc("api", &[("tenant", user)]).await;
-    let file = grpc("edge", &[("user", user)]).await;
+    let native = grpc("api", &[("tenant", user)]).await.0;
+    let file = grpc("edge", &[("user", user)]).await.0;
     (json["allowed"].clone(), auth, native, file)
 }
 
