@@ -331,3 +331,53 @@ async fn tick(ticker: &mut Option<tokio::time::Interval>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ratekeeper::{clock::ManualClock, Timestamp};
+
+    use super::*;
+
+    fn limits(rate: &str) -> String {
+        format!("[[limits]]\nname = \"one\"\nrate = \"{rate}\"\nkey = [\"global\"]\n")
+    }
+
+    /// Polled again and again (as the watcher does every interval), a
+    /// broken file and then a missing one are each one refusal; a forced
+    /// reload (SIGHUP) counts again.
+    #[tokio::test]
+    async fn a_broken_or_missing_file_is_one_refusal_however_often_it_is_polled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ratekeeper.toml");
+        std::fs::write(&path, limits("5/minute")).unwrap();
+        let config = Config::from_toml_str(&limits("5/minute"), "t.toml").unwrap();
+        let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+        let engine = Engine::start(&config, clock).await.unwrap();
+        let source = Source {
+            path: Some(path.clone()),
+            overrides: Vec::new(),
+        };
+        let mut reloader = Reloader::new(source, engine.clone());
+        let refused = || engine.reload_stats().snapshot().refused;
+
+        std::fs::write(&path, limits("fast")).unwrap();
+        assert!(reloader.reload(false).is_err());
+        for _ in 0..5 {
+            assert!(matches!(reloader.reload(false), Ok(Reloaded::Unchanged)));
+        }
+        assert_eq!(refused(), 1);
+
+        std::fs::remove_file(&path).unwrap();
+        for _ in 0..5 {
+            assert!(matches!(
+                reloader.reload(false),
+                Err(ConfigError::Read { .. })
+            ));
+        }
+        assert_eq!(refused(), 2);
+        assert!(reloader.reload(true).is_err());
+        assert_eq!(refused(), 3, "SIGHUP asks again");
+    }
+}

@@ -146,22 +146,17 @@ async fn reloads_applied_and_refused_are_counted() {
         reloaded,
         "the configuration in force is still the one reloaded"
     );
-    // Reported once: the broken file is not counted again at each poll.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let later = scrape(&service).await;
-    assert_eq!(value(&later, RELOADS, &[("result", "refused")]), 1.0);
+    // That the poller counts a broken or missing file once, however often
+    // it reads it, is serve::reload's unit test (no waiting on polls).
 
     std::fs::write(&path, limits("3/minute")).unwrap();
     let fixed = until_reloads(&service, "applied", 2.0).await;
     assert_eq!(value(&fixed, LAST_OK, &[]), 1.0);
 
-    // A file gone is refused once too, not at every poll.
+    // A file gone is refused too.
     std::fs::remove_file(&path).unwrap();
     let gone = until_reloads(&service, "refused", 2.0).await;
     assert_eq!(value(&gone, LAST_OK, &[]), 0.0);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let later = scrape(&service).await;
-    assert_eq!(value(&later, RELOADS, &[("result", "refused")]), 2.0);
     service.stop().await;
 }
 
