@@ -408,53 +408,6 @@ where
     Ok(())
 }
 
-/// Reloads an engine's limits from a configuration file on SIGHUP and when
-/// the file changes, for as long as it lives: what [`Service`] does, for
-/// programs that run the engine themselves (such as one serving
-/// [`crate::proxy::serve_proxy`]).
-///
-/// An invalid file is logged and refused; the running limits stay.
-#[derive(Debug)]
-pub struct ConfigWatcher {
-    stop: watch::Sender<bool>,
-}
-
-impl ConfigWatcher {
-    /// Starts watching `path` for `engine`, checking it every `interval`
-    /// (`None` or zero: on SIGHUP only). SIGHUP is caught from the moment
-    /// this returns; without a `path` it is only logged. Must be called
-    /// inside a tokio runtime.
-    pub fn spawn(
-        engine: Engine,
-        path: Option<PathBuf>,
-        interval: Option<Duration>,
-    ) -> ConfigWatcher {
-        let (stop, stopped) = watch::channel(false);
-        let reloader = path.map(|path| {
-            let source = reload::Source {
-                path: Some(path),
-                overrides: Vec::new(),
-            };
-            Arc::new(Mutex::new(Reloader::new(source, engine)))
-        });
-        let hangup = reload::hangup_signal();
-        tokio::spawn(reload::watch(
-            reloader,
-            TlsDoors::default(),
-            interval,
-            hangup,
-            stopped,
-        ));
-        ConfigWatcher { stop }
-    }
-}
-
-impl Drop for ConfigWatcher {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
-    }
-}
-
 /// Drops the per-key denial counts of keys not denied lately, every few
 /// seconds, until `stopped`.
 async fn reap_stats(engine: Engine, mut stopped: watch::Receiver<bool>) -> Result<(), ServeError> {
