@@ -27,8 +27,11 @@
 //! | `ratekeeper_store_fallback_total` | counter | `store` | requests decided by the in-memory fallback |
 //! | `ratekeeper_connections_open` | gauge | `door` | connections a front door has open now |
 //! | `ratekeeper_connections_accepted_total` | counter | `door` | connections a front door accepted |
-//! | `ratekeeper_connections_closed_total` | counter | `door`, `reason` (`idle`, `header_timeout`, `pressure`, `max_age`, `shutdown`, `handshake`) | connections the service closed, and why |
-//! | `ratekeeper_connection_cap_reached_total` | counter | `door` | times a new connection found its door at `max_connections` (idle connections are then closed to make room) |
+//! | `ratekeeper_connections_closed_total` | counter | `door`, `reason` (`idle`, `header_timeout`, `pressure`, `max_age`, `shutdown`, `handshake`, `send_timeout`, `body_timeout`) | connections the service closed, and why |
+//! | `ratekeeper_connection_cap_reached_total` | counter | `door` | times a new connection found its door at `max_connections` (a stalled or idle connection then gives way) |
+//! | `ratekeeper_connection_errors_total` | counter | `door`, `kind` (`protocol`: the client broke HTTP's rules or HTTP/2's limits, such as too many resets; `io`) | connections that ended with an error (logged at most once per 10 s per door) |
+//! | `ratekeeper_http2_streams_held` | gauge | `door` | HTTP/2 streams the door counts against `max_streams_total`: each connection at the most it has had open at once |
+//! | `ratekeeper_http2_streams_refused_total` | counter | `door` | HTTP/2 streams refused (`REFUSED_STREAM`) because the door held `max_streams_total` |
 //! | `ratekeeper_requests_timed_out_total` | counter | `door` | requests reset for taking longer than `request_timeout` |
 //! | `ratekeeper_accept_errors_total` | counter | `door` | failed accepts (mostly: out of file descriptors) |
 //! | `ratekeeper_config_reloads_total` | counter | `result` (`applied`, `refused`) | configuration reloads (SIGHUP, a changed file, `Service::reload`) put in force, or refused with the running configuration kept; an unchanged file is neither, and a file that stays broken or unreadable is one refusal |
@@ -419,6 +422,17 @@ impl Collector for Scrape {
                 )
             }),
         )?;
+        gauge(
+            &mut encoder,
+            "ratekeeper_http2_streams_held",
+            "HTTP/2 streams a door counts against max_streams_total.",
+            doors.iter().map(|door| {
+                (
+                    [("door", door.door)],
+                    i64::try_from(door.streams_held).unwrap_or(i64::MAX),
+                )
+            }),
+        )?;
         counter(
             &mut encoder,
             "ratekeeper_connections_accepted",
@@ -437,6 +451,16 @@ impl Collector for Scrape {
                     .map(|(reason, n)| ([("door", door.door), ("reason", reason.as_str())], *n))
             }),
         )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_connection_errors",
+            "Connections that ended with an error, by kind.",
+            doors.iter().flat_map(|door| {
+                door.errors
+                    .iter()
+                    .map(|(kind, n)| ([("door", door.door), ("kind", kind.as_str())], *n))
+            }),
+        )?;
         for (name, help, value) in [
             (
                 "ratekeeper_connection_cap_reached",
@@ -452,6 +476,11 @@ impl Collector for Scrape {
                 "ratekeeper_accept_errors",
                 "Connections a front door failed to accept (mostly: out of file descriptors).",
                 |door| door.accept_errors,
+            ),
+            (
+                "ratekeeper_http2_streams_refused",
+                "HTTP/2 streams refused because the door held max_streams_total.",
+                |door| door.streams_refused,
             ),
         ] {
             counter(

@@ -28,6 +28,17 @@ pub struct ConnectionConfig {
     /// How long a request's head may take to arrive, from its first byte
     /// (and a new connection's first request, from the connection).
     pub header_timeout: Duration,
+    /// How long a TLS handshake may take, from the connection's accept.
+    pub handshake_timeout: Duration,
+    /// How long a connection whose requests in flight all wait for their
+    /// bodies may go without receiving a byte of them (nginx's
+    /// `client_body_timeout`).
+    pub body_timeout: Duration,
+    /// How long a connection with answers to send may go without its peer
+    /// reading any (nginx's `send_timeout`): HTTP/2 answers held by a flow
+    /// control window the peer never opens, or bytes the socket cannot
+    /// take.
+    pub send_timeout: Duration,
     /// How long a connection may stay open with no request in flight.
     pub idle_timeout: Duration,
     /// How long one request of the decision doors (HTTP, gRPC, admin) may
@@ -40,6 +51,10 @@ pub struct ConnectionConfig {
     /// After SIGTERM: how long requests in flight may take to finish before
     /// the connections left are closed.
     pub shutdown_grace: Duration,
+    /// How many connections the kernel may queue for each door before the
+    /// service accepts them (`listen(2)`'s backlog), at most the system's
+    /// `net.core.somaxconn`.
+    pub backlog: u32,
     /// The gRPC door's HTTP/2 settings.
     pub http2: Http2Config,
 }
@@ -56,22 +71,32 @@ impl ConnectionConfig {
     /// The smallest `max_header_bytes` accepted: HTTP/1.1's read buffer
     /// cannot be smaller.
     pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+    /// The default [`ConnectionConfig::backlog`].
+    pub const DEFAULT_BACKLOG: u32 = 1_024;
+    /// The largest `backlog` accepted (the kernel caps it at
+    /// `net.core.somaxconn` anyway).
+    pub const LIMIT_BACKLOG: u32 = 65_535;
 }
 
 impl Default for ConnectionConfig {
-    /// 4,096 connections per door and 256 on the admin port; a request's
-    /// head within 10 s, connections idle for at most 60 s, decisions
-    /// within 30 s, heads up to 32 KiB, and 5 s for requests in flight at
-    /// shutdown.
+    /// 4,096 connections per door and 256 on the admin port; a TLS
+    /// handshake within 3 s, a request's head within 10 s and no 10 s
+    /// without a byte of its body, answers read within 10 s, connections
+    /// idle for at most 60 s, decisions within 30 s, heads up to 32 KiB, 5 s
+    /// for requests in flight at shutdown, and 1,024 connections queued.
     fn default() -> Self {
         ConnectionConfig {
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             max_admin_connections: Self::DEFAULT_MAX_ADMIN_CONNECTIONS,
             header_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(3),
+            body_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
             max_header_bytes: 32 * 1024,
             shutdown_grace: Duration::from_secs(5),
+            backlog: Self::DEFAULT_BACKLOG,
             http2: Http2Config::default(),
         }
     }
@@ -83,6 +108,12 @@ impl Default for ConnectionConfig {
 pub struct Http2Config {
     /// Streams (calls) one connection may have open at once.
     pub max_concurrent_streams: u32,
+    /// Streams one door keeps at most over all its HTTP/2 connections,
+    /// counting for each connection the most it has had open at once (h2
+    /// keeps room for those until the connection closes). Past it new
+    /// streams are refused with `REFUSED_STREAM`, and stalled or idle
+    /// connections are closed to make room.
+    pub max_streams_total: usize,
     /// How often a connection is pinged to check its peer is there; `None`:
     /// never.
     pub keepalive_interval: Option<Duration>,
@@ -97,14 +128,19 @@ pub struct Http2Config {
 impl Http2Config {
     /// The largest `max_concurrent_streams` accepted.
     pub const LIMIT_MAX_CONCURRENT_STREAMS: u32 = 1 << 16;
+    /// The default [`Http2Config::max_streams_total`].
+    pub const DEFAULT_MAX_STREAMS_TOTAL: usize = 16_384;
+    /// The largest `max_streams_total` accepted.
+    pub const LIMIT_MAX_STREAMS_TOTAL: usize = 1 << 24;
 }
 
 impl Default for Http2Config {
-    /// 1,024 streams per connection, a ping every 30 s answered within
-    /// 10 s, and no age limit.
+    /// 1,024 streams per connection and 16,384 per door, a ping every
+    /// 30 s answered within 10 s, and no age limit.
     fn default() -> Self {
         Http2Config {
             max_concurrent_streams: 1024,
+            max_streams_total: Self::DEFAULT_MAX_STREAMS_TOTAL,
             keepalive_interval: Some(Duration::from_secs(30)),
             keepalive_timeout: Duration::from_secs(10),
             max_connection_age: None,
@@ -119,10 +155,14 @@ pub(crate) struct FileConnections {
     max_connections: Option<Spanned<u64>>,
     max_admin_connections: Option<Spanned<u64>>,
     header_timeout: Option<Spanned<String>>,
+    handshake_timeout: Option<Spanned<String>>,
+    body_timeout: Option<Spanned<String>>,
+    send_timeout: Option<Spanned<String>>,
     idle_timeout: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
     max_header_bytes: Option<Spanned<u64>>,
     shutdown_grace: Option<Spanned<String>>,
+    backlog: Option<Spanned<u64>>,
 }
 
 /// `[listen.http2]` as written.
@@ -130,6 +170,7 @@ pub(crate) struct FileConnections {
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileHttp2 {
     max_concurrent_streams: Option<Spanned<u64>>,
+    max_streams_total: Option<Spanned<u64>>,
     keepalive_interval: Option<Spanned<String>>,
     keepalive_timeout: Option<Spanned<String>>,
     max_connection_age: Option<Spanned<String>>,
@@ -164,6 +205,11 @@ impl Checker<'_> {
                 ConnectionConfig::LIMIT_MAX_HEADER_BYTES,
             )?
             .unwrap_or(config.max_header_bytes);
+            let backlog = ConnectionConfig::LIMIT_BACKLOG as usize;
+            if let Some(n) = count(&file.backlog, "backlog", 1, backlog)? {
+                // At most 65,535, so the cast is exact.
+                config.backlog = n as u32;
+            }
             // "off" is refused for these, so a written value is always a duration.
             let timeout = |value: &Option<Spanned<String>>, name: &str, default: Duration| {
                 Ok::<_, ConfigError>(
@@ -177,6 +223,13 @@ impl Checker<'_> {
                 "header_timeout",
                 config.header_timeout,
             )?;
+            config.handshake_timeout = timeout(
+                &file.handshake_timeout,
+                "handshake_timeout",
+                config.handshake_timeout,
+            )?;
+            config.body_timeout = timeout(&file.body_timeout, "body_timeout", config.body_timeout)?;
+            config.send_timeout = timeout(&file.send_timeout, "send_timeout", config.send_timeout)?;
             config.idle_timeout = timeout(&file.idle_timeout, "idle_timeout", config.idle_timeout)?;
             config.request_timeout = timeout(
                 &file.request_timeout,
@@ -202,6 +255,15 @@ impl Checker<'_> {
             )? {
                 // At most 2^16, so the cast is exact.
                 h2.max_concurrent_streams = n as u32;
+            }
+            if let Some(n) = self.count(
+                &file.max_streams_total,
+                field("max_streams_total"),
+                "max_streams_total",
+                1,
+                Http2Config::LIMIT_MAX_STREAMS_TOTAL,
+            )? {
+                h2.max_streams_total = n;
             }
             if let Some(every) =
                 self.duration(&file.keepalive_interval, field("keepalive_interval"), true)?

@@ -94,17 +94,24 @@ impl Config {
                 |d: Option<Duration>| d.map_or_else(|| "off".to_owned(), |d| format!("{d:?}"));
             let _ = writeln!(
                 out,
-                "connections: at most {} per door and {} on admin; head within {:?}, idle {:?}, \
-                 requests {:?}, heads up to {} bytes, {:?} to finish at shutdown; http2: {} streams, \
-                 ping every {} within {:?}, max age {}",
+                "connections: at most {} per door and {} on admin; handshake within {:?}, head \
+                 within {:?}, body bytes {:?} apart, answers read within {:?}, idle {:?}, \
+                 requests {:?}, heads up to {} bytes, {:?} to finish at shutdown, {} queued; \
+                 http2: {} streams per connection and {} per door, ping every {} within {:?}, \
+                 max age {}",
                 conns.max_connections,
                 conns.max_admin_connections,
+                conns.handshake_timeout,
                 conns.header_timeout,
+                conns.body_timeout,
+                conns.send_timeout,
                 conns.idle_timeout,
                 conns.request_timeout,
                 conns.max_header_bytes,
                 conns.shutdown_grace,
+                conns.backlog,
                 h2.max_concurrent_streams,
+                h2.max_streams_total,
                 every(h2.keepalive_interval),
                 h2.keepalive_timeout,
                 every(h2.max_connection_age),

@@ -27,13 +27,18 @@
 //! max_connections = 4096    # open connections per door (http, grpc, proxy)
 //! max_admin_connections = 256 # the admin port's own share
 //! header_timeout = "10s"     # a request's head, from its first byte (or from the connection)
+//! handshake_timeout = "3s"   # a TLS handshake, from the accept
+//! body_timeout = "10s"       # the most time without a byte of the bodies a connection waits for
+//! send_timeout = "10s"       # the most time answers wait for the peer to read any
 //! idle_timeout = "60s"       # a connection with no request in flight is closed after this
 //! request_timeout = "30s"    # one decision, body included (not the proxy's requests)
 //! max_header_bytes = 32768   # a request's line and headers
 //! shutdown_grace = "5s"      # after SIGTERM, for requests in flight
+//! backlog = 1024             # connections the kernel queues per door (at most net.core.somaxconn)
 //!
-//! [listen.http2]             # the gRPC door
-//! max_concurrent_streams = 1024
+//! [listen.http2]             # the gRPC door, and the proxy's HTTP/2 clients
+//! max_concurrent_streams = 1024 # per connection
+//! max_streams_total = 16384  # per door, each connection counted at its most streams at once
 //! keepalive_interval = "30s" # ping the client ("off": never)
 //! keepalive_timeout = "10s"  # close if the ping goes unanswered
 //! max_connection_age = "off" # e.g. "30m": close gently so clients re-resolve DNS
@@ -147,7 +152,7 @@
 //! environment can turn a door off without editing the file. The service
 //! reads the files again on SIGHUP and when they change, keeping the
 //! running certificate when the new files do not load. A handshake must
-//! finish within `header_timeout`; one that fails closes only its
+//! finish within `handshake_timeout`; one that fails closes only its
 //! connection (counted in `/metrics` with `reason="handshake"`).
 //!
 //! # Requests
@@ -316,13 +321,18 @@ admin = "127.0.0.1:9090"
 max_connections = 4096
 max_admin_connections = 256
 header_timeout = "10s"
+handshake_timeout = "3s"
+body_timeout = "10s"
+send_timeout = "10s"
 idle_timeout = "60s"
 request_timeout = "30s"
 max_header_bytes = 32768
 shutdown_grace = "5s"
+backlog = 1024
 
 [listen.http2]
 max_concurrent_streams = 1024
+max_streams_total = 16384
 keepalive_interval = "30s"
 keepalive_timeout = "10s"
 max_connection_age = "off"

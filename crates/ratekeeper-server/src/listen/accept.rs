@@ -1,6 +1,8 @@
 //! A door's accept loop: one task per connection, at most the door's cap
-//! of them, and a shutdown that lets requests in flight finish within the
-//! grace period before it closes what is left.
+//! of them (at the cap, the least useful connection gives way to the
+//! newcomer at once, see [`Room`](super::room::Room)), and a shutdown that
+//! lets requests in flight finish within the grace period before it closes
+//! what is left.
 
 use std::future::Future;
 use std::io;
@@ -10,7 +12,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -20,7 +21,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::activity::Activity;
-use super::connection::{drive, Pressure, PRESSURE_MIN_IDLE};
+use super::body::RequestBody;
+use super::connection::drive;
 use super::detect::detect;
 use super::service::{BoxError, Tracked};
 use super::socket::{Lingering, Socket};
@@ -37,6 +39,15 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// How often a failed accept is logged at most.
 const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// At the cap, how long the loop waits for an evicted connection's slot
+/// before it evicts another (an idle one closes gently, which may take a
+/// moment).
+const EVICTION_WAIT: Duration = Duration::from_millis(20);
+
+/// At the cap with no connection that may give way, how long before the
+/// loop looks again (connections become stalled or idle by themselves).
+const ROOM_RECHECK: Duration = Duration::from_millis(100);
+
 /// Serves `service` on `listener` as `door` says, until `stop` resolves;
 /// then stops accepting (new connections are refused), lets every
 /// connection finish what it has in flight within the door's grace period,
@@ -50,7 +61,7 @@ pub(crate) async fn serve<S, B>(
     service: S,
     stop: impl Future<Output = ()>,
 ) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,
@@ -58,7 +69,6 @@ pub(crate) async fn serve<S, B>(
 {
     let door = Arc::new(door);
     let permits = Arc::new(Semaphore::new(door.max_connections));
-    let pressure = Arc::new(Pressure::default());
     let lingering = Arc::new(Lingering::default());
     let (stopping, stopped) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -73,17 +83,22 @@ pub(crate) async fn serve<S, B>(
                 tracing::debug!(
                     door = door.name,
                     cap = door.max_connections,
-                    "at the connection cap: closing idle connections to make room"
+                    "at the connection cap: closing a stalled or idle connection to make room"
                 );
                 let waited = loop {
-                    pressure.apply();
+                    // The newcomer is likely already in the kernel's queue:
+                    // make room now rather than when a connection times out.
+                    let wait = if door.room.make_room() {
+                        EVICTION_WAIT
+                    } else {
+                        ROOM_RECHECK
+                    };
                     tokio::select! {
                         permit = Arc::clone(&permits).acquire_owned() => break permit.ok(),
-                        () = tokio::time::sleep(PRESSURE_MIN_IDLE) => {}
+                        () = tokio::time::sleep(wait) => {}
                         () = &mut stop => break None,
                     }
                 };
-                pressure.release();
                 match waited {
                     Some(permit) => permit,
                     None => break,
@@ -105,7 +120,12 @@ pub(crate) async fn serve<S, B>(
         let _ = tcp.set_nodelay(true);
         // A door that speaks both versions knows which once the first
         // bytes have come (see `serve_connection`).
-        let activity = Activity::new(door.protocol == Protocol::Http1);
+        // A connection is of no use to anyone until its handshake is done
+        // and, on a door that speaks both versions, its first bytes tell
+        // which (see `serve_connection`).
+        let opening = door.tls.is_some() || door.protocol == Protocol::Auto;
+        let activity = Activity::new(door.protocol == Protocol::Http1, opening);
+        let entered = door.room.enter(&activity);
         let socket = Socket::new(tcp, Arc::clone(&activity), permit, Arc::clone(&lingering));
         let tracked = Tracked {
             service: service.clone(),
@@ -114,20 +134,20 @@ pub(crate) async fn serve<S, B>(
             door: door.name,
             peer: (door.protocol != Protocol::Http2).then_some(peer),
             timeout: door.request_timeout,
+            streams: None,
         };
-        let (door, stopped, pressure) = (Arc::clone(&door), stopped.clone(), Arc::clone(&pressure));
+        let (door, stopped) = (Arc::clone(&door), stopped.clone());
         connections.spawn(async move {
             door.stats.opened();
             match &door.tls {
-                None => {
-                    serve_connection(socket, &door, tracked, &activity, stopped, &pressure).await
-                }
+                None => serve_connection(socket, &door, tracked, &activity, stopped).await,
                 Some(tls) => {
                     if let Some(tls) = handshake(tls, socket, &door, &activity).await {
-                        serve_connection(tls, &door, tracked, &activity, stopped, &pressure).await;
+                        serve_connection(tls, &door, tracked, &activity, stopped).await;
                     }
                 }
             }
+            drop(entered);
             door.stats.gone();
         });
     }
@@ -154,8 +174,9 @@ pub(crate) async fn serve<S, B>(
 }
 
 /// The server side of a TLS handshake on `socket`, within the door's
-/// `header_timeout` (a client that connects and says nothing must not hold
-/// a connection slot). A failure closes only this connection, counted as
+/// `handshake_timeout` (a client that connects and says nothing must not
+/// hold a connection slot), and given up at once if the door needs the
+/// room. A failure closes only this connection, counted as
 /// [`CloseReason::Handshake`] and logged at debug: a scanner or a client
 /// without a certificate is no fault of the service.
 async fn handshake(
@@ -166,13 +187,23 @@ async fn handshake(
 ) -> Option<tokio_rustls::server::TlsStream<Socket>> {
     // A client that timed out is owed nothing: its socket closes without
     // lingering. One that failed the handshake is sent its alert.
-    match tls
-        .accept(socket, door.header_timeout, || activity.set_abortive())
-        .await
-    {
-        Ok(stream) => Some(stream),
-        Err(_) => {
-            door.stats.closed(CloseReason::Handshake);
+    let accept = tls.accept(socket, door.handshake_timeout, || activity.set_abortive());
+    tokio::select! {
+        accepted = accept => match accepted {
+            Ok(stream) => {
+                if door.protocol != Protocol::Auto {
+                    activity.opened_fully();
+                }
+                Some(stream)
+            }
+            Err(_) => {
+                door.stats.closed(CloseReason::Handshake);
+                None
+            }
+        },
+        _ = activity.evicted() => {
+            door.stats.closed(CloseReason::Pressure);
+            activity.set_abortive();
             None
         }
     }
@@ -188,9 +219,8 @@ async fn serve_connection<IO, S, B>(
     service: Tracked<S>,
     activity: &Activity,
     stopped: watch::Receiver<bool>,
-    pressure: &Pressure,
 ) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,
@@ -198,9 +228,17 @@ async fn serve_connection<IO, S, B>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     if door.protocol != Protocol::Auto {
-        return serve_protocol(socket, door, service, activity, stopped, pressure).await;
+        return serve_protocol(socket, door, service, activity, stopped).await;
     }
-    let (protocol, socket) = match tokio::time::timeout(door.header_timeout, detect(socket)).await {
+    let detected = tokio::select! {
+        detected = tokio::time::timeout(door.header_timeout, detect(socket)) => detected,
+        _ = activity.evicted() => {
+            door.stats.closed(CloseReason::Pressure);
+            activity.set_abortive();
+            return;
+        }
+    };
+    let (protocol, socket) = match detected {
         Ok(Ok(detected)) => detected,
         Ok(Err(error)) => {
             tracing::debug!(door = door.name, %error, "connection ended before its first request");
@@ -212,6 +250,7 @@ async fn serve_connection<IO, S, B>(
             return;
         }
     };
+    activity.opened_fully();
     if protocol == Protocol::Http1 {
         activity.track_heads();
         // The bytes read to tell were the first request's head.
@@ -221,7 +260,7 @@ async fn serve_connection<IO, S, B>(
         protocol,
         ..door.clone()
     };
-    serve_protocol(socket, &door, service, activity, stopped, pressure).await;
+    serve_protocol(socket, &door, service, activity, stopped).await;
 }
 
 /// Serves one connection in `door.protocol`, HTTP/1.1 or HTTP/2.
@@ -231,9 +270,8 @@ async fn serve_protocol<IO, S, B>(
     service: Tracked<S>,
     activity: &Activity,
     stopped: watch::Receiver<bool>,
-    pressure: &Pressure,
 ) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,
@@ -261,11 +299,11 @@ async fn serve_protocol<IO, S, B>(
                 door,
                 activity,
                 stopped,
-                pressure,
             )
             .await;
         }
         Protocol::Http2 => {
+            let service = service.counting_streams(&door.room);
             let executor = StreamExecutor::default();
             let mut builder = http2::Builder::new(executor.clone());
             let h2 = &door.http2;
@@ -285,7 +323,6 @@ async fn serve_protocol<IO, S, B>(
                 door,
                 activity,
                 stopped,
-                pressure,
             )
             .await;
         }

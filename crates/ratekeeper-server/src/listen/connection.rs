@@ -1,64 +1,37 @@
 //! One connection's driver: serves it with hyper and closes it when it
-//! has been idle, slow or open too long, when its door needs the room, or
-//! when the service stops.
+//! has been idle, slow or open too long, when its peer stops reading its
+//! answers, when its door needs the room, or when the service stops.
 //!
 //! The driver sleeps until the earliest moment one of those could be due,
 //! then looks at the connection's [`Activity`]; requests never wake it,
-//! except a request head starting on a connection it thought idle (one
-//! wake per idle period, not per request).
+//! except work starting on a connection it thought idle (one wake per idle
+//! period, not per request) and its door asking it to make room.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::activity::{Activity, State};
+use super::activity::{Activity, Eviction, State};
 use super::stats::CloseReason;
 use super::{Door, Protocol};
 
-/// How long a connection must have been idle before a door at its cap
-/// closes it: longer than a busy client pauses between two requests on
-/// one connection, so that only connections nobody is using go.
-pub(crate) const PRESSURE_MIN_IDLE: Duration = Duration::from_secs(1);
-
-/// The most a connection asked to close (idle, too old, making room) may
-/// take to finish what it has in flight.
+/// The most a connection asked to close (idle, too old) may take to
+/// finish what it has in flight.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// A door at its connection cap asks its idle connections to close.
-#[derive(Debug, Default)]
-pub(crate) struct Pressure {
-    active: AtomicBool,
-    notify: Notify,
-}
-
-impl Pressure {
-    /// The door is full: every connection idle for [`PRESSURE_MIN_IDLE`]
-    /// closes.
-    pub(crate) fn apply(&self) {
-        self.active.store(true, Relaxed);
-        self.notify.notify_waiters();
-    }
-
-    /// The door has room again.
-    pub(crate) fn release(&self) {
-        self.active.store(false, Relaxed);
-    }
-
-    fn active(&self) -> bool {
-        self.active.load(Relaxed)
-    }
-}
+/// The most an idle connection evicted to make room may take to close:
+/// its door is full, and a newcomer waits for its slot.
+const EVICTED_GRACE: Duration = Duration::from_millis(250);
 
 /// What the driver does after looking at the connection.
 #[derive(Debug, PartialEq, Eq)]
 enum Next {
     /// Look again at this time.
-    Wait { until: Instant, wake_on_head: bool },
+    Wait { until: Instant, wake_on_work: bool },
     /// Finish what is in flight, then close.
     CloseGently(CloseReason),
     /// Close now (the client is too slow to be owed an answer).
@@ -73,7 +46,6 @@ pub(crate) async fn drive<C>(
     door: &Door,
     activity: &Activity,
     mut stop: watch::Receiver<bool>,
-    pressure: &Pressure,
 ) where
     C: Future<Output = hyper::Result<()>>,
 {
@@ -88,7 +60,7 @@ pub(crate) async fn drive<C>(
     let mut closing: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        let mut wake_on_head = false;
+        let mut wake_on_work = false;
         match closing {
             Some(deadline) if now >= deadline => {
                 activity.set_abortive();
@@ -102,15 +74,15 @@ pub(crate) async fn drive<C>(
                     closing = Some(now + door.shutdown_grace);
                     continue;
                 } else {
-                    look(door, activity.state(), now, max_age, pressure.active())
+                    look(door, activity.state(), now, max_age)
                 };
                 match next {
                     Next::Wait {
                         until,
-                        wake_on_head: wake,
+                        wake_on_work: wake,
                     } => {
                         sleep.as_mut().reset(until);
-                        wake_on_head = wake;
+                        wake_on_work = wake;
                     }
                     Next::CloseGently(reason) => {
                         door.stats.closed(reason);
@@ -126,17 +98,25 @@ pub(crate) async fn drive<C>(
                 }
             }
         }
-        activity.wake_on_head(wake_on_head);
+        activity.wake_on_work(wake_on_work);
+        if wake_on_work && activity.work_pending() {
+            // Work started between the look and the ask: look again.
+            activity.wake_on_work(false);
+            continue;
+        }
         tokio::select! {
             biased;
             result = conn.as_mut() => {
                 if let Err(error) = result {
-                    tracing::debug!(door = door.name, %error, "connection ended with an error");
+                    // A client that broke the protocol (or reset the
+                    // connection) is owed no lingering close.
+                    activity.set_abortive();
+                    door.stats.errors.record(door.name, &error);
                 }
                 return;
             }
             () = &mut sleep => {}
-            () = activity.head_started(), if wake_on_head => {}
+            () = activity.work_started(), if wake_on_work => {}
             changed = stop.changed(), if closing.is_none() => {
                 if changed.is_err() {
                     // The accept loop is gone: nothing will tell this
@@ -146,18 +126,48 @@ pub(crate) async fn drive<C>(
                     closing = Some(Instant::now() + door.shutdown_grace);
                 }
             }
-            () = pressure.notify.notified(), if closing.is_none() => {}
+            how = activity.evicted(), if closing.is_none() => {
+                door.stats.closed(CloseReason::Pressure);
+                // The newcomer waits for this slot: no lingering.
+                activity.set_abortive();
+                match how {
+                    Eviction::Now => return,
+                    Eviction::Gently => {
+                        graceful(conn.as_mut());
+                        closing = Some(Instant::now() + EVICTED_GRACE);
+                    }
+                }
+            }
         }
     }
 }
 
 /// What is due for a connection in `state` at `now`.
-fn look(door: &Door, state: State, now: Instant, max_age: Option<Instant>, pressure: bool) -> Next {
+fn look(door: &Door, state: State, now: Instant, max_age: Option<Instant>) -> Next {
     if max_age.is_some_and(|age| now >= age) {
         return Next::CloseGently(CloseReason::MaxAge);
     }
-    let (until, wake_on_head) = match state {
-        State::Busy => (now + door.idle_timeout, false),
+    // A stalled connection is owed no answer: it closes at once when its
+    // timeout comes.
+    let stalled = |since: Instant, timeout: Duration, reason| {
+        if now.saturating_duration_since(since) >= timeout {
+            Err(Next::CloseNow(reason))
+        } else {
+            Ok((since + timeout, false))
+        }
+    };
+    let due = match state {
+        // Requests may stall later without waking the driver: it looks
+        // again within a stall timeout, so a stall is caught within one
+        // and a half of it.
+        State::Busy | State::Opening { .. } => {
+            Ok((now + door.idle_timeout.min(door.stall_check_every()), false))
+        }
+        State::Unread { since } => stalled(since, door.send_timeout, CloseReason::SendTimeout),
+        State::ReadingBody { since } => stalled(since, door.body_timeout, CloseReason::BodyTimeout),
+        State::ReadingHead { since } => {
+            stalled(since, door.header_timeout, CloseReason::HeaderTimeout)
+        }
         State::Idle { since, fresh } => {
             // HTTP/1.1 clients send their request right after connecting;
             // HTTP/2 clients (gRPC channels) may connect ahead of use.
@@ -167,42 +177,25 @@ fn look(door: &Door, state: State, now: Instant, max_age: Option<Instant>, press
             } else {
                 door.idle_timeout
             };
-            let idle = now.saturating_duration_since(since);
-            if idle >= limit {
-                return if first_request {
+            if now.saturating_duration_since(since) >= limit {
+                Err(if first_request {
                     Next::CloseNow(CloseReason::HeaderTimeout)
                 } else {
                     Next::CloseGently(CloseReason::Idle)
-                };
+                })
+            } else {
+                // Work starting wakes the driver: a head's deadline or a
+                // stall could come long before the idle timeout.
+                Ok((since + limit, true))
             }
-            if pressure && idle >= PRESSURE_MIN_IDLE {
-                return Next::CloseGently(CloseReason::Pressure);
-            }
-            let mut until = since + limit;
-            if pressure {
-                until = until.min(since + PRESSURE_MIN_IDLE);
-            }
-            (until, door.protocol == Protocol::Http1)
-        }
-        State::ReadingHead { since } => {
-            let reading = now.saturating_duration_since(since);
-            if reading >= door.header_timeout {
-                return Next::CloseNow(CloseReason::HeaderTimeout);
-            }
-            if pressure && reading >= PRESSURE_MIN_IDLE {
-                return Next::CloseNow(CloseReason::Pressure);
-            }
-            let mut until = since + door.header_timeout;
-            if pressure {
-                until = until.min(since + PRESSURE_MIN_IDLE);
-            }
-            (until, false)
         }
     };
-    let until = max_age.map_or(until, |age| until.min(age));
-    Next::Wait {
-        until,
-        wake_on_head,
+    match due {
+        Err(next) => next,
+        Ok((until, wake_on_work)) => Next::Wait {
+            until: max_age.map_or(until, |age| until.min(age)),
+            wake_on_work,
+        },
     }
 }
 
@@ -237,14 +230,14 @@ mod tests {
         let since = Instant::now();
         let state = State::Idle { since, fresh: true };
         assert_eq!(
-            look(&door, state, since + Duration::from_secs(9), None, false),
+            look(&door, state, since + Duration::from_secs(9), None),
             Next::Wait {
                 until: since + door.header_timeout,
-                wake_on_head: true
+                wake_on_work: true
             }
         );
         assert_eq!(
-            look(&door, state, since + door.header_timeout, None, false),
+            look(&door, state, since + door.header_timeout, None),
             Next::CloseNow(CloseReason::HeaderTimeout)
         );
     }
@@ -255,12 +248,9 @@ mod tests {
         let since = Instant::now();
         let state = State::Idle { since, fresh: true };
         let later = since + door.header_timeout * 2;
-        assert!(matches!(
-            look(&door, state, later, None, false),
-            Next::Wait { .. }
-        ));
+        assert!(matches!(look(&door, state, later, None), Next::Wait { .. }));
         assert_eq!(
-            look(&door, state, since + door.idle_timeout, None, false),
+            look(&door, state, since + door.idle_timeout, None),
             Next::CloseGently(CloseReason::Idle)
         );
     }
@@ -271,52 +261,62 @@ mod tests {
         let since = Instant::now();
         let state = State::ReadingHead { since };
         assert_eq!(
-            look(&door, state, since + Duration::from_secs(1), None, false),
+            look(&door, state, since + Duration::from_secs(1), None),
             Next::Wait {
                 until: since + door.header_timeout,
-                wake_on_head: false
+                wake_on_work: false
             }
         );
         assert_eq!(
-            look(&door, state, since + door.header_timeout, None, false),
+            look(&door, state, since + door.header_timeout, None),
             Next::CloseNow(CloseReason::HeaderTimeout)
         );
     }
 
     #[test]
-    fn a_busy_connection_is_never_closed_for_idleness_or_pressure() {
+    fn a_busy_connection_is_looked_at_again_within_a_stall_timeout() {
         let door = door(Protocol::Http2);
         let now = Instant::now();
-        assert!(matches!(
-            look(&door, State::Busy, now, None, true),
-            Next::Wait { .. }
-        ));
+        assert_eq!(
+            look(&door, State::Busy, now, None),
+            Next::Wait {
+                until: now + door.stall_check_every(),
+                wake_on_work: false
+            }
+        );
     }
 
     #[test]
-    fn under_pressure_only_connections_idle_for_a_while_close() {
-        let door = door(Protocol::Http1);
+    fn answers_nobody_reads_close_the_connection_at_the_send_timeout() {
+        let door = door(Protocol::Http2);
         let since = Instant::now();
-        let state = State::Idle {
-            since,
-            fresh: false,
-        };
-        let soon = since + PRESSURE_MIN_IDLE / 2;
+        let state = State::Unread { since };
         assert_eq!(
-            look(&door, state, soon, None, true),
+            look(&door, state, since + door.send_timeout / 2, None),
             Next::Wait {
-                until: since + PRESSURE_MIN_IDLE,
-                wake_on_head: true
+                until: since + door.send_timeout,
+                wake_on_work: false
             }
         );
         assert_eq!(
-            look(&door, state, since + PRESSURE_MIN_IDLE, None, true),
-            Next::CloseGently(CloseReason::Pressure)
+            look(&door, state, since + door.send_timeout, None),
+            Next::CloseNow(CloseReason::SendTimeout)
         );
+    }
+
+    #[test]
+    fn a_body_that_stops_coming_closes_the_connection_at_the_body_timeout() {
+        let door = door(Protocol::Http1);
+        let since = Instant::now();
+        let state = State::ReadingBody { since };
         assert!(matches!(
-            look(&door, state, since + PRESSURE_MIN_IDLE, None, false),
+            look(&door, state, since + door.body_timeout / 2, None),
             Next::Wait { .. }
         ));
+        assert_eq!(
+            look(&door, state, since + door.body_timeout, None),
+            Next::CloseNow(CloseReason::BodyTimeout)
+        );
     }
 
     #[test]
@@ -324,15 +324,15 @@ mod tests {
         let door = door(Protocol::Http2);
         let now = Instant::now();
         assert_eq!(
-            look(&door, State::Busy, now, Some(now), false),
+            look(&door, State::Busy, now, Some(now)),
             Next::CloseGently(CloseReason::MaxAge)
         );
         let age = now + Duration::from_secs(3);
         assert_eq!(
-            look(&door, State::Busy, now, Some(age), false),
+            look(&door, State::Busy, now, Some(age)),
             Next::Wait {
                 until: age,
-                wake_on_head: false
+                wake_on_work: false
             }
         );
     }

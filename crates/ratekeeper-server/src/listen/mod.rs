@@ -39,9 +39,12 @@
 
 mod accept;
 mod activity;
+mod body;
 mod connection;
 mod detect;
+mod errors;
 mod files;
+mod room;
 mod service;
 mod socket;
 mod stats;
@@ -52,10 +55,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use accept::serve;
+pub use errors::ConnectionError;
 pub use files::{fit_open_files, OpenFiles};
 pub use stats::{CloseReason, ConnectionStats, DoorSnapshot};
 
 use crate::config::{ConnectionConfig, Http2Config};
+pub(crate) use body::RequestBody;
+use room::Room;
 use stats::DoorStats;
 use tls::TlsListener;
 
@@ -79,14 +85,19 @@ pub(crate) struct Door {
     pub(crate) protocol: Protocol,
     pub(crate) max_connections: usize,
     pub(crate) header_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) send_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) max_header_bytes: usize,
     pub(crate) shutdown_grace: Duration,
     pub(crate) http2: Http2Config,
     pub(crate) stats: Arc<DoorStats>,
+    /// The door's connections and their HTTP/2 streams.
+    pub(crate) room: Arc<Room>,
     /// The door's TLS, if it serves TLS: each connection's handshake must
-    /// finish within `header_timeout`.
+    /// finish within `handshake_timeout`.
     pub(crate) tls: Option<Arc<TlsListener>>,
 }
 
@@ -110,13 +121,25 @@ impl Door {
             protocol,
             max_connections,
             header_timeout: config.header_timeout,
+            handshake_timeout: config.handshake_timeout,
+            body_timeout: config.body_timeout,
+            send_timeout: config.send_timeout,
             idle_timeout: config.idle_timeout,
             request_timeout: (name != "proxy").then_some(config.request_timeout),
             max_header_bytes: config.max_header_bytes,
             shutdown_grace: config.shutdown_grace,
             http2: config.http2.clone(),
+            room: Arc::new(Room::new(config.http2.max_streams_total, stats.door(name))),
             stats: stats.door(name),
             tls: None,
         }
+    }
+
+    /// How often the driver of a busy connection looks whether it has
+    /// stalled (its answers unread, its bodies not coming): half the
+    /// shorter of the two timeouts, so that a stall is caught within one
+    /// and a half of its timeout.
+    pub(crate) fn stall_check_every(&self) -> Duration {
+        self.send_timeout.min(self.body_timeout) / 2
     }
 }

@@ -1,6 +1,10 @@
 //! The door's service as one connection calls it: each request is counted
 //! in flight until its response body ends, carries the peer's address, and
-//! is reset if it takes longer than the door's request timeout.
+//! is reset if it takes longer than the door's request timeout. On HTTP/2
+//! each stream is counted in the door's [`Room`], and refused
+//! (`REFUSED_STREAM`, which clients retry elsewhere or later) when the door
+//! holds all the streams it may; its body and its answer tell the
+//! connection's [`Activity`] when they wait for the peer.
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -19,7 +23,9 @@ use thiserror::Error;
 use tower::util::Oneshot;
 use tower::ServiceExt;
 
-use super::activity::{Activity, InFlight};
+use super::activity::{Activity, Answer, InFlight};
+use super::body::RequestBody;
+use super::room::Room;
 use super::stats::DoorStats;
 use crate::telemetry::{request_trace, scope_request, RequestScoped};
 
@@ -43,18 +49,48 @@ pub(crate) struct Tracked<S> {
     /// reads it (the gRPC door), which spares an allocation per request.
     pub(crate) peer: Option<SocketAddr>,
     pub(crate) timeout: Option<Duration>,
+    /// The door's room, on an HTTP/2 connection: its streams are counted
+    /// there.
+    pub(crate) streams: Option<Arc<Room>>,
+}
+
+impl<S: Clone> Tracked<S> {
+    /// The same service on a connection that turned out to speak HTTP/2:
+    /// its streams count in `room`.
+    pub(crate) fn counting_streams(self, room: &Arc<Room>) -> Tracked<S> {
+        Tracked {
+            streams: Some(Arc::clone(room)),
+            ..self
+        }
+    }
 }
 
 impl<S, B> hyper::service::Service<Request<Incoming>> for Tracked<S>
 where
-    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>> + Clone,
     S::Error: Into<BoxError>,
 {
     type Response = Response<Guarded<B>>;
     type Error = BoxError;
-    type Future = TrackedFuture<RequestScoped<Oneshot<S, Request<Incoming>>>>;
+    type Future = TrackedFuture<RequestScoped<Oneshot<S, Request<RequestBody>>>>;
 
-    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let timeout = self.timeout.unwrap_or_default();
+        let stats = Arc::clone(&self.stats);
+        if let Some(room) = &self.streams {
+            if !room.take_stream(&self.activity) {
+                self.stats.stream_refused();
+                return TrackedFuture {
+                    timeout,
+                    sleep: None,
+                    call: None,
+                    guard: None,
+                    activity: Arc::clone(&self.activity),
+                    stats,
+                };
+            }
+        }
+        let mut request = request.map(|body| RequestBody::new(body, &self.activity));
         if let Some(peer) = self.peer {
             request
                 .extensions_mut()
@@ -64,24 +100,27 @@ where
         let trace = request_trace(self.door, &request);
         let call = scope_request(trace, self.service.clone().oneshot(request));
         TrackedFuture {
-            timeout: self.timeout.unwrap_or_default(),
+            timeout,
             sleep: self.timeout.map(tokio::time::sleep),
-            call,
+            call: Some(call),
             guard: Some(guard),
-            stats: Arc::clone(&self.stats),
+            activity: Arc::clone(&self.activity),
+            stats,
         }
     }
 }
 
 pin_project! {
-    /// A request's response, with its deadline.
+    /// A request's response, with its deadline; no call at all for a
+    /// stream refused for want of room.
     pub(crate) struct TrackedFuture<F> {
         #[pin]
-        call: F,
+        call: Option<F>,
         timeout: Duration,
         #[pin]
         sleep: Option<tokio::time::Sleep>,
         guard: Option<InFlight>,
+        activity: Arc<Activity>,
         stats: Arc<DoorStats>,
     }
 }
@@ -95,10 +134,20 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Poll::Ready(result) = this.call.poll(cx) {
+        let Some(call) = this.call.as_pin_mut() else {
+            // hyper resets the stream with the reason of an h2 error.
+            let refused = h2::Error::from(h2::Reason::REFUSED_STREAM);
+            return Poll::Ready(Err(Box::new(refused)));
+        };
+        if let Poll::Ready(result) = call.poll(cx) {
             let response = result.map_err(Into::into)?;
             let guard = this.guard.take();
-            return Poll::Ready(Ok(response.map(|body| Guarded { body, guard })));
+            let answer = this.activity.start_answer();
+            return Poll::Ready(Ok(response.map(|body| Guarded {
+                body,
+                answer: Some(answer),
+                guard,
+            })));
         }
         if let Some(sleep) = this.sleep.as_pin_mut() {
             ready!(sleep.poll(cx));
@@ -111,10 +160,12 @@ where
 
 pin_project! {
     /// A response body that keeps its request counted in flight until it
-    /// ends (or is dropped).
+    /// ends (or is dropped), and tells the connection when its frames are
+    /// taken to be sent.
     pub(crate) struct Guarded<B> {
         #[pin]
         body: B,
+        answer: Option<Answer>,
         guard: Option<InFlight>,
     }
 }
@@ -132,10 +183,23 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
         let polled = this.body.poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            // The end: the connection is idle from now, not from when
-            // hyper drops the body.
-            this.guard.take();
+        match &polled {
+            Poll::Ready(Some(_)) => {
+                if let Some(answer) = this.answer {
+                    answer.frame_taken();
+                }
+            }
+            Poll::Ready(None) => {
+                // The end: the connection is idle from now, not from when
+                // hyper drops the body.
+                this.answer.take();
+                this.guard.take();
+            }
+            Poll::Pending => {
+                if let Some(answer) = this.answer {
+                    answer.waiting_for_source();
+                }
+            }
         }
         polled
     }

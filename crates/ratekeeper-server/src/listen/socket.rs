@@ -78,6 +78,17 @@ impl Socket {
         }
     }
 
+    /// Tells the connection whether the peer takes its bytes: a write that
+    /// would block means the peer has stopped reading (or reads slower
+    /// than the service writes).
+    fn wrote(&self, polled: &Poll<io::Result<usize>>) {
+        match polled {
+            Poll::Pending => self.activity.write_blocked(true),
+            Poll::Ready(Ok(n)) if *n > 0 => self.activity.write_blocked(false),
+            Poll::Ready(_) => {}
+        }
+    }
+
     fn tcp(&mut self) -> io::Result<&mut TcpStream> {
         self.tcp
             .as_mut()
@@ -111,7 +122,10 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(self.get_mut().tcp()?).poll_write(cx, buf)
+        let this = self.get_mut();
+        let polled = Pin::new(this.tcp()?).poll_write(cx, buf);
+        this.wrote(&polled);
+        polled
     }
 
     fn poll_write_vectored(
@@ -119,7 +133,10 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(self.get_mut().tcp()?).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let polled = Pin::new(this.tcp()?).poll_write_vectored(cx, bufs);
+        this.wrote(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {

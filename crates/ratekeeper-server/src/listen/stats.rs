@@ -1,7 +1,9 @@
 //! What the listeners count: open connections, and why they were closed.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use super::errors::{ConnectionError, ErrorLog};
 
 /// Why the service closed a connection (a client closing its own is not
 /// counted).
@@ -13,25 +15,32 @@ pub enum CloseReason {
     /// A request's head (or a new connection's first request) took longer
     /// than `header_timeout`.
     HeaderTimeout,
-    /// Idle while the door was at its connection cap: closed to make room.
+    /// Closed to make room while its door was full (of connections, or of
+    /// HTTP/2 streams): stalled, or idle, for a second or more.
     Pressure,
     /// Older than `max_connection_age`.
     MaxAge,
     /// Still open when the shutdown's grace period ended.
     Shutdown,
-    /// The TLS handshake failed or took longer than `header_timeout`.
+    /// The TLS handshake failed or took longer than `handshake_timeout`.
     Handshake,
+    /// Its answers waited for the peer to read them for `send_timeout`.
+    SendTimeout,
+    /// Every request in flight waited `body_timeout` for more of its body.
+    BodyTimeout,
 }
 
 impl CloseReason {
     /// Every reason, in the order of [`DoorSnapshot::closed`].
-    pub const ALL: [CloseReason; 6] = [
+    pub const ALL: [CloseReason; 8] = [
         CloseReason::Idle,
         CloseReason::HeaderTimeout,
         CloseReason::Pressure,
         CloseReason::MaxAge,
         CloseReason::Shutdown,
         CloseReason::Handshake,
+        CloseReason::SendTimeout,
+        CloseReason::BodyTimeout,
     ];
 
     /// The label value in `/metrics`.
@@ -43,6 +52,8 @@ impl CloseReason {
             CloseReason::MaxAge => "max_age",
             CloseReason::Shutdown => "shutdown",
             CloseReason::Handshake => "handshake",
+            CloseReason::SendTimeout => "send_timeout",
+            CloseReason::BodyTimeout => "body_timeout",
         }
     }
 
@@ -60,6 +71,11 @@ pub(crate) struct DoorStats {
     request_timeouts: AtomicU64,
     cap_reached: AtomicU64,
     accept_errors: AtomicU64,
+    streams_refused: AtomicU64,
+    /// The streams the door's [`Room`](super::room::Room) counts now.
+    pub(crate) streams_held: AtomicUsize,
+    /// Connections that ended with an error.
+    pub(crate) errors: ErrorLog,
 }
 
 impl DoorStats {
@@ -88,6 +104,10 @@ impl DoorStats {
         self.accept_errors.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn stream_refused(&self) {
+        self.streams_refused.fetch_add(1, Relaxed);
+    }
+
     fn snapshot(&self, door: &'static str) -> DoorSnapshot {
         DoorSnapshot {
             door,
@@ -98,6 +118,9 @@ impl DoorStats {
             request_timeouts: self.request_timeouts.load(Relaxed),
             cap_reached: self.cap_reached.load(Relaxed),
             accept_errors: self.accept_errors.load(Relaxed),
+            streams_refused: self.streams_refused.load(Relaxed),
+            streams_held: self.streams_held.load(Relaxed) as u64,
+            errors: self.errors.counts(),
         }
     }
 }
@@ -151,4 +174,13 @@ pub struct DoorSnapshot {
     pub cap_reached: u64,
     /// Failed accepts (out of file descriptors, mostly).
     pub accept_errors: u64,
+    /// HTTP/2 streams refused because the door held
+    /// `[listen.http2] max_streams_total`.
+    pub streams_refused: u64,
+    /// HTTP/2 streams the door counts now against
+    /// `[listen.http2] max_streams_total` (each connection at the most it
+    /// has had open at once).
+    pub streams_held: u64,
+    /// Connections that ended with an error, by kind.
+    pub errors: [(ConnectionError, u64); ConnectionError::ALL.len()],
 }

@@ -210,7 +210,7 @@ impl Service {
         };
 
         if let Some(addr) = config.listen.http {
-            let listener = bind("http", addr).await?;
+            let listener = bind("http", addr, connections.backlog)?;
             addrs.http = Some(local_addr("http", &listener)?);
             // Statistics stay on the admin port: their top denied keys may
             // be clients' addresses or API keys.
@@ -219,14 +219,14 @@ impl Service {
             tasks.spawn(serve_door(listener, door, app, stopped.clone()));
         }
         if let Some(addr) = config.listen.grpc {
-            let listener = bind("grpc", addr).await?;
+            let listener = bind("grpc", addr, connections.backlog)?;
             addrs.grpc = Some(local_addr("grpc", &listener)?);
             let service = crate::envoy::EnvoyService::new(engine.clone()).into_server();
             let door = door("grpc", Protocol::Http2, &tls.grpc);
             tasks.spawn(serve_door(listener, door, service, stopped.clone()));
         }
         if let Some(addr) = config.listen.admin {
-            let listener = bind("admin", addr).await?;
+            let listener = bind("admin", addr, connections.backlog)?;
             addrs.admin = Some(local_addr("admin", &listener)?);
             let app = crate::admin::router(engine.clone());
             let door = door("admin", Protocol::Http1, &tls.admin);
@@ -234,7 +234,7 @@ impl Service {
         }
 
         if let Some((addr, upstream, proxy_options)) = proxy {
-            let listener = bind("proxy", addr).await?;
+            let listener = bind("proxy", addr, connections.backlog)?;
             addrs.proxy = Some(local_addr("proxy", &listener)?);
             // The door's settings are the service's, not the options'.
             let mut settings = proxy_options.clone();
@@ -370,10 +370,40 @@ impl Service {
     }
 }
 
-async fn bind(door: &'static str, addr: SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind { door, addr, source })
+/// A listener for `door` on `addr`, whose kernel queue holds `backlog`
+/// connections not yet accepted (at most `net.core.somaxconn`, which the
+/// kernel applies silently: a smaller one is logged).
+fn bind(door: &'static str, addr: SocketAddr, backlog: u32) -> Result<TcpListener, ServeError> {
+    let error = |source| ServeError::Bind { door, addr, source };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(error)?;
+    // As std's listeners: a restarted service rebinds its port at once,
+    // past the old connections' TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true).map_err(error)?;
+    socket.bind(addr).map_err(error)?;
+    if let Some(max) = somaxconn().filter(|max| *max < backlog) {
+        tracing::info!(
+            door,
+            backlog,
+            somaxconn = max,
+            "the kernel queues at most net.core.somaxconn connections per listener"
+        );
+    }
+    socket.listen(backlog).map_err(error)
+}
+
+/// The system's cap on a listener's backlog, where it can be read.
+fn somaxconn() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn local_addr(door: &'static str, listener: &TcpListener) -> Result<SocketAddr, ServeError> {
@@ -395,7 +425,7 @@ async fn serve_door<S, B>(
     stopped: watch::Receiver<bool>,
 ) -> Result<(), ServeError>
 where
-    S: tower::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+    S: tower::Service<http::Request<crate::listen::RequestBody>, Response = http::Response<B>>
         + Clone
         + Send
         + 'static,

@@ -22,10 +22,12 @@ pub enum LogFormat {
     Json,
 }
 
-/// What the default filter logs when `RUST_LOG` is not set: `info`, and
-/// only warnings from the OpenTelemetry crates (they report each batch at
-/// `info`).
-const DEFAULT_FILTER: &str = "info,opentelemetry=warn,opentelemetry_sdk=warn";
+/// What the default filter logs when `RUST_LOG` is not set: `info`, only
+/// warnings from the OpenTelemetry crates (they report each batch at
+/// `info`), and only errors from h2, which warns once per connection it
+/// closes for abuse (a rapid reset's thousands a second): the listeners
+/// count those and log one line per interval (`listen/errors.rs`).
+const DEFAULT_FILTER: &str = "info,opentelemetry=warn,opentelemetry_sdk=warn,h2=error";
 
 /// The telemetry set up by [`init`]: keep it while the process serves,
 /// then [`shutdown`](Telemetry::shutdown) it (dropping it does the same) to

@@ -34,6 +34,7 @@ mod saturation;
 mod serve_command;
 mod shadow_mode;
 mod simulate;
+mod stalled_connections;
 mod store_failures;
 mod store_tls;
 mod telemetry;

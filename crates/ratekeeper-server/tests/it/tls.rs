@@ -549,13 +549,13 @@ async fn a_silent_or_failed_handshake_closes_only_that_connection() {
 
     let files = Files::new();
     let tables = format!(
-        "{}[listen.connections]\nheader_timeout = \"1s\"\n",
+        "{}[listen.connections]\nhandshake_timeout = \"1s\"\n",
         files.table("grpc", None)
     );
     let service = TestService::start(&config(&tables)).await;
     let addr = service.service.addrs().grpc.unwrap();
 
-    // Connected, and not a byte sent: closed at the header timeout (a
+    // Connected, and not a byte sent: closed at the handshake timeout (a
     // timer never fires early; 20 s is far past it, room for a loaded
     // machine), and not sooner.
     let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -599,4 +599,48 @@ async fn a_silent_or_failed_handshake_closes_only_that_connection() {
             .contains(r#"ratekeeper_connections_closed_total{door="grpc",reason="handshake"} 2"#),
         "{metrics}"
     );
+}
+
+/// The first bytes of a TLS ClientHello whose record announces 512 bytes:
+/// a handshake begun and never finished.
+const HALF_CLIENT_HELLO: &[u8] = &[
+    0x16, 0x03, 0x01, 0x02, 0x00, // a handshake record of 512 bytes
+    0x01, 0x00, 0x01, 0xfc, // ClientHello, 508 bytes
+    0x03, 0x03, 0x5a, 0x5a, 0x5a, 0x5a, // TLS 1.2, the random's start
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_a_handshake_that_never_finishes_gives_way_to_a_new_client() {
+    use tokio::io::AsyncWriteExt;
+
+    let files = Files::new();
+    // Timeouts far past the test's: only making room can serve the client.
+    let tables = format!(
+        "{}[listen.connections]\nmax_connections = 4\nhandshake_timeout = \"120s\"\n\
+         header_timeout = \"120s\"\n",
+        files.table("http", None)
+    );
+    let service = TestService::start(&config(&tables)).await;
+    let addr = service.service.addrs().http.unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(HALF_CLIENT_HELLO).await.unwrap();
+        stalled.push(tcp);
+    }
+    let open = r#"ratekeeper_connections_open{door="http"}"#;
+    common::wait_for_metric(&service, open, |n| n == 4).await;
+
+    // The door is full of handshakes going nowhere: a new client is served.
+    let client = https(&files.ca.pem(), None);
+    let answer = client
+        .get(format!("https://{addr}/v1/limits"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("a stalled handshake gave way");
+    assert_eq!(answer.status(), 200);
+    let pressure = r#"ratekeeper_connections_closed_total{door="http",reason="pressure"}"#;
+    common::wait_for_metric(&service, pressure, |n| n >= 1).await;
+    drop(stalled);
 }

@@ -339,3 +339,41 @@ pub fn descriptor(pairs: &[(&str, &str)]) -> ratekeeper_server::envoy::proto::Ra
         ..Default::default()
     }
 }
+
+/// The value of the `/metrics` sample named exactly `series` (name and
+/// labels, as printed), if the text has it.
+pub fn sample(metrics: &str, series: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// Polls `service`'s `/metrics` until the sample `series` satisfies `ok`,
+/// for at most 30 s (a bound for a hang, not a timing); the text then.
+pub async fn wait_for_metric(
+    service: &TestService,
+    series: &str,
+    ok: impl Fn(u64) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = service
+            .client
+            .get(service.admin("/metrics"))
+            .send()
+            .await
+            .expect("the admin port answers")
+            .text()
+            .await
+            .expect("metrics as text");
+        if sample(&metrics, series).is_some_and(&ok) {
+            return metrics;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{series} never came: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
