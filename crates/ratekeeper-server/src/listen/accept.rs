@@ -134,7 +134,8 @@ pub(crate) async fn serve<S, B>(
             door: door.name,
             peer: (door.protocol != Protocol::Http2).then_some(peer),
             timeout: door.request_timeout,
-            streams: None,
+            room: Arc::clone(&door.room),
+            count_streams: false,
         };
         let (door, stopped) = (Arc::clone(&door), stopped.clone());
         connections.spawn(async move {
@@ -303,7 +304,7 @@ async fn serve_protocol<IO, S, B>(
             .await;
         }
         Protocol::Http2 => {
-            let service = service.counting_streams(&door.room);
+            let service = service.counting_streams();
             let executor = StreamExecutor::default();
             let mut builder = http2::Builder::new(executor.clone());
             let h2 = &door.http2;

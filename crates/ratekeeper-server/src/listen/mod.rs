@@ -3,27 +3,41 @@
 //! `[listen.http2]` configure ([`ConnectionConfig`]).
 //!
 //! Each door (HTTP, gRPC, admin, proxy) runs one accept loop that keeps at
-//! most its cap of connections open. At the cap it stops accepting (new
-//! connections wait in the kernel's queue) and closes its connections that
-//! have had no request in flight for a second, so that clients holding
-//! connections they do not use cannot lock out the ones that do; the admin
-//! port has a cap of its own, so health checks answer while the other
-//! doors are full. Every connection is closed:
+//! most its cap of connections open, and counts in one place, its room
+//! (`room.rs`), what its connections hold: a slot each, and the HTTP/2
+//! streams each keeps room for (up to `max_streams_total` per door). A
+//! connection's slot and memory are reclaimable at every stage of its
+//! life: while it opens (TLS handshake, protocol detection), while a
+//! request's head or body arrives, and while its answers wait for the peer
+//! to read them. When the door is full, the least useful connection gives
+//! way at once: a stalled one first (the longest stalled), then the
+//! longest idle, provided it has been so for a second; a connection working
+//! for its client never does. So clients holding connections they do not
+//! use cannot lock out the ones that do, and a newcomer waits for no
+//! timeout. The admin port has a cap of its own, so health checks answer
+//! while the other doors are full. Every connection is closed:
 //!
-//! - abruptly, when a request's head takes longer than `header_timeout`
-//!   from its first byte (and, on HTTP/1.1, when a new connection sends
-//!   no request within it): a client that slow is owed no answer;
+//! - abruptly, when it is stalled past its timeout: a TLS handshake past
+//!   `handshake_timeout`, a request's head past `header_timeout` from its
+//!   first byte (and, on HTTP/1.1, a new connection that sends no request
+//!   within it), bodies it waits for that send nothing for `body_timeout`,
+//!   answers its peer reads none of for `send_timeout` (nginx's
+//!   `send_timeout`: an HTTP/2 window held at zero, a socket that takes no
+//!   bytes); or when it gives way while stalled. A client that slow is owed
+//!   no answer, and what it held is given back at once;
 //! - gently, when it has had no request in flight for `idle_timeout`, is
-//!   older than `max_connection_age` (gRPC), or is idle while its door is
-//!   full: requests in flight finish, HTTP/2 clients get a GOAWAY;
+//!   older than `max_connection_age` (gRPC), or gives way while idle:
+//!   requests in flight finish, HTTP/2 clients get a GOAWAY;
 //! - at shutdown: the listener closes at once, requests in flight get
 //!   `shutdown_grace` to finish, and what is left is then closed.
 //!
 //! A request of the decision doors that takes longer than
-//! `request_timeout` (a body sent slowly, say) is reset. A socket the
-//! service closes first sends its FIN and drops what the client still
-//! sends for a moment, so that a response already written is not lost to a
-//! reset.
+//! `request_timeout` is reset. A socket the service closes gently first
+//! sends its FIN and drops what the client still sends for a moment, so
+//! that a response already written is not lost to a reset.
+//!
+//! What this bounds, at the defaults, is in the README's "Security"
+//! section: per connection, per stream, in all.
 //!
 //! The proxy's door speaks both HTTP/1.1 (with upgrades, for WebSocket)
 //! and HTTP/2, telling them apart by the connection's first bytes (see
@@ -129,7 +143,13 @@ impl Door {
             max_header_bytes: config.max_header_bytes,
             shutdown_grace: config.shutdown_grace,
             http2: config.http2.clone(),
-            room: Arc::new(Room::new(config.http2.max_streams_total, stats.door(name))),
+            // The proxy's bodies stream through to the upstream: it holds
+            // no more than the flow-control windows let in.
+            room: Arc::new(Room::new(
+                config.http2.max_streams_total,
+                (name != "proxy").then_some(config.max_body_bytes_total),
+                stats.door(name),
+            )),
             stats: stats.door(name),
             tls: None,
         }

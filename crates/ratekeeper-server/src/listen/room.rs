@@ -1,14 +1,17 @@
-//! A door's room: the connections it holds and the HTTP/2 streams they
-//! keep, under one accounting, and which connection gives way when either
-//! is full.
+//! A door's room: the connections it holds, the HTTP/2 streams they keep
+//! and the request bodies they are receiving, under one accounting, and
+//! which connection gives way when any is full.
 //!
 //! A connection costs its door a slot (a file descriptor and its buffers)
 //! from its accept to its close, and an HTTP/2 connection also costs the
 //! streams it has had open at once: h2 keeps room for that many streams
-//! until the connection closes, answered or not. The door counts both
-//! (slots in the accept loop's semaphore, streams here, up to
-//! `[listen.http2] max_streams_total`), so that what its connections can
-//! hold is bounded by its settings, whatever the clients do.
+//! until the connection closes, answered or not. A request's body costs
+//! its bytes until it has all arrived (the decision doors read a body
+//! whole before deciding). The door counts all three (slots in the accept
+//! loop's semaphore; streams and body bytes here, up to `[listen.http2]
+//! max_streams_total` and `[listen.connections] max_body_bytes_total`), so
+//! that what its connections can hold is bounded by its settings, whatever
+//! the clients do.
 //!
 //! When the door is full, the connection that is least useful gives way
 //! at once, if it has been so for [`EVICTABLE_AFTER`]: first one that is
@@ -47,23 +50,32 @@ const RECLAIM_EVERY: Duration = Duration::from_millis(10);
 pub(crate) struct Room {
     connections: Mutex<HashMap<u64, Arc<Activity>>>,
     next_id: AtomicU64,
-    /// Its `streams_held` counts the streams held, for `/metrics` too.
+    /// Its `streams_held` and `body_bytes_held` count what is held, for
+    /// `/metrics` too.
     stats: Arc<DoorStats>,
     max_streams: usize,
+    /// `None` on a door whose bodies stream through (the proxy's).
+    max_body_bytes: Option<usize>,
     /// Milliseconds after `created` of the last reclaim of streams.
     last_reclaim: AtomicU64,
     created: Instant,
 }
 
 impl Room {
-    /// A room for at most `max_streams` HTTP/2 streams in all, counted in
+    /// A room for at most `max_streams` HTTP/2 streams and (if given)
+    /// `max_body_bytes` bytes of request bodies arriving, counted in
     /// `stats`.
-    pub(crate) fn new(max_streams: usize, stats: Arc<DoorStats>) -> Room {
+    pub(crate) fn new(
+        max_streams: usize,
+        max_body_bytes: Option<usize>,
+        stats: Arc<DoorStats>,
+    ) -> Room {
         Room {
             connections: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             stats,
             max_streams,
+            max_body_bytes,
             last_reclaim: AtomicU64::new(0),
             created: Instant::now(),
         }
@@ -117,7 +129,7 @@ impl Room {
             Err(held) => held,
         };
         if held * 8 >= self.max_streams * RECLAIM_AT_EIGHTHS {
-            self.reclaim_streams();
+            self.reclaim(|activity| activity.streams_held() > 0);
         }
         if taken.is_err() {
             return false;
@@ -126,9 +138,42 @@ impl Room {
         true
     }
 
-    /// Evicts the least useful connection holding streams, at most every
-    /// [`RECLAIM_EVERY`].
-    fn reclaim_streams(&self) {
+    /// Whether this door counts the bytes of bodies arriving.
+    pub(crate) fn counts_bodies(&self) -> bool {
+        self.max_body_bytes.is_some()
+    }
+
+    /// Counts `bytes` more of a request's body, arrived; `false` (and not
+    /// counted) when the door would hold more than `max_body_bytes_total`:
+    /// the request must fail. Near the cap, stalled and idle connections
+    /// are reclaimed.
+    pub(crate) fn hold_body_bytes(&self, bytes: usize) -> bool {
+        let Some(max) = self.max_body_bytes else {
+            return true;
+        };
+        let held = &self.stats.body_bytes_held;
+        let now = held.fetch_add(bytes, Relaxed).saturating_add(bytes);
+        if now * 8 >= max.saturating_mul(RECLAIM_AT_EIGHTHS) {
+            self.reclaim(|_| true);
+        }
+        if now > max {
+            held.fetch_sub(bytes, Relaxed);
+            self.stats.body_refused();
+            return false;
+        }
+        true
+    }
+
+    /// Gives back `bytes` of a body that has arrived (or gone).
+    pub(crate) fn release_body_bytes(&self, bytes: usize) {
+        if self.max_body_bytes.is_some() {
+            self.stats.body_bytes_held.fetch_sub(bytes, Relaxed);
+        }
+    }
+
+    /// Evicts the least useful connection among those `eligible`, at most
+    /// every [`RECLAIM_EVERY`].
+    fn reclaim(&self, eligible: impl Fn(&Activity) -> bool) {
         let now = Instant::now();
         let millis =
             u64::try_from(now.duration_since(self.created).as_millis()).unwrap_or(u64::MAX);
@@ -142,7 +187,7 @@ impl Room {
         {
             return;
         }
-        self.evict_least_useful(now, |activity| activity.streams_held() > 0);
+        self.evict_least_useful(now, eligible);
     }
 
     /// Asks the least useful connection to close, if one has been stalled
@@ -212,7 +257,7 @@ mod tests {
 
     #[test]
     fn a_stalled_connection_gives_way_before_an_idle_one_and_a_busy_one_never() {
-        let room = Arc::new(Room::new(16, Arc::default()));
+        let room = Arc::new(Room::new(16, Some(1024), Arc::default()));
         let idle = Activity::new(false, false);
         let opening = Activity::new(false, true);
         let busy = Activity::new(false, false);
@@ -229,7 +274,7 @@ mod tests {
 
     #[test]
     fn nothing_gives_way_before_it_has_been_stalled_for_a_while() {
-        let room = Arc::new(Room::new(16, Arc::default()));
+        let room = Arc::new(Room::new(16, Some(1024), Arc::default()));
         let opening = Activity::new(false, true);
         let _entered = room.enter(&opening);
         assert!(!room.evict_least_useful(Instant::now(), |_| true));
@@ -238,7 +283,7 @@ mod tests {
 
     #[test]
     fn streams_are_counted_at_each_connections_peak_and_given_back_when_it_closes() {
-        let room = Arc::new(Room::new(3, Arc::default()));
+        let room = Arc::new(Room::new(3, Some(1024), Arc::default()));
         let first = Activity::new(false, false);
         let second = Activity::new(false, false);
         let entered_first = room.enter(&first);
@@ -261,5 +306,17 @@ mod tests {
         assert_eq!(room.streams_held(), 1);
         assert!(room.take_stream(&second));
         assert_eq!(room.len(), 1);
+    }
+
+    #[test]
+    fn body_bytes_past_the_total_are_refused_and_given_back() {
+        let room = Room::new(16, Some(100), Arc::default());
+        assert!(room.hold_body_bytes(60));
+        assert!(!room.hold_body_bytes(41), "past max_body_bytes_total");
+        assert!(room.hold_body_bytes(40));
+        room.release_body_bytes(100);
+        assert!(room.hold_body_bytes(100));
+        let streaming = Room::new(16, None, Arc::default());
+        assert!(streaming.hold_body_bytes(usize::MAX));
     }
 }

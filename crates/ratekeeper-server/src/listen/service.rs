@@ -49,17 +49,18 @@ pub(crate) struct Tracked<S> {
     /// reads it (the gRPC door), which spares an allocation per request.
     pub(crate) peer: Option<SocketAddr>,
     pub(crate) timeout: Option<Duration>,
-    /// The door's room, on an HTTP/2 connection: its streams are counted
-    /// there.
-    pub(crate) streams: Option<Arc<Room>>,
+    /// The door's room, where request bodies are counted, and streams on
+    /// HTTP/2 (see `count_streams`).
+    pub(crate) room: Arc<Room>,
+    pub(crate) count_streams: bool,
 }
 
-impl<S: Clone> Tracked<S> {
+impl<S> Tracked<S> {
     /// The same service on a connection that turned out to speak HTTP/2:
-    /// its streams count in `room`.
-    pub(crate) fn counting_streams(self, room: &Arc<Room>) -> Tracked<S> {
+    /// its streams count in the door's room.
+    pub(crate) fn counting_streams(self) -> Tracked<S> {
         Tracked {
-            streams: Some(Arc::clone(room)),
+            count_streams: true,
             ..self
         }
     }
@@ -77,8 +78,8 @@ where
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let timeout = self.timeout.unwrap_or_default();
         let stats = Arc::clone(&self.stats);
-        if let Some(room) = &self.streams {
-            if !room.take_stream(&self.activity) {
+        if self.count_streams {
+            if !self.room.take_stream(&self.activity) {
                 self.stats.stream_refused();
                 return TrackedFuture {
                     timeout,
@@ -90,7 +91,7 @@ where
                 };
             }
         }
-        let mut request = request.map(|body| RequestBody::new(body, &self.activity));
+        let mut request = request.map(|body| RequestBody::new(body, &self.activity, &self.room));
         if let Some(peer) = self.peer {
             request
                 .extensions_mut()
