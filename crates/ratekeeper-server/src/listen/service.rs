@@ -78,18 +78,16 @@ where
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let timeout = self.timeout.unwrap_or_default();
         let stats = Arc::clone(&self.stats);
-        if self.count_streams {
-            if !self.room.take_stream(&self.activity) {
-                self.stats.stream_refused();
-                return TrackedFuture {
-                    timeout,
-                    sleep: None,
-                    call: None,
-                    guard: None,
-                    activity: Arc::clone(&self.activity),
-                    stats,
-                };
-            }
+        if self.count_streams && !self.room.take_stream(&self.activity) {
+            self.stats.stream_refused();
+            return TrackedFuture {
+                timeout,
+                sleep: None,
+                call: None,
+                guard: None,
+                activity: Arc::clone(&self.activity),
+                stats,
+            };
         }
         let mut request = request.map(|body| RequestBody::new(body, &self.activity, &self.room));
         if let Some(peer) = self.peer {
