@@ -77,8 +77,8 @@ impl ConnectionConfig {
     /// The smallest `max_header_bytes` accepted: HTTP/1.1's read buffer
     /// cannot be smaller.
     pub const MIN_HEADER_BYTES: usize = 8 * 1024;
-    /// The default [`ConnectionConfig::max_body_bytes_total`]: 64 MiB.
-    pub const DEFAULT_MAX_BODY_BYTES_TOTAL: usize = 64 << 20;
+    /// The default [`ConnectionConfig::max_body_bytes_total`]: 16 MiB.
+    pub const DEFAULT_MAX_BODY_BYTES_TOTAL: usize = 16 << 20;
     /// The largest `max_body_bytes_total` accepted: 64 GiB.
     pub const LIMIT_MAX_BODY_BYTES_TOTAL: usize = 64 << 30;
     /// The default [`ConnectionConfig::backlog`].
@@ -93,7 +93,7 @@ impl Default for ConnectionConfig {
     /// handshake within 3 s, a request's head within 10 s and no 10 s
     /// without a byte of its body, answers read within 10 s, connections
     /// idle for at most 60 s, decisions within 30 s, heads up to 32 KiB,
-    /// 64 MiB of bodies arriving per door, 5 s for requests in flight at
+    /// 16 MiB of bodies arriving per door, 5 s for requests in flight at
     /// shutdown, and 1,024 connections queued.
     fn default() -> Self {
         ConnectionConfig {
@@ -361,6 +361,63 @@ impl Checker<'_> {
                 field,
                 format!("invalid duration {text:?} ({error}); expected a number and a unit such as \"10s\", \"250ms\", \"5m\"{off}"),
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn parse(sections: &str) -> Result<ConnectionConfig, String> {
+        Config::from_toml_str(sections, "test.toml")
+            .map(|config| config.listen.connections)
+            .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn the_stall_timeouts_backlog_and_door_totals_are_read() {
+        let config = parse(
+            "[listen.connections]\nhandshake_timeout = \"2s\"\nbody_timeout = \"4s\"\n\
+             send_timeout = \"5s\"\nbacklog = 4096\nmax_body_bytes_total = 1048576\n\
+             [listen.http2]\nmax_streams_total = 100",
+        )
+        .unwrap();
+        assert_eq!(config.handshake_timeout, Duration::from_secs(2));
+        assert_eq!(config.body_timeout, Duration::from_secs(4));
+        assert_eq!(config.send_timeout, Duration::from_secs(5));
+        assert_eq!(config.backlog, 4096);
+        assert_eq!(config.max_body_bytes_total, 1 << 20);
+        assert_eq!(config.http2.max_streams_total, 100);
+        assert_eq!(parse("").unwrap(), ConnectionConfig::default());
+    }
+
+    #[test]
+    fn values_out_of_bounds_name_their_field() {
+        for (section, field) in [
+            (
+                "[listen.connections]\nsend_timeout = \"off\"",
+                "send_timeout",
+            ),
+            (
+                "[listen.connections]\nbody_timeout = \"0s\"",
+                "body_timeout",
+            ),
+            (
+                "[listen.connections]\nhandshake_timeout = \"2d\"",
+                "handshake_timeout",
+            ),
+            ("[listen.connections]\nbacklog = 0", "backlog"),
+            ("[listen.connections]\nbacklog = 70000", "backlog"),
+            (
+                "[listen.connections]\nmax_body_bytes_total = 100",
+                "max_body_bytes_total",
+            ),
+            ("[listen.http2]\nmax_streams_total = 0", "max_streams_total"),
+        ] {
+            let error = parse(section).unwrap_err();
+            assert!(error.contains(field), "{section}: {error}");
         }
     }
 }

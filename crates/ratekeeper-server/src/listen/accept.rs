@@ -20,9 +20,9 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::activity::Activity;
+use super::activity::{Activity, Eviction};
 use super::body::RequestBody;
-use super::connection::drive;
+use super::connection::{drive, EVICTED_GRACE};
 use super::detect::detect;
 use super::service::{BoxError, Tracked};
 use super::socket::{Lingering, Socket};
@@ -39,9 +39,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// How often a failed accept is logged at most.
 const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// At the cap, how long the loop waits for an evicted connection's slot
-/// before it evicts another (an idle one closes gently, which may take a
-/// moment).
+/// At the cap, how long the loop waits for a stalled connection's slot,
+/// once it is asked to close at once, before it evicts another.
 const EVICTION_WAIT: Duration = Duration::from_millis(20);
 
 /// At the cap with no connection that may give way, how long before the
@@ -88,10 +87,11 @@ pub(crate) async fn serve<S, B>(
                 let waited = loop {
                     // The newcomer is likely already in the kernel's queue:
                     // make room now rather than when a connection times out.
-                    let wait = if door.room.make_room() {
-                        EVICTION_WAIT
-                    } else {
-                        ROOM_RECHECK
+                    let wait = match door.room.make_room() {
+                        Some(Eviction::Now) => EVICTION_WAIT,
+                        // An idle connection closes gently, within a grace.
+                        Some(Eviction::Gently) => EVICTED_GRACE + EVICTION_WAIT,
+                        None => ROOM_RECHECK,
                     };
                     tokio::select! {
                         permit = Arc::clone(&permits).acquire_owned() => break permit.ok(),
@@ -204,7 +204,6 @@ async fn handshake(
         },
         _ = activity.evicted() => {
             door.stats.closed(CloseReason::Pressure);
-            activity.set_abortive();
             None
         }
     }
@@ -235,7 +234,6 @@ async fn serve_connection<IO, S, B>(
         detected = tokio::time::timeout(door.header_timeout, detect(socket)) => detected,
         _ = activity.evicted() => {
             door.stats.closed(CloseReason::Pressure);
-            activity.set_abortive();
             return;
         }
     };

@@ -14,11 +14,13 @@ use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64, AtomicU8,
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::room::Room;
 
 /// One connection's activity.
 #[derive(Debug)]
@@ -37,15 +39,19 @@ pub(crate) struct Activity {
     head_since: AtomicU64,
     /// Requests in flight whose body has not ended.
     bodies: AtomicU32,
-    /// Milliseconds after `opened` when a body last made progress (began,
-    /// or a frame of it arrived).
-    body_at: AtomicU64,
     /// Answers whose next frame waits for the connection to send it: for
-    /// the peer to read, mostly (see [`Answer`]).
+    /// the peer to read, mostly (see [`Answering`]).
     owed: AtomicU32,
-    /// Milliseconds after `opened` when an owed answer last made progress
-    /// (a frame was taken to be sent, or the first became owed).
-    sent_at: AtomicU64,
+    /// Counts the progress of bodies and answers: a body begun or a frame
+    /// of it arrived, an answer ready or a frame of it taken to be sent.
+    /// A count, not a time, so that the request path reads no clock; who
+    /// looks at the connection tells when it last changed.
+    progress: AtomicU64,
+    /// `progress` as last looked at, and milliseconds after `opened` when
+    /// it was first seen at that value: the time of the last progress,
+    /// as well as lookers can tell (within a look's interval).
+    seen_progress: AtomicU64,
+    seen_at: AtomicU64,
     /// Milliseconds after `opened`, plus one, since when the socket has
     /// refused to take more bytes; 0: it takes them.
     write_blocked: AtomicU64,
@@ -70,6 +76,9 @@ pub(crate) struct Activity {
     /// [`Eviction`] as a number, 0 for nothing.
     evicted: AtomicU8,
     eviction: Notify,
+    /// The door's room, once the connection is counted in it (see
+    /// [`Room::enter`](super::room::Room::enter), which also lets it go).
+    room: OnceLock<Arc<Room>>,
 }
 
 /// What the connection is doing now.
@@ -117,9 +126,10 @@ impl Activity {
             idle_since: AtomicU64::new(0),
             head_since: AtomicU64::new(0),
             bodies: AtomicU32::new(0),
-            body_at: AtomicU64::new(0),
             owed: AtomicU32::new(0),
-            sent_at: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
+            seen_progress: AtomicU64::new(0),
+            seen_at: AtomicU64::new(0),
             write_blocked: AtomicU64::new(0),
             streams_held: AtomicU32::new(0),
             wake_on_work: AtomicBool::new(false),
@@ -128,7 +138,18 @@ impl Activity {
             abortive: AtomicBool::new(false),
             evicted: AtomicU8::new(0),
             eviction: Notify::new(),
+            room: OnceLock::new(),
         })
+    }
+
+    /// Counts the connection in `room` (once).
+    pub(crate) fn enter(&self, room: &Arc<Room>) {
+        let _ = self.room.set(Arc::clone(room));
+    }
+
+    /// The door's room the connection is counted in.
+    pub(crate) fn room(&self) -> Option<&Arc<Room>> {
+        self.room.get()
     }
 
     pub(crate) fn opened(&self) -> Instant {
@@ -186,31 +207,26 @@ impl Activity {
     /// A request's body begins to arrive; it has arrived (or been given
     /// up) when the guard drops.
     pub(crate) fn start_body(self: &Arc<Self>) -> BodyOpen {
-        self.body_at.store(self.now_millis(), Relaxed);
+        self.progressed();
         self.bodies.fetch_add(1, Relaxed);
         BodyOpen(Arc::clone(self))
     }
 
-    /// A frame of a request's body arrived.
-    pub(crate) fn body_arrived(&self) {
-        self.body_at.store(self.now_millis(), Relaxed);
+    /// A body or an answer made progress.
+    fn progressed(&self) {
+        self.progress.fetch_add(1, Relaxed);
     }
 
-    /// An answer is ready to be sent; it stops counting when the guard
-    /// drops (its body ended, or the stream went).
-    pub(crate) fn start_answer(self: &Arc<Self>) -> Answer {
-        self.owe();
-        Answer {
-            activity: Arc::clone(self),
-            owed: true,
+    /// When bodies and answers last made progress, as far as lookers can
+    /// tell: the first look that saw the progress count where it is now.
+    fn last_progress(&self) -> u64 {
+        let progress = self.progress.load(Relaxed);
+        if self.seen_progress.swap(progress, Relaxed) != progress {
+            let now = self.now_millis();
+            self.seen_at.store(now, Relaxed);
+            return now;
         }
-    }
-
-    fn owe(&self) {
-        if self.owed.fetch_add(1, Relaxed) == 0 {
-            // The wait starts now, not at the last answer's progress.
-            self.sent_at.store(self.now_millis(), Relaxed);
-        }
+        self.seen_at.load(Relaxed)
     }
 
     /// The socket refused bytes (`false`: it took some).
@@ -258,9 +274,9 @@ impl Activity {
         let blocked = self.write_blocked.load(Relaxed);
         let unread_since = match (blocked, self.owed.load(Relaxed)) {
             (0, 0) => None,
-            (0, _) => Some(self.sent_at.load(Relaxed)),
+            (0, _) => Some(self.last_progress()),
             (blocked, 0) => Some(blocked - 1),
-            (blocked, _) => Some((blocked - 1).min(self.sent_at.load(Relaxed))),
+            (blocked, _) => Some((blocked - 1).min(self.last_progress())),
         };
         if let Some(since) = unread_since {
             return State::Unread {
@@ -273,7 +289,7 @@ impl Activity {
         if in_flight > 0 {
             if self.bodies.load(Relaxed) >= in_flight {
                 return State::ReadingBody {
-                    since: self.at(self.body_at.load(Relaxed)),
+                    since: self.at(self.last_progress()),
                 };
             }
             return State::Busy;
@@ -316,7 +332,8 @@ impl Activity {
     }
 
     /// The door asks the connection to close, as `how` says. A connection
-    /// asked once is not asked again.
+    /// asked once is not asked again. Its socket will not linger: a
+    /// newcomer waits for its slot.
     pub(crate) fn evict(&self, how: Eviction) -> bool {
         if self
             .evicted
@@ -325,6 +342,7 @@ impl Activity {
         {
             return false;
         }
+        self.set_abortive();
         // notify_one keeps the permit for a driver not yet waiting.
         self.eviction.notify_one();
         true
@@ -354,6 +372,35 @@ impl Activity {
 #[derive(Debug)]
 pub(crate) struct InFlight(Arc<Activity>);
 
+impl InFlight {
+    /// Its answer is ready to be sent: owed until it ends, or until its
+    /// source has no frame (see [`Answering`]).
+    pub(crate) fn answer(&self) -> Answering {
+        self.0.owed.fetch_add(1, Relaxed);
+        self.0.progressed();
+        Answering { owed: true }
+    }
+
+    /// A frame of its answer was taken to be sent: progress, and the next
+    /// frame is owed.
+    pub(crate) fn frame_taken(&self, answering: &mut Answering) {
+        self.0.progressed();
+        if !answering.owed {
+            answering.owed = true;
+            self.0.owed.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The answer's source has no frame yet (a proxied upstream, say): no
+    /// fault of the peer, so nothing is owed meanwhile. Also its end.
+    pub(crate) fn waiting_for_source(&self, answering: &mut Answering) {
+        if answering.owed {
+            answering.owed = false;
+            self.0.owed.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         let activity = &self.0;
@@ -364,6 +411,14 @@ impl Drop for InFlight {
     }
 }
 
+/// Whether an answer is owed: its next frame waits for the connection to
+/// take it. Kept beside the request's [`InFlight`], which must settle it
+/// ([`InFlight::waiting_for_source`]) before it drops.
+#[derive(Debug)]
+pub(crate) struct Answering {
+    owed: bool,
+}
+
 /// A request body still arriving.
 #[derive(Debug)]
 pub(crate) struct BodyOpen(Arc<Activity>);
@@ -371,7 +426,12 @@ pub(crate) struct BodyOpen(Arc<Activity>);
 impl BodyOpen {
     /// A frame of it arrived.
     pub(crate) fn arrived(&self) {
-        self.0.body_arrived();
+        self.0.progressed();
+    }
+
+    /// The room of its connection's door.
+    pub(crate) fn room(&self) -> Option<&Arc<Room>> {
+        self.0.room()
     }
 }
 
@@ -380,43 +440,6 @@ impl Drop for BodyOpen {
         self.0.bodies.fetch_sub(1, Relaxed);
     }
 }
-
-/// An answer being sent: owed while its next frame waits for the
-/// connection to take it, not while it waits for its own source (a proxied
-/// upstream, say), which is no fault of the peer.
-#[derive(Debug)]
-pub(crate) struct Answer {
-    activity: Arc<Activity>,
-    owed: bool,
-}
-
-impl Answer {
-    /// A frame was taken to be sent: progress, and the next one is owed.
-    pub(crate) fn frame_taken(&mut self) {
-        self.activity
-            .sent_at
-            .store(self.activity.now_millis(), Relaxed);
-        if !self.owed {
-            self.owed = true;
-            self.activity.owe();
-        }
-    }
-
-    /// The answer's source has no frame yet: nothing is owed meanwhile.
-    pub(crate) fn waiting_for_source(&mut self) {
-        if self.owed {
-            self.owed = false;
-            self.activity.owed.fetch_sub(1, Relaxed);
-        }
-    }
-}
-
-impl Drop for Answer {
-    fn drop(&mut self) {
-        self.waiting_for_source();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,15 +472,34 @@ mod tests {
     fn an_answer_is_owed_until_its_source_waits_or_it_ends() {
         let activity = Activity::new(false, false);
         let request = activity.start_request();
-        let mut answer = activity.start_answer();
+        let mut answer = request.answer();
         assert!(matches!(activity.state(), State::Unread { .. }));
-        answer.waiting_for_source();
+        request.waiting_for_source(&mut answer);
         assert_eq!(activity.state(), State::Busy);
-        answer.frame_taken();
+        request.frame_taken(&mut answer);
         assert!(matches!(activity.state(), State::Unread { .. }));
-        drop(answer);
+        request.waiting_for_source(&mut answer);
         assert_eq!(activity.state(), State::Busy);
         drop(request);
+    }
+
+    #[test]
+    fn a_stall_dates_from_the_first_look_that_saw_no_progress() {
+        let activity = Activity::new(false, false);
+        let request = activity.start_request();
+        let mut answer = request.answer();
+        let State::Unread { since: first } = activity.state() else {
+            panic!("owed");
+        };
+        // No progress since: the same moment, however late the look.
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(activity.state(), State::Unread { since: first });
+        request.frame_taken(&mut answer);
+        let State::Unread { since } = activity.state() else {
+            panic!("owed");
+        };
+        assert!(since > first, "progress moves the stall's start");
+        request.waiting_for_source(&mut answer);
     }
 
     #[test]

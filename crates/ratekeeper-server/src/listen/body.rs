@@ -16,7 +16,6 @@ use pin_project_lite::pin_project;
 use thiserror::Error;
 
 use super::activity::{Activity, BodyOpen};
-use super::room::Room;
 use super::service::BoxError;
 
 /// A body that would have taken its door past
@@ -34,9 +33,9 @@ pin_project! {
     pub(crate) struct RequestBody {
         #[pin]
         body: Incoming,
+        // Its connection's, until the body has arrived; through it, the
+        // door's room, where the body's bytes are counted.
         open: Option<BodyOpen>,
-        // The door's room, where it counts bodies' bytes.
-        room: Option<Arc<Room>>,
         // The bytes counted there.
         held: usize,
     }
@@ -44,23 +43,29 @@ pin_project! {
     impl PinnedDrop for RequestBody {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let Some(room) = this.room {
-                room.release_body_bytes(*this.held);
-            }
+            release(this.open.take(), this.held);
+        }
+    }
+}
+
+/// The body has arrived or gone: its connection stops waiting for it,
+/// and its bytes are given back to the door.
+fn release(open: Option<BodyOpen>, held: &mut usize) {
+    if let (Some(open), bytes @ 1..) = (&open, std::mem::take(held)) {
+        if let Some(room) = open.room() {
+            room.release_body_bytes(bytes);
         }
     }
 }
 
 impl RequestBody {
     /// `body`, arriving on the connection of `activity`, its bytes counted
-    /// in `room` if that door counts them.
-    pub(crate) fn new(body: Incoming, activity: &Arc<Activity>, room: &Arc<Room>) -> RequestBody {
+    /// in its door's room if that door counts them.
+    pub(crate) fn new(body: Incoming, activity: &Arc<Activity>) -> RequestBody {
         let open = (!body.is_end_stream()).then(|| activity.start_body());
-        let room = (open.is_some() && room.counts_bodies()).then(|| Arc::clone(room));
         RequestBody {
             body,
             open,
-            room,
             held: 0,
         }
     }
@@ -84,28 +89,27 @@ impl Body for RequestBody {
         };
         let Some(Ok(arrived)) = &frame else {
             // The end, or an error: nothing more arrives.
-            this.open.take();
-            if let Some(room) = this.room.take() {
-                room.release_body_bytes(std::mem::take(this.held));
-            }
+            release(this.open.take(), this.held);
             return Poll::Ready(frame);
         };
-        if let (Some(room), Some(data)) = (this.room.as_ref(), arrived.data_ref()) {
-            if !room.hold_body_bytes(data.len()) {
-                this.open.take();
-                room.release_body_bytes(std::mem::take(this.held));
-                this.room.take();
-                return Poll::Ready(Some(Err(Box::new(BodyRefused))));
+        let ends = body.is_end_stream();
+        // A body that arrives whole in its first frame (gRPC's unary calls,
+        // most JSON) is read at once: nothing to count, and no counter of
+        // the door's touched.
+        if !(ends && *this.held == 0) {
+            let room = this.open.as_ref().and_then(BodyOpen::room);
+            if let (Some(room), Some(data)) = (room, arrived.data_ref()) {
+                if !room.hold_body_bytes(data.len()) {
+                    release(this.open.take(), this.held);
+                    return Poll::Ready(Some(Err(Box::new(BodyRefused))));
+                }
+                *this.held += data.len();
             }
-            *this.held += data.len();
         }
-        if body.is_end_stream() {
+        if ends {
             // Readers may stop at the frame that ends the stream: its bytes
             // are theirs now.
-            this.open.take();
-            if let Some(room) = this.room.take() {
-                room.release_body_bytes(std::mem::take(this.held));
-            }
+            release(this.open.take(), this.held);
         } else if let Some(open) = this.open {
             open.arrived();
         }

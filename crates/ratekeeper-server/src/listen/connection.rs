@@ -25,7 +25,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The most an idle connection evicted to make room may take to close:
 /// its door is full, and a newcomer waits for its slot.
-const EVICTED_GRACE: Duration = Duration::from_millis(250);
+pub(crate) const EVICTED_GRACE: Duration = Duration::from_millis(250);
 
 /// What the driver does after looking at the connection.
 #[derive(Debug, PartialEq, Eq)]
@@ -128,8 +128,6 @@ pub(crate) async fn drive<C>(
             }
             how = activity.evicted(), if closing.is_none() => {
                 door.stats.closed(CloseReason::Pressure);
-                // The newcomer waits for this slot: no lingering.
-                activity.set_abortive();
                 match how {
                     Eviction::Now => return,
                     Eviction::Gently => {

@@ -91,6 +91,7 @@ impl Room {
     /// also gives back the streams it held.
     pub(crate) fn enter(self: &Arc<Self>, activity: &Arc<Activity>) -> Entered {
         let id = self.next_id.fetch_add(1, Relaxed);
+        activity.enter(self);
         self.connections().insert(id, Arc::clone(activity));
         Entered {
             room: Arc::clone(self),
@@ -136,11 +137,6 @@ impl Room {
         }
         activity.hold_stream();
         true
-    }
-
-    /// Whether this door counts the bytes of bodies arriving.
-    pub(crate) fn counts_bodies(&self) -> bool {
-        self.max_body_bytes.is_some()
     }
 
     /// Counts `bytes` more of a request's body, arrived; `false` (and not
@@ -191,15 +187,19 @@ impl Room {
     }
 
     /// Asks the least useful connection to close, if one has been stalled
-    /// or idle for [`EVICTABLE_AFTER`]: the door is full. `false` if none
-    /// could give way.
-    pub(crate) fn make_room(&self) -> bool {
+    /// or idle for [`EVICTABLE_AFTER`]: the door is full. How it was
+    /// asked to go; `None` if none could give way.
+    pub(crate) fn make_room(&self) -> Option<Eviction> {
         self.evict_least_useful(Instant::now(), |_| true)
     }
 
     /// Evicts the connection, among those `eligible`, that ranks first by
-    /// [`rank`], if any may go.
-    fn evict_least_useful(&self, now: Instant, eligible: impl Fn(&Activity) -> bool) -> bool {
+    /// [`rank`], if any may go; how it was asked to go.
+    fn evict_least_useful(
+        &self,
+        now: Instant,
+        eligible: impl Fn(&Activity) -> bool,
+    ) -> Option<Eviction> {
         let victim = {
             let connections = self.connections();
             connections
@@ -211,10 +211,8 @@ impl Room {
                 .min_by_key(|(rank, _, _)| *rank)
                 .map(|(_, how, activity)| (how, Arc::clone(activity)))
         };
-        match victim {
-            Some((how, activity)) => activity.evict(how),
-            None => false,
-        }
+        let (how, activity) = victim?;
+        activity.evict(how).then_some(how)
     }
 }
 
@@ -264,11 +262,17 @@ mod tests {
         let _request = busy.start_request();
         let _entered = [&idle, &opening, &busy].map(|activity| room.enter(activity));
         let later = Instant::now() + EVICTABLE_AFTER;
-        assert!(room.evict_least_useful(later, |_| true));
+        assert_eq!(
+            room.evict_least_useful(later, |_| true),
+            Some(Eviction::Now)
+        );
         assert_eq!(opening.eviction(), Some(Eviction::Now));
-        assert!(room.evict_least_useful(later, |_| true));
+        assert_eq!(
+            room.evict_least_useful(later, |_| true),
+            Some(Eviction::Gently)
+        );
         assert_eq!(idle.eviction(), Some(Eviction::Gently));
-        assert!(!room.evict_least_useful(later, |_| true));
+        assert_eq!(room.evict_least_useful(later, |_| true), None);
         assert_eq!(busy.eviction(), None);
     }
 
@@ -277,7 +281,7 @@ mod tests {
         let room = Arc::new(Room::new(16, Some(1024), Arc::default()));
         let opening = Activity::new(false, true);
         let _entered = room.enter(&opening);
-        assert!(!room.evict_least_useful(Instant::now(), |_| true));
+        assert_eq!(room.evict_least_useful(Instant::now(), |_| true), None);
         assert_eq!(opening.eviction(), None);
     }
 

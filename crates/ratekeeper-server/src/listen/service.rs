@@ -23,7 +23,7 @@ use thiserror::Error;
 use tower::util::Oneshot;
 use tower::ServiceExt;
 
-use super::activity::{Activity, Answer, InFlight};
+use super::activity::{Activity, Answering, InFlight};
 use super::body::RequestBody;
 use super::room::Room;
 use super::stats::DoorStats;
@@ -85,11 +85,10 @@ where
                 sleep: None,
                 call: None,
                 guard: None,
-                activity: Arc::clone(&self.activity),
                 stats,
             };
         }
-        let mut request = request.map(|body| RequestBody::new(body, &self.activity, &self.room));
+        let mut request = request.map(|body| RequestBody::new(body, &self.activity));
         if let Some(peer) = self.peer {
             request
                 .extensions_mut()
@@ -103,7 +102,6 @@ where
             sleep: self.timeout.map(tokio::time::sleep),
             call: Some(call),
             guard: Some(guard),
-            activity: Arc::clone(&self.activity),
             stats,
         }
     }
@@ -119,7 +117,6 @@ pin_project! {
         #[pin]
         sleep: Option<tokio::time::Sleep>,
         guard: Option<InFlight>,
-        activity: Arc<Activity>,
         stats: Arc<DoorStats>,
     }
 }
@@ -141,10 +138,10 @@ where
         if let Poll::Ready(result) = call.poll(cx) {
             let response = result.map_err(Into::into)?;
             let guard = this.guard.take();
-            let answer = this.activity.start_answer();
+            let answering = guard.as_ref().map(InFlight::answer);
             return Poll::Ready(Ok(response.map(|body| Guarded {
                 body,
-                answer: Some(answer),
+                answering,
                 guard,
             })));
         }
@@ -164,8 +161,17 @@ pin_project! {
     pub(crate) struct Guarded<B> {
         #[pin]
         body: B,
-        answer: Option<Answer>,
+        answering: Option<Answering>,
         guard: Option<InFlight>,
+    }
+
+    impl<B> PinnedDrop for Guarded<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let (Some(guard), Some(answering)) = (this.guard.as_ref(), this.answering.as_mut()) {
+                guard.waiting_for_source(answering);
+            }
+        }
     }
 }
 
@@ -182,22 +188,16 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
         let polled = this.body.poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(_)) => {
-                if let Some(answer) = this.answer {
-                    answer.frame_taken();
+        if let (Some(guard), Some(answering)) = (this.guard.as_ref(), this.answering.as_mut()) {
+            match &polled {
+                Poll::Ready(Some(_)) => guard.frame_taken(answering),
+                Poll::Ready(None) => {
+                    // The end: the connection is idle from now, not from
+                    // when hyper drops the body.
+                    guard.waiting_for_source(answering);
+                    this.guard.take();
                 }
-            }
-            Poll::Ready(None) => {
-                // The end: the connection is idle from now, not from when
-                // hyper drops the body.
-                this.answer.take();
-                this.guard.take();
-            }
-            Poll::Pending => {
-                if let Some(answer) = this.answer {
-                    answer.waiting_for_source();
-                }
+                Poll::Pending => guard.waiting_for_source(answering),
             }
         }
         polled

@@ -286,6 +286,34 @@ async fn bodies_arriving_past_the_doors_total_fail_and_are_counted() {
     test.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_answers_is_closed_at_the_send_timeout() {
+    let test = TestService::start(&config(
+        "send_timeout = \"1s\"\nidle_timeout = \"120s\"\nrequest_timeout = \"120s\"",
+    ))
+    .await;
+    let addr = test.service.addrs().http.unwrap();
+    // Pipelined requests whose answers are never read: once the sockets'
+    // buffers are full, the service cannot send, then stops reading.
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut stream = connect(addr);
+        stream.set_write_timeout(Some(HANG)).unwrap();
+        let request = check_request(false);
+        let mut sent = 0;
+        while sent < 200_000 && stream.write_all(request.as_bytes()).is_ok() {
+            sent += 1;
+        }
+        sent
+    });
+    let send_timeout = r#"ratekeeper_connections_closed_total{door="http",reason="send_timeout"}"#;
+    common::wait_for_metric(&test, send_timeout, |n| n == 1).await;
+    // Its writes fail once the service has closed it, long before it could
+    // have sent them all.
+    let sent = writer.await.unwrap();
+    assert!(sent < 200_000, "{sent} requests were taken");
+    test.stop().await;
+}
+
 /// Opens `n` connections to `addr` that each send half a request body, so
 /// that each holds a request in flight whose body does not come.
 fn hold_requests(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
