@@ -30,8 +30,8 @@
 //! | `ratekeeper_connections_closed_total` | counter | `door`, `reason` (`idle`, `header_timeout`, `pressure`, `max_age`, `shutdown`, `handshake`, `send_timeout`, `body_timeout`) | connections the service closed, and why |
 //! | `ratekeeper_connection_cap_reached_total` | counter | `door` | times a new connection found its door at `max_connections` (a stalled or idle connection then gives way) |
 //! | `ratekeeper_connection_errors_total` | counter | `door`, `kind` (`protocol`: the client broke HTTP's rules or HTTP/2's limits, such as too many resets; `io`) | connections that ended with an error (logged at most once per 10 s per door) |
-//! | `ratekeeper_request_body_bytes_held` | gauge | `door` | bytes of request bodies arriving that the door counts against `max_body_bytes_total` |
-//! | `ratekeeper_request_bodies_refused_total` | counter | `door` | requests failed because their body would have taken the door past `max_body_bytes_total` |
+//! | `ratekeeper_request_bytes_held` | gauge | `door` | bytes of requests still arriving (heads and bodies so far) that the door counts against `max_request_bytes_total` |
+//! | `ratekeeper_request_bodies_refused_total` | counter | `door` | requests failed because their body would have taken the door past `max_request_bytes_total` |
 //! | `ratekeeper_http2_streams_held` | gauge | `door` | HTTP/2 streams the door counts against `max_streams_total`: each connection at the most it has had open at once |
 //! | `ratekeeper_http2_streams_refused_total` | counter | `door` | HTTP/2 streams refused (`REFUSED_STREAM`) because the door held `max_streams_total` |
 //! | `ratekeeper_requests_timed_out_total` | counter | `door` | requests reset for taking longer than `request_timeout` |
@@ -437,12 +437,12 @@ impl Collector for Scrape {
         )?;
         gauge(
             &mut encoder,
-            "ratekeeper_request_body_bytes_held",
-            "Bytes of request bodies arriving that a door counts against max_body_bytes_total.",
+            "ratekeeper_request_bytes_held",
+            "Bytes of requests still arriving that a door counts against max_request_bytes_total.",
             doors.iter().map(|door| {
                 (
                     [("door", door.door)],
-                    i64::try_from(door.body_bytes_held).unwrap_or(i64::MAX),
+                    i64::try_from(door.request_bytes_held).unwrap_or(i64::MAX),
                 )
             }),
         )?;
@@ -492,7 +492,7 @@ impl Collector for Scrape {
             ),
             (
                 "ratekeeper_request_bodies_refused",
-                "Requests failed because their body would have taken the door past max_body_bytes_total.",
+                "Requests failed because their body would have taken the door past max_request_bytes_total.",
                 |door| door.bodies_refused,
             ),
             (

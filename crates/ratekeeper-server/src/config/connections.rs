@@ -48,12 +48,13 @@ pub struct ConnectionConfig {
     /// The most bytes a request's head may hold (HTTP/1.1 request line and
     /// headers; HTTP/2 header list).
     pub max_header_bytes: usize,
-    /// The most bytes of request bodies each decision door holds at once
-    /// while they arrive (a body is read whole before its decision, up to
-    /// `[requests] max_body_bytes` each). Past it the request whose body
-    /// would go over fails, and connections whose bodies have stalled give
-    /// way. The proxy's bodies stream through and are not counted.
-    pub max_body_bytes_total: usize,
+    /// The most bytes of requests still arriving each decision door holds
+    /// at once: for each request whose body has not come whole in one go,
+    /// its head and its body so far (a body is read whole before its
+    /// decision, up to `[requests] max_body_bytes`). Past it the request
+    /// that would go over fails, and connections whose bodies have stalled
+    /// give way. The proxy's bodies stream through and are not counted.
+    pub max_request_bytes_total: usize,
     /// After SIGTERM: how long requests in flight may take to finish before
     /// the connections left are closed.
     pub shutdown_grace: Duration,
@@ -77,10 +78,10 @@ impl ConnectionConfig {
     /// The smallest `max_header_bytes` accepted: HTTP/1.1's read buffer
     /// cannot be smaller.
     pub const MIN_HEADER_BYTES: usize = 8 * 1024;
-    /// The default [`ConnectionConfig::max_body_bytes_total`]: 16 MiB.
-    pub const DEFAULT_MAX_BODY_BYTES_TOTAL: usize = 16 << 20;
-    /// The largest `max_body_bytes_total` accepted: 64 GiB.
-    pub const LIMIT_MAX_BODY_BYTES_TOTAL: usize = 64 << 30;
+    /// The default [`ConnectionConfig::max_request_bytes_total`]: 16 MiB.
+    pub const DEFAULT_MAX_REQUEST_BYTES_TOTAL: usize = 16 << 20;
+    /// The largest `max_request_bytes_total` accepted: 64 GiB.
+    pub const LIMIT_MAX_REQUEST_BYTES_TOTAL: usize = 64 << 30;
     /// The default [`ConnectionConfig::backlog`].
     pub const DEFAULT_BACKLOG: u32 = 1_024;
     /// The largest `backlog` accepted (the kernel caps it at
@@ -93,7 +94,7 @@ impl Default for ConnectionConfig {
     /// handshake within 3 s, a request's head within 10 s and no 10 s
     /// without a byte of its body, answers read within 10 s, connections
     /// idle for at most 60 s, decisions within 30 s, heads up to 32 KiB,
-    /// 16 MiB of bodies arriving per door, 5 s for requests in flight at
+    /// 16 MiB of requests arriving per door, 5 s for requests in flight at
     /// shutdown, and 1,024 connections queued.
     fn default() -> Self {
         ConnectionConfig {
@@ -106,7 +107,7 @@ impl Default for ConnectionConfig {
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
             max_header_bytes: 32 * 1024,
-            max_body_bytes_total: Self::DEFAULT_MAX_BODY_BYTES_TOTAL,
+            max_request_bytes_total: Self::DEFAULT_MAX_REQUEST_BYTES_TOTAL,
             shutdown_grace: Duration::from_secs(5),
             backlog: Self::DEFAULT_BACKLOG,
             http2: Http2Config::default(),
@@ -173,7 +174,7 @@ pub(crate) struct FileConnections {
     idle_timeout: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
     max_header_bytes: Option<Spanned<u64>>,
-    max_body_bytes_total: Option<Spanned<u64>>,
+    max_request_bytes_total: Option<Spanned<u64>>,
     shutdown_grace: Option<Spanned<String>>,
     backlog: Option<Spanned<u64>>,
 }
@@ -218,13 +219,13 @@ impl Checker<'_> {
                 ConnectionConfig::LIMIT_MAX_HEADER_BYTES,
             )?
             .unwrap_or(config.max_header_bytes);
-            config.max_body_bytes_total = count(
-                &file.max_body_bytes_total,
-                "max_body_bytes_total",
+            config.max_request_bytes_total = count(
+                &file.max_request_bytes_total,
+                "max_request_bytes_total",
                 64 * 1024,
-                ConnectionConfig::LIMIT_MAX_BODY_BYTES_TOTAL,
+                ConnectionConfig::LIMIT_MAX_REQUEST_BYTES_TOTAL,
             )?
-            .unwrap_or(config.max_body_bytes_total);
+            .unwrap_or(config.max_request_bytes_total);
             let backlog = ConnectionConfig::LIMIT_BACKLOG as usize;
             if let Some(n) = count(&file.backlog, "backlog", 1, backlog)? {
                 // At most 65,535, so the cast is exact.
@@ -380,7 +381,7 @@ mod tests {
     fn the_stall_timeouts_backlog_and_door_totals_are_read() {
         let config = parse(
             "[listen.connections]\nhandshake_timeout = \"2s\"\nbody_timeout = \"4s\"\n\
-             send_timeout = \"5s\"\nbacklog = 4096\nmax_body_bytes_total = 1048576\n\
+             send_timeout = \"5s\"\nbacklog = 4096\nmax_request_bytes_total = 1048576\n\
              [listen.http2]\nmax_streams_total = 100",
         )
         .unwrap();
@@ -388,7 +389,7 @@ mod tests {
         assert_eq!(config.body_timeout, Duration::from_secs(4));
         assert_eq!(config.send_timeout, Duration::from_secs(5));
         assert_eq!(config.backlog, 4096);
-        assert_eq!(config.max_body_bytes_total, 1 << 20);
+        assert_eq!(config.max_request_bytes_total, 1 << 20);
         assert_eq!(config.http2.max_streams_total, 100);
         assert_eq!(parse("").unwrap(), ConnectionConfig::default());
     }
@@ -411,8 +412,8 @@ mod tests {
             ("[listen.connections]\nbacklog = 0", "backlog"),
             ("[listen.connections]\nbacklog = 70000", "backlog"),
             (
-                "[listen.connections]\nmax_body_bytes_total = 100",
-                "max_body_bytes_total",
+                "[listen.connections]\nmax_request_bytes_total = 100",
+                "max_request_bytes_total",
             ),
             ("[listen.http2]\nmax_streams_total = 0", "max_streams_total"),
         ] {

@@ -96,7 +96,7 @@ impl Config {
                 out,
                 "connections: at most {} per door and {} on admin; handshake within {:?}, head \
                  within {:?}, body bytes {:?} apart, answers read within {:?}, idle {:?}, \
-                 requests {:?}, heads up to {} bytes, {} bytes of bodies arriving, {:?} to \
+                 requests {:?}, heads up to {} bytes, {} bytes of requests arriving, {:?} to \
                  finish at shutdown, {} queued; \
                  http2: {} streams per connection and {} per door, ping every {} within {:?}, \
                  max age {}",
@@ -109,7 +109,7 @@ impl Config {
                 conns.idle_timeout,
                 conns.request_timeout,
                 conns.max_header_bytes,
-                conns.max_body_bytes_total,
+                conns.max_request_bytes_total,
                 conns.shutdown_grace,
                 conns.backlog,
                 h2.max_concurrent_streams,

@@ -33,7 +33,7 @@
 //! idle_timeout = "60s"       # a connection with no request in flight is closed after this
 //! request_timeout = "30s"    # one decision, body included (not the proxy's requests)
 //! max_header_bytes = 32768   # a request's line and headers
-//! max_body_bytes_total = 16777216 # request bodies arriving at once, per decision door
+//! max_request_bytes_total = 16777216 # requests still arriving (heads, bodies so far), per decision door
 //! shutdown_grace = "5s"      # after SIGTERM, for requests in flight
 //! backlog = 1024             # connections the kernel queues per door (at most net.core.somaxconn)
 //!
@@ -328,7 +328,7 @@ send_timeout = "10s"
 idle_timeout = "60s"
 request_timeout = "30s"
 max_header_bytes = 32768
-max_body_bytes_total = 16777216
+max_request_bytes_total = 16777216
 shutdown_grace = "5s"
 backlog = 1024
 

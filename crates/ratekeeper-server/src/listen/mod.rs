@@ -147,7 +147,7 @@ impl Door {
             // no more than the flow-control windows let in.
             room: Arc::new(Room::new(
                 config.http2.max_streams_total,
-                (name != "proxy").then_some(config.max_body_bytes_total),
+                (name != "proxy").then_some(config.max_request_bytes_total),
                 stats.door(name),
             )),
             stats: stats.door(name),

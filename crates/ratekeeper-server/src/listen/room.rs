@@ -9,7 +9,7 @@
 //! its bytes until it has all arrived (the decision doors read a body
 //! whole before deciding). The door counts all three (slots in the accept
 //! loop's semaphore; streams and body bytes here, up to `[listen.http2]
-//! max_streams_total` and `[listen.connections] max_body_bytes_total`), so
+//! max_streams_total` and `[listen.connections] max_request_bytes_total`), so
 //! that what its connections can hold is bounded by its settings, whatever
 //! the clients do.
 //!
@@ -50,7 +50,7 @@ const RECLAIM_EVERY: Duration = Duration::from_millis(10);
 pub(crate) struct Room {
     connections: Mutex<HashMap<u64, Arc<Activity>>>,
     next_id: AtomicU64,
-    /// Its `streams_held` and `body_bytes_held` count what is held, for
+    /// Its `streams_held` and `request_bytes_held` count what is held, for
     /// `/metrics` too.
     stats: Arc<DoorStats>,
     max_streams: usize,
@@ -140,14 +140,14 @@ impl Room {
     }
 
     /// Counts `bytes` more of a request's body, arrived; `false` (and not
-    /// counted) when the door would hold more than `max_body_bytes_total`:
+    /// counted) when the door would hold more than `max_request_bytes_total`:
     /// the request must fail. Near the cap, stalled and idle connections
     /// are reclaimed.
     pub(crate) fn hold_body_bytes(&self, bytes: usize) -> bool {
         let Some(max) = self.max_body_bytes else {
             return true;
         };
-        let held = &self.stats.body_bytes_held;
+        let held = &self.stats.request_bytes_held;
         let now = held.fetch_add(bytes, Relaxed).saturating_add(bytes);
         if now * 8 >= max.saturating_mul(RECLAIM_AT_EIGHTHS) {
             self.reclaim(|_| true);
@@ -163,7 +163,7 @@ impl Room {
     /// Gives back `bytes` of a body that has arrived (or gone).
     pub(crate) fn release_body_bytes(&self, bytes: usize) {
         if self.max_body_bytes.is_some() {
-            self.stats.body_bytes_held.fetch_sub(bytes, Relaxed);
+            self.stats.request_bytes_held.fetch_sub(bytes, Relaxed);
         }
     }
 
@@ -316,7 +316,7 @@ mod tests {
     fn body_bytes_past_the_total_are_refused_and_given_back() {
         let room = Room::new(16, Some(100), Arc::default());
         assert!(room.hold_body_bytes(60));
-        assert!(!room.hold_body_bytes(41), "past max_body_bytes_total");
+        assert!(!room.hold_body_bytes(41), "past max_request_bytes_total");
         assert!(room.hold_body_bytes(40));
         room.release_body_bytes(100);
         assert!(room.hold_body_bytes(100));

@@ -88,7 +88,8 @@ where
                 stats,
             };
         }
-        let mut request = request.map(|body| RequestBody::new(body, &self.activity));
+        let head = (!request.body().is_end_stream()).then(|| head_bytes(&request));
+        let mut request = request.map(|body| RequestBody::new(body, head, &self.activity));
         if let Some(peer) = self.peer {
             request
                 .extensions_mut()
@@ -105,6 +106,17 @@ where
             stats,
         }
     }
+}
+
+/// What a request's head holds, as HTTP/2 counts a header list (each
+/// field's name and value, and 32 bytes).
+fn head_bytes<B>(request: &Request<B>) -> usize {
+    let fields: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 32)
+        .sum();
+    fields + request.uri().path().len() + request.uri().query().map_or(0, str::len)
 }
 
 pin_project! {

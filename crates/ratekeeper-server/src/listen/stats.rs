@@ -74,8 +74,8 @@ pub(crate) struct DoorStats {
     streams_refused: AtomicU64,
     /// The streams the door's [`Room`](super::room::Room) counts now.
     pub(crate) streams_held: AtomicUsize,
-    /// The bytes of request bodies arriving that it counts now.
-    pub(crate) body_bytes_held: AtomicUsize,
+    /// The bytes of requests still arriving that it counts now.
+    pub(crate) request_bytes_held: AtomicUsize,
     bodies_refused: AtomicU64,
     /// Connections that ended with an error.
     pub(crate) errors: ErrorLog,
@@ -127,7 +127,7 @@ impl DoorStats {
             accept_errors: self.accept_errors.load(Relaxed),
             streams_refused: self.streams_refused.load(Relaxed),
             streams_held: self.streams_held.load(Relaxed) as u64,
-            body_bytes_held: self.body_bytes_held.load(Relaxed) as u64,
+            request_bytes_held: self.request_bytes_held.load(Relaxed) as u64,
             bodies_refused: self.bodies_refused.load(Relaxed),
             errors: self.errors.counts(),
         }
@@ -190,11 +190,11 @@ pub struct DoorSnapshot {
     /// `[listen.http2] max_streams_total` (each connection at the most it
     /// has had open at once).
     pub streams_held: u64,
-    /// Bytes of request bodies arriving, counted now against
-    /// `[listen.connections] max_body_bytes_total`.
-    pub body_bytes_held: u64,
+    /// Bytes of requests still arriving (heads and bodies so far), counted now against
+    /// `[listen.connections] max_request_bytes_total`.
+    pub request_bytes_held: u64,
     /// Requests failed because their body would have taken the door past
-    /// `max_body_bytes_total`.
+    /// `max_request_bytes_total`.
     pub bodies_refused: u64,
     /// Connections that ended with an error, by kind.
     pub errors: [(ConnectionError, u64); ConnectionError::ALL.len()],

@@ -238,7 +238,7 @@ async fn a_body_over_max_body_bytes_is_refused_with_413_problem_details() {
 async fn bodies_arriving_past_the_doors_total_fail_and_are_counted() {
     let test = TestService::start(&format!(
         "[listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"off\"\nadmin = \"127.0.0.1:0\"\n\
-         [listen.connections]\nmax_body_bytes_total = 65536\nbody_timeout = \"120s\"\n\
+         [listen.connections]\nmax_request_bytes_total = 65536\nbody_timeout = \"120s\"\n\
          request_timeout = \"120s\"\n[requests]\nmax_body_bytes = 65536\n{LIMIT}"
     ))
     .await;
@@ -261,7 +261,7 @@ async fn bodies_arriving_past_the_doors_total_fail_and_are_counted() {
     .unwrap();
     let refused = r#"ratekeeper_request_bodies_refused_total{door="http"}"#;
     let metrics = common::wait_for_metric(&test, refused, |n| n >= 1).await;
-    let bytes = r#"ratekeeper_request_body_bytes_held{door="http"}"#;
+    let bytes = r#"ratekeeper_request_bytes_held{door="http"}"#;
     assert!(
         common::sample(&metrics, bytes).is_some_and(|n| n <= 65_536),
         "{metrics}"

@@ -88,11 +88,21 @@ type Call = (h2::client::ResponseFuture, h2::SendStream<Bytes>);
 /// Starts a ShouldRateLimit call on `client`, its body sent whole or, if
 /// not `whole`, only its first half and never ended.
 async fn call(client: &mut h2::client::SendRequest<Bytes>, whole: bool) -> Result<Call, h2::Error> {
+    call_padded(client, whole, 0).await
+}
+
+/// [`call`], with a header of `pad` bytes.
+async fn call_padded(
+    client: &mut h2::client::SendRequest<Bytes>,
+    whole: bool,
+    pad: usize,
+) -> Result<Call, h2::Error> {
     let ready = client.clone().ready().await?;
     *client = ready;
     let head = http::Request::post(SHOULD_RATE_LIMIT)
         .header("content-type", "application/grpc")
         .header("te", "trailers")
+        .header("x-pad", "p".repeat(pad))
         .body(())
         .unwrap();
     let (response, mut body) = client.send_request(head, false)?;
@@ -252,5 +262,32 @@ async fn a_body_that_stops_coming_closes_its_connection_at_the_body_timeout() {
         .unwrap();
     let body_timeout = r#"ratekeeper_connections_closed_total{door="grpc",reason="body_timeout"}"#;
     common::wait_for_metric(&test, body_timeout, |n| n == 1).await;
+    test.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_still_arriving_are_counted_with_their_heads_up_to_the_doors_total() {
+    let (test, addr) = start(
+        "[listen.connections]\nmax_request_bytes_total = 65536\nbody_timeout = \"120s\"\n\
+         request_timeout = \"120s\"",
+    )
+    .await;
+    // Five requests with 20,000-byte heads whose bodies stop half way:
+    // more than the door may hold.
+    let (mut attacker, _running) = h2_client(addr, 65_535).await;
+    let mut calls = Vec::new();
+    for _ in 0..5 {
+        calls.push(
+            call_padded(&mut attacker, false, 20_000)
+                .await
+                .expect("a stream"),
+        );
+    }
+    let refused = r#"ratekeeper_request_bodies_refused_total{door="grpc"}"#;
+    let metrics = common::wait_for_metric(&test, refused, |n| n >= 1).await;
+    let held = r#"ratekeeper_request_bytes_held{door="grpc"}"#;
+    let held = common::sample(&metrics, held).expect("counted");
+    assert!((40_000..=65_536).contains(&held), "{held} bytes held");
+    drop(calls);
     test.stop().await;
 }
