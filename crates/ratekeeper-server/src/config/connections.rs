@@ -68,7 +68,7 @@ pub struct ConnectionConfig {
 
 impl ConnectionConfig {
     /// The default [`ConnectionConfig::max_connections`].
-    pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 3_072;
     /// The default [`ConnectionConfig::max_admin_connections`].
     pub const DEFAULT_MAX_ADMIN_CONNECTIONS: usize = 256;
     /// The largest connection cap accepted.
@@ -90,7 +90,7 @@ impl ConnectionConfig {
 }
 
 impl Default for ConnectionConfig {
-    /// 4,096 connections per door and 256 on the admin port; a TLS
+    /// 3,072 connections per door and 256 on the admin port; a TLS
     /// handshake within 3 s, a request's head within 10 s and no 10 s
     /// without a byte of its body, answers read within 10 s, connections
     /// idle for at most 60 s, decisions within 30 s, heads up to 32 KiB,

@@ -24,7 +24,7 @@
 //! client_ca = "clients.pem"  # optional: require client certificates it signed (mTLS)
 //!
 //! [listen.connections]       # every door; durations as "10s", "250ms", "5m"
-//! max_connections = 4096    # open connections per door (http, grpc, proxy)
+//! max_connections = 3072    # open connections per door (http, grpc, proxy)
 //! max_admin_connections = 256 # the admin port's own share
 //! header_timeout = "10s"     # a request's head, from its first byte (or from the connection)
 //! handshake_timeout = "3s"   # a TLS handshake, from the accept
@@ -319,7 +319,7 @@ grpc = "127.0.0.1:8081"
 admin = "127.0.0.1:9090"
 
 [listen.connections]
-max_connections = 4096
+max_connections = 3072
 max_admin_connections = 256
 header_timeout = "10s"
 handshake_timeout = "3s"

@@ -20,9 +20,9 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::activity::{Activity, Eviction};
+use super::activity::Activity;
 use super::body::RequestBody;
-use super::connection::{drive, EVICTED_GRACE};
+use super::connection::drive;
 use super::detect::detect;
 use super::service::{BoxError, Tracked};
 use super::socket::{Lingering, Socket};
@@ -38,10 +38,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// How often a failed accept is logged at most.
 const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// At the cap, how long the loop waits for a stalled connection's slot,
-/// once it is asked to close at once, before it evicts another.
-const EVICTION_WAIT: Duration = Duration::from_millis(20);
 
 /// At the cap with no connection that may give way, how long before the
 /// loop looks again (connections become stalled or idle by themselves).
@@ -82,20 +78,19 @@ pub(crate) async fn serve<S, B>(
                 tracing::debug!(
                     door = door.name,
                     cap = door.max_connections,
-                    "at the connection cap: closing a stalled or idle connection to make room"
+                    "at the connection cap: a stalled or idle connection gives way"
                 );
                 let waited = loop {
                     // The newcomer is likely already in the kernel's queue:
-                    // make room now rather than when a connection times out.
-                    let wait = match door.room.make_room() {
-                        Some(Eviction::Now) => EVICTION_WAIT,
-                        // An idle connection closes gently, within a grace.
-                        Some(Eviction::Gently) => EVICTED_GRACE + EVICTION_WAIT,
-                        None => ROOM_RECHECK,
-                    };
+                    // make room now rather than when a connection times out,
+                    // and take the slot at once rather than when the
+                    // connection that gave way has closed.
+                    if let Some(slot) = door.room.make_room() {
+                        break Some(slot);
+                    }
                     tokio::select! {
                         permit = Arc::clone(&permits).acquire_owned() => break permit.ok(),
-                        () = tokio::time::sleep(wait) => {}
+                        () = tokio::time::sleep(ROOM_RECHECK) => {}
                         () = &mut stop => break None,
                     }
                 };
@@ -126,7 +121,8 @@ pub(crate) async fn serve<S, B>(
         let opening = door.tls.is_some() || door.protocol == Protocol::Auto;
         let activity = Activity::new(door.protocol == Protocol::Http1, opening);
         let entered = door.room.enter(&activity);
-        let socket = Socket::new(tcp, Arc::clone(&activity), permit, Arc::clone(&lingering));
+        activity.hold_slot(permit);
+        let socket = Socket::new(tcp, Arc::clone(&activity), Arc::clone(&lingering));
         let tracked = Tracked {
             service: service.clone(),
             activity: Arc::clone(&activity),

@@ -14,10 +14,10 @@ use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64, AtomicU8,
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::room::Room;
@@ -79,6 +79,10 @@ pub(crate) struct Activity {
     /// The door's room, once the connection is counted in it (see
     /// [`Room::enter`](super::room::Room::enter), which also lets it go).
     room: OnceLock<Arc<Room>>,
+    /// The connection's slot in its door's cap, until its socket closes,
+    /// or until the door hands it to a newcomer this connection gives way
+    /// to.
+    slot: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 /// What the connection is doing now.
@@ -139,6 +143,7 @@ impl Activity {
             evicted: AtomicU8::new(0),
             eviction: Notify::new(),
             room: OnceLock::new(),
+            slot: Mutex::new(None),
         })
     }
 
@@ -150,6 +155,20 @@ impl Activity {
     /// The door's room the connection is counted in.
     pub(crate) fn room(&self) -> Option<&Arc<Room>> {
         self.room.get()
+    }
+
+    /// The connection holds `slot` in its door's cap.
+    pub(crate) fn hold_slot(&self, slot: OwnedSemaphorePermit) {
+        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(slot);
+    }
+
+    /// The connection's slot, taken: by its socket when it closes, or by
+    /// its door for a newcomer. `None` once taken.
+    pub(crate) fn take_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     pub(crate) fn opened(&self) -> Instant {

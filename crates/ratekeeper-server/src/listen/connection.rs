@@ -25,7 +25,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The most an idle connection evicted to make room may take to close:
 /// its door is full, and a newcomer waits for its slot.
-pub(crate) const EVICTED_GRACE: Duration = Duration::from_millis(250);
+const EVICTED_GRACE: Duration = Duration::from_millis(250);
 
 /// What the driver does after looking at the connection.
 #[derive(Debug, PartialEq, Eq)]

@@ -14,28 +14,41 @@
 //! the clients do.
 //!
 //! When the door is full, the connection that is least useful gives way
-//! at once, if it has been so for [`EVICTABLE_AFTER`]: first one that is
-//! stalled (still opening, a head or a body that does not come, answers
-//! nobody reads), the longest stalled first, closed at once; then the
-//! longest idle, closed gently. A connection working for its client is
-//! never evicted: newcomers then wait, in the kernel's queue for a slot,
-//! or refused (`REFUSED_STREAM`, which clients retry) for a stream.
+//! at once: first one that is stalled (still opening, a head or a body
+//! that does not come, answers nobody reads) for [`STALLED_GIVES_WAY_AFTER`],
+//! the longest stalled first, closed at once; then one idle for
+//! [`IDLE_GIVES_WAY_AFTER`], the longest idle first, closed gently. A
+//! newcomer's stream is admitted in the room an evicted connection gives
+//! back. A connection working for its client is never evicted: newcomers
+//! then wait, in the kernel's queue for a slot, or refused
+//! (`REFUSED_STREAM`, which clients retry) for a stream.
+//!
+//! The minimum stall bounds how fast clients that stall can turn the
+//! door's connections over, and so how long a legitimate handshake or
+//! request has before it could be taken for a stalled one: a quarter of a
+//! second at least, and in practice the time the door takes to fill with
+//! newer connections.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::activity::{Activity, Eviction, State};
 use super::stats::DoorStats;
 
-/// How long a connection must have been stalled or idle before it gives
-/// way to a newcomer: longer than a busy client pauses between two
-/// requests, or than a TLS handshake takes on a slow network, so that
-/// only connections nobody is using go.
-pub(crate) const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+/// How long a connection must have been stalled before it gives way to a
+/// newcomer: longer than a TLS handshake or a request takes to arrive from
+/// a client that is not stalling, so that only connections going nowhere
+/// go.
+pub(crate) const STALLED_GIVES_WAY_AFTER: Duration = Duration::from_millis(250);
+
+/// How long a connection must have been idle before it gives way: longer
+/// than a busy client pauses between two requests on one connection.
+pub(crate) const IDLE_GIVES_WAY_AFTER: Duration = Duration::from_secs(1);
 
 /// Once this share of the streams is held (in eighths), stalled and idle
 /// connections are reclaimed ahead of need, so that a newcomer finds room.
@@ -44,6 +57,16 @@ const RECLAIM_AT_EIGHTHS: usize = 7;
 /// How often streams are reclaimed at most, so that a burst of streams
 /// near the cap does not scan the connections once per stream.
 const RECLAIM_EVERY: Duration = Duration::from_millis(10);
+
+/// A connection holding fewer streams than this may use the last eighth
+/// of `max_streams_total`, and take the room of a stalled connection at
+/// the cap (see [`Room::take_stream`]).
+const FEW_STREAMS: u32 = 8;
+
+/// How many connections one search lines up to give way to newcomers: a
+/// door turned over by a flood of stalled connections searches once per
+/// this many newcomers, not once per newcomer.
+const CANDIDATES_PER_SEARCH: usize = 64;
 
 /// One door's connections and streams.
 #[derive(Debug)]
@@ -58,6 +81,12 @@ pub(crate) struct Room {
     max_body_bytes: Option<usize>,
     /// Milliseconds after `created` of the last reclaim of streams.
     last_reclaim: AtomicU64,
+    /// Milliseconds after `created`, plus one, of the last search for a
+    /// connection to evict that found none; 0: none failed.
+    last_failed_search: AtomicU64,
+    /// Connections lined up to give way to newcomers at the cap, the first
+    /// to go last (see [`Room::make_room`]).
+    candidates: Mutex<Vec<Arc<Activity>>>,
     created: Instant,
 }
 
@@ -77,6 +106,8 @@ impl Room {
             max_streams,
             max_body_bytes,
             last_reclaim: AtomicU64::new(0),
+            last_failed_search: AtomicU64::new(0),
+            candidates: Mutex::new(Vec::new()),
             created: Instant::now(),
         }
     }
@@ -112,28 +143,44 @@ impl Room {
     }
 
     /// Counts one more stream against `activity`'s connection if it needs
-    /// one (it has as many in flight as it holds); `false` when the door
-    /// holds `max_streams_total` and the stream must be refused. Near the
-    /// cap, stalled and idle connections are reclaimed.
+    /// one (it has as many in flight as it holds); `false` when the stream
+    /// must be refused.
+    ///
+    /// The last eighth of `max_streams_total` is kept for connections that
+    /// hold fewer than [`FEW_STREAMS`], so that clients that each want
+    /// hundreds of streams (or a flood of them) cannot leave a newcomer
+    /// without one; reaching it also reclaims stalled and idle connections.
+    /// At the cap, a connection that holds few streams takes the room of
+    /// one that gives way (the evicted connection's streams come back as
+    /// soon as it has closed, so the door goes over its cap by at most one
+    /// stream per connection being evicted).
     pub(crate) fn take_stream(&self, activity: &Activity) -> bool {
         if activity.in_flight() < activity.streams_held() {
             return true;
         }
-        let taken = self
-            .stats
-            .streams_held
-            .fetch_update(Relaxed, Relaxed, |held| {
-                (held < self.max_streams).then_some(held + 1)
-            });
-        let held = match taken {
-            Ok(before) => before + 1,
-            Err(held) => held,
-        };
-        if held * 8 >= self.max_streams * RECLAIM_AT_EIGHTHS {
-            self.reclaim(|activity| activity.streams_held() > 0);
-        }
-        if taken.is_err() {
-            return false;
+        let few = activity.streams_held() < FEW_STREAMS;
+        let reserve = self.max_streams - self.max_streams * (8 - RECLAIM_AT_EIGHTHS) / 8;
+        let held = &self.stats.streams_held;
+        let taken = held.fetch_update(Relaxed, Relaxed, |held| {
+            (held < self.max_streams && (few || held < reserve)).then_some(held + 1)
+        });
+        let others = |other: &Activity| !std::ptr::eq(other, activity) && other.streams_held() > 0;
+        match taken {
+            Ok(before) => {
+                if before + 1 >= reserve {
+                    self.reclaim(others);
+                }
+            }
+            Err(now) => {
+                let admitted = few && now >= self.max_streams && self.evict_for_newcomer(&others);
+                if !admitted {
+                    if now >= reserve {
+                        self.reclaim(others);
+                    }
+                    return false;
+                }
+                held.fetch_add(1, Relaxed);
+            }
         }
         activity.hold_stream();
         true
@@ -171,8 +218,7 @@ impl Room {
     /// every [`RECLAIM_EVERY`].
     fn reclaim(&self, eligible: impl Fn(&Activity) -> bool) {
         let now = Instant::now();
-        let millis =
-            u64::try_from(now.duration_since(self.created).as_millis()).unwrap_or(u64::MAX);
+        let millis = self.millis(now);
         let last = self.last_reclaim.load(Relaxed);
         let every = RECLAIM_EVERY.as_millis() as u64;
         if millis < last.saturating_add(every)
@@ -186,11 +232,104 @@ impl Room {
         self.evict_least_useful(now, eligible);
     }
 
+    /// Evicts the least useful connection among those `eligible` for a
+    /// newcomer that finds the door full; `false` if none may go. A search
+    /// that finds none is not made again for [`RECLAIM_EVERY`], so that a
+    /// flood of newcomers at a full door costs a refusal each, not a search.
+    fn evict_for_newcomer(&self, eligible: impl Fn(&Activity) -> bool) -> bool {
+        let now = Instant::now();
+        let millis = self.millis(now);
+        let failed = self.last_failed_search.load(Relaxed);
+        let every = RECLAIM_EVERY.as_millis() as u64;
+        if failed != 0 && millis < failed.saturating_add(every) {
+            return false;
+        }
+        if self.evict_least_useful(now, eligible).is_some() {
+            return true;
+        }
+        self.last_failed_search.store(millis + 1, Relaxed);
+        false
+    }
+
+    fn millis(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.created).as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Asks the least useful connection to close, if one has been stalled
-    /// or idle for [`EVICTABLE_AFTER`]: the door is full. How it was
-    /// asked to go; `None` if none could give way.
-    pub(crate) fn make_room(&self) -> Option<Eviction> {
-        self.evict_least_useful(Instant::now(), |_| true)
+    /// or idle long enough, and hands its slot to the newcomer that found
+    /// the door full: the newcomer need not wait for the connection to
+    /// have closed (the door then holds one descriptor more than its cap
+    /// for a moment). `None` if none could give way.
+    ///
+    /// One search over the connections lines up the least useful few
+    /// ([`CANDIDATES_PER_SEARCH`]); the next newcomers take them in turn,
+    /// each checked again, so that a flood of newcomers costs a search per
+    /// few dozen, and a door where none may go is searched again only after
+    /// [`RECLAIM_EVERY`].
+    pub(crate) fn make_room(&self) -> Option<OwnedSemaphorePermit> {
+        let now = Instant::now();
+        loop {
+            let next = self
+                .candidates
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            let Some(activity) = next else {
+                if !self.line_up(now) {
+                    return None;
+                }
+                continue;
+            };
+            // It may have got to work, or closed, since it was lined up.
+            let Some((_, how)) = rank(activity.state(), now) else {
+                continue;
+            };
+            if activity.eviction().is_some() {
+                continue;
+            }
+            let Some(slot) = activity.take_slot() else {
+                continue;
+            };
+            activity.evict(how);
+            return Some(slot);
+        }
+    }
+
+    /// Lines up the connections that may give way at `now`, the least
+    /// useful last; `false` if none may (and then not searched again for
+    /// [`RECLAIM_EVERY`]).
+    fn line_up(&self, now: Instant) -> bool {
+        let millis = self.millis(now);
+        let failed = self.last_failed_search.load(Relaxed);
+        let every = RECLAIM_EVERY.as_millis() as u64;
+        if failed != 0 && millis < failed.saturating_add(every) {
+            return false;
+        }
+        let mut ranked: Vec<_> = {
+            let connections = self.connections();
+            connections
+                .values()
+                .filter(|activity| activity.eviction().is_none())
+                .filter_map(|activity| {
+                    rank(activity.state(), now).map(|(rank, _)| (rank, Arc::clone(activity)))
+                })
+                .collect()
+        };
+        if ranked.is_empty() {
+            self.last_failed_search.store(millis + 1, Relaxed);
+            return false;
+        }
+        // The least useful first, then reversed for popping from the end.
+        if ranked.len() > CANDIDATES_PER_SEARCH {
+            ranked.select_nth_unstable_by_key(CANDIDATES_PER_SEARCH, |(rank, _)| *rank);
+            ranked.truncate(CANDIDATES_PER_SEARCH);
+        }
+        ranked.sort_unstable_by_key(|(rank, _)| std::cmp::Reverse(*rank));
+        *self
+            .candidates
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = ranked.into_iter().map(|(_, a)| a).collect();
+        true
     }
 
     /// Evicts the connection, among those `eligible`, that ranks first by
@@ -218,8 +357,8 @@ impl Room {
 
 /// Where a connection in `state` stands in the queue to give way at
 /// `now` (the lowest goes first), and how it would go; `None` if it may
-/// not: it is working, or has not been stalled or idle for
-/// [`EVICTABLE_AFTER`].
+/// not: it is working, or has not been stalled for
+/// [`STALLED_GIVES_WAY_AFTER`] or idle for [`IDLE_GIVES_WAY_AFTER`].
 fn rank(state: State, now: Instant) -> Option<((u8, Instant), Eviction)> {
     let (class, since, how) = match state {
         State::Opening { since } => (0, since, Eviction::Now),
@@ -229,7 +368,11 @@ fn rank(state: State, now: Instant) -> Option<((u8, Instant), Eviction)> {
         State::Idle { since, .. } => (4, since, Eviction::Gently),
         State::Busy => return None,
     };
-    (now.saturating_duration_since(since) >= EVICTABLE_AFTER).then_some(((class, since), how))
+    let after = match how {
+        Eviction::Now => STALLED_GIVES_WAY_AFTER,
+        Eviction::Gently => IDLE_GIVES_WAY_AFTER,
+    };
+    (now.saturating_duration_since(since) >= after).then_some(((class, since), how))
 }
 
 /// A connection counted in its door's [`Room`].
@@ -261,7 +404,7 @@ mod tests {
         let busy = Activity::new(false, false);
         let _request = busy.start_request();
         let _entered = [&idle, &opening, &busy].map(|activity| room.enter(activity));
-        let later = Instant::now() + EVICTABLE_AFTER;
+        let later = Instant::now() + IDLE_GIVES_WAY_AFTER;
         assert_eq!(
             room.evict_least_useful(later, |_| true),
             Some(Eviction::Now)
@@ -305,11 +448,90 @@ mod tests {
         assert_eq!(room.streams_held(), 2);
         assert!(room.take_stream(&second));
         let _one = second.start_request();
+        // The first connection is working: nothing gives way.
         assert!(!room.take_stream(&second), "past max_streams_total");
         drop(entered_first);
         assert_eq!(room.streams_held(), 1);
         assert!(room.take_stream(&second));
         assert_eq!(room.len(), 1);
+    }
+
+    #[test]
+    fn the_last_eighth_of_the_streams_is_kept_for_connections_with_few() {
+        let room = Arc::new(Room::new(64, Some(1024), Arc::default()));
+        let hog = Activity::new(false, false);
+        let newcomer = Activity::new(false, false);
+        let _entered = [&hog, &newcomer].map(|activity| room.enter(activity));
+        let mut requests = Vec::new();
+        while room.take_stream(&hog) {
+            requests.push(hog.start_request());
+        }
+        assert_eq!(room.streams_held(), 56, "seven eighths");
+        for _ in 0..FEW_STREAMS {
+            assert!(room.take_stream(&newcomer));
+            requests.push(newcomer.start_request());
+        }
+        assert!(!room.take_stream(&newcomer), "past its few");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_streams_cap_a_stalled_connection_gives_way_to_a_newcomers_stream() {
+        let room = Arc::new(Room::new(2, Some(1024), Arc::default()));
+        let stalled = Activity::new(false, false);
+        let newcomer = Activity::new(false, false);
+        let _entered = [&stalled, &newcomer].map(|activity| room.enter(activity));
+        let mut requests = Vec::new();
+        for _ in 0..2 {
+            assert!(room.take_stream(&stalled));
+            let request = stalled.start_request();
+            // Answered, and the answer never read.
+            let _owed = request.answer();
+            requests.push(request);
+        }
+        assert!(matches!(stalled.state(), State::Unread { .. }));
+        assert!(
+            !room.take_stream(&newcomer),
+            "nothing stalled long enough yet"
+        );
+        assert_eq!(stalled.eviction(), None);
+        tokio::time::advance(STALLED_GIVES_WAY_AFTER).await;
+        assert!(
+            room.take_stream(&newcomer),
+            "the stalled connection gives way"
+        );
+        assert_eq!(stalled.eviction(), Some(Eviction::Now));
+        assert_eq!(room.streams_held(), 3, "over the cap until it has closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newcomer_at_the_cap_takes_the_slot_of_the_longest_stalled_connection() {
+        let room = Arc::new(Room::new(16, Some(1024), Arc::default()));
+        let slots = Arc::new(tokio::sync::Semaphore::new(3));
+        let oldest = Activity::new(false, true);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let younger = Activity::new(false, true);
+        let busy = Activity::new(false, false);
+        let _request = busy.start_request();
+        let _entered = [&oldest, &younger, &busy].map(|activity| {
+            activity.hold_slot(Arc::clone(&slots).try_acquire_owned().unwrap());
+            room.enter(activity)
+        });
+        assert!(room.make_room().is_none(), "none stalled long enough");
+        tokio::time::advance(STALLED_GIVES_WAY_AFTER + RECLAIM_EVERY).await;
+        let slot = room.make_room().expect("the oldest stalled gives way");
+        assert_eq!(oldest.eviction(), Some(Eviction::Now));
+        assert!(
+            oldest.take_slot().is_none(),
+            "its slot went to the newcomer"
+        );
+        assert_eq!(slots.available_permits(), 0, "the newcomer holds it");
+        drop(slot);
+        assert!(room.make_room().is_some());
+        assert_eq!(younger.eviction(), Some(Eviction::Now));
+        assert!(
+            room.make_room().is_none(),
+            "a busy connection never gives way"
+        );
     }
 
     #[test]

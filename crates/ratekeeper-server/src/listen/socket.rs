@@ -1,6 +1,7 @@
 //! The accepted TCP stream as the connection sees it: it tells the
-//! connection's [`Activity`] when a request's head starts, holds the
-//! door's connection permit, and closes gently.
+//! connection's [`Activity`] when a request's head starts and whether the
+//! peer takes its bytes, gives back the door's connection slot when it
+//! closes, and closes gently.
 //!
 //! Closing a socket with unread bytes makes the kernel send a reset, and a
 //! reset can destroy the last response before the client reads it: a
@@ -58,22 +59,20 @@ pub(crate) struct Socket {
     activity: Arc<Activity>,
     /// The client closed its side: nothing more will come.
     eof: bool,
-    permit: Option<OwnedSemaphorePermit>,
     lingering: Arc<Lingering>,
 }
 
 impl Socket {
+    /// `tcp`, whose connection's slot `activity` holds.
     pub(crate) fn new(
         tcp: TcpStream,
         activity: Arc<Activity>,
-        permit: OwnedSemaphorePermit,
         lingering: Arc<Lingering>,
     ) -> Socket {
         Socket {
             tcp: Some(tcp),
             activity,
             eof: false,
-            permit: Some(permit),
             lingering,
         }
     }
@@ -154,19 +153,22 @@ impl AsyncWrite for Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
-        let (Some(tcp), Some(permit)) = (self.tcp.take(), self.permit.take()) else {
+        // `None` if the door handed the slot to a newcomer this connection
+        // gave way to.
+        let slot = self.activity.take_slot();
+        let Some(tcp) = self.tcp.take() else {
             return;
         };
         if self.eof || self.activity.is_abortive() {
             return;
         }
-        // The permit goes with the lingering socket: it still holds a file
+        // The slot goes with the lingering socket: it still holds a file
         // descriptor, and the cap counts descriptors.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let lingering = Arc::clone(&self.lingering);
             lingering.count.fetch_add(1, Ordering::AcqRel);
             runtime.spawn(async move {
-                linger(tcp, permit).await;
+                linger(tcp, slot).await;
                 if lingering.count.fetch_sub(1, Ordering::AcqRel) == 1 {
                     lingering.none_left.notify_waiters();
                 }
@@ -177,7 +179,7 @@ impl Drop for Socket {
 
 /// Sends FIN, then drops what the client sends until it closes, for at
 /// most [`LINGER`] and [`LINGER_BYTES`].
-async fn linger(mut tcp: TcpStream, permit: OwnedSemaphorePermit) {
+async fn linger(mut tcp: TcpStream, slot: Option<OwnedSemaphorePermit>) {
     let _ = tcp.shutdown().await;
     let mut buf = [0; 4096];
     let mut read = 0;
@@ -190,5 +192,5 @@ async fn linger(mut tcp: TcpStream, permit: OwnedSemaphorePermit) {
         }
     })
     .await;
-    drop(permit);
+    drop(slot);
 }
