@@ -172,7 +172,7 @@ impl Room {
                 }
             }
             Err(now) => {
-                let admitted = few && now >= self.max_streams && self.evict_for_newcomer(&others);
+                let admitted = few && now >= self.max_streams && self.evict_for_newcomer(others);
                 if !admitted {
                     if now >= reserve {
                         self.reclaim(others);
