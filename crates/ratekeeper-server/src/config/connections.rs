@@ -372,7 +372,8 @@ mod tests {
     use crate::config::Config;
 
     fn parse(sections: &str) -> Result<ConnectionConfig, String> {
-        Config::from_toml_str(sections, "test.toml")
+        let limit = "[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"global\"]\n";
+        Config::from_toml_str(&format!("{limit}{sections}"), "test.toml")
             .map(|config| config.listen.connections)
             .map_err(|error| error.to_string())
     }

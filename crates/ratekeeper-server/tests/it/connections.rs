@@ -363,15 +363,7 @@ async fn at_the_cap_the_admin_port_answers_and_a_stalled_body_gives_way() {
         .await
         .expect("served: a stalled body made room");
     assert_eq!(served.status(), 200);
-    let metrics = test
-        .client
-        .get(test.admin("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::metrics(&test).await;
     let pressure = r#"ratekeeper_connections_closed_total{door="http",reason="pressure"}"#;
     assert!(
         common::sample(&metrics, pressure).is_some_and(|n| n >= 1),

@@ -170,9 +170,11 @@ async fn a_connection_whose_answers_are_never_read_is_closed_at_the_send_timeout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_past_the_doors_total_are_refused_and_stalled_ones_give_way() {
+async fn streams_past_the_doors_total_are_refused_and_a_newcomer_still_gets_one() {
     // A send timeout far past the test's: only the door's stream budget
-    // and making room can bound the attacker and serve the good client.
+    // can bound the attacker, and only the eighth of it kept for
+    // connections with few streams (or a stalled one giving way) can serve
+    // the good client.
     let (test, addr) = start(
         "[listen.connections]\nsend_timeout = \"120s\"\n\
          [listen.http2]\nmax_concurrent_streams = 64\nmax_streams_total = 16",
@@ -201,18 +203,12 @@ async fn streams_past_the_doors_total_are_refused_and_stalled_ones_give_way() {
         }
     }
     assert!(refused >= 1, "no stream was refused");
-    let metrics = test
-        .client
-        .get(test.admin("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::metrics(&test).await;
+    // The attacker holds many: the last eighth stays for connections
+    // holding few.
     let held = r#"ratekeeper_http2_streams_held{door="grpc"}"#;
     assert!(
-        common::sample(&metrics, held).is_some_and(|n| n <= 16),
+        common::sample(&metrics, held).is_some_and(|n| n <= 14),
         "{metrics}"
     );
     let counted = r#"ratekeeper_http2_streams_refused_total{door="grpc"}"#;
@@ -220,10 +216,8 @@ async fn streams_past_the_doors_total_are_refused_and_stalled_ones_give_way() {
         common::sample(&metrics, counted).is_some_and(|n| n >= refused),
         "{metrics}"
     );
-    // A newcomer finds room: the stalled connection gives way.
+    // A newcomer finds room.
     assert_eq!(served(addr).await, Code::Ok);
-    let pressure = r#"ratekeeper_connections_closed_total{door="grpc",reason="pressure"}"#;
-    common::wait_for_metric(&test, pressure, |n| n >= 1).await;
     test.stop().await;
 }
 

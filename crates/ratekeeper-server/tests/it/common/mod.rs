@@ -349,6 +349,19 @@ pub fn sample(metrics: &str, series: &str) -> Option<u64> {
         .and_then(|value| value.trim().parse().ok())
 }
 
+/// `service`'s `/metrics`, as text.
+pub async fn metrics(service: &TestService) -> String {
+    service
+        .client
+        .get(service.admin("/metrics"))
+        .send()
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("metrics as text")
+}
+
 /// Polls `service`'s `/metrics` until the sample `series` satisfies `ok`,
 /// for at most 30 s (a bound for a hang, not a timing); the text then.
 pub async fn wait_for_metric(
@@ -358,15 +371,7 @@ pub async fn wait_for_metric(
 ) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let metrics = service
-            .client
-            .get(service.admin("/metrics"))
-            .send()
-            .await
-            .expect("the admin port answers")
-            .text()
-            .await
-            .expect("metrics as text");
+        let metrics = metrics(service).await;
         if sample(&metrics, series).is_some_and(&ok) {
             return metrics;
         }
