@@ -100,17 +100,25 @@ pub(crate) async fn serve<S, B>(
                 }
             }
         };
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    door.stats.accept_failed();
-                    log_accept_error(&door, &error, &mut last_error_log);
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            () = &mut stop => break,
+        let accepted = loop {
+            tokio::select! {
+                accepted = listener.accept() => break Some(accepted),
+                // A finished connection's task keeps its memory until it
+                // is joined: join them while no one connects, not only at
+                // the next accept (after a flood, that may be never).
+                Some(_) = connections.join_next() => {}
+                () = &mut stop => break None,
+            }
+        };
+        let (tcp, peer) = match accepted {
+            None => break,
+            Some(Ok(accepted)) => accepted,
+            Some(Err(error)) => {
+                door.stats.accept_failed();
+                log_accept_error(&door, &error, &mut last_error_log);
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
         };
         let _ = tcp.set_nodelay(true);
         // A door that speaks both versions knows which once the first
