@@ -11,6 +11,7 @@
 //! | `ratekeeper_proxy_upstream_overflow_total` | counter | | proxy requests answered `503` because `max_upstream_requests` (1,024 by default) were at the upstream |
 //! | `ratekeeper_envoy_shadow_mode_passes_total` | counter | | Envoy requests over a limit answered `OK` only because `[envoy] shadow_mode` is on |
 //! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
+//! | `ratekeeper_unmatched_requests_total` | counter | `door` (`grpc`, `http_api`, `auth_request`, `proxy`), `domain` (the request's when a limit, file or namespace names it; `(unknown)` otherwise; empty for HTTP requests) | requests no limit applied to: allowed and counted nowhere. Above zero, a limit is probably not matching as meant: `ratekeeper explain` says why; the requests are logged at debug level, once per 10 s per door |
 //! | `ratekeeper_decision_duration_seconds` | histogram | | time to decide one request (all its limits), from 1 µs to 1 s |
 //! | `ratekeeper_limits_configured` | gauge | | limits in force (those of `[envoy] config_dir`'s files included) |
 //! | `ratekeeper_store_up` | gauge | `store` | 1 when the store answers, 0 when not |
@@ -67,8 +68,8 @@ use prometheus_client::registry::Registry;
 
 use super::stats::StoreHealth;
 use crate::access::Door;
-use crate::engine::Engine;
 use crate::engine::LatencyHistogram;
+use crate::engine::{DecisionDoor, Engine};
 use crate::listen::DoorSnapshot;
 
 /// The `Content-Type` of `/metrics`.
@@ -106,6 +107,8 @@ struct Scrape {
     failover: FailoverScrape,
     /// `[enforcement] shadow_mode`.
     shadow_mode: bool,
+    /// Requests no limit applied to: door, domain label, count.
+    unmatched: Vec<(DecisionDoor, String, u64)>,
 }
 
 /// What `/metrics` says of store failures: the store's state, readiness,
@@ -198,6 +201,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         upstream_overflow: metrics.upstream_overflow(),
         failover,
         shadow_mode: engine.shadow_mode(),
+        unmatched: engine.unmatched().counts(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -252,6 +256,17 @@ fn gauge<L: prometheus_client::encoding::EncodeLabelSet>(
 
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        counter(
+            &mut encoder,
+            "ratekeeper_unmatched_requests",
+            "Requests no limit applied to (allowed and counted nowhere), per door and domain.",
+            self.unmatched.iter().map(|(door, domain, count)| {
+                (
+                    [("door", door.as_str()), ("domain", domain.as_str())],
+                    *count,
+                )
+            }),
+        )?;
         counter(
             &mut encoder,
             "ratekeeper_decisions",

@@ -1,7 +1,8 @@
 //! The admin port: `/healthz` (the process runs), `/readyz` (the service
 //! answers decisions as configured), `/readyz?store` (the store itself
-//! answers), `/metrics` (Prometheus), `/v1/stats` (JSON) and the dashboard
-//! at `/`.
+//! answers), `/metrics` (Prometheus), `/v1/stats` (JSON), `POST
+//! /v1/explain` (which limits apply to a request, and why not the others)
+//! and the dashboard at `/`.
 //!
 //! # Readiness
 //!
@@ -31,10 +32,11 @@
 //!
 //! The pieces, one per file: `recorder` (what the engine records on the
 //! decision path for the metrics: latencies and near-limit counts),
-//! `metrics` (`/metrics`), `stats` (`/v1/stats`) and `dashboard` (`/`, the
-//! page in `dashboard.html`).
+//! `metrics` (`/metrics`), `stats` (`/v1/stats`), `explain`
+//! (`/v1/explain`) and `dashboard` (`/`, the page in `dashboard.html`).
 
 mod dashboard;
+mod explain;
 mod metrics;
 mod operations;
 mod stats;
@@ -47,8 +49,8 @@ use axum::Router;
 pub use dashboard::DASHBOARD_HTML;
 pub use metrics::{render as render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use stats::{
-    FailureCounts, LimitReport, ReloadReport, ServiceStats, StoreHealth, MAX_KEYS_SHOWN,
-    MAX_LIMITS_SHOWN, READY_TIMEOUT,
+    FailureCounts, LimitReport, ReloadReport, ServiceStats, StoreHealth, UnmatchedReport,
+    MAX_KEYS_SHOWN, MAX_LIMITS_SHOWN, READY_TIMEOUT,
 };
 
 use crate::access::Door;
@@ -64,6 +66,7 @@ pub fn router(engine: Engine) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
+        .route("/v1/explain", axum::routing::post(explain::explain))
         .merge(stats_routes())
         .with_state(engine)
         .layer(guard)

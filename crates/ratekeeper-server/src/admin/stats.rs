@@ -28,7 +28,10 @@
 //!              "history": [{"start_unix_secs": ..., "requests": 0, "denied": 0}, ...],
 //!              "top_denied": [{"key": "alice", "count": 4, "error": 0}, ...],
 //!              "keys_tracked": 2, "untracked_denials": 0}],
-//!  "limits_not_shown": 0}
+//!  "limits_not_shown": 0,
+//!  "unmatched": [{"door": "grpc", "requests": 3,
+//!                 "last": {"at_unix_secs": 1767225590,
+//!                          "request": "domain \"Edge\", descriptors [remote_address=10.0.0.1]"}}]}
 //! ```
 //!
 //! # Size
@@ -69,7 +72,7 @@ use ratekeeper::{stats::LimitSnapshot, store::ResilientStats};
 use ratekeeper_redis::BatchStats;
 use serde::Serialize;
 
-use crate::engine::{Engine, StoreState};
+use crate::engine::{DecisionDoor, Engine, StoreState, UnmatchedSample};
 use crate::engine::{LimitDescription, Refusal};
 
 /// The most limits `/v1/stats` shows.
@@ -109,6 +112,21 @@ pub struct ServiceStats {
     pub limits: Vec<LimitReport>,
     /// Configured limits past the first [`MAX_LIMITS_SHOWN`], not shown.
     pub limits_not_shown: usize,
+    /// Per door that had any: the requests no limit applied to (allowed,
+    /// counted nowhere) and the last one logged.
+    pub unmatched: Vec<UnmatchedReport>,
+}
+
+/// The requests of one door that no limit applied to.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct UnmatchedReport {
+    /// The door.
+    pub door: DecisionDoor,
+    /// How many since the service started.
+    pub requests: u64,
+    /// The last one logged (at most one per 10 s).
+    pub last: Option<UnmatchedSample>,
 }
 
 /// What the configuration reloads did: with `last_successful` false, the
@@ -311,6 +329,17 @@ impl ServiceStats {
             near_limit_percent: crate::engine::NEAR_LIMIT_PERCENT,
             limits,
             limits_not_shown: configured.every().count().saturating_sub(MAX_LIMITS_SHOWN),
+            unmatched: DecisionDoor::ALL
+                .into_iter()
+                .filter_map(|door| {
+                    let requests = engine.unmatched().total(door);
+                    (requests > 0).then(|| UnmatchedReport {
+                        door,
+                        requests,
+                        last: engine.unmatched().sample(door),
+                    })
+                })
+                .collect(),
         }
     }
 }

@@ -8,9 +8,11 @@
 //! `--config`); `ratekeeper proxy --upstream URL` puts the limits in front
 //! of an HTTP app as a reverse proxy; `ratekeeper check --config FILE` validates a configuration
 //! file (with the `RATEKEEPER_*` environment overrides applied) and explains
-//! it. `ratekeeper import envoy DIR` prints an envoyproxy/ratelimit
+//! it. `ratekeeper explain` says which limits apply to a request and why
+//! the others do not. `ratekeeper import envoy DIR` prints an envoyproxy/ratelimit
 //! directory as native `[[limits]]`.
 
+mod explain;
 mod import;
 mod proxy;
 mod serve;
@@ -26,6 +28,7 @@ use crate::Config;
 use clap::{Parser, Subcommand};
 
 /// Rate limiting as a service.
+use explain::{explain_command, ExplainArgs};
 use import::{import, ImportSource};
 use proxy::{proxy, ProxyArgs};
 use serve::serve;
@@ -135,6 +138,11 @@ enum Command {
         #[arg(long, conflicts_with = "config")]
         print_default: bool,
     },
+    /// Say which limits apply to a request and why the others do not:
+    /// an HTTP request (--method, --path, --header, --peer) or Envoy
+    /// descriptors (--domain, --descriptor). Exits 0 when a limit
+    /// applies, 1 when none does.
+    Explain(ExplainArgs),
     /// Print another rate limiter's configuration as ratekeeper's native
     /// `[[limits]]`, with a comment wherever it decides differently.
     Import {
@@ -198,6 +206,7 @@ pub fn run() -> ExitCode {
             log_format,
         }),
         Command::Simulate(args) => simulate(&args),
+        Command::Explain(args) => explain_command(args),
         Command::Import { source } => import(&source),
         Command::Check {
             print_default: true,
@@ -209,7 +218,7 @@ pub fn run() -> ExitCode {
         Command::Check { config, .. } => match load(config.as_deref()) {
             Ok(config) => {
                 print!("{}", config.explain());
-                for warning in config.warnings() {
+                for warning in config.warnings_when_serving(false) {
                     eprintln!("warning: {warning}");
                 }
                 println!("ok");

@@ -114,13 +114,19 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
         let mut out = std::io::stdout().lock();
         if let Some(addr) = addrs.proxy {
             let scheme = if tls.proxy.is_some() { "https" } else { "http" };
+            // Only the limits for HTTP requests apply here: say how many
+            // of the configured ones that is.
+            let limits = engine.limits();
+            let for_http = limits.iter().filter(|l| l.http_rule().is_some()).count();
             let _ = writeln!(
                 out,
-                "ratekeeper {} proxy {scheme}://{addr} -> {} ({} store, {} limits)",
+                "ratekeeper {} proxy {scheme}://{addr} -> {} ({} store, {for_http} of {} limit{} \
+                 for HTTP requests)",
                 env!("CARGO_PKG_VERSION"),
                 crate::config::redact_url(&upstream.to_string()),
                 engine.store().kind(),
-                engine.limits().len()
+                limits.len(),
+                if limits.len() == 1 { "" } else { "s" }
             );
         }
         if let Some(addr) = addrs.admin {

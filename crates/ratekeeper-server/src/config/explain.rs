@@ -25,6 +25,7 @@ impl Config {
     ///
     /// let text = Config::default().explain();
     /// assert!(text.contains("limit per-client: gcra 100/minute, key client_ip"));
+    /// assert!(text.contains("  applies to HTTP requests: the JSON API by method and path"));
     /// ```
     pub fn explain(&self) -> String {
         let mut out = String::new();
@@ -247,6 +248,14 @@ impl Config {
                 out.push_str(" (refunds refused)");
             }
             out.push('\n');
+            match limit.matcher.reach() {
+                super::Reach::Nowhere(why) => {
+                    let _ = writeln!(out, "  applies to no door: {why}");
+                }
+                reach => {
+                    let _ = writeln!(out, "  applies to {}", reach.doors());
+                }
+            }
             for line in limit.key.iter().filter_map(explain_address) {
                 let _ = writeln!(out, "  {line}");
             }
@@ -365,7 +374,7 @@ fn explain_client_ip(rule: &ClientIp) -> String {
 /// `match` in words.
 fn explain_match(matcher: &Match) -> String {
     if matcher.is_any() {
-        return "every request".to_owned();
+        return "every HTTP request".to_owned();
     }
     let mut parts = Vec::new();
     if let Some(domain) = &matcher.domain {

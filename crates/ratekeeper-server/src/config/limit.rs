@@ -57,7 +57,7 @@ impl LimitConfig {
     /// Whether the limit applies to HTTP requests at all: its `match`
     /// names no Envoy domain or descriptors.
     pub fn applies_to_http(&self) -> bool {
-        self.matcher.domain.is_none() && self.matcher.descriptors.is_empty()
+        self.matcher.reach() == super::Reach::Http
     }
 }
 

@@ -274,6 +274,7 @@ mod limit;
 pub mod limitador;
 mod limitador_file;
 mod listen;
+mod reach;
 mod redact;
 mod request_caps;
 mod runtime;
@@ -297,6 +298,7 @@ pub use error::{ConfigError, Location};
 pub use limit::{DescriptorMatch, Glob, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
 pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
+pub use reach::{Reach, Unreachable};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;
 pub use request_caps::{CapError, RequestCaps};
@@ -304,7 +306,7 @@ pub use runtime::{available_cpus, RuntimeConfig, WorkerThreads};
 pub use store::{Backend, StoreConfig};
 pub use store_tls::StoreTls;
 pub use tls::{DoorTls, TlsError, TlsFileKind, TlsFiles};
-pub use warnings::ConfigWarning;
+pub use warnings::{ConfigWarning, ServedDoor};
 
 /// The configuration `ratekeeper serve` runs with when given none: an
 /// in-memory store, loopback ports and one example limit.

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{Config, KeyPart, LimitConfig};
+use super::{Config, KeyPart, LimitConfig, Reach, Unreachable};
 
 /// A limit that works, but probably not as meant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +41,31 @@ pub enum ConfigWarning {
     },
     /// What the Limitador limits file says that is likely a mistake.
     Limitador(super::limitador::LimitadorWarning),
+    /// No request of any door can match the limit.
+    Unreachable {
+        /// The limit.
+        limit: String,
+        /// Why.
+        why: Unreachable,
+    },
+    /// A door that will be served has no limit that can apply to its
+    /// requests: it answers every one "allowed".
+    DoorWithoutLimits {
+        /// The door, as `ratekeeper check` and the logs name it.
+        door: ServedDoor,
+    },
+}
+
+/// A door as [`ConfigWarning::DoorWithoutLimits`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServedDoor {
+    /// `[listen] grpc`: Envoy's `ShouldRateLimit`.
+    Grpc,
+    /// `[listen] http`: the JSON API and nginx's `auth_request`.
+    Http,
+    /// `ratekeeper proxy`.
+    Proxy,
 }
 
 impl fmt::Display for ConfigWarning {
@@ -62,6 +87,18 @@ impl fmt::Display for ConfigWarning {
                 "listen.tls.{door} is set but listen.{door} is off: the table is ignored"
             ),
             ConfigWarning::Limitador(warning) => warning.fmt(f),
+            ConfigWarning::Unreachable { limit, why } => {
+                write!(f, "limit {limit} never applies: {why}")
+            }
+            ConfigWarning::DoorWithoutLimits { door: ServedDoor::Grpc } => f.write_str(
+                "listen.grpc is on, but no limit matches Envoy descriptors (match.domain and                  match.descriptors), and there is no [envoy] config_dir or [limitador]: every                  ShouldRateLimit is answered OK",
+            ),
+            ConfigWarning::DoorWithoutLimits { door: ServedDoor::Http } => f.write_str(
+                "listen.http is on, but no limit is configured: every decision it is asked                  for is \"allowed\"",
+            ),
+            ConfigWarning::DoorWithoutLimits { door: ServedDoor::Proxy } => f.write_str(
+                "the proxy has no limit for HTTP requests (only a limit without match.domain                  and match.descriptors applies to them): every request is forwarded unlimited",
+            ),
         }
     }
 }
@@ -101,6 +138,53 @@ impl Config {
             .chain(limitador)
             .collect()
     }
+
+    /// [`Config::warnings`], then each door to be served that no limit
+    /// can apply to: `[listen]`'s http and grpc doors for `ratekeeper
+    /// serve`, the proxy alone for `ratekeeper proxy` (`proxy` true).
+    ///
+    /// ```
+    /// use ratekeeper_server::Config;
+    ///
+    /// let config = Config::from_toml_str(
+    ///     "[[limits]]\nname = \"edge\"\nrate = \"10/s\"\nkey = [\"peer\"]\n\
+    ///      [limits.match]\ndomain = \"edge\"\ndescriptors = [{ key = \"remote_address\" }]\n",
+    ///     "edge.toml",
+    /// )?;
+    /// assert!(config.warnings_when_serving(false).is_empty());
+    /// assert!(config.warnings_when_serving(true)[0]
+    ///     .to_string()
+    ///     .contains("every request is forwarded unlimited"));
+    /// # Ok::<(), ratekeeper_server::ConfigError>(())
+    /// ```
+    pub fn warnings_when_serving(&self, proxy: bool) -> Vec<ConfigWarning> {
+        let mut warnings = self.warnings();
+        let reaches = |want: Reach| self.limits.iter().any(|l| l.matcher.reach() == want);
+        let files = self.envoy.files.is_some() || self.limitador.is_some();
+        let mut without = Vec::new();
+        if proxy {
+            if !reaches(Reach::Http) {
+                without.push(ServedDoor::Proxy);
+            }
+        } else {
+            if self.listen.http.is_some()
+                && !reaches(Reach::Http)
+                && !reaches(Reach::Descriptors)
+                && !files
+            {
+                without.push(ServedDoor::Http);
+            }
+            if self.listen.grpc.is_some() && !reaches(Reach::Descriptors) && !files {
+                without.push(ServedDoor::Grpc);
+            }
+        }
+        warnings.extend(
+            without
+                .into_iter()
+                .map(|door| ConfigWarning::DoorWithoutLimits { door }),
+        );
+        warnings
+    }
 }
 
 fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
@@ -109,6 +193,12 @@ fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
     let by_descriptors = !matcher.descriptors.is_empty();
     let http_only = !matcher.methods.is_empty() || matcher.path_prefix.is_some();
     let mut warnings = Vec::new();
+    if let Reach::Nowhere(why) = matcher.reach() {
+        warnings.push(ConfigWarning::Unreachable {
+            limit: name.clone(),
+            why,
+        });
+    }
     for part in &limit.key {
         match part {
             KeyPart::Route | KeyPart::Header(_) if by_descriptors => {

@@ -119,6 +119,9 @@ pub struct LimitSet {
     /// Limitador's limits (`[limitador]`), apart: they apply by their
     /// namespace and expressions, not by `match`.
     limitador: LimitadorLimits,
+    /// The domains the configuration's limits name: which domains the
+    /// service knows, without a walk over every limit per request.
+    native_domains: HashSet<Box<str>>,
 }
 
 /// `config` as a limit recording its decisions in `stats` under its name:
@@ -203,12 +206,34 @@ impl LimitSet {
             .enumerate()
             .map(|(index, limit)| (limit.name().to_owned(), index))
             .collect();
+        let native_domains = limits
+            .iter()
+            .filter_map(|limit| limit.config().matcher.domain.as_deref())
+            .map(Box::from)
+            .collect();
         LimitSet {
             limits,
             by_name,
             envoy: None,
             limitador: LimitadorLimits::default(),
+            native_domains,
         }
+    }
+
+    /// Whether a `[[limits]]` table names `domain` in its `match`.
+    pub fn has_native_domain(&self, domain: &str) -> bool {
+        self.native_domains.contains(domain)
+    }
+
+    /// Whether any limit in force names `domain`: a `[[limits]]` table, a
+    /// domain of envoyproxy/ratelimit's files or a Limitador namespace.
+    pub fn knows_domain(&self, domain: &str) -> bool {
+        self.has_native_domain(domain)
+            || self
+                .envoy
+                .as_ref()
+                .is_some_and(|envoy| envoy.domain(domain).is_some())
+            || self.limitador.knows(domain)
     }
 
     /// The Limitador limits in force (none without `[limitador]`).

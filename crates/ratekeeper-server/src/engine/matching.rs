@@ -31,7 +31,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::{ActiveLimit, KeySource, LimitSet};
-use crate::config::{KeyPart, LimitConfig, Match};
+use crate::config::{KeyPart, LimitConfig, Match, Reach, Unreachable};
 
 /// One entry of a descriptor, as a door received it: the door's own type
 /// (Envoy's protobuf entry, the JSON API's), read without copying; the
@@ -44,17 +44,118 @@ pub const REMOTE_ADDRESS: &str = "remote_address";
 
 /// Whether a limit's `matcher` applies to the descriptor `entries` of a
 /// request in `domain` (see the module's documentation).
+#[inline]
 pub fn matches<E: Entry>(matcher: &Match, domain: &str, entries: &[E]) -> bool {
-    matcher.domain.as_deref() == Some(domain)
-        && matcher.methods.is_empty()
-        && matcher.path_prefix.is_none()
-        && !matcher.descriptors.is_empty()
-        && matcher.descriptors.len() == entries.len()
-        && matcher
-            .descriptors
-            .iter()
-            .zip(entries)
-            .all(|(want, entry)| want.key == entry.key() && want.matches(entry.value()))
+    mismatch(matcher, domain, entries).is_none()
+}
+
+/// Why a limit does not apply to a descriptor: the first rule of the
+/// module's documentation it fails. Indices point into the limit's
+/// `match.descriptors` and the descriptor, which hold the text, so that
+/// finding it costs no allocation on the request path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mismatch {
+    /// The limit names neither a domain nor descriptors: it is for HTTP
+    /// requests.
+    ForHttp,
+    /// It names a domain but no descriptors, or descriptors but no
+    /// domain: no request of any door matches it.
+    Incomplete,
+    /// It names HTTP methods or a path prefix as well as descriptors: no
+    /// request of any door matches it.
+    HttpConditions,
+    /// Its domain is not the request's (domains are compared exactly).
+    Domain,
+    /// It matches descriptors of another number of entries (descriptors
+    /// match as a whole).
+    Length,
+    /// The entry at this index has another key than the limit's.
+    Key(usize),
+    /// The entry at this index has a value the limit's entry does not
+    /// match.
+    Value(usize),
+    /// The entry at this index has a value the limit's entry matches, but
+    /// also one of its `except` values (the second index).
+    Except(usize, usize),
+}
+
+/// The first reason a limit's `matcher` does not apply to the descriptor
+/// `entries` of a request in `domain`; `None` when it applies. The rule
+/// [`matches`] and every explanation share.
+#[inline]
+pub fn mismatch<E: Entry>(matcher: &Match, domain: &str, entries: &[E]) -> Option<Mismatch> {
+    match matcher.reach() {
+        Reach::Descriptors => {}
+        Reach::Http => return Some(Mismatch::ForHttp),
+        Reach::Nowhere(Unreachable::HttpAndDescriptors) => return Some(Mismatch::HttpConditions),
+        Reach::Nowhere(_) => return Some(Mismatch::Incomplete),
+    }
+    if matcher.domain.as_deref() != Some(domain) {
+        return Some(Mismatch::Domain);
+    }
+    if matcher.descriptors.len() != entries.len() {
+        return Some(Mismatch::Length);
+    }
+    for (index, (want, entry)) in matcher.descriptors.iter().zip(entries).enumerate() {
+        if want.key != entry.key() {
+            return Some(Mismatch::Key(index));
+        }
+        let value = entry.value();
+        if !want.value.matches(value) {
+            return Some(Mismatch::Value(index));
+        }
+        if let Some(except) = want.except.iter().position(|except| except.matches(value)) {
+            return Some(Mismatch::Except(index, except));
+        }
+    }
+    None
+}
+
+/// Why a limit does not apply to an HTTP request (the JSON API's, nginx's
+/// `auth_request`, the proxy's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HttpMismatch {
+    /// The limit names an Envoy domain or descriptors: it is for
+    /// descriptors, which an HTTP request does not have.
+    ForDescriptors,
+    /// Its `methods` do not hold the request's method.
+    Method,
+    /// It names methods and the request gave none (the JSON API's
+    /// `method` is optional).
+    NoMethod,
+    /// The request's path does not start with its `path_prefix`.
+    Path,
+    /// It names a path prefix and the request gave no path.
+    NoPath,
+}
+
+/// The first reason a limit's `matcher` does not apply to an HTTP request
+/// with `method` and `path`, either of which may be unknown (a condition
+/// on something unknown does not hold); `None` when it applies.
+pub fn http_mismatch(
+    matcher: &Match,
+    method: Option<&http::Method>,
+    path: Option<&str>,
+) -> Option<HttpMismatch> {
+    if matcher.reach() != Reach::Http {
+        return Some(HttpMismatch::ForDescriptors);
+    }
+    if !matcher.methods.is_empty() {
+        match method {
+            None => return Some(HttpMismatch::NoMethod),
+            Some(method) if !matcher.methods.contains(method) => return Some(HttpMismatch::Method),
+            Some(_) => {}
+        }
+    }
+    match (&matcher.path_prefix, path) {
+        (None, _) => None,
+        (Some(_), None) => Some(HttpMismatch::NoPath),
+        (Some(prefix), Some(path)) => {
+            (!path.starts_with(prefix.as_str())).then_some(HttpMismatch::Path)
+        }
+    }
 }
 
 /// The limits among `limits` that apply to the descriptor `entries` of a
@@ -72,9 +173,7 @@ pub fn applicable<'a, E: Entry>(
 /// Whether any limit of `limits` is in `domain`: Envoy's service only
 /// honours a descriptor's limit override in a domain it knows.
 pub fn knows_domain(limits: &LimitSet, domain: &str) -> bool {
-    limits
-        .iter()
-        .any(|limit| limit.config().matcher.domain.as_deref() == Some(domain))
+    limits.has_native_domain(domain)
 }
 
 /// The parts of `limit`'s key for a descriptor: its configured key, then

@@ -42,6 +42,7 @@ mod connecting;
 mod describe;
 mod envoy_files;
 mod error;
+pub mod explain;
 mod forwarding;
 pub(crate) mod headers;
 mod health;
@@ -55,6 +56,7 @@ mod reloads;
 mod renumbered;
 mod store;
 mod store_latency;
+mod unmatched;
 mod verdict;
 
 use std::sync::Arc;
@@ -83,6 +85,10 @@ pub use reloads::{Refusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
 pub use renumbered::{changed_limits, ChangedLimit, KeysAfterChange};
 pub use store::{AnyStore, SharedClock};
 pub use store_latency::{StoreLatency, StoreOperation};
+pub use unmatched::{
+    DecisionDoor, UnmatchedRequests, UnmatchedSample, LOG_EVERY_SECS as UNMATCHED_LOG_EVERY_SECS,
+    UNKNOWN_DOMAIN,
+};
 pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER, STORE_HEADER};
 
 use verdict::refuses;
@@ -135,6 +141,8 @@ struct Inner {
     /// `[enforcement] shadow_mode`, as the limits in force were made
     /// with; replaced with them.
     shadow_mode: std::sync::atomic::AtomicBool,
+    /// Requests no limit applied to.
+    unmatched: UnmatchedRequests,
 }
 
 impl Engine {
@@ -198,6 +206,7 @@ impl Engine {
                 store_latency: StoreLatency::default(),
                 reloads: ReloadStats::new(loaded),
                 shadow_mode: config.shadow_mode.into(),
+                unmatched: UnmatchedRequests::default(),
             }),
         }
     }
@@ -261,6 +270,32 @@ impl Engine {
     /// What the configured limits decided so far, by name.
     pub fn stats(&self) -> &Stats {
         &self.inner.stats
+    }
+
+    /// Counts (and now and then logs) a request of `door` in `domain`
+    /// (empty for HTTP requests) that no limit of `limits` applied to,
+    /// described by `describe` when it is logged.
+    pub fn record_unmatched(
+        &self,
+        door: DecisionDoor,
+        limits: &LimitSet,
+        domain: &str,
+        describe: impl FnOnce() -> String,
+    ) {
+        let now = self.inner.wall_clock.now().as_nanos() / 1_000_000_000;
+        self.inner
+            .unmatched
+            .record(door, limits, domain, now, describe);
+    }
+
+    /// The requests no limit applied to, per door and domain.
+    pub fn unmatched(&self) -> &UnmatchedRequests {
+        &self.inner.unmatched
+    }
+
+    /// Which limits in force apply to `probe`, and why the others do not.
+    pub fn explain(&self, probe: &explain::Probe) -> explain::Explanation {
+        explain::explain(&self.limits(), probe)
     }
 
     /// How long decisions took, and how many came near their limit.

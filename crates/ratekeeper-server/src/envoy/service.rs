@@ -25,10 +25,11 @@ use super::units;
 use crate::access::{self, RequireTokenService};
 use crate::config::envoy::{CounterKey, Matched, RateLimit as FileLimit};
 use crate::config::{ConnectionConfig, Counting, KeyPart, LimitConfig, Match, OnSaturated};
+use crate::engine::explain::describe_descriptors;
 use crate::engine::matching::{self, DescriptorSource};
 use crate::engine::{
-    compose, ActiveLimit, Check, Engine, LimitResult, LimitSet, OrUnknown, SATURATED_HEADER,
-    STORE_HEADER,
+    compose, ActiveLimit, Check, DecisionDoor, Engine, LimitResult, LimitSet, OrUnknown,
+    SATURATED_HEADER, STORE_HEADER,
 };
 use crate::listen::{Door, Protocol};
 
@@ -327,6 +328,16 @@ impl EnvoyService {
                 blocked: &mut blocked,
             },
         );
+
+        if takes.is_empty() && refunds.is_empty() && uncounted.iter().all(Option::is_none) {
+            self.engine
+                .record_unmatched(DecisionDoor::Grpc, &limits, domain, || {
+                    describe_descriptors(
+                        domain,
+                        request.descriptors.iter().map(|d| d.entries.as_slice()),
+                    )
+                });
+        }
 
         // Refunds first: they never depend on the rest of the request.
         if !refunds.is_empty() {

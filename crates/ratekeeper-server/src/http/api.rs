@@ -13,10 +13,13 @@ use super::body::JsonBody;
 use super::error::ApiError;
 use super::json::{DecisionRequest, DecisionResponse, DescriptorEntry, RefundResponse, Refunded};
 use crate::config::{CapError, KeyPart, RequestCaps};
+use crate::engine::explain::describe_descriptors;
 use crate::engine::headers::verdict_headers;
 use crate::engine::matching::{self, DescriptorSource};
 use crate::engine::LimitDescription;
-use crate::engine::{compose, ActiveLimit, Check, Engine, KeySource, LimitSet, NamedParts};
+use crate::engine::{
+    compose, ActiveLimit, Check, DecisionDoor, Engine, KeySource, LimitSet, NamedParts,
+};
 
 type Body = Result<JsonBody<DecisionRequest>, axum::extract::rejection::JsonRejection>;
 
@@ -107,9 +110,37 @@ fn answer(verdict: &crate::engine::Verdict) -> Response {
     (headers, content_type, json).into_response()
 }
 
+/// The request's checks ([`plan`]); a request no limit applies to is
+/// counted as unmatched.
+fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
+    let checks = plan(engine, request)?;
+    if checks.is_empty() {
+        let domain = request.domain.as_deref().unwrap_or_default();
+        engine.record_unmatched(DecisionDoor::HttpApi, &engine.limits(), domain, || {
+            describe(request)
+        });
+    }
+    Ok(checks)
+}
+
+/// A request in words, for the log of requests no limit applied to.
+fn describe(request: &DecisionRequest) -> String {
+    match &request.descriptors {
+        Some(descriptors) => describe_descriptors(
+            request.domain.as_deref().unwrap_or_default(),
+            descriptors.iter().map(Vec::as_slice),
+        ),
+        None => format!(
+            "{} {}",
+            request.method.as_deref().unwrap_or("(no method)"),
+            request.path.as_deref().unwrap_or("(no path)")
+        ),
+    }
+}
+
 /// The request's checks: the limits it names, or those matching its method
 /// and path, each with its key.
-fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
+fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
     within_caps(&engine.request_caps(), request)?;
     let limits = engine.limits();
     let method = match &request.method {
@@ -134,7 +165,14 @@ fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiE
             .collect::<Result<_, _>>()?,
         None => limits
             .iter()
-            .filter(|limit| applies(limit, method.as_ref(), request.path.as_deref()))
+            .filter(|limit| {
+                matching::http_mismatch(
+                    &limit.config().matcher,
+                    method.as_ref(),
+                    request.path.as_deref(),
+                )
+                .is_none()
+            })
             .cloned()
             .collect(),
     };
@@ -216,22 +254,6 @@ fn missing(limit: &ActiveLimit, part: &KeyPart) -> ApiError {
         limit: limit.name().to_owned(),
         part: part.to_string(),
     }
-}
-
-/// Whether `limit` applies to a request of `method` and `path`, either of
-/// which may be unknown: a condition on something unknown does not hold.
-fn applies(limit: &ActiveLimit, method: Option<&Method>, path: Option<&str>) -> bool {
-    let matcher = &limit.config().matcher;
-    if matcher.domain.is_some() || !matcher.descriptors.is_empty() {
-        return false;
-    }
-    let method_ok =
-        matcher.methods.is_empty() || method.is_some_and(|m| matcher.methods.contains(m));
-    let path_ok = match &matcher.path_prefix {
-        None => true,
-        Some(prefix) => path.is_some_and(|p| p.starts_with(prefix.as_str())),
-    };
-    method_ok && path_ok
 }
 
 /// Key parts from the body's `key`, and `route` from its method and path

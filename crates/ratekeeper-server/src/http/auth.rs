@@ -94,7 +94,7 @@ use thiserror::Error;
 
 use crate::config::KeyPart;
 use crate::engine::headers::verdict_headers;
-use crate::engine::{Check, Engine, HttpSource, OrUnknown};
+use crate::engine::{Check, DecisionDoor, Engine, HttpSource, OrUnknown};
 
 /// `X-Original-URI`: the original request's path and query.
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
@@ -161,6 +161,11 @@ async fn auth(State(engine): State<Engine>, request: Request) -> Response {
             Check::new(limit.clone(), key, 1)
         })
         .collect();
+    if checks.is_empty() {
+        engine.record_unmatched(DecisionDoor::AuthRequest, &limits, "", || {
+            format!("{} {}", original.method, original.path)
+        });
+    }
     let verdict = match engine.check(checks).await {
         Ok(verdict) => verdict,
         Err(error) => {
@@ -388,6 +393,22 @@ mod tests {
             .oneshot(request)
             .await
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_no_limit_applies_to_is_allowed_and_counted_as_unmatched() {
+        let engine = engine(
+            "[[limits]]\nname = \"api\"\nrate = \"1/minute\"\nkey = [\"global\"]\n\
+             match = { path_prefix = \"/api\" }\n",
+        )
+        .await;
+        let response = ask(&engine, "/v1/auth", &[("x-original-uri", "/home")]).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        ask(&engine, "/v1/auth", &[("x-original-uri", "/api/x")]).await;
+        let door = crate::engine::DecisionDoor::AuthRequest;
+        assert_eq!(engine.unmatched().total(door), 1);
+        let sample = engine.unmatched().sample(door).unwrap();
+        assert_eq!(sample.request, "GET /home");
     }
 
     #[tokio::test]

@@ -25,7 +25,7 @@ use ratekeeper_tower::headers::{HeaderStyle, ResetStyle};
 use ratekeeper_tower::{RateLimitLayer, ResponseFormat};
 use tower::{Layer, Service};
 
-use crate::engine::{Check, Engine, LimitSet, Verdict};
+use crate::engine::{Check, DecisionDoor, Engine, LimitSet, Verdict};
 
 /// Rate-limits each request by the engine's limits in force.
 #[derive(Clone, Debug)]
@@ -155,15 +155,23 @@ where
 
 /// Counts and logs, once per limit, a forwarding header that a limit
 /// keyed by `client_ip` ignored because the peer is not a proxy it
-/// trusts: the layer ignores such headers without a word.
+/// trusts: the layer ignores such headers without a word. A request no
+/// limit applies to is counted as unmatched.
 fn watch_forwarding(engine: &Engine, limits: &LimitSet, request: &Request<Body>) {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
     let (method, path) = (request.method(), request.uri().path());
+    let mut matched = false;
     for limit in limits.for_http(method, path) {
+        matched = true;
         engine.watch_forwarding(limit, request.headers(), peer, &[]);
+    }
+    if !matched {
+        engine.record_unmatched(DecisionDoor::Proxy, limits, "", || {
+            format!("{method} {path}")
+        });
     }
 }
 

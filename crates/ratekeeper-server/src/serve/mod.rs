@@ -155,7 +155,7 @@ pub struct Service {
 impl Service {
     /// Opens the store, binds every front door and starts serving.
     pub async fn start(config: Config, options: Options) -> Result<Service, ServeError> {
-        for warning in config.warnings() {
+        for warning in config.warnings_when_serving(options.proxy.is_some()) {
             tracing::warn!("{warning}");
         }
         // Before the store: files that do not load should not wait for a
@@ -270,6 +270,7 @@ impl Service {
             let source = reload::Source {
                 path: options.config_path,
                 overrides: options.overrides,
+                serves_proxy: options.proxy.is_some(),
             };
             Arc::new(Mutex::new(Reloader::new(source, engine.clone())))
         });

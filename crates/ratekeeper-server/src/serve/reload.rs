@@ -48,6 +48,9 @@ pub(crate) struct Source {
     /// Overrides applied after the environment's, in its form
     /// (`RATEKEEPER_ENVOY__CONFIG_DIR`): the command line's flags.
     pub(crate) overrides: Vec<(String, String)>,
+    /// Whether the service runs as `ratekeeper proxy`: which doors the
+    /// warnings about doors without limits are about.
+    pub(crate) serves_proxy: bool,
 }
 
 impl Source {
@@ -134,7 +137,7 @@ impl Reloader {
         // file is reported once, not at every poll.
         self.seen = Some(seen);
         let config = result?;
-        for warning in config.warnings() {
+        for warning in config.warnings_when_serving(self.source.serves_proxy) {
             tracing::warn!("{warning}");
         }
         let before = self.engine.limits();
@@ -358,6 +361,7 @@ mod tests {
         let source = Source {
             path: Some(path.clone()),
             overrides: Vec::new(),
+            serves_proxy: false,
         };
         let mut reloader = Reloader::new(source, engine.clone());
         let refused = || engine.reload_stats().snapshot().refused;

@@ -64,10 +64,12 @@ ipv6_prefix = 56
     assert_eq!(
         lines,
         [
-            "limit direct: token_bucket 100/minute, key client_ip, match every request",
+            "limit direct: token_bucket 100/minute, key client_ip, match every HTTP request",
+            "  applies to HTTP requests: the JSON API by method and path, nginx auth_request, the proxy (never gRPC: Envoy's requests need match.domain and match.descriptors)",
             "  client_ip: the socket peer (no trusted proxies: X-Forwarded-For is ignored, set \
              trusted_proxies to believe it); IPv4 by address, IPv6 by /64",
-            "limit behind-lb: token_bucket 100/minute, key client_ip, match every request",
+            "limit behind-lb: token_bucket 100/minute, key client_ip, match every HTTP request",
+            "  applies to HTTP requests: the JSON API by method and path, nginx auth_request, the proxy (never gRPC: Envoy's requests need match.domain and match.descriptors)",
             "  client_ip: from X-Forwarded-For behind 10.0.0.0/8 (the rightmost address not among \
              them); any other peer is the client; IPv4 by address, IPv6 by /56",
             "ok",

@@ -198,10 +198,13 @@ fn full_file() {
         config.explain(),
         "store: redis redis://127.0.0.1:6379 (prefix \"rk:\", timeout 250ms, 4 scripts in flight, up to 64 decisions each), max_keys 5000, on failure open, fallback on\n\
          listen: http 0.0.0.0:8080, grpc off, admin 127.0.0.1:9090\n\
-         limit per-ip: gcra 100/minute, key client_ip, match every request\n\
+         limit per-ip: gcra 100/minute, key client_ip, match every HTTP request\n\
+         \x20 applies to HTTP requests: the JSON API by method and path, nginx auth_request, the proxy (never gRPC: Envoy's requests need match.domain and match.descriptors)\n\
          \x20 client_ip: from X-Forwarded-For behind 10.0.0.0/8, 192.0.2.1/32 (the rightmost address not among them); any other peer is the client; IPv4 by address, IPv6 by /64\n\
          limit login: sliding_window 5/30s, key descriptor:remote_address + route, match domain edge, descriptors [remote_address, path=/login, user=adm*], methods POST, path /api* (shadow)\n\
-         limit api-key: token_bucket 10/second burst 20, key header:x-api-key, match every request\n"
+         \x20 applies to no door: it names HTTP methods or a path prefix beside a domain or descriptors, and no request has both: make it two limits\n\
+         limit api-key: token_bucket 10/second burst 20, key header:x-api-key, match every HTTP request\n\
+         \x20 applies to HTTP requests: the JSON API by method and path, nginx auth_request, the proxy (never gRPC: Envoy's requests need match.domain and match.descriptors)\n"
     );
 }
 
@@ -218,7 +221,8 @@ fn defaults_validate() {
         config.explain(),
         "store: memory, max_keys 100000\n\
          listen: http 127.0.0.1:8080, grpc 127.0.0.1:8081, admin 127.0.0.1:9090\n\
-         limit per-client: gcra 100/minute, key client_ip, match every request\n\
+         limit per-client: gcra 100/minute, key client_ip, match every HTTP request\n\
+         \x20 applies to HTTP requests: the JSON API by method and path, nginx auth_request, the proxy (never gRPC: Envoy's requests need match.domain and match.descriptors)\n\
          \x20 client_ip: the socket peer (no trusted proxies: X-Forwarded-For is ignored, set trusted_proxies to believe it); IPv4 by address, IPv6 by /64\n"
     );
 }
@@ -485,7 +489,10 @@ fn request_caps_default_and_are_bounded() {
     assert!(config
         .explain()
         .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes, 32 override rates, bodies up to 65536 bytes\n"));
-    assert!(!Config::default().explain().contains("requests:"));
+    assert!(!Config::default()
+        .explain()
+        .lines()
+        .any(|line| line.starts_with("requests:")));
     assert_eq!(
         err(&format!("[requests]\nmax_entries = 0\n{one}")),
         "ratekeeper.toml:2:15: requests.max_entries: max_entries is 0, outside 1 to 4096"
@@ -917,7 +924,10 @@ key = ["peer", "client_ip"]
 client_ip_from = "forwarded"
 "#;
     let explained = Config::from_toml_str(text, "t.toml").unwrap().explain();
-    let lines: Vec<&str> = explained.lines().filter(|l| l.starts_with("  ")).collect();
+    let lines: Vec<&str> = explained
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("  applies to"))
+        .collect();
     assert_eq!(
         lines,
         [

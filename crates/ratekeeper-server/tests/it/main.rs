@@ -14,6 +14,7 @@ mod dashboard;
 mod envoy;
 mod envoy_files;
 mod envoy_import;
+mod explain;
 mod grafana;
 mod http_api;
 mod layers;

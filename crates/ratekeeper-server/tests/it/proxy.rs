@@ -283,6 +283,11 @@ async fn method_path_query_headers_status_and_body_pass_through() {
     // No limit applies to this path: no fields.
     assert!(headers.get("ratelimit").is_none());
     assert!(headers.get("ratelimit-policy").is_none());
+    // ... and it is counted as such.
+    let door = ratekeeper_server::engine::DecisionDoor::Proxy;
+    assert_eq!(proxy.engine.unmatched().total(door), 1);
+    let sample = proxy.engine.unmatched().sample(door).expect("logged");
+    assert_eq!(sample.request, "PATCH /echo/a%20b/c");
 
     let echo: Value = response.json().await.expect("the echo");
     assert_eq!(echo["method"], "PATCH");
