@@ -1,16 +1,9 @@
 //! `ratekeeper check`, run as a real process.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn ratekeeper(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
-    command.args(args);
-    // Only the variables a test sets: none leak in from the machine.
-    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
-        command.env_remove(key);
-    }
-    command.envs(env.iter().copied());
-    command.output().expect("the binary runs")
+    crate::common::run_ratekeeper(args, env, "")
 }
 
 fn text(bytes: &[u8]) -> String {

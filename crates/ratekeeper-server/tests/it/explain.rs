@@ -2,7 +2,7 @@
 //! port's `POST /v1/explain`, the count of requests no limit applied to,
 //! and `check`'s warnings.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use ratekeeper_server::envoy::proto::{RateLimitRequest, RateLimitResponse};
 use serde_json::{json, Value};
@@ -194,23 +194,13 @@ async fn json_api_requests_no_limit_applies_to_are_counted() {
 }
 
 fn ratekeeper(args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write as _;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
-    command.args(args);
-    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
-        command.env_remove(key);
-    }
-    command
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = command.spawn().expect("the binary runs");
-    let mut pipe = child.stdin.take().expect("piped");
-    if let Some(text) = stdin {
-        pipe.write_all(text.as_bytes()).expect("stdin takes it");
-    }
-    drop(pipe);
-    child.wait_with_output().expect("it exits")
+    crate::common::run_ratekeeper(args, &[], stdin.unwrap_or_default())
+}
+
+/// `ratekeeper explain` with `config` and `args`: its exit code and stdout.
+fn explain_with(config: &[&str], args: &[&str]) -> (Option<i32>, String) {
+    let output = ratekeeper(&[&["explain"], config, args].concat(), None);
+    (output.status.code(), text(&output.stdout))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -220,24 +210,14 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn the_explain_command_says_which_limits_apply_and_why_not_the_others() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("ratekeeper.toml");
-    std::fs::write(&config, LIMITS).unwrap();
-    let config = config.to_str().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    std::fs::write(&path, LIMITS).unwrap();
+    let config = ["-c", path.to_str().unwrap()];
+    let edge =
+        |descriptor: &str| explain_with(&config, &["--domain", "edge", "--descriptor", descriptor]);
 
-    let applies = ratekeeper(
-        &[
-            "explain",
-            "-c",
-            config,
-            "--domain",
-            "edge",
-            "--descriptor",
-            "remote_address=10.0.0.1",
-        ],
-        None,
-    );
-    assert_eq!(applies.status.code(), Some(0), "{}", text(&applies.stderr));
-    let out = text(&applies.stdout);
+    let (code, out) = edge("remote_address=10.0.0.1");
+    assert_eq!(code, Some(0), "{out}");
     assert!(
         out.contains("applies:\n  limit per-ip (descriptor 0), key \"10.0.0.1\""),
         "{out}"
@@ -247,20 +227,8 @@ fn the_explain_command_says_which_limits_apply_and_why_not_the_others() {
         "{out}"
     );
 
-    let longer = ratekeeper(
-        &[
-            "explain",
-            "-c",
-            config,
-            "--domain",
-            "edge",
-            "--descriptor",
-            "remote_address=10.0.0.1,path=/login",
-        ],
-        None,
-    );
-    assert_eq!(longer.status.code(), Some(1), "nothing applies");
-    let out = text(&longer.stdout);
+    let (code, out) = edge("remote_address=10.0.0.1,path=/login");
+    assert_eq!(code, Some(1), "nothing applies: {out}");
     assert!(
         out.contains("nothing: the request is allowed and counted nowhere"),
         "{out}"
@@ -270,18 +238,18 @@ fn the_explain_command_says_which_limits_apply_and_why_not_the_others() {
         "{out}"
     );
 
-    let http = ratekeeper(&["explain", "-c", config, "--path", "/login"], None);
-    assert_eq!(http.status.code(), Some(0));
-    let out = text(&http.stdout);
+    let (code, out) = explain_with(&config, &["--path", "/login"]);
+    assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("limit everyone, key \"*\""), "{out}");
     assert!(
         out.contains("limit per-ip: it names an Envoy domain"),
         "{out}"
     );
 
+    let request = r#"{"domain": "edge", "descriptors": [[{"key": "user", "value": "u"}]]}"#;
     let json = ratekeeper(
-        &["explain", "-c", config, "--json", "--request", "-"],
-        Some(r#"{"domain": "edge", "descriptors": [[{"key": "user", "value": "u"}]]}"#),
+        &[&["explain"], &config[..], &["--json", "--request", "-"]].concat(),
+        Some(request),
     );
     assert_eq!(json.status.code(), Some(1));
     let answer: Value = serde_json::from_slice(&json.stdout).expect("JSON");
@@ -292,22 +260,16 @@ fn the_explain_command_says_which_limits_apply_and_why_not_the_others() {
 
     let bad = ratekeeper(
         &[
-            "explain",
-            "-c",
-            config,
-            "--domain",
-            "edge",
-            "--descriptor",
-            "x",
-        ],
+            &["explain"],
+            &config[..],
+            &["--domain", "edge", "--descriptor", "x"],
+        ]
+        .concat(),
         None,
     );
     assert_eq!(bad.status.code(), Some(2));
-    assert!(
-        text(&bad.stderr).contains("is not KEY=VALUE"),
-        "{}",
-        text(&bad.stderr)
-    );
+    let stderr = text(&bad.stderr);
+    assert!(stderr.contains("is not KEY=VALUE"), "{stderr}");
 }
 
 #[test]
@@ -320,43 +282,22 @@ fn the_explain_command_reads_envoyproxy_ratelimit_files() {
         "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n",
     )
     .unwrap();
-    let files = files.to_str().unwrap();
-    let applies = ratekeeper(
-        &[
-            "explain",
-            "--envoy-config",
-            files,
-            "--domain",
-            "edge",
-            "--descriptor",
-            "remote_address=1.2.3.4",
-        ],
-        None,
-    );
-    assert_eq!(applies.status.code(), Some(0), "{}", text(&applies.stderr));
-    assert!(
-        text(&applies.stdout).contains("envoy files edge.remote_address"),
-        "{}",
-        text(&applies.stdout)
-    );
+    let config = [
+        "--envoy-config",
+        files.to_str().unwrap(),
+        "--domain",
+        "edge",
+    ];
 
-    let longer = ratekeeper(
-        &[
-            "explain",
-            "--envoy-config",
-            files,
-            "--domain",
-            "edge",
-            "--descriptor",
-            "remote_address=1.2.3.4,path=/",
-        ],
-        None,
-    );
-    assert_eq!(longer.status.code(), Some(1));
+    let (code, out) = explain_with(&config, &["--descriptor", "remote_address=1.2.3.4"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("envoy files edge.remote_address"), "{out}");
+
+    let (code, out) = explain_with(&config, &["--descriptor", "remote_address=1.2.3.4,path=/"]);
+    assert_eq!(code, Some(1), "{out}");
     assert!(
-        text(&longer.stdout).contains("though one matches its first 1 entry"),
-        "{}",
-        text(&longer.stdout)
+        out.contains("though one matches its first 1 entry"),
+        "{out}"
     );
 }
 

@@ -382,3 +382,26 @@ pub async fn wait_for_metric(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Runs the `ratekeeper` binary with `args` to its end, with only the
+/// `RATEKEEPER_*` variables of `env` (none leak in from the machine), and
+/// `stdin` on its standard input.
+pub fn run_ratekeeper(args: &[&str], env: &[(&str, &str)], stdin: &str) -> std::process::Output {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    command.args(args);
+    for (key, _) in std::env::vars().filter(|(key, _)| key.starts_with("RATEKEEPER_")) {
+        command.env_remove(key);
+    }
+    command
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("the binary runs");
+    let mut pipe = child.stdin.take().expect("piped");
+    pipe.write_all(stdin.as_bytes()).expect("stdin takes it");
+    drop(pipe);
+    child.wait_with_output().expect("it exits")
+}
