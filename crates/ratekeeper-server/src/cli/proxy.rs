@@ -116,11 +116,11 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
             let scheme = if tls.proxy.is_some() { "https" } else { "http" };
             let _ = writeln!(
                 out,
-                "ratekeeper {} proxy {scheme}://{addr} -> {} ({} store, {} limits)",
+                "ratekeeper {} proxy {scheme}://{addr} -> {} ({} store, {})",
                 env!("CARGO_PKG_VERSION"),
                 crate::config::redact_url(&upstream.to_string()),
                 engine.store().kind(),
-                engine.limits().len()
+                crate::plural::count(engine.limits().len(), "limit")
             );
         }
         if let Some(addr) = addrs.admin {
