@@ -436,7 +436,7 @@ for call_index = 1, calls do
           room = 0
         end
         if cost <= room then
-          remaining, rs = room - cost, (count + cost == 0) and 0 or until_end
+          remaining, rs = room - cost, (c == 1 and count + cost == 0) and 0 or until_end
           if cost > 0 and code == 1 then
             new = pack('<Bdddd', 3, start, count + cost, window, c)
             -- the key already expires at this window's end: keep its TTL
@@ -445,7 +445,7 @@ for call_index = 1, calls do
           end
           break
         end
-        allowed, remaining, rs = 0, room, count == 0 and 0 or until_end
+        allowed, remaining, rs = 0, room, (c == 1 and count == 0) and 0 or until_end
         rt = cost > limit and NEVER or until_end
       elseif kind == 5 then
         -- Sliding window counter. a = limit, b = window (us), limit x window

@@ -30,6 +30,7 @@ pub mod envoy;
 mod error_chain;
 pub mod http;
 pub mod listen;
+pub(crate) mod plural;
 pub mod proxy;
 pub mod serve;
 pub mod simulate;

@@ -9,9 +9,12 @@
 //! ```
 //!
 //! `q` is the quota, `w` the window in whole seconds, `r` what remains and
-//! `t` the seconds until the quota is whole again; `pk`, when a partition
-//! key is given, is a byte sequence (`:base64:`) telling clients that share
-//! a quota which one this is.
+//! `t` a number of seconds ([`reset_secs`]): on an allowed request, until
+//! the quota is whole again; on a refused one, until the same request can
+//! succeed, which is the moment `Retry-After` names (the draft: when a
+//! response has both, they should reference the same point in time).
+//! `pk`, when a partition key is given, is a byte sequence (`:base64:`)
+//! telling clients that share a quota which one this is.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -163,6 +166,33 @@ pub fn ratelimit_policy_value(policies: &[PolicyReport<'_>]) -> String {
     out
 }
 
+/// The seconds a response reports until `decision`'s quota resets (`t` of
+/// `RateLimit`, and `X-RateLimit-Reset`): for an allowed request, until the
+/// quota is whole again; for a refused one, its [`retry_after_secs`], so
+/// that both fields name the moment the same request can succeed (a token
+/// bucket of 5 a minute, empty, refuses with 12 s, not the 60 s until it
+/// is full). A request that can never succeed reports the time until the
+/// quota is whole.
+pub fn reset_secs(decision: &Decision) -> u64 {
+    match decision.is_allowed() {
+        true => ceil_secs(decision.reset()),
+        false => {
+            retry_after_secs(decision.retry_after()).unwrap_or_else(|| ceil_secs(decision.reset()))
+        }
+    }
+}
+
+/// `decision` as a response reports it for a limit in shadow mode, which
+/// refuses nothing: allowed, with what it has left and the time until it
+/// is whole, so that it is never taken for the limit that refused (whose
+/// wait `Retry-After` gives).
+pub fn shadow_view(decision: &Decision) -> Decision {
+    match decision.is_allowed() {
+        true => *decision,
+        false => Decision::allowed(decision.limit(), decision.remaining(), decision.reset()),
+    }
+}
+
 /// The `RateLimit` value for one policy: `"name";r=..;t=..`.
 pub fn ratelimit_value(policy: &PolicyReport<'_>) -> String {
     let mut out = String::with_capacity(policy.name.len() + 32);
@@ -170,7 +200,7 @@ pub fn ratelimit_value(policy: &PolicyReport<'_>) -> String {
     out.push_str(";r=");
     push_sf_integer(&mut out, policy.decision.remaining());
     out.push_str(";t=");
-    push_sf_integer(&mut out, ceil_secs(policy.decision.reset()));
+    push_sf_integer(&mut out, reset_secs(policy.decision));
     push_partition_key(&mut out, policy.partition_key);
     out
 }
@@ -188,7 +218,7 @@ fn ratelimit_header(policy: &PolicyReport<'_>) -> Option<HeaderValue> {
             && text.push(b"\";r=")
             && text.push(sf_integer(&mut remaining, policy.decision.remaining()))
             && text.push(b";t=")
-            && text.push(sf_integer(&mut reset, ceil_secs(policy.decision.reset())));
+            && text.push(sf_integer(&mut reset, reset_secs(policy.decision)));
         if written {
             return HeaderValue::from_bytes(text.as_bytes()).ok();
         }
@@ -253,14 +283,18 @@ pub fn retry_after_secs(retry: RetryAfter) -> Option<u64> {
     }
 }
 
-/// The policy reported in `RateLimit` when several apply: the one with the
-/// least remaining, and of those the longest reset.
+/// The policy reported in `RateLimit` when several apply: of those that
+/// refused, the one with the longest wait (the one `Retry-After` names, as
+/// a refusal's wait is the longest of its limits'); when none refused, the
+/// one with the least remaining, and of those the longest reset.
 pub fn tightest<'a, 'b>(policies: &'b [PolicyReport<'a>]) -> Option<&'b PolicyReport<'a>> {
     policies.iter().min_by(|a, b| {
-        a.decision
-            .remaining()
-            .cmp(&b.decision.remaining())
-            .then(b.decision.reset().cmp(&a.decision.reset()))
+        let (a, b) = (a.decision, b.decision);
+        a.is_allowed()
+            .cmp(&b.is_allowed())
+            .then(b.retry_after().cmp(&a.retry_after()))
+            .then(a.remaining().cmp(&b.remaining()))
+            .then(b.reset().cmp(&a.reset()))
     })
 }
 
@@ -332,7 +366,7 @@ pub(crate) fn write_headers(
             X_RATELIMIT_REMAINING,
             HeaderValue::from(decision.remaining()),
         );
-        let reset = ceil_secs(decision.reset());
+        let reset = reset_secs(decision);
         let reset = match reset_style {
             ResetStyle::DeltaSeconds => reset,
             ResetStyle::UnixSeconds => {

@@ -171,7 +171,10 @@ impl Decision {
         self.remaining
     }
 
-    /// The time until the whole quota is available again.
+    /// The time until the whole quota is available again; for a fixed
+    /// window aligned to the clock, the time until its window ends, even
+    /// when nothing was counted in it (the moment its quota resets, as
+    /// Envoy's `duration_until_reset` tells).
     pub const fn reset(&self) -> Duration {
         Duration::from_nanos(self.reset_nanos)
     }

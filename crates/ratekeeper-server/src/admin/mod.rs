@@ -20,8 +20,8 @@
 //! down:
 //!
 //! ```text
-//! GET /readyz                      200 ready (redis store down since 1767225600, answered by the failure policy: ...)
-//! GET /readyz?store                503 store down since 1767225600: the rate-limit store is unavailable: ... (store: redis://10.0.0.5:6379)
+//! GET /readyz                      200 ready (redis store down since 2026-01-01T00:00:00Z, for 42 s, answered by the failure policy: ...)
+//! GET /readyz?store                503 store down since 2026-01-01T00:00:00Z, for 42 s: the rate-limit store is unavailable: ... (store: redis://10.0.0.5:6379)
 //! ```
 //!
 //! The same state is in `/v1/stats` (`store.state`: `up`,
@@ -39,6 +39,7 @@ mod dashboard;
 mod explain;
 mod metrics;
 mod operations;
+mod since;
 mod stats;
 
 use axum::extract::{RawQuery, State};
@@ -101,7 +102,8 @@ async fn readyz(State(engine): State<Engine>, RawQuery(query): RawQuery) -> (Sta
         let what = if store_only { "store up" } else { "ready" };
         return (StatusCode::OK, format!("{what} ({kind} store)\n"));
     }
-    let since = state.since_unix_secs;
+    let now = engine.wall_now().as_duration().as_secs();
+    let since = since::since_and_for(state.since_unix_secs, now);
     if store_only {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -120,13 +120,12 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
             let for_http = limits.iter().filter(|l| l.http_rule().is_some()).count();
             let _ = writeln!(
                 out,
-                "ratekeeper {} proxy {scheme}://{addr} -> {} ({} store, {for_http} of {} limit{} \
-                 for HTTP requests)",
+                "ratekeeper {} proxy {scheme}://{addr} -> {} ({} store, {for_http} of {} for \
+                 HTTP requests)",
                 env!("CARGO_PKG_VERSION"),
                 crate::config::redact_url(&upstream.to_string()),
                 engine.store().kind(),
-                limits.len(),
-                if limits.len() == 1 { "" } else { "s" }
+                crate::plural::count(limits.len(), "limit")
             );
         }
         if let Some(addr) = addrs.admin {

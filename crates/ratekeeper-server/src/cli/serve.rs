@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::plural::count;
 use crate::serve::{Options, Service};
 
 /// Rate limiting as a service.
@@ -80,16 +81,18 @@ pub(super) fn serve(
         let files = set.envoy().map_or_else(String::new, |envoy| {
             let config = envoy.files().config();
             format!(
-                ", {} envoyproxy/ratelimit limits in {} domains",
+                ", {} envoyproxy/ratelimit {} in {}",
                 config.limit_count(),
-                config.domains().count()
+                limit_noun(config.limit_count()),
+                count(config.domains().count(), "domain")
             )
         });
         let limitador = set.limitador().config().map_or_else(String::new, |config| {
             format!(
-                ", {} Limitador limits in {} namespaces",
+                ", {} Limitador {} in {}",
                 config.limits().len(),
-                set.limitador().namespace_count()
+                limit_noun(config.limits().len()),
+                count(set.limitador().namespace_count(), "namespace")
             )
         });
         // Where it listens, on stdout; a closed stdout must not stop the
@@ -97,8 +100,9 @@ pub(super) fn serve(
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "ratekeeper {} ({store} store{connecting}, {limits} limits{files}{limitador})",
-            env!("CARGO_PKG_VERSION")
+            "ratekeeper {} ({store} store{connecting}, {}{files}{limitador})",
+            env!("CARGO_PKG_VERSION"),
+            count(limits, "limit")
         );
         let _ = writeln!(out, "{threads}");
         if shadow_mode {
@@ -154,13 +158,12 @@ fn runtime_line(
     use crate::config::{available_cpus, WorkerThreads};
     let workers = runtime.metrics().num_workers();
     let cpus = available_cpus();
-    let cpus = format!("{cpus} CPU{} available", if cpus == 1 { "" } else { "s" });
+    let cpus = format!("{} available", count(cpus, "CPU"));
     let why = match config.worker_threads {
         WorkerThreads::Auto => format!("auto: {cpus}"),
         WorkerThreads::Fixed(_) => format!("runtime.worker_threads; {cpus}"),
     };
-    let plural = if workers == 1 { "" } else { "s" };
-    format!("runtime {workers} worker thread{plural} ({why})")
+    format!("runtime {} ({why})", count(workers, "worker thread"))
 }
 
 /// ` TLS` or ` mTLS` after a door's address in the banner.
@@ -169,5 +172,14 @@ fn tls_note(files: Option<&crate::config::TlsFiles>) -> &'static str {
         Some(files) if files.client_ca.is_some() => " mTLS",
         Some(_) => " TLS",
         None => "",
+    }
+}
+
+/// `limit` or `limits`, after a number written before another word.
+fn limit_noun(n: usize) -> &'static str {
+    if n == 1 {
+        "limit"
+    } else {
+        "limits"
     }
 }

@@ -8,6 +8,8 @@ use http::Method;
 use ratekeeper::store::FailureMode;
 use ratekeeper_tower::client::ClientIp;
 
+use crate::plural::{count, count_as};
+
 use super::{
     available_cpus, redact_url, redact_urls, tls, AccessConfig, Backend, Config, ConnectionConfig,
     KeyPart, Match, OnSaturated, RequestCaps, ValueMatch, WorkerThreads,
@@ -41,9 +43,9 @@ impl Config {
             } => {
                 let batching = if batching.is_on() {
                     format!(
-                        "{} scripts in flight, up to {} decisions each",
-                        batching.in_flight(),
-                        batching.max_calls()
+                        "{} in flight, up to {} each",
+                        count(batching.in_flight(), "script"),
+                        count(batching.max_calls(), "decision")
                     )
                 } else {
                     "no batching".to_owned()
@@ -124,13 +126,12 @@ impl Config {
         if *caps != RequestCaps::default() {
             let _ = writeln!(
                 out,
-                "requests: at most {} descriptors of {} entries, values up to {} bytes, \
-                 {} override rates, bodies up to {} bytes",
-                caps.max_descriptors,
-                caps.max_entries,
-                caps.max_value_bytes,
-                caps.max_override_rates,
-                caps.max_body_bytes
+                "requests: at most {} of {}, values up to {}, {}, bodies up to {}",
+                count(caps.max_descriptors, "descriptor"),
+                count_as(caps.max_entries, "entry", "entries"),
+                count(caps.max_value_bytes, "byte"),
+                count(caps.max_override_rates, "override rate"),
+                count(caps.max_body_bytes, "byte")
             );
         }
         if self.shadow_mode {
@@ -142,9 +143,9 @@ impl Config {
         if let WorkerThreads::Fixed(n) = self.runtime.worker_threads {
             let _ = writeln!(
                 out,
-                "runtime: {n} worker thread{} ({} CPUs available)",
-                if n == 1 { "" } else { "s" },
-                available_cpus()
+                "runtime: {} ({} available)",
+                count(n, "worker thread"),
+                count(available_cpus(), "CPU")
             );
         }
         if self.envoy != super::EnvoyDoorConfig::default() {
@@ -177,13 +178,11 @@ impl Config {
                 domains.sort_unstable();
                 let _ = writeln!(
                     out,
-                    "envoy files: {} ({} domain{}: {}; {} limit{}{}{})",
+                    "envoy files: {} ({}: {}; {}{}{})",
                     dir.display(),
-                    domains.len(),
-                    if domains.len() == 1 { "" } else { "s" },
+                    count(domains.len(), "domain"),
                     domains.join(", "),
-                    config.limit_count(),
-                    if config.limit_count() == 1 { "" } else { "s" },
+                    count(config.limit_count(), "limit"),
                     if envoy.ignore_dot_files {
                         ""
                     } else {
@@ -272,10 +271,9 @@ fn explain_limitador(out: &mut String, source: &super::LimitadorSource) {
     let limits = source.limits.limits();
     let _ = writeln!(
         out,
-        "limitador: {}, {} limit{}",
+        "limitador: {}, {}",
         source.path.display(),
-        limits.len(),
-        if limits.len() == 1 { "" } else { "s" }
+        count(limits.len(), "limit")
     );
     for limit in limits {
         let _ = write!(

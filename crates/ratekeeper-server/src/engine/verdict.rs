@@ -179,8 +179,17 @@ impl Verdict {
             .fold(AnsweredBy::Store, |by, result| by.or(result.answered_by))
     }
 
-    /// Every result's decision, in order (see [`LimitResult::decision`]).
+    /// Every result's decision, in order (see [`LimitResult::decision`]),
+    /// as the response headers report them: a limit in shadow mode refused
+    /// nothing, so its refusal is reported as allowed
+    /// ([`shadow_view`](ratekeeper_tower::headers::shadow_view)).
     pub fn decisions(&self) -> Vec<Decision> {
-        self.results.iter().map(LimitResult::decision).collect()
+        self.results
+            .iter()
+            .map(|result| match result.check.limit.is_shadow() {
+                true => ratekeeper_tower::headers::shadow_view(&result.decision()),
+                false => result.decision(),
+            })
+            .collect()
     }
 }

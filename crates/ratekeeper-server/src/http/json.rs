@@ -14,6 +14,7 @@ use crate::engine::{LimitResult, Verdict};
 /// {"limits": ["per-user"], "key": {"header:x-user": "alice"}, "cost": 1}
 /// {"method": "POST", "path": "/login", "key": {"client_ip": "203.0.113.7"}}
 /// {"domain": "edge", "descriptors": [[{"key": "remote_address", "value": "203.0.113.7"}]]}
+/// {"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "203.0.113.7"}]}]}
 /// ```
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,10 +28,11 @@ pub struct DecisionRequest {
     /// Envoy's domain, for `descriptors`.
     #[serde(default)]
     pub domain: Option<String>,
-    /// Envoy-style descriptors, each a list of entries: every limit of
+    /// Envoy-style descriptors, each a list of entries or, as Envoy
+    /// writes a descriptor in JSON, `{"entries": [..]}`: every limit of
     /// `domain` whose `match.descriptors` fits one of them applies, keyed by
     /// the descriptor's values, as over gRPC.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::descriptors::deserialize")]
     pub descriptors: Option<Vec<Vec<DescriptorEntry>>>,
     /// The HTTP method the decision is for, to choose limits by their
     /// `match.methods` and to make the `route` key part.

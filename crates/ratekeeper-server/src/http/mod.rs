@@ -84,6 +84,7 @@
 mod api;
 mod auth;
 mod body;
+mod descriptors;
 mod error;
 mod json;
 mod limitador;

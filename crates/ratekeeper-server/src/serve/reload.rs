@@ -384,4 +384,43 @@ mod tests {
         assert!(reloader.reload(true).is_err());
         assert_eq!(refused(), 3, "SIGHUP asks again");
     }
+
+    /// envoyproxy/ratelimit's directory, removed while the service runs and
+    /// polled again and again: one refusal, reported once, until it is
+    /// back.
+    #[tokio::test]
+    async fn a_removed_envoy_directory_is_one_refusal_however_often_it_is_polled() {
+        let dir = tempfile::tempdir().unwrap();
+        let envoy = dir.path().join("envoy");
+        std::fs::create_dir(&envoy).unwrap();
+        std::fs::write(
+            envoy.join("edge.yaml"),
+            "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+        )
+        .unwrap();
+        let toml = format!(
+            "[envoy]\nconfig_dir = {:?}\n{}",
+            envoy.display().to_string(),
+            limits("5/minute")
+        );
+        let path = dir.path().join("ratekeeper.toml");
+        std::fs::write(&path, &toml).unwrap();
+        let config = Config::from_toml_str(&toml, "t.toml").unwrap();
+        let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+        let engine = Engine::start(&config, clock).await.unwrap();
+        let source = Source {
+            path: Some(path),
+            overrides: Vec::new(),
+            serves_proxy: false,
+        };
+        let mut reloader = Reloader::new(source, engine.clone());
+        let refused = || engine.reload_stats().snapshot().refused;
+
+        std::fs::remove_dir_all(&envoy).unwrap();
+        assert!(reloader.reload(false).is_err());
+        for _ in 0..5 {
+            assert!(matches!(reloader.reload(false), Ok(Reloaded::Unchanged)));
+        }
+        assert_eq!(refused(), 1);
+    }
 }

@@ -889,3 +889,28 @@ async fn the_unary_path_speaks_grpc_on_the_wire() {
         (tonic::Code::Unimplemented as i32).to_string()
     );
 }
+
+/// A check-only call (hits_addend 0) on a key nothing has used tells the
+/// time to the window's end, as for a used key (and as envoyproxy/ratelimit
+/// does), not 0.
+#[tokio::test]
+async fn a_check_only_call_on_a_fresh_key_tells_the_window_end() {
+    let mut rls = start(PER_IP).await;
+    // The clock is at 1,000 s: the minute's window runs from 960 s to 1,020 s.
+    let fresh = rls
+        .one(
+            "edge",
+            with_hits(descriptor(&[("remote_address", "10.0.0.7")]), 0),
+        )
+        .await;
+    assert_eq!((fresh.code, fresh.limit_remaining), (OK, 3));
+    assert_eq!(
+        fresh.duration_until_reset.map(|reset| reset.seconds),
+        Some(20),
+        "{fresh:?}"
+    );
+    let used = rls
+        .one("edge", descriptor(&[("remote_address", "10.0.0.8")]))
+        .await;
+    assert_eq!(used.duration_until_reset, fresh.duration_until_reset);
+}

@@ -52,7 +52,7 @@ async fn check_admits_exactly_the_quota_then_refuses_with_the_fields() {
     assert_eq!(headers["cache-control"], "no-store");
     assert_eq!(headers["content-type"], "application/json");
     assert_eq!(answer["headers"]["retry-after"], "20");
-    assert_eq!(headers["ratelimit"], "\"per-user\";r=0;t=60");
+    assert_eq!(headers["ratelimit"], "\"per-user\";r=0;t=20");
 
     // Another user has a quota of their own.
     let bob = json!({"limits": ["per-user"], "key": {"header:x-user": "bob"}});
@@ -171,7 +171,7 @@ key = ["header:x-team"]
             "per-user was not charged"
         );
         // RateLimit reports the tightest; the policy field lists both.
-        assert_eq!(headers["ratelimit"], "\"per-team\";r=0;t=60");
+        assert_eq!(headers["ratelimit"], "\"per-team\";r=0;t=30");
         assert_eq!(
             headers["ratelimit-policy"],
             "\"per-user\";q=5;w=60, \"per-team\";q=2;w=60"

@@ -635,7 +635,7 @@ async fn the_serve_flag_loads_the_file_and_reloads_keep_it() {
     );
     assert_eq!(
         process.banner[0],
-        "ratekeeper 0.1.0 (memory store, 1 limits, 1 Limitador limits in 1 namespaces)"
+        "ratekeeper 0.1.0 (memory store, 1 limit, 1 Limitador limit in 1 namespace)"
     );
     let client = reqwest::Client::new();
     let url = format!("http://{}/check_and_report", process.http);

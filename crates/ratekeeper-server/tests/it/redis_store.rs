@@ -333,3 +333,42 @@ async fn the_layer_and_the_service_share_a_count_on_one_redis() {
     assert_eq!(status, 200);
     service.stop().await;
 }
+
+async fn text(service: &TestService, path: &str) -> String {
+    let response = service.client.get(service.admin(path)).send().await;
+    response.unwrap().text().await.unwrap()
+}
+
+/// `/readyz` tells when the store went down as a date (RFC 3339, UTC) and
+/// for how long, not as Unix seconds.
+#[tokio::test]
+async fn readyz_tells_when_the_store_went_down_as_a_date_and_a_duration() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    // 2026-01-01T00:00:00Z on the statistics' wall clock.
+    let service = TestService::start_with_wall_clock(
+        &redis_config(&redis.url(), "open", "1000/minute"),
+        ratekeeper::Timestamp::from_secs(1_767_225_600),
+    )
+    .await;
+    redis.kill();
+    let store = text(&service, "/readyz?store").await;
+    assert!(
+        store.starts_with("store down since 2026-01-01T00:00:00Z, for 0 s: "),
+        "{store}"
+    );
+    service
+        .wall_clock
+        .as_ref()
+        .expect("a manual wall clock")
+        .advance(Duration::from_secs(42));
+    let ready = text(&service, "/readyz").await;
+    assert!(
+        ready.starts_with(
+            "ready (redis store down since 2026-01-01T00:00:00Z, for 42 s, answered by"
+        ),
+        "{ready}"
+    );
+    service.stop().await;
+}

@@ -40,7 +40,7 @@ async fn with_no_file_it_serves_the_built_in_defaults_and_stops_on_sigterm() {
     let mut process = ServeProcess::start(&[], &[]);
     assert_eq!(
         process.banner[0],
-        "ratekeeper 0.1.0 (memory store, 1 limits)"
+        "ratekeeper 0.1.0 (memory store, 1 limit)"
     );
     assert!(process
         .banner

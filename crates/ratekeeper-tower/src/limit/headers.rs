@@ -4,7 +4,7 @@
 use ratekeeper::{store::Check, Outcome};
 
 use super::layer::Shared;
-use crate::headers::{write_headers, HeaderStyle, PolicyReport};
+use crate::headers::{shadow_view, write_headers, HeaderStyle, PolicyReport};
 
 #[inline]
 pub(super) fn add_rate_limit_headers<S>(
@@ -27,6 +27,52 @@ pub(super) fn write_rate_limit_headers<S>(
     if outcomes.iter().any(Outcome::is_saturated) {
         put_saturated(shared, put, checks, outcomes);
     }
+    if outcomes.iter().any(|outcome| !outcome.is_allowed()) {
+        if let Some(seen) = shadow_views(shared, checks, outcomes) {
+            return write_reports(shared, put, checks, &seen);
+        }
+    }
+    write_reports(shared, put, checks, outcomes);
+}
+
+/// The outcomes as the headers report them when a shadow rule refused:
+/// allowed ([`shadow_view`]), since it refused nothing; `None` when no
+/// shadow rule refused.
+#[cold]
+fn shadow_views<S>(
+    shared: &Shared<S>,
+    checks: &[Check<'_>],
+    outcomes: &[Outcome],
+) -> Option<smallvec::SmallVec<[Outcome; 4]>> {
+    let mut changed = false;
+    let seen = checks
+        .iter()
+        .zip(outcomes)
+        .map(|(check, outcome)| match outcome {
+            Outcome::Decided(decision) if !decision.is_allowed() && is_shadow(shared, check) => {
+                changed = true;
+                Outcome::Decided(shadow_view(decision))
+            }
+            other => *other,
+        })
+        .collect();
+    changed.then_some(seen)
+}
+
+/// Whether `check` is a shadow rule's, which only reports.
+fn is_shadow<S>(shared: &Shared<S>, check: &Check<'_>) -> bool {
+    shared
+        .rules
+        .iter()
+        .any(|rule| std::ptr::eq(rule.limit(), check.limit) && rule.is_shadow())
+}
+
+fn write_reports<S>(
+    shared: &Shared<S>,
+    put: &mut dyn FnMut(http::HeaderName, http::HeaderValue),
+    checks: &[Check<'_>],
+    outcomes: &[Outcome],
+) {
     // One limit (the usual): its report alone, no list to build.
     if let ([check], [outcome]) = (checks, outcomes) {
         if let Some(report) = report_of(shared, check, outcome) {
@@ -51,16 +97,10 @@ fn put_saturated<S>(
     checks: &[Check<'_>],
     outcomes: &[Outcome],
 ) {
-    let is_shadow = |check: &Check<'_>| {
-        shared
-            .rules
-            .iter()
-            .any(|rule| std::ptr::eq(rule.limit(), check.limit) && rule.is_shadow())
-    };
     let names = checks
         .iter()
         .zip(outcomes)
-        .filter(|(check, outcome)| outcome.is_saturated() && !is_shadow(check))
+        .filter(|(check, outcome)| outcome.is_saturated() && !is_shadow(shared, check))
         .map(|(check, _)| check.limit.name());
     if let Some(value) = crate::headers::saturated_value(names) {
         put(crate::headers::X_RATEKEEPER_SATURATED, value);

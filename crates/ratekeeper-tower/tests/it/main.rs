@@ -12,4 +12,5 @@ mod no_peer;
 mod peer_key;
 mod readme;
 mod rules;
+mod same_moment;
 mod tonic;

@@ -203,12 +203,13 @@ impl Algorithm for FixedWindow {
         // Waits are told from the caller's `now`, even when the clock went
         // back and the state's later window is the one counted.
         let until_end = self.until_end(start, now);
-        let reset = |count: u64| {
-            if count == 0 {
-                Duration::ZERO
-            } else {
-                until_end
-            }
+        // An aligned window resets at its end even when nothing is counted
+        // in it (a check of cost 0 on a fresh key), as envoyproxy/ratelimit
+        // reports for every key, used or not. A window from the first hit
+        // is not open until a hit opens it: nothing to reset.
+        let reset = |count: u64| match self.from_first_hit && count == 0 {
+            true => Duration::ZERO,
+            false => until_end,
         };
         // A state written under a larger limit may count past this one.
         let remaining = self.limit.saturating_sub(count);

@@ -55,11 +55,20 @@ fn cost_zero_only_reports() {
     let state = w.decide(&w.fresh(), ms(100), 2).1;
     let (d, next) = w.decide(&state, ms(5_000), 0);
     assert_eq!(next, state);
-    assert_eq!(
-        (d.remaining(), d.reset()),
-        (3, Duration::ZERO),
-        "a new window is whole"
-    );
+    // A new window is whole, and resets at its end (5 s to 6 s).
+    assert_eq!((d.remaining(), d.reset()), (3, Duration::from_secs(1)));
+}
+
+/// A report (cost 0) on a key nothing has used tells when the window ends,
+/// as it does for a used key (as envoyproxy/ratelimit does), not 0.
+#[test]
+fn a_report_on_a_fresh_key_tells_the_window_end() {
+    let w = window();
+    let (d, next) = w.decide(&w.fresh(), ms(1_250), 0);
+    assert_eq!(next, w.fresh());
+    assert_eq!((d.remaining(), d.reset()), (3, Duration::from_millis(750)));
+    let used = w.decide(&w.fresh(), ms(1_250), 1).0;
+    assert_eq!(d.reset(), used.reset());
 }
 
 #[test]
