@@ -41,6 +41,10 @@ pub enum ConfigWarning {
     },
     /// What the Limitador limits file says that is likely a mistake.
     Limitador(super::limitador::LimitadorWarning),
+    /// No limit applies anywhere: no `[[limits]]`, no envoyproxy/ratelimit
+    /// limit in `[envoy] config_dir` and no Limitador limit: every request
+    /// is allowed.
+    NoLimits,
 }
 
 impl fmt::Display for ConfigWarning {
@@ -62,14 +66,19 @@ impl fmt::Display for ConfigWarning {
                 "listen.tls.{door} is set but listen.{door} is off: the table is ignored"
             ),
             ConfigWarning::Limitador(warning) => warning.fmt(f),
+            ConfigWarning::NoLimits => f.write_str(
+                "no limit applies anywhere (no [[limits]], no envoyproxy/ratelimit limits in \
+                 [envoy] config_dir, no Limitador limits in [limitador] config_file): every \
+                 request is allowed",
+            ),
         }
     }
 }
 
 impl Config {
     /// What in this configuration loads but probably is not what was
-    /// meant: TLS tables of doors that are off, then limit by limit, in
-    /// the file's order.
+    /// meant: that no limit applies anywhere, TLS tables of doors that are
+    /// off, then limit by limit, in the file's order.
     ///
     /// ```
     /// use ratekeeper_server::Config;
@@ -96,10 +105,29 @@ impl Config {
             .iter()
             .flat_map(|source| source.limits.warnings().iter().cloned())
             .map(ConfigWarning::Limitador);
-        doors
+        let none = self.no_limits().then_some(ConfigWarning::NoLimits);
+        none.into_iter()
+            .chain(doors)
             .chain(self.limits.iter().flat_map(warnings_for))
             .chain(limitador)
             .collect()
+    }
+}
+
+impl Config {
+    /// Whether no limit applies anywhere: none native, none in the
+    /// envoyproxy/ratelimit files, none in the Limitador file.
+    fn no_limits(&self) -> bool {
+        let envoy = self
+            .envoy
+            .files
+            .as_ref()
+            .is_some_and(|files| files.config().limit_count() > 0);
+        let limitador = self
+            .limitador
+            .as_ref()
+            .is_some_and(|source| !source.limits.limits().is_empty());
+        self.limits.is_empty() && !envoy && !limitador
     }
 }
 
