@@ -7,38 +7,94 @@ use std::time::Duration;
 
 use crate::plural::count;
 use crate::serve::{Options, Service};
+use crate::telemetry::LogFormat;
+use crate::Config;
 
-/// Rate limiting as a service.
-use super::{error_chain, init_logging, load_with};
+use super::{error_chain, init_logging, load_with, parse_door};
 
-pub(super) fn serve(
-    path: Option<PathBuf>,
-    watch: f64,
-    envoy_config: Option<PathBuf>,
-    limitador_config: Option<PathBuf>,
-    shadow_mode: bool,
-    log_format: crate::telemetry::LogFormat,
-) -> ExitCode {
-    let telemetry = match init_logging(log_format) {
+/// What `ratekeeper serve` (and `ratekeeper check`) takes.
+#[derive(Debug, clap::Args)]
+pub(super) struct ServeArgs {
+    /// The configuration file; reloaded on SIGHUP and when it changes.
+    #[arg(long, short)]
+    pub(super) config: Option<PathBuf>,
+    /// How often to check the file for changes, in seconds; 0 turns
+    /// the check off (SIGHUP still reloads).
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub(super) watch: f64,
+    /// Where the HTTP decision API listens, or `off` (`[listen] http`,
+    /// which this overrides; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR|off", value_parser = parse_door)]
+    pub(super) http: Option<String>,
+    /// Where Envoy's gRPC rate limit service listens, or `off`
+    /// (`[listen] grpc`, which this overrides).
+    #[arg(long, value_name = "ADDR|off", value_parser = parse_door)]
+    pub(super) grpc: Option<String>,
+    /// Where health, metrics and the dashboard listen, or `off`
+    /// (`[listen] admin`, which this overrides).
+    #[arg(long, value_name = "ADDR|off", value_parser = parse_door)]
+    pub(super) admin: Option<String>,
+    /// A directory of envoyproxy/ratelimit's YAML configuration files,
+    /// decided at the gRPC door beside the native limits (`[envoy]
+    /// config_dir`, which this overrides); reloaded when a file
+    /// changes.
+    #[arg(long, value_name = "DIR")]
+    pub(super) envoy_config: Option<PathBuf>,
+    /// A Kuadrant Limitador limits file to serve beside the limits
+    /// (`[limitador] config_file`, which this overrides); reloaded
+    /// when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub(super) limitador_config: Option<PathBuf>,
+    /// Decide, count and report every limit but refuse nothing
+    /// (`[enforcement] shadow_mode`, which this sets): for rollouts.
+    #[arg(long)]
+    pub(super) shadow_mode: bool,
+    /// How log lines are written on stderr: `text`, or `json` (one
+    /// object a line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "RATEKEEPER_LOG_FORMAT", value_name = "FORMAT")]
+    pub(super) log_format: LogFormat,
+}
+
+impl ServeArgs {
+    /// The flags that override the configuration, in the environment's
+    /// form: applied after the environment (so a flag wins over a
+    /// variable, which wins over the file) and again at every reload.
+    pub(super) fn overrides(&self) -> Vec<(String, String)> {
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        [
+            ("RATEKEEPER_LISTEN__HTTP", self.http.clone()),
+            ("RATEKEEPER_LISTEN__GRPC", self.grpc.clone()),
+            ("RATEKEEPER_LISTEN__ADMIN", self.admin.clone()),
+            ("RATEKEEPER_ENVOY__CONFIG_DIR", path(&self.envoy_config)),
+            (
+                "RATEKEEPER_LIMITADOR__CONFIG_FILE",
+                path(&self.limitador_config),
+            ),
+            (
+                "RATEKEEPER_ENFORCEMENT__SHADOW_MODE",
+                self.shadow_mode.then(|| "true".to_owned()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(variable, value)| Some((variable.to_owned(), value?)))
+        .collect()
+    }
+
+    /// The configuration `serve` would run: the file (or the built-in
+    /// defaults), the environment, then these flags.
+    pub(super) fn load(&self) -> Result<Config, crate::ConfigError> {
+        load_with(self.config.as_deref(), &self.overrides())
+    }
+}
+
+pub(super) fn serve(args: ServeArgs) -> ExitCode {
+    let telemetry = match init_logging(args.log_format) {
         Ok(telemetry) => telemetry,
         Err(code) => return code,
     };
-    // A flag is an override like the environment's, applied after it, so
-    // that a reload keeps it.
-    let flags = [
-        ("RATEKEEPER_ENVOY__CONFIG_DIR", envoy_config),
-        ("RATEKEEPER_LIMITADOR__CONFIG_FILE", limitador_config),
-    ];
-    let mut overrides: Vec<(String, String)> = flags
-        .into_iter()
-        .filter_map(|(variable, path)| Some((variable.to_owned(), path?.display().to_string())))
-        .collect();
-    if shadow_mode {
-        overrides.push((
-            "RATEKEEPER_ENFORCEMENT__SHADOW_MODE".to_owned(),
-            "true".to_owned(),
-        ));
-    }
+    let overrides = args.overrides();
+    let path = args.config;
+    let watch = args.watch;
     let config = match load_with(path.as_deref(), &overrides) {
         Ok(config) => config,
         Err(error) => {

@@ -102,7 +102,7 @@ fn door(
                     ));
                 }
                 (
-                    TokenSource::File(path.into()),
+                    TokenSource::File(at.path(path, &file.span())),
                     file.span(),
                     format!("{field}.token_file"),
                 )

@@ -194,7 +194,7 @@ impl Checker<'_> {
                 );
             }
             dir_span = Some(dir.span());
-            config.config_dir = Some(PathBuf::from(dir.into_inner()));
+            config.config_dir = Some(self.path(&dir));
         }
         if let Some(word) = envoy.response_headers {
             let found = ResponseHeaders::WORDS

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
@@ -117,6 +117,9 @@ pub(crate) struct Locator<'a> {
     pub(crate) text: &'a str,
     /// The overriding variables, by index: `(name, field path)`.
     pub(crate) vars: Vec<(String, String)>,
+    /// The folder of the file the text was read from, if any: relative
+    /// paths written in the file are read from there.
+    pub(crate) base: Option<&'a Path>,
 }
 
 impl Locator<'_> {
@@ -132,6 +135,19 @@ impl Locator<'_> {
             self.vars.get(span.start - base)
         } else {
             None
+        }
+    }
+
+    /// The path `text` (the value at `span`) names. A relative path written
+    /// in the file is read from the file's folder, so that a file and the
+    /// files it names move together; one from the environment or the
+    /// command line (a span past the text), or in a text read without a
+    /// file, from the working directory, as any command line's.
+    pub(crate) fn path(&self, text: &str, span: &Range<usize>) -> PathBuf {
+        let path = Path::new(text);
+        match self.base {
+            Some(base) if path.is_relative() && span.end <= self.text.len() => base.join(path),
+            _ => path.to_owned(),
         }
     }
 

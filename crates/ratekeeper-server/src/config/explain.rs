@@ -30,6 +30,17 @@ impl Config {
     /// assert!(text.contains("  applies to HTTP requests: the JSON API by method and path"));
     /// ```
     pub fn explain(&self) -> String {
+        self.explain_with(None)
+    }
+
+    /// [`Config::explain`] for `ratekeeper proxy`: its proxy on `listen`
+    /// before `upstream` and its admin door, not the decision doors it
+    /// does not serve.
+    pub(crate) fn explain_proxy(&self, listen: SocketAddr, upstream: &str) -> String {
+        self.explain_with(Some((listen, upstream)))
+    }
+
+    fn explain_with(&self, proxy: Option<(SocketAddr, &str)>) -> String {
         let mut out = String::new();
         let store = &self.store;
         let backend = match &store.backend {
@@ -80,13 +91,20 @@ impl Config {
         }
         out.push('\n');
         let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
-        let _ = writeln!(
-            out,
-            "listen: http {}, grpc {}, admin {}",
-            addr(&self.listen.http),
-            addr(&self.listen.grpc),
-            addr(&self.listen.admin)
-        );
+        let _ = match proxy {
+            None => writeln!(
+                out,
+                "listen: http {}, grpc {}, admin {}",
+                addr(&self.listen.http),
+                addr(&self.listen.grpc),
+                addr(&self.listen.admin)
+            ),
+            Some((listen, upstream)) => writeln!(
+                out,
+                "listen: proxy {listen} -> {upstream}, admin {}",
+                addr(&self.listen.admin)
+            ),
+        };
         if let Some(line) = tls::explain(&self.listen) {
             let _ = writeln!(out, "{line}");
         }

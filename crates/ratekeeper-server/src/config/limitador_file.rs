@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [limitador]
-//! config_file = "limits.yaml"  # relative to the working directory
+//! config_file = "limits.yaml"  # relative to this file's folder
 //! ```
 //!
 //! `RATEKEEPER_LIMITADOR__CONFIG_FILE` overrides it, and `ratekeeper serve
@@ -31,8 +31,9 @@ pub(crate) struct FileLimitador {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LimitadorSource {
-    /// `limitador.config_file`, as given (relative to the working
-    /// directory).
+    /// `limitador.config_file`: relative to the configuration file's
+    /// folder when written there, to the working directory when given by
+    /// the environment or `--limitador-config`.
     pub path: PathBuf,
     /// The file's limits, as loaded when the configuration was.
     pub limits: Arc<LimitadorConfig>,
@@ -50,7 +51,7 @@ impl Checker<'_> {
         let Some(file) = section.and_then(|s| s.into_inner().config_file) else {
             return Ok(None);
         };
-        let path = PathBuf::from(file.get_ref());
+        let path = self.path(&file);
         match LimitadorConfig::load(&path) {
             Ok(limits) => Ok(Some(LimitadorSource {
                 path,

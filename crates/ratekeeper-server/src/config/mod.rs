@@ -129,8 +129,7 @@
 //! `cert` and `key` (together) a PEM client certificate chain and its
 //! private key, presented when the server asks for one (`redis-server`
 //! does unless `tls-auth-clients no`). It is refused for the other stores
-//! and unless every URL is `rediss://`. The files (relative paths from the
-//! working directory) are read and parsed when the configuration is
+//! and unless every URL is `rediss://`. The files are read and parsed when the configuration is
 //! checked, so `ratekeeper check` names a missing or unusable one with its
 //! place; a server whose certificate the CA does not vouch for fails the
 //! start with the handshake's reason. The environment names them too
@@ -241,8 +240,15 @@
 //! is refused, and so are a missing, empty or unreadable file and an unset
 //! or empty variable, naming the file or variable but never a token.
 //! Tokens are read again on every reload, and a change of a token file
-//! reloads the configuration, so rotating needs no restart. A relative
-//! `token_file` is relative to the working directory.
+//! reloads the configuration, so rotating needs no restart.
+//!
+//! # Relative paths
+//!
+//! A relative path written in the file (`store.path`, `[store.tls]`'s and
+//! `[listen.tls.*]`'s files, `envoy.config_dir`, `limitador.config_file`,
+//! `token_file`) is read from the file's folder, so that a configuration
+//! and the files beside it can move together; one given by the
+//! environment or the command line is read from the working directory.
 //!
 //! # Environment
 //!
@@ -524,7 +530,7 @@ impl Config {
         K: Into<String>,
         V: Into<String>,
     {
-        validate::load(text, source, vars)
+        validate::load(text, source, None, vars)
     }
 
     /// Reads and checks the file at `path`, without environment overrides.
@@ -546,6 +552,22 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Config::from_toml_str_with_env(&text, &path.display().to_string(), vars)
+        Config::from_file_text(&text, path, vars)
+    }
+
+    /// [`Config::from_toml_str_with_env`] for `text` read from the file at
+    /// `path`: named by it in errors, its relative paths read from its
+    /// folder. A reload reads the file itself, then this.
+    pub(crate) fn from_file_text<I, K, V>(
+        text: &str,
+        path: &Path,
+        vars: I,
+    ) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        validate::load(text, &path.display().to_string(), path.parent(), vars)
     }
 }

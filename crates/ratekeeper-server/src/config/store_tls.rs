@@ -162,8 +162,8 @@ pub(crate) fn check(
     }))
 }
 
-/// The file `value` names, and its contents. A relative path is read from
-/// the working directory, as the sqlite store's `path` is.
+/// The file `value` names, and its contents. A relative path is read as
+/// every path of the configuration is ([`Locator::path`]).
 fn read(
     at: &Locator<'_>,
     value: &Spanned<String>,
@@ -173,7 +173,8 @@ fn read(
     if text.trim().is_empty() {
         return Err(at.invalid(value.span(), field, "the path must not be empty"));
     }
-    let path = Path::new(text);
+    let path = at.path(text, &value.span());
+    let path = path.as_path();
     let fail = |why: String| Err(at.invalid(value.span(), field, why));
     // Only a regular file (asked before opening: opening a pipe blocks),
     // read to a bound: a device or a pipe named here would block or never

@@ -33,8 +33,8 @@ pub(crate) struct FileTlsFiles {
     pub(crate) client_ca: Option<Spanned<String>>,
 }
 
-/// The files of one door that serves TLS. Relative paths are taken from
-/// the working directory, as `store.path` is.
+/// The files of one door that serves TLS. A relative path written in the
+/// configuration file is read from its folder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TlsFiles {
@@ -123,7 +123,7 @@ fn door_files(
                 "the path must not be empty",
             ));
         }
-        Ok(PathBuf::from(value.get_ref()))
+        Ok(at.path(value.get_ref(), &value.span()))
     };
     let files = TlsFiles {
         cert: path("cert", &table.cert)?,

@@ -54,6 +54,10 @@ pub enum ConfigWarning {
         /// The door, as `ratekeeper check` and the logs name it.
         door: ServedDoor,
     },
+    /// No limit applies anywhere: no `[[limits]]`, no envoyproxy/ratelimit
+    /// limit in `[envoy] config_dir` and no Limitador limit: every request
+    /// is allowed.
+    NoLimits,
 }
 
 /// A door as [`ConfigWarning::DoorWithoutLimits`] names it.
@@ -62,8 +66,6 @@ pub enum ConfigWarning {
 pub enum ServedDoor {
     /// `[listen] grpc`: Envoy's `ShouldRateLimit`.
     Grpc,
-    /// `[listen] http`: the JSON API and nginx's `auth_request`.
-    Http,
     /// `ratekeeper proxy`.
     Proxy,
 }
@@ -90,14 +92,23 @@ impl fmt::Display for ConfigWarning {
             ConfigWarning::Unreachable { limit, why } => {
                 write!(f, "limit {limit} never applies: {why}")
             }
-            ConfigWarning::DoorWithoutLimits { door: ServedDoor::Grpc } => f.write_str(
-                "listen.grpc is on, but no limit matches Envoy descriptors (match.domain and                  match.descriptors), and there is no [envoy] config_dir or [limitador]: every                  ShouldRateLimit is answered OK",
+            ConfigWarning::DoorWithoutLimits {
+                door: ServedDoor::Grpc,
+            } => f.write_str(
+                "listen.grpc is on, but no limit matches Envoy descriptors (match.domain and \
+                 match.descriptors), and there is no [envoy] config_dir or [limitador]: every \
+                 ShouldRateLimit is answered OK",
             ),
-            ConfigWarning::DoorWithoutLimits { door: ServedDoor::Http } => f.write_str(
-                "listen.http is on, but no limit is configured: every decision it is asked                  for is \"allowed\"",
+            ConfigWarning::DoorWithoutLimits {
+                door: ServedDoor::Proxy,
+            } => f.write_str(
+                "the proxy has no limit for HTTP requests (only a limit without match.domain \
+                 and match.descriptors applies to them): every request is forwarded unlimited",
             ),
-            ConfigWarning::DoorWithoutLimits { door: ServedDoor::Proxy } => f.write_str(
-                "the proxy has no limit for HTTP requests (only a limit without match.domain                  and match.descriptors applies to them): every request is forwarded unlimited",
+            ConfigWarning::NoLimits => f.write_str(
+                "no limit applies anywhere (no [[limits]], no envoyproxy/ratelimit limits in \
+                 [envoy] config_dir, no Limitador limits in [limitador] config_file): every \
+                 request is allowed",
             ),
         }
     }
@@ -105,8 +116,8 @@ impl fmt::Display for ConfigWarning {
 
 impl Config {
     /// What in this configuration loads but probably is not what was
-    /// meant: TLS tables of doors that are off, then limit by limit, in
-    /// the file's order.
+    /// meant: that no limit applies anywhere, TLS tables of doors that are
+    /// off, then limit by limit, in the file's order.
     ///
     /// ```
     /// use ratekeeper_server::Config;
@@ -133,7 +144,9 @@ impl Config {
             .iter()
             .flat_map(|source| source.limits.warnings().iter().cloned())
             .map(ConfigWarning::Limitador);
-        doors
+        let none = self.no_limits().then_some(ConfigWarning::NoLimits);
+        none.into_iter()
+            .chain(doors)
             .chain(self.limits.iter().flat_map(warnings_for))
             .chain(limitador)
             .collect()
@@ -159,31 +172,36 @@ impl Config {
     /// ```
     pub fn warnings_when_serving(&self, proxy: bool) -> Vec<ConfigWarning> {
         let mut warnings = self.warnings();
+        // With no limit at all, NoLimits says it for every door.
+        if self.no_limits() {
+            return warnings;
+        }
         let reaches = |want: Reach| self.limits.iter().any(|l| l.matcher.reach() == want);
         let files = self.envoy.files.is_some() || self.limitador.is_some();
-        let mut without = Vec::new();
-        if proxy {
-            if !reaches(Reach::Http) {
-                without.push(ServedDoor::Proxy);
-            }
-        } else {
-            if self.listen.http.is_some()
-                && !reaches(Reach::Http)
-                && !reaches(Reach::Descriptors)
-                && !files
-            {
-                without.push(ServedDoor::Http);
-            }
-            if self.listen.grpc.is_some() && !reaches(Reach::Descriptors) && !files {
-                without.push(ServedDoor::Grpc);
-            }
-        }
-        warnings.extend(
-            without
-                .into_iter()
-                .map(|door| ConfigWarning::DoorWithoutLimits { door }),
-        );
+        let door = match proxy {
+            true => (!reaches(Reach::Http)).then_some(ServedDoor::Proxy),
+            false => (self.listen.grpc.is_some() && !reaches(Reach::Descriptors) && !files)
+                .then_some(ServedDoor::Grpc),
+        };
+        warnings.extend(door.map(|door| ConfigWarning::DoorWithoutLimits { door }));
         warnings
+    }
+}
+
+impl Config {
+    /// Whether no limit applies anywhere: none native, none in the
+    /// envoyproxy/ratelimit files, none in the Limitador file.
+    fn no_limits(&self) -> bool {
+        let envoy = self
+            .envoy
+            .files
+            .as_ref()
+            .is_some_and(|files| files.config().limit_count() > 0);
+        let limitador = self
+            .limitador
+            .as_ref()
+            .is_some_and(|source| !source.limits.limits().is_empty());
+        self.limits.is_empty() && !envoy && !limitador
     }
 }
 

@@ -40,8 +40,20 @@ pub enum ServeError {
     /// The store could not be opened.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// An address is taken by another socket (another process, or a
+    /// second door on the same address).
+    #[error(
+        "cannot listen on {addr} for {}: address already in use",
+        setting(door)
+    )]
+    AddrInUse {
+        /// The front door: `http`, `grpc`, `admin` or `proxy`.
+        door: &'static str,
+        /// The address.
+        addr: SocketAddr,
+    },
     /// An address could not be bound.
-    #[error("cannot listen on {addr} ({door})")]
+    #[error("cannot listen on {addr} for {}", setting(door))]
     Bind {
         /// The front door: `http`, `grpc`, `admin` or `proxy`.
         door: &'static str,
@@ -371,11 +383,23 @@ impl Service {
     }
 }
 
+/// Where `door`'s address is set, to name in an error: the setting and
+/// the command line's flag that change it.
+fn setting(door: &str) -> String {
+    match door {
+        "proxy" => "the proxy (--listen)".to_owned(),
+        _ => format!("[listen] {door} (--{door})"),
+    }
+}
+
 /// A listener for `door` on `addr`, whose kernel queue holds `backlog`
 /// connections not yet accepted (at most `net.core.somaxconn`, which the
 /// kernel applies silently: a smaller one is logged).
 fn bind(door: &'static str, addr: SocketAddr, backlog: u32) -> Result<TcpListener, ServeError> {
-    let error = |source| ServeError::Bind { door, addr, source };
+    let error = |source: std::io::Error| match source.kind() {
+        std::io::ErrorKind::AddrInUse => ServeError::AddrInUse { door, addr },
+        _ => ServeError::Bind { door, addr, source },
+    };
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()
     } else {

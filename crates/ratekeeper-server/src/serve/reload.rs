@@ -132,7 +132,10 @@ impl Reloader {
             return Ok(Reloaded::Unchanged);
         }
         let vars = process_vars().chain(self.source.overrides.iter().cloned());
-        let result = Config::from_toml_str_with_env(&seen.text, &self.source.name(), vars);
+        let result = match &self.source.path {
+            Some(path) => Config::from_file_text(&seen.text, path, vars),
+            None => Config::from_toml_str_with_env(&seen.text, &self.source.name(), vars),
+        };
         // Remember the contents even when they are refused, so a broken
         // file is reported once, not at every poll.
         self.seen = Some(seen);

@@ -8,7 +8,8 @@ use proptest::prelude::*;
 use ratekeeper::{policy::PolicyKind, store::FailureMode};
 use ratekeeper_redis::Batching;
 use ratekeeper_server::config::{
-    Backend, KeyPart, Location, OnSaturated, Prefixes, RequestCaps, ValueMatch, DEFAULT_TOML,
+    Backend, ConfigWarning, KeyPart, Location, OnSaturated, Prefixes, RequestCaps, ValueMatch,
+    DEFAULT_TOML,
 };
 use ratekeeper_server::{Config, ConfigError};
 use ratekeeper_tower::client::{private_networks, ClientIp};
@@ -277,10 +278,10 @@ fn missing_fields() {
         err("[[limits]]\nname = \"a\"\nkey = [\"peer\"]\n"),
         "ratekeeper.toml:1:1: limits[0]: missing field `rate`"
     );
-    assert_eq!(
-        err("[store]\nkind = \"memory\"\n"),
-        "ratekeeper.toml: limits: no limits are defined; add a [[limits]] table with a name, a rate and a key, or read envoyproxy/ratelimit's files with [envoy] config_dir"
-    );
+    // No limits is a configuration too, with a warning.
+    let config = Config::from_toml_str("[store]\nkind = \"memory\"\n", "ratekeeper.toml").unwrap();
+    assert!(config.limits.is_empty());
+    assert_eq!(config.warnings(), [ConfigWarning::NoLimits]);
 }
 
 #[test]

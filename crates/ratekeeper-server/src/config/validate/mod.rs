@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
@@ -62,7 +61,15 @@ const DEFAULT_PREFIX: &str = "ratekeeper:";
 
 /// Parses `text`, applies the overrides among `vars`, deserializes and
 /// validates.
-pub(crate) fn load<I, K, V>(text: &str, source: &str, vars: I) -> Result<Config, ConfigError>
+///
+/// `base` is the folder of the file `text` was read from: relative paths
+/// written in it are read from there (see [`Locator::path`]).
+pub(crate) fn load<I, K, V>(
+    text: &str,
+    source: &str,
+    base: Option<&std::path::Path>,
+    vars: I,
+) -> Result<Config, ConfigError>
 where
     I: IntoIterator<Item = (K, V)>,
     K: Into<String>,
@@ -79,6 +86,7 @@ where
         source,
         text,
         vars: Vec::new(),
+        base,
     };
     let parsed = DeTable::parse(text).map_err(|error| ConfigError::Syntax {
         location: locator.locate(error.span()),
@@ -194,6 +202,11 @@ impl Checker<'_> {
         Err(self.at.invalid(span, field, message))
     }
 
+    /// The path `value` names (see [`Locator::path`]).
+    pub(super) fn path(&self, value: &Spanned<String>) -> std::path::PathBuf {
+        self.at.path(value.get_ref(), &value.span())
+    }
+
     /// `value` if it is a whole number from 1 to `max`; otherwise an error
     /// at its place, "`name` is N, outside 1 to `max`" followed by `why`.
     fn one_to(
@@ -221,22 +234,10 @@ impl Checker<'_> {
         let requests = self.requests(file.requests)?;
         let runtime = self.runtime(file.runtime)?;
         let (mut envoy, envoy_dir) = self.envoy(file.envoy)?;
-        let limits = match file.limits {
-            Some(limits) if !limits.get_ref().is_empty() => limits.into_inner(),
-            // envoyproxy/ratelimit's files may hold every limit.
-            None if envoy.config_dir.is_some() => Vec::new(),
-            other => {
-                let location = match other {
-                    Some(limits) => self.at.locate(Some(limits.span())),
-                    None => self.at.locate(None),
-                };
-                return Err(ConfigError::Invalid {
-                    location,
-                    field: "limits".to_owned(),
-                    message: "no limits are defined; add a [[limits]] table with a name, a rate and a key, or read envoyproxy/ratelimit's files with [envoy] config_dir".to_owned(),
-                });
-            }
-        };
+        // A file of settings only (`[listen]`, `[limitador]`, `[envoy]`)
+        // is a configuration too: where no limit applies anywhere, it
+        // loads with a warning (`ConfigWarning::NoLimits`), not an error.
+        let limits = file.limits.map(Spanned::into_inner).unwrap_or_default();
         let mut names: HashMap<String, Range<usize>> = HashMap::new();
         let mut checked = Vec::with_capacity(limits.len());
         for (index, limit) in limits.into_iter().enumerate() {

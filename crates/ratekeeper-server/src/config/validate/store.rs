@@ -241,7 +241,7 @@ impl Checker<'_> {
         let backend = match kind {
             "sqlite" => match &store.path {
                 Some(path) if !path.get_ref().trim().is_empty() => Backend::Sqlite {
-                    path: PathBuf::from(path.get_ref()),
+                    path: self.path(path),
                 },
                 Some(path) => {
                     return self.fail(path.span(), "store.path", "the path must not be empty")
