@@ -16,6 +16,7 @@ mod envoy_files;
 mod envoy_import;
 mod grafana;
 mod http_api;
+mod import_exact;
 mod layers;
 mod limitador;
 mod metrics;
