@@ -68,7 +68,9 @@ enum Command {
     /// applies, 1 when none does.
     Explain(ExplainArgs),
     /// Print another rate limiter's configuration as ratekeeper's native
-    /// `[[limits]]`, with a comment wherever it decides differently.
+    /// `[[limits]]`, deciding as `serve` does on that configuration: where
+    /// it cannot, nothing is printed and the exit code is 1, unless
+    /// `--allow-differences`.
     Import {
         /// Whose configuration.
         #[command(subcommand)]

@@ -121,6 +121,7 @@ fn limit_config(
     Ok(Some(LimitConfig {
         limit: named,
         rate,
+        ban: false,
         // The door keys each hit by the descriptor (its CounterKey).
         key: vec![KeyPart::Global],
         // A quota is decided after the enforced limits, each on its own,

@@ -248,7 +248,7 @@ impl Config {
                 "limit {}: {} {}, key {}",
                 limit.limit.name(),
                 limit.limit.policy().kind(),
-                limit.rate,
+                limit.rate_text(),
                 key.join(" + ")
             );
             let _ = write!(out, ", match {}", explain_match(&limit.matcher));

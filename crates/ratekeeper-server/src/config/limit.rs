@@ -13,8 +13,14 @@ use super::Prefixes;
 pub struct LimitConfig {
     /// The name and policy.
     pub limit: Limit,
-    /// The rate the policy was built from.
+    /// The rate the policy was built from; for a [`ban`](Self::ban), one
+    /// per window, which only gives the window.
     pub rate: Rate,
+    /// The limit refuses every request (`rate = "0/minute"`): what
+    /// envoyproxy/ratelimit's `requests_per_unit: 0` says. No store is
+    /// asked; a request it refuses takes nothing from the other limits
+    /// (whatever the counting), unless its cost is 0 (a check only).
+    pub ban: bool,
     /// The parts of the key, in order; never empty.
     pub key: Vec<KeyPart>,
     /// Decide and report, but let every request through.
@@ -52,6 +58,15 @@ impl LimitConfig {
             rule = rule.path_prefix(prefix.clone());
         }
         rule
+    }
+
+    /// The rate as the file writes it: `0/minute` for a ban.
+    pub fn rate_text(&self) -> String {
+        let text = self.rate.to_string();
+        match (self.ban, text.split_once('/')) {
+            (true, Some((_, period))) => format!("0/{period}"),
+            _ => text,
+        }
     }
 
     /// Whether the limit applies to HTTP requests at all: its `match`

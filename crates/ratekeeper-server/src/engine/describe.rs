@@ -77,8 +77,8 @@ impl LimitDescription {
         LimitDescription {
             name: config.limit.name().to_owned(),
             policy: policy.kind().to_string(),
-            rate: config.rate.to_string(),
-            quota: policy.quota(),
+            rate: config.rate_text(),
+            quota: if config.ban { 0 } else { policy.quota() },
             window_ms: u64::try_from(policy.window().as_millis()).unwrap_or(u64::MAX),
             key: config.key.iter().map(part_name).collect(),
             shadow: config.shadow,

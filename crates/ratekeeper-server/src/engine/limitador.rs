@@ -259,6 +259,7 @@ fn build(
     let config = LimitConfig {
         limit: limit_name,
         rate,
+        ban: false,
         key: vec![KeyPart::Global],
         shadow,
         on_saturated: OnSaturated::default(),

@@ -38,6 +38,7 @@
 //! # }
 //! ```
 
+mod ban;
 mod connecting;
 mod describe;
 mod envoy_files;
@@ -443,19 +444,36 @@ impl Engine {
 
     /// [`Engine::check_counting`], unmeasured.
     async fn decide(&self, checks: Vec<Check>, counting: Counting) -> Result<Verdict, StoreError> {
-        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
-            (0..checks.len()).partition(|&i| checks[i].limit.is_shadow());
         let mut outcomes: Vec<Option<Answer>> = vec![None; checks.len()];
-
-        let allowed = match counting {
-            Counting::AllOrNothing => {
-                self.check_enforced(&checks, enforced, &mut outcomes)
-                    .await?
+        for (check, outcome) in checks.iter().zip(outcomes.iter_mut()) {
+            if ban::is_ban(check) {
+                *outcome = Some(ban::answer(check));
             }
-            Counting::EachDescriptor => self.check_each(&checks, &enforced, &mut outcomes).await?,
-        };
-        self.check_shadow(&checks, &shadow, allowed, &mut outcomes)
-            .await?;
+        }
+        let (shadow, enforced): (Vec<usize>, Vec<usize>) = (0..checks.len())
+            .filter(|&i| outcomes[i].is_none())
+            .partition(|&i| checks[i].limit.is_shadow());
+
+        if ban::blocks(&checks) {
+            let store = &self.timed_store();
+            for index in shadow.into_iter().chain(enforced) {
+                let check = &checks[index];
+                let (decision, by) = store.peek_answered(check.limit.limit(), &check.key).await?;
+                outcomes[index] = Some((Outcome::Decided(decision), by));
+            }
+        } else {
+            let allowed = match counting {
+                Counting::AllOrNothing => {
+                    self.check_enforced(&checks, enforced, &mut outcomes)
+                        .await?
+                }
+                Counting::EachDescriptor => {
+                    self.check_each(&checks, &enforced, &mut outcomes).await?
+                }
+            };
+            self.check_shadow(&checks, &shadow, allowed, &mut outcomes)
+                .await?;
+        }
 
         let now = self.inner.wall_clock.now();
         for (check, answer) in checks.iter().zip(&outcomes) {
@@ -602,13 +620,18 @@ impl Engine {
     pub async fn peek(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
         let mut results = Vec::with_capacity(checks.len());
         for check in checks {
-            let (decision, answered_by) = self
-                .timed_store()
-                .peek_answered(check.limit.limit(), &check.key)
-                .await?;
+            let (outcome, answered_by) = if ban::is_ban(&check) {
+                ban::answer(&check)
+            } else {
+                let (decision, by) = self
+                    .timed_store()
+                    .peek_answered(check.limit.limit(), &check.key)
+                    .await?;
+                (Outcome::Decided(decision), by)
+            };
             results.push(LimitResult {
                 check,
-                outcome: Outcome::Decided(decision),
+                outcome,
                 answered_by,
             });
         }
@@ -617,7 +640,8 @@ impl Engine {
 
     /// Gives each check's cost back to its key.
     pub async fn refund(&self, checks: &[Check]) -> Result<(), StoreError> {
-        for check in checks {
+        // A ban took nothing: there is nothing to give back.
+        for check in checks.iter().filter(|check| !ban::is_ban(check)) {
             self.timed_store()
                 .refund(check.limit.limit(), &check.key, check.cost)
                 .await?;

@@ -618,8 +618,12 @@ fn escape_into(key: &mut Vec<u8>, text: &str) {
 
 /// A configured limit as Envoy's `current_limit`.
 fn configured_rate(limit: &ActiveLimit) -> RateLimit {
-    let rate = &limit.config().rate;
-    let (requests_per_unit, unit) = units::envoy_rate(rate.amount(), rate.period());
+    let config = limit.config();
+    let rate = &config.rate;
+    let (requests_per_unit, unit) = match config.ban {
+        true => (0, units::ban_unit(rate.period())),
+        false => units::envoy_rate(rate.amount(), rate.period()),
+    };
     RateLimit {
         name: limit.name().to_owned(),
         requests_per_unit,
@@ -659,6 +663,7 @@ fn override_limit(
         Ok::<_, EnvoyError>(Arc::new(ActiveLimit::new(LimitConfig {
             limit,
             rate,
+            ban: false,
             key: vec![KeyPart::Global],
             shadow: false,
             on_saturated: OnSaturated::default(),

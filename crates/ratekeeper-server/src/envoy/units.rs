@@ -99,6 +99,18 @@ pub fn envoy_rate(amount: u64, period: Duration) -> (u32, Unit) {
     (clamp((per(WEEK) / nanos).max(1)), Unit::Week)
 }
 
+/// The unit Envoy is shown for a ban (a limit of 0) of `period`: the
+/// unit of that length (envoyproxy/ratelimit's month and year of 30 and
+/// 365 days included), else as [`envoy_rate`] chooses for one request.
+pub fn ban_unit(period: Duration) -> Unit {
+    match period.as_secs() {
+        _ if period.subsec_nanos() != 0 => envoy_rate(1, period).1,
+        2_592_000 => Unit::Month,
+        31_536_000 => Unit::Year,
+        _ => envoy_rate(1, period).1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

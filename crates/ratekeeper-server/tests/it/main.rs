@@ -19,6 +19,7 @@ mod explain;
 mod grafana;
 mod http_api;
 mod http_api_descriptors;
+mod import_exact;
 mod layers;
 mod limitador;
 mod metrics;

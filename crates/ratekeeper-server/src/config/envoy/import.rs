@@ -11,15 +11,23 @@
 //! without a limit still takes part, as the sibling its neighbours step
 //! aside for.
 //!
-//! Where the result decides differently, the output says so in a comment
-//! starting `# differs:`: once in its header for what concerns every
-//! limit, and before each limit for what concerns it.
+//! The output decides every request as `ratekeeper serve --envoy-config`
+//! does on the same directory, or says where it would not: each
+//! [`ImportNote`] of [`Imported::notes`], a [`NoteKind::Difference`] where
+//! some request would be decided otherwise (`replaces`, `quota_mode`,
+//! texts that meet across keys), a [`NoteKind::Warning`] where only what
+//! is reported differs. Both are also written in the TOML, as `# differs:`
+//! and `# note:` comments before the limit or level they concern. A
+//! descriptor with `requests_per_unit: 0` becomes a ban
+//! (`rate = "0/minute"`), and a limit's `key` names the entries counted
+//! one value at a time (`descriptor:KEY`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
+use super::import_notes::{key_value_matters, level_notes, ImportNote, NoteKind};
 use super::validate::{check_limit, DescriptorSpec, Reader};
 use super::{
     list_files, yaml, EnvoyConfig, EnvoyConfigError, EnvoyWarning, LoadOptions, Position,
@@ -40,6 +48,20 @@ pub struct Imported {
     /// What the files say that envoyproxy/ratelimit ignores (as
     /// [`EnvoyConfig::warnings`]).
     pub warnings: Vec<EnvoyWarning>,
+    /// Where the output would decide, or report, otherwise than
+    /// `serve --envoy-config` on the same files.
+    pub notes: Vec<ImportNote>,
+}
+
+impl Imported {
+    /// Whether some request would be decided otherwise than by
+    /// `serve --envoy-config` on the same files (a
+    /// [`NoteKind::Difference`]).
+    pub fn differs(&self) -> bool {
+        self.notes
+            .iter()
+            .any(|note| note.kind == NoteKind::Difference)
+    }
 }
 
 /// One `[[limits]]` of an [`Imported`] configuration.
@@ -52,8 +74,8 @@ pub struct ImportedLimit {
     /// [`RateLimit::at`] that [`Domain::get_limit`](super::Domain::get_limit)
     /// answers with.
     pub at: Position,
-    /// Whether the output says it decides differently (a `# differs:`
-    /// comment of its own).
+    /// Whether it decides differently from `serve --envoy-config` (a
+    /// `# differs:` comment of its own).
     pub differs: bool,
 }
 
@@ -117,11 +139,32 @@ where
         }
     }
     let mut nodes = Vec::new();
+    let mut level_notes = Vec::new();
     for (domain, descriptors) in &domains {
-        collect(domain, descriptors, &mut Vec::new(), &mut nodes)?;
+        collect(
+            domain,
+            descriptors,
+            &mut Vec::new(),
+            &mut nodes,
+            &mut level_notes,
+        )?;
     }
     let names: Vec<&str> = domains.iter().map(|(name, _)| name.as_str()).collect();
-    let mut imported = write(&nodes, &names, &loaded);
+    let mut imported = write(&nodes, &names, &loaded, level_notes);
+    if domains
+        .iter()
+        .any(|(_, descriptors)| key_value_matters(descriptors))
+    {
+        imported.notes.push(ImportNote::new(
+            NoteKind::Warning,
+            "matching",
+            "--envoy-config matches each request entry by its KEY_VALUE text, natively by its \
+             key and value: the same for every request whose keys are the files' keys, not for \
+             an entry whose key is a file's key with `_` and more, or a prefix of one (see the \
+             output's header)"
+                .to_owned(),
+        ));
+    }
     imported.warnings = loaded.warnings().to_vec();
     Ok(imported)
 }
@@ -145,6 +188,21 @@ struct Node<'s> {
     limit: RateLimit,
 }
 
+impl EntryOut<'_> {
+    /// `key_value`, or `key` without a value: its part of a path.
+    fn name(&self) -> String {
+        match self.value.is_empty() {
+            true => self.key.to_owned(),
+            false => format!("{}_{}", self.key, self.value),
+        }
+    }
+
+    /// Whether each value it matches is counted on its own.
+    fn counted_by_value(&self) -> bool {
+        (self.value.is_empty() || self.value.contains('*')) && !self.share_threshold
+    }
+}
+
 impl Node<'_> {
     /// `domain.key_value.key`: the path as envoyproxy/ratelimit writes a
     /// descriptor's place.
@@ -152,24 +210,28 @@ impl Node<'_> {
         let mut name = self.domain.to_owned();
         for entry in &self.path {
             name.push('.');
-            name.push_str(entry.key);
-            if !entry.value.is_empty() {
-                name.push('_');
-                name.push_str(entry.value);
-            }
+            name.push_str(&entry.name());
         }
         name
     }
 }
 
 /// Adds the nodes with a limit under `level` (whose parents' entries are
-/// `path`) to `nodes`, depth first in the files' order.
+/// `path`) to `nodes`, depth first in the files' order, and the level's
+/// differences to `notes`.
 fn collect<'s>(
     domain: &'s str,
     level: &'s [DescriptorSpec],
     path: &mut Vec<EntryOut<'s>>,
     nodes: &mut Vec<Node<'s>>,
+    notes: &mut Vec<ImportNote>,
 ) -> Result<(), EnvoyConfigError> {
+    let mut at = domain.to_owned();
+    for entry in path.iter() {
+        at.push('.');
+        at.push_str(&entry.name());
+    }
+    level_notes(&at, level, notes);
     for (index, spec) in level.iter().enumerate() {
         path.push(EntryOut {
             key: &spec.key,
@@ -188,7 +250,7 @@ fn collect<'s>(
                 limit,
             });
         }
-        collect(domain, &spec.descriptors, path, nodes)?;
+        collect(domain, &spec.descriptors, path, nodes, notes)?;
         path.pop();
     }
     Ok(())
@@ -227,7 +289,12 @@ fn except(level: &[DescriptorSpec], index: usize) -> Vec<&str> {
 /// order, so that its metrics keep their names after the move; the
 /// descriptors the door counts nothing for (`requests_per_unit: 0`) are
 /// named after those.
-fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported {
+fn write(
+    nodes: &[Node<'_>],
+    domains: &[&str],
+    loaded: &EnvoyConfig,
+    level_notes: Vec<ImportNote>,
+) -> Imported {
     let mut taken = HashSet::new();
     let mut door_names: HashMap<String, String> = HashMap::new();
     loaded.for_each_limit(|path, limit| {
@@ -254,10 +321,14 @@ fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported
         }
     }
     let mut toml = String::from(HEADER);
+    for note in &level_notes {
+        toml.push('\n');
+        write_note(&mut toml, note);
+    }
+    let mut notes = level_notes;
     let mut limits = Vec::new();
     for (node, name) in nodes.iter().zip(&names) {
-        let mut notes = Vec::new();
-        differences(node, &by_envoy_name, nodes, &names, &mut notes);
+        let mine = differences(node, &by_envoy_name, nodes, &names);
         toml.push('\n');
         let _ = writeln!(
             toml,
@@ -265,9 +336,11 @@ fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported
             comment(&node.path_name()),
             comment(&node.limit.at.to_string())
         );
-        for note in &notes {
-            wrap(&mut toml, &format!("differs: {note}"));
+        for note in &mine {
+            write_note(&mut toml, note);
         }
+        let differs = mine.iter().any(|note| note.kind == NoteKind::Difference);
+        notes.extend(mine);
         if node.limit.unlimited {
             // Nothing to write: no native limit lets everything through.
             continue;
@@ -276,7 +349,7 @@ fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported
         limits.push(ImportedLimit {
             name: name.clone(),
             at: node.limit.at.clone(),
-            differs: !notes.is_empty(),
+            differs,
         });
     }
     // A domain the files define answers descriptor overrides there; a
@@ -287,17 +360,17 @@ fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported
             .zip(&names)
             .any(|(node, name)| node.domain == domain && limits.iter().any(|l| l.name == *name));
         if !written {
-            toml.push('\n');
-            wrap(
-                &mut toml,
-                &format!(
-                    "differs: no limit of domain {} is written, so natively a descriptor's \
-                     `limit` override in it is not honoured (ratekeeper honours overrides in a \
-                     domain some limit names); envoyproxy/ratelimit honours them in every \
-                     domain its files define",
-                    comment(domain)
-                ),
+            let note = ImportNote::new(
+                NoteKind::Difference,
+                domain,
+                "no limit of this domain is written, so natively a descriptor's `limit` \
+                 override in it is not honoured (ratekeeper honours overrides in a domain some \
+                 limit names); --envoy-config honours them in every domain its files define"
+                    .to_owned(),
             );
+            toml.push('\n');
+            write_note(&mut toml, &note);
+            notes.push(note);
         }
     }
     if limits.is_empty() {
@@ -313,94 +386,110 @@ fn write(nodes: &[Node<'_>], domains: &[&str], loaded: &EnvoyConfig) -> Imported
         toml,
         limits,
         warnings: Vec::new(),
+        notes,
     }
+}
+
+/// `note` as a comment: `# differs:` for a difference, `# note:` for a
+/// warning.
+fn write_note(toml: &mut String, note: &ImportNote) {
+    let tag = match note.kind {
+        NoteKind::Difference => "differs",
+        NoteKind::Warning => "note",
+    };
+    wrap(toml, &format!("{tag}: {}", note.message));
 }
 
 const HEADER: &str = "\
 # Limits imported from an envoyproxy/ratelimit configuration by
 # `ratekeeper import envoy`: one [[limits]] per descriptor with a
-# rate_limit, matching the requests that envoyproxy/ratelimit gives that
-# descriptor's limit (its precedence written as `except` lists).
-# A `# differs:` comment marks where ratekeeper decides otherwise.
-# Names are those `ratekeeper serve --envoy-config` gives the same limits.
+# rate_limit, matching the requests that the files give that descriptor's
+# limit (their precedence written as `except` lists), each counting what
+# the files count (`key`: the entries counted one value at a time).
+# They decide every request as `ratekeeper serve --envoy-config` decides it
+# on the same files, except where a `# differs:` comment says otherwise;
+# a `# note:` marks what only reports differently. Names are those
+# `serve --envoy-config` gives the same limits.
 #
-# differs: ratekeeper counts a request's descriptors all or nothing: a
-#   request one limit refuses takes nothing from the others, where
-#   envoyproxy/ratelimit counts every descriptor it matched. For its counts,
-#   set in the [envoy] table:
+# Either way, ratekeeper differs from envoyproxy/ratelimit itself:
+# - it counts a request's descriptors all or nothing: a request one limit
+#   refuses takes nothing from the others, where envoyproxy/ratelimit
+#   counts every descriptor it matched. For its counts, set in the
+#   [envoy] table:
 #     counting = \"each_descriptor\"
-# differs: envoyproxy/ratelimit adds refused hits to a window's count too;
+# - envoyproxy/ratelimit adds refused hits to a window's count too;
 #   ratekeeper counts only what it allows (the same answers while a window
 #   stays over its limit, but more remaining after a large refused hit).
-# differs: envoyproxy/ratelimit matches each entry by the text KEY_VALUE
-#   (or KEY), so a request entry whose key and value join to the same text
-#   as a descriptor's, with another key, matches it there (key `a_b` and
-#   value `c` match key `a` with value `b_c`, and a wildcard `a` / `x*`
-#   matches any key starting `a_x`); native matching compares the key and
-#   the value. It takes a request key that starts with a key of the file
-#   and `_`, or a key of the file that starts with the request's and `_`;
-#   limits with a `_` or `*` of their own that allow it say so below.
-# differs: a request value that is a wildcard's own text, `*`s included
-#   (`/api/*` sent as is), matches that wildcard's descriptor first in
-#   envoyproxy/ratelimit, as if exact; natively it is matched as any other
-#   value.
-# differs: a status's current_limit names the native limit, where
-#   envoyproxy/ratelimit sends the file's `name` (empty without one).
-# differs: stats are per limit name here (ratekeeper_* metrics), not
+# - stats are per limit name here (ratekeeper_* metrics), not
 #   envoyproxy/ratelimit's `ratelimit.service.rate_limit.DOMAIN.KEY_VALUE...`.
+#
+# Both envoyproxy/ratelimit and --envoy-config match each entry by the
+# text KEY_VALUE (or KEY), so a request entry whose key and value join to
+# the same text as a descriptor's, with another key, matches it there (key
+# `a_b` and value `c` match key `a` with value `b_c`, and a wildcard `a` /
+# `x*` matches any key starting `a_x`); native matching compares the key
+# and the value. The two agree on every request whose keys are the files'
+# own keys; where the files' keys themselves meet, a `# differs:` says so.
+# A status's current_limit names the native limit, where they send the
+# file's `name` (empty without one).
 ";
 
-/// The `# differs:` notes of one node.
+/// The notes of one node.
 fn differences(
     node: &Node<'_>,
     by_envoy_name: &BTreeMap<(&str, &str), Vec<&str>>,
     nodes: &[Node<'_>],
     names: &[String],
-    notes: &mut Vec<String>,
-) {
+) -> Vec<ImportNote> {
+    let subject = node.path_name();
+    let mut notes = Vec::new();
+    let mut note = |kind, message: String| notes.push(ImportNote::new(kind, &subject, message));
     let limit = &node.limit;
     if limit.unlimited {
-        notes.push(
-            "unlimited: envoyproxy/ratelimit answers this descriptor OK with \
-             limit_remaining 4294967295 and counts nothing. No native limit does that, so \
-             none is written: natively no limit matches it (the siblings' `except` lists \
-             still step aside for it), and it is answered OK with no current_limit and \
-             limit_remaining 0"
+        note(
+            NoteKind::Warning,
+            "unlimited: --envoy-config answers this descriptor OK with limit_remaining \
+             4294967295 and counts nothing. No native limit does that, so none is written: \
+             natively no limit matches it (the siblings' `except` lists still step aside for \
+             it), and it is answered OK with no current_limit and limit_remaining 0"
                 .to_owned(),
         );
     }
-    if !limit.unlimited && limit.requests_per_unit == 0 {
-        notes.push(
-            "requests_per_unit 0 refuses every request in envoyproxy/ratelimit; a native \
-             rate cannot be 0, so this allows 1 per window per counter"
-                .to_owned(),
-        );
-    }
-    if matches!(limit.unit, Some(Unit::Month | Unit::Year)) && !limit.unlimited {
-        notes.push(
+    if matches!(limit.unit, Some(Unit::Month | Unit::Year))
+        && !limit.unlimited
+        && limit.requests_per_unit > 0
+    {
+        note(
+            NoteKind::Warning,
             "a status's current_limit shows this rate per WEEK (rounded down, at least 1), \
-             as ratekeeper reports a period longer than a week; envoyproxy/ratelimit shows \
-             it per MONTH or YEAR. The decisions are the same"
+             as ratekeeper reports a period longer than a week; --envoy-config shows it per \
+             MONTH or YEAR. The decisions are the same"
                 .to_owned(),
         );
     }
-    if !limit.replaces.is_empty() {
-        let targets: Vec<String> = limit
-            .replaces
-            .iter()
-            .map(|replaced| {
-                let natives = by_envoy_name
-                    .get(&(node.domain, replaced.as_str()))
-                    .map(|n| n.join(", "))
-                    .unwrap_or_else(|| "no limit of this domain".to_owned());
-                format!("{} ({})", comment(replaced), natives)
-            })
-            .collect();
-        notes.push(format!(
-            "replaces: in a request matching this, envoyproxy/ratelimit drops the limits \
-             named {}; natively every limit that matches applies",
-            targets.join(", ")
-        ));
+    // Only a `replaces` that names a limit of the domain drops anything.
+    let targets: Vec<String> = limit
+        .replaces
+        .iter()
+        .filter_map(|replaced| {
+            let natives = by_envoy_name.get(&(node.domain, replaced.as_str()))?;
+            Some(format!("{} ({})", comment(replaced), natives.join(", ")))
+        })
+        .collect();
+    if !targets.is_empty() {
+        note(
+            NoteKind::Difference,
+            format!(
+                "replaces: in a request matching this, --envoy-config drops the limits named \
+                 {}; natively every limit that matches applies",
+                targets.join(", ")
+            ),
+        );
+    } else if !limit.replaces.is_empty() {
+        note(
+            NoteKind::Warning,
+            "replaces names no limit of this domain: it drops nothing".to_owned(),
+        );
     }
     if let Some(envoy_name) = &limit.name {
         let replacers: Vec<&str> = nodes
@@ -412,51 +501,42 @@ fn differences(
             .map(|(_, name)| name.as_str())
             .collect();
         if !replacers.is_empty() {
-            notes.push(format!(
-                "named {} in envoyproxy/ratelimit, which {} `replaces`: there a request \
-                 matching one of those does not apply this limit; natively it does",
-                comment(envoy_name),
-                replacers.join(", ")
-            ));
+            note(
+                NoteKind::Difference,
+                format!(
+                    "named {} in the files, which {} `replaces`: under --envoy-config a \
+                     request matching one of those does not apply this limit; natively it does",
+                    comment(envoy_name),
+                    replacers.join(", ")
+                ),
+            );
         }
     }
     if node.spec.quota_mode {
-        notes.push(
-            "quota_mode: envoyproxy/ratelimit refuses a request over its quota descriptors \
-             only when all of them are over; natively this refuses like any other limit"
+        note(
+            NoteKind::Difference,
+            "quota_mode: --envoy-config refuses a request over its quota descriptors only \
+             when all of them are over; natively this refuses like any other limit"
                 .to_owned(),
         );
     }
     if limit.detailed_metric || node.path.iter().any(|entry| entry.value_to_metric) {
-        notes.push(
+        note(
+            NoteKind::Warning,
             "detailed_metric/value_to_metric name envoyproxy/ratelimit's stats per value; \
              native stats are per limit"
                 .to_owned(),
         );
     }
     if limit.metadata.is_some() {
-        notes.push(
+        note(
+            NoteKind::Warning,
             "metadata: envoyproxy/ratelimit returns it in the response's dynamic metadata; \
-             native limits have none"
+             ratekeeper (either way) does not"
                 .to_owned(),
         );
     }
-    let ambiguous: Vec<String> = node
-        .path
-        .iter()
-        .filter(|entry| {
-            entry.key.contains(['_', '*'])
-                || (!entry.value.contains('*') && entry.value.contains('_'))
-        })
-        .map(|entry| comment(entry.key))
-        .collect();
-    if !ambiguous.is_empty() {
-        notes.push(format!(
-            "KEY_VALUE: the entries of key {} have a `_` or `*` that lets other keys match \
-             them in envoyproxy/ratelimit (see the header)",
-            ambiguous.join(", ")
-        ));
-    }
+    notes
 }
 
 /// The `[[limits]]` table of `node`.
@@ -464,16 +544,25 @@ fn write_limit(toml: &mut String, node: &Node<'_>, name: &str) {
     let limit = &node.limit;
     let _ = writeln!(toml, "[[limits]]");
     let _ = writeln!(toml, "name = {}", quote(name));
-    let amount = limit.requests_per_unit.max(1);
+    if limit.requests_per_unit == 0 {
+        let _ = writeln!(
+            toml,
+            "# requests_per_unit 0: a ban, refusing every request it matches"
+        );
+    }
     let _ = writeln!(
         toml,
         "rate = {}",
-        quote(&format!("{amount}/{}", unit_words(limit.unit)))
+        quote(&format!(
+            "{}/{}",
+            limit.requests_per_unit,
+            unit_words(limit.unit)
+        ))
     );
     // Spelled out even for the default, so that a reader sees
     // envoyproxy/ratelimit's fixed windows.
     let _ = writeln!(toml, "policy = {}", quote(limit.policy.name()));
-    let _ = writeln!(toml, "key = [\"global\"]");
+    let _ = writeln!(toml, "key = [{}]", key_parts(node).join(", "));
     if limit.shadow_mode {
         let _ = writeln!(toml, "shadow = true");
     }
@@ -496,6 +585,27 @@ fn write_limit(toml: &mut String, node: &Node<'_>, name: &str) {
         let _ = writeln!(toml, "{line}");
     }
     let _ = writeln!(toml, "]");
+}
+
+/// The quoted parts of `node`'s key: `descriptor:KEY` for each entry
+/// counted one value at a time, as the files count it; `global` when
+/// none is (one counter). An entry whose key an earlier entry of the path
+/// has is counted by its position all the same (the matching adds it),
+/// but `descriptor:KEY` would read the earlier one: it is left out.
+fn key_parts(node: &Node<'_>) -> Vec<String> {
+    let mut parts = Vec::new();
+    for (index, entry) in node.path.iter().enumerate() {
+        let first = node.path[..index].iter().all(|e| e.key != entry.key);
+        // The key part trims its text: a key with spaces around it is
+        // counted by position only.
+        if entry.counted_by_value() && first && entry.key.trim() == entry.key {
+            parts.push(quote(&format!("descriptor:{}", entry.key)));
+        }
+    }
+    if parts.is_empty() {
+        parts.push(quote("global"));
+    }
+    parts
 }
 
 /// The period of `unit` in the rate parser's words: it has no month or
@@ -718,15 +828,24 @@ descriptors:
         assert_eq!(b.limit.policy().kind(), PolicyKind::SlidingWindow);
         assert_eq!(c.limit.policy().kind(), PolicyKind::Gcra);
         assert!(!a.shadow && !b.shadow && c.shadow);
-        assert!(config.limits.iter().all(|l| l.key == [KeyPart::Global]));
+        // Each value of a bare key is counted on its own: the key says so.
+        let keys: Vec<&[KeyPart]> = config.limits.iter().map(|l| &l.key[..]).collect();
+        assert_eq!(
+            keys,
+            [
+                &[KeyPart::Descriptor("a".into())][..],
+                &[KeyPart::Descriptor("b".into())][..],
+                &[KeyPart::Descriptor("c".into())][..]
+            ]
+        );
         assert!(config
             .limits
             .iter()
             .all(|l| l.matcher.domain.as_deref() == Some("d")));
     }
 
-    /// The `# differs:` notes written before the limit from `path`, each
-    /// on one line again.
+    /// The `# differs:` and `# note:` comments written before the limit
+    /// from `path`, each on one line again (as `differs: ...`, `note: ...`).
     fn notes(toml: &str, path: &str) -> Vec<String> {
         let head = format!("# {path} (rate_limit at ");
         let start = toml
@@ -734,8 +853,8 @@ descriptors:
             .unwrap_or_else(|| panic!("no {path} in\n{toml}"));
         let mut notes: Vec<String> = Vec::new();
         for line in toml[start..].lines().skip(1) {
-            if let Some(note) = line.strip_prefix("# differs: ") {
-                notes.push(note.to_owned());
+            if line.starts_with("# differs: ") || line.starts_with("# note: ") {
+                notes.push(line[2..].to_owned());
             } else if let (Some(more), Some(last)) = (line.strip_prefix("#   "), notes.last_mut()) {
                 last.push(' ');
                 last.push_str(more);
@@ -794,48 +913,99 @@ descriptors:
                 "{path}: {notes:?} lacks {words:?}"
             );
         };
-        one("d.free", "unlimited");
-        one("d.free", "replaces");
-        one("d.user", "`replaces`");
-        one("d.banned", "requests_per_unit 0");
-        one("d.quota", "quota_mode");
-        one("d.stats", "detailed_metric");
-        one("d.tagged.x", "value_to_metric");
-        one("d.meta", "metadata");
-        one("d.remote_address", "KEY_VALUE");
-        one("d.plain_a_b", "KEY_VALUE");
-        one("d.monthly", "per WEEK");
-        assert!(notes(toml, "d.clean").is_empty());
+        one("d.free", "note: unlimited");
+        one("d.free", "differs: replaces");
+        one("d.user", "differs: named per_user");
+        one("d.quota", "differs: quota_mode");
+        one("d.stats", "note: detailed_metric");
+        one("d.tagged.x", "note: detailed_metric/value_to_metric");
+        one("d.meta", "note: metadata");
+        one(
+            "d.monthly",
+            "note: a status's current_limit shows this rate per WEEK",
+        );
+        // A ban is a ban: written as one, nothing differs.
+        for clean in ["d.banned", "d.clean", "d.remote_address", "d.plain_a_b"] {
+            assert!(notes(toml, clean).is_empty(), "{clean}");
+        }
         let banned = config
             .limits
             .iter()
             .find(|l| l.limit.name() == "d.banned")
             .unwrap();
-        assert_eq!(banned.limit.policy().quota(), 1);
+        assert!(banned.ban);
+        assert_eq!(banned.rate_text(), "0/minute");
         let differs: Vec<&str> = imported
             .limits
             .iter()
             .filter(|l| l.differs)
             .map(|l| l.name.as_str())
             .collect();
-        assert_eq!(
-            differs,
-            [
-                "d.user",
-                "d.banned",
-                "d.quota",
-                "d.stats",
-                "d.tagged.x",
-                "d.meta",
-                "d.remote_address",
-                "d.plain_a_b",
-                "d.monthly"
-            ]
-        );
+        assert_eq!(differs, ["d.user", "d.quota"]);
+        assert!(imported.differs());
+        // On stderr too: every note, the unlimited one's included.
+        let kinds = |kind| {
+            imported
+                .notes
+                .iter()
+                .filter(|n| n.kind == kind)
+                .map(|n| n.subject.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kinds(NoteKind::Difference), ["d.free", "d.user", "d.quota"]);
+        assert!(kinds(NoteKind::Warning).contains(&"d.monthly"));
+        assert!(kinds(NoteKind::Warning).contains(&"matching"));
         // Every comment line is a comment: wrapped notes included.
         assert!(toml
             .lines()
             .all(|line| line.is_empty() || line.starts_with('#') || !line.contains("differs")));
+    }
+
+    #[test]
+    fn texts_that_meet_across_keys_differ() {
+        let imported = import(
+            "domain: d
+descriptors:
+  - key: a
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: a_b
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: path
+    value: /a*
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: path
+    value: /api/*
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: k*
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+",
+        );
+        let differences: Vec<&str> = imported
+            .notes
+            .iter()
+            .filter(|n| n.kind == NoteKind::Difference)
+            .map(|n| n.message.as_str())
+            .collect();
+        assert_eq!(differences.len(), 3, "{differences:?}");
+        assert!(differences[0].contains(r#""a" and "a_b""#));
+        assert!(differences[1].contains(r#"literally "/api/*""#));
+        assert!(differences[2].contains(r#"the key "k*""#));
+        // Wildcards that never cover one another's text, and keys that do
+        // not extend one another: nothing differs.
+        let clean = import(
+            "domain: d
+descriptors:
+  - key: path
+    value: /api/*
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: path
+    value: /a*
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+",
+        );
+        assert!(!clean.differs(), "{:?}", clean.notes);
     }
 
     #[test]
@@ -852,16 +1022,23 @@ descriptors:
             ),
         ];
         let imported = import_files(files, &LoadOptions::default()).unwrap();
+        let subjects: Vec<&str> = imported
+            .notes
+            .iter()
+            .filter(|n| n.kind == NoteKind::Difference)
+            .map(|n| n.subject.as_str())
+            .collect();
+        assert_eq!(subjects, ["open", "empty"]);
+        assert!(imported
+            .notes
+            .iter()
+            .filter(|n| n.kind == NoteKind::Difference)
+            .all(|n| n.message.contains("override")));
         let toml = imported.toml.replace("\n#  ", " ");
-        assert!(
-            toml.contains("no limit of domain open is written"),
-            "{toml}"
+        assert_eq!(
+            toml.matches("no limit of this domain is written").count(),
+            2
         );
-        assert!(
-            toml.contains("no limit of domain empty is written"),
-            "{toml}"
-        );
-        assert!(!toml.contains("domain kept is written"), "{toml}");
         assert_eq!(load(&imported).limits.len(), 1);
     }
 

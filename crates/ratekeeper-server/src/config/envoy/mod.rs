@@ -105,8 +105,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 mod import;
+mod import_notes;
 pub use error::{EnvoyConfigError, EnvoyWarning, Position};
 pub use import::{import_dir, import_files, Imported, ImportedLimit};
+pub use import_notes::{ImportNote, NoteKind};
 pub use model::{Metadata, RateLimit, Unit};
 pub use tree::{CounterKey, Domain, Matched};
 pub use yaml::{MAX_DEPTH, MAX_NODES};

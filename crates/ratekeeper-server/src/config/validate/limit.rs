@@ -6,8 +6,8 @@ use super::*;
 impl Checker<'_> {
     pub(super) fn limit(&self, index: usize, limit: FileLimit) -> Result<LimitConfig, ConfigError> {
         let field = |name: &str| format!("limits[{index}].{name}");
-        let rate: Rate = match limit.rate.get_ref().parse() {
-            Ok(rate) => rate,
+        let (rate, ban) = match parse_rate(limit.rate.get_ref()) {
+            Ok(parsed) => parsed,
             Err(error) => return self.fail(limit.rate.span(), field("rate"), error.to_string()),
         };
         let kind = match &limit.policy {
@@ -47,6 +47,7 @@ impl Checker<'_> {
         Ok(LimitConfig {
             limit: named,
             rate,
+            ban,
             key,
             shadow: limit.shadow.is_some_and(|s| *s.get_ref()),
             on_saturated,
@@ -463,4 +464,22 @@ impl Checker<'_> {
             share_threshold,
         })
     }
+}
+
+/// A limit's `rate`, and whether it is a ban: an amount of 0 (`0/minute`,
+/// `0 per hour`) refuses every request, and is kept as one per the same
+/// period for the window it reports.
+fn parse_rate(text: &str) -> Result<(Rate, bool), ratekeeper::policy::ParseRateError> {
+    let trimmed = text.trim();
+    let amount_end = trimmed
+        .find(|c: char| c.is_whitespace() || c == '/')
+        .unwrap_or(trimmed.len());
+    let (amount, rest) = trimmed.split_at(amount_end);
+    if !amount.is_empty() && amount.bytes().all(|b| b == b'0') {
+        let rate: Rate = format!("1{rest}").parse()?;
+        if rate.explicit_burst().is_none() {
+            return Ok((rate, true));
+        }
+    }
+    Ok((text.parse()?, false))
 }
