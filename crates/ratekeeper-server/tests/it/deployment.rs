@@ -285,6 +285,8 @@ fn the_systemd_unit_runs_serve_with_its_flags_reloads_on_hup_and_stops_on_term()
         "TimeoutStopSec {stop} <= shutdown_grace"
     );
 
+    systemd_analyze(&unit);
+
     // The unit's command, here: on the Envoy example, reloaded by the
     // unit's signal, stopped by its KillSignal within TimeoutStopSec.
     let dir = tempfile::tempdir().expect("a directory");
@@ -303,6 +305,45 @@ fn the_systemd_unit_runs_serve_with_its_flags_reloads_on_hup_and_stops_on_term()
     process.signal("TERM");
     let status = process.wait_exit(Duration::from_secs(stop));
     assert!(status.success(), "{status:?}");
+}
+
+/// `systemd-analyze verify` (no warning) and `security --offline` (an
+/// exposure of at most 2.0 of 10) on `unit` with ExecStart's binary the
+/// one built here, when systemd-analyze is installed; a visible note when
+/// it is not (the checks above do not need it).
+fn systemd_analyze(unit: &str) {
+    let dir = tempfile::tempdir().expect("a directory");
+    let path = dir.path().join("ratekeeper.service");
+    let local = unit.replace(
+        "/usr/local/bin/ratekeeper",
+        env!("CARGO_BIN_EXE_ratekeeper"),
+    );
+    std::fs::write(&path, local).expect("written");
+    let run = |args: &[&str]| {
+        std::process::Command::new("systemd-analyze")
+            .args(args)
+            .arg(&path)
+            .output()
+    };
+    let Ok(verify) = run(&["verify"]) else {
+        use std::io::Write;
+        let _ = std::io::stderr().lock().write_all(
+            b"\n!!! NOTE: systemd-analyze is not installed: the systemd unit was checked \
+              by this test's own reading only, not by systemd's.\n\n",
+        );
+        return;
+    };
+    let warnings = String::from_utf8_lossy(&verify.stderr);
+    assert!(
+        verify.status.success() && warnings.is_empty(),
+        "verify: {warnings}"
+    );
+    let security = run(&["security", "--offline=true", "--threshold=20"]).expect("it ran");
+    assert!(
+        security.status.success(),
+        "the unit's exposure is above 2.0:\n{}",
+        String::from_utf8_lossy(&security.stdout)
+    );
 }
 
 #[test]
