@@ -1,6 +1,7 @@
 //! nginx `auth_request` with a real nginx: ratekeeper's HTTP router and a
 //! tiny upstream in this process, nginx in front of both, configured by
-//! the shipped `examples/nginx/nginx.conf` with the ports changed.
+//! the shipped `examples/nginx/nginx.conf` with the ports changed (and,
+//! in the quick start's test, with the example's own stand-in app).
 //!
 //! Without an `nginx` binary these tests say so loudly and pass, except
 //! under `CI=true`, where they fail (`.ci/run` installs nginx).
@@ -63,16 +64,29 @@ fn substitute(text: &str, from: &str, to: &str) -> String {
     text.replace(from, to)
 }
 
-/// The example with ratekeeper, the app and nginx on the given addresses,
-/// and every file nginx writes inside `dir`.
-fn nginx_conf(dir: &Path, ratekeeper: SocketAddr, app: SocketAddr, port: u16) -> String {
+/// The example with ratekeeper, the app (`None`: the example's own
+/// stand-in) and nginx on the given addresses, the stand-in on
+/// `stand_in`, and every file nginx writes inside `dir`.
+fn nginx_conf(
+    dir: &Path,
+    ratekeeper: SocketAddr,
+    app: Option<SocketAddr>,
+    port: u16,
+    stand_in: u16,
+) -> String {
     let dir = dir.display();
     let conf = substitute(
         EXAMPLE,
         "server 127.0.0.1:8080;",
         &format!("server {ratekeeper};"),
     );
+    let app = app.unwrap_or(SocketAddr::from(([127, 0, 0, 1], stand_in)));
     let conf = substitute(&conf, "server 127.0.0.1:3000;", &format!("server {app};"));
+    let conf = substitute(
+        &conf,
+        "listen 127.0.0.1:3000;",
+        &format!("listen 127.0.0.1:{stand_in};"),
+    );
     let conf = substitute(&conf, "listen 8000;", &format!("listen 127.0.0.1:{port};"));
     let conf = substitute(
         &conf,
@@ -97,7 +111,7 @@ impl Nginx {
     /// Starts nginx before `ratekeeper` and `app`, and waits until it
     /// accepts connections (at most 10 s).
     fn start(binary: &Path, ratekeeper: SocketAddr, app: SocketAddr) -> Nginx {
-        Nginx::start_edited(binary, ratekeeper, app, |conf| conf)
+        Nginx::start_full(binary, ratekeeper, Some(app), |conf| conf)
     }
 
     /// [`Nginx::start`] with the example's configuration changed by `edit`.
@@ -105,6 +119,23 @@ impl Nginx {
         binary: &Path,
         ratekeeper: SocketAddr,
         app: SocketAddr,
+        edit: impl Fn(String) -> String,
+    ) -> Nginx {
+        Nginx::start_full(binary, ratekeeper, Some(app), edit)
+    }
+
+    /// nginx on the example as shipped, its own stand-in app included,
+    /// only the ports changed.
+    fn start_as_shipped(binary: &Path, ratekeeper: SocketAddr) -> Nginx {
+        Nginx::start_full(binary, ratekeeper, None, |conf| conf)
+    }
+
+    /// nginx before `ratekeeper` and `app` (`None`: the example's own
+    /// stand-in), its configuration changed by `edit`.
+    fn start_full(
+        binary: &Path,
+        ratekeeper: SocketAddr,
+        app: Option<SocketAddr>,
         edit: impl Fn(String) -> String,
     ) -> Nginx {
         // A port taken between `free_port` and nginx's bind is retried.
@@ -117,7 +148,7 @@ impl Nginx {
             let conf_path = dir.path().join("nginx.conf");
             std::fs::write(
                 &conf_path,
-                edit(nginx_conf(dir.path(), ratekeeper, app, port)),
+                edit(nginx_conf(dir.path(), ratekeeper, app, port, free_port())),
             )
             .expect("nginx.conf written");
             let error_log = dir.path().join("error.log");
@@ -313,6 +344,37 @@ async fn allowed_requests_reach_the_app_and_the_next_gets_a_real_429() {
     assert_eq!(refused.text().await.expect("a body"), "Too Many Requests\n");
     // The refused request never reached the app.
     assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_start_as_shipped_serves_its_own_app_until_the_limit() {
+    let Some(binary) =
+        nginx_binary("the_quick_start_as_shipped_serves_its_own_app_until_the_limit")
+    else {
+        return;
+    };
+    let ratekeeper = start_ratekeeper(PER_CLIENT).await;
+    let nginx = Nginx::start_as_shipped(&binary, ratekeeper);
+    let client = client();
+    for _ in 0..3 {
+        let response = client
+            .get(nginx.url("/"))
+            .send()
+            .await
+            .expect("nginx answers");
+        assert_eq!(response.status(), 200, "log:\n{}", nginx.log());
+        assert_eq!(
+            response.text().await.expect("a body"),
+            "hello from the app behind nginx\n"
+        );
+    }
+    let refused = client
+        .get(nginx.url("/"))
+        .send()
+        .await
+        .expect("nginx answers");
+    assert_eq!(refused.status(), 429, "log:\n{}", nginx.log());
+    assert_eq!(refused.text().await.expect("a body"), "Too Many Requests\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod upstream;
+pub mod yaml;
 
 use std::sync::Arc;
 use std::time::Duration;
