@@ -27,6 +27,7 @@ mod proxy_tls;
 mod proxy_upgrade;
 mod proxy_versions;
 mod redis_store;
+mod reference;
 mod reload;
 mod reload_tightening;
 mod runtime;
