@@ -74,3 +74,9 @@ pub use limit::{
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct RootReadmeDoctests;
+
+/// Compiles and runs the examples of the workspace's library guide,
+/// docs/library.md (the core's and this crate's).
+#[doc = include_str!("../../../docs/library.md")]
+#[cfg(doctest)]
+pub struct LibraryGuideDoctests;

@@ -36,8 +36,8 @@
 //! sends its FIN and drops what the client still sends for a moment, so
 //! that a response already written is not lost to a reset.
 //!
-//! What this bounds, at the defaults, is in the README's "Security"
-//! section: per connection, per stream, in all.
+//! What this bounds, at the defaults, is in docs/security.md ("Hostile
+//! connections"): per connection, per stream, in all.
 //!
 //! The proxy's door speaks both HTTP/1.1 (with upgrades, for WebSocket)
 //! and HTTP/2, telling them apart by the connection's first bytes (see

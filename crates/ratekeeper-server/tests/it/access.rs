@@ -751,22 +751,20 @@ fn the_binary_reads_a_token_from_its_environment() {
 }
 
 #[test]
-fn the_readme_security_example_loads_with_its_tokens() {
-    let readme = include_str!("../../../../README.md");
-    let section = &readme[readme.find("\n## Security\n").expect("a Security section")..];
-    let block = section
-        .split("```toml\n")
-        .nth(1)
-        .and_then(|block| block.split("```").next())
-        .expect("a TOML block");
+fn the_guides_security_example_loads_with_its_tokens() {
+    let blocks = crate::reference::section_toml("security.md", "Security");
+    let block = blocks.first().expect("a TOML block");
     let dir = tempfile::tempdir().unwrap();
     let tokens = token_file(dir.path(), "decisions", &format!("{OLD}\n"));
     let shown = "\"/run/secrets/ratekeeper/decisions\"";
     assert!(block.contains(shown), "{block}");
     let toml = block.replace(shown, &format!("{:?}", tokens.display().to_string()));
-    let config =
-        Config::from_toml_str_with_env(&toml, "README.md", [("RATEKEEPER_ADMIN_TOKEN", NEW)])
-            .unwrap_or_else(|error| panic!("{error}\n{toml}"));
+    let config = Config::from_toml_str_with_env(
+        &toml,
+        "docs/security.md",
+        [("RATEKEEPER_ADMIN_TOKEN", NEW)],
+    )
+    .unwrap_or_else(|error| panic!("{error}\n{toml}"));
     assert!(config.warnings().is_empty());
     let admin = config.access.admin.as_ref().expect("admin tokens");
     assert!(admin.accepts(NEW.as_bytes()) && !admin.accepts(OLD.as_bytes()));

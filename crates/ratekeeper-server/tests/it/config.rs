@@ -942,49 +942,38 @@ client_ip_from = "forwarded"
     );
 }
 
-/// The TOML blocks of README.md's section `heading` (a `## ` heading).
-fn readme_toml(heading: &str) -> Vec<String> {
-    let readme = include_str!("../../../../README.md");
-    let start = readme
-        .find(&format!("\n## {heading}\n"))
-        .unwrap_or_else(|| panic!("README.md has a {heading:?} section"));
-    let section = &readme[start + 1..];
-    let section = &section[..section[1..]
-        .find("\n## ")
-        .map_or(section.len(), |end| end + 1)];
-    section
-        .split("```toml\n")
-        .skip(1)
-        .map(|block| block[..block.find("```").expect("a closed block")].to_owned())
-        .collect()
-}
-
 #[test]
-fn the_readme_service_example_limits_load() {
-    let blocks = readme_toml("The service");
-    assert_eq!(blocks.len(), 1);
-    // The whole file, [store] and [listen] included.
-    let config = Config::from_toml_str(&blocks[0], "README.md")
+fn the_reference_limits_load_as_written() {
+    // The built-in limit and the proxy-counting one, from the reference's
+    // [[limits]] section (the rest of the page is checked key by key in
+    // tests/it/reference.rs).
+    let blocks = crate::reference::section_toml("configuration.md", "`[[limits]]`: the limits");
+    assert!(blocks.len() >= 2, "{blocks:#?}");
+    let builtin = Config::from_toml_str(&blocks[0], "docs/configuration.md")
         .unwrap_or_else(|error| panic!("{error}\n{}", blocks[0]));
     assert_eq!(
-        config.limits[0].key[0],
+        builtin.limits[0].key[0],
         KeyPart::ClientIp(
-            ClientIp::XForwardedFor {
-                trusted: vec!["10.0.0.0/8".parse().unwrap()]
-            },
+            ClientIp::XForwardedFor { trusted: vec![] },
             Prefixes::default()
         )
+    );
+    let hops = Config::from_toml_str(&blocks[1], "docs/configuration.md")
+        .unwrap_or_else(|error| panic!("{error}\n{}", blocks[1]));
+    assert_eq!(
+        hops.limits[0].key[0],
+        KeyPart::ClientIp(ClientIp::Hops(2), Prefixes::default())
     );
 }
 
 #[test]
-fn the_readme_proxy_setups_load_and_say_what_they_trust() {
-    let snippets = readme_toml("Running behind a proxy");
+fn the_guides_proxy_setups_load_and_say_what_they_trust() {
+    let snippets = crate::reference::section_toml("security.md", "Running behind a proxy");
     assert_eq!(snippets.len(), 3, "three setups: {snippets:#?}");
     let trust: Vec<String> = snippets
         .iter()
         .map(|snippet| {
-            let config = Config::from_toml_str(snippet, "README.md")
+            let config = Config::from_toml_str(snippet, "docs/security.md")
                 .unwrap_or_else(|error| panic!("{error}\n{snippet}"));
             assert!(config.warnings().is_empty(), "{snippet}");
             let explained = config.explain();
@@ -1267,44 +1256,15 @@ fn documented_configs() -> Vec<(String, String)> {
 #[test]
 fn every_documented_config_loads() {
     let configs = documented_configs();
-    // README.md's five, the nginx example's, the rustdoc's three.
-    assert!(configs.len() >= 9, "found only {configs:#?}");
+    // docs/configuration.md's, docs/security.md's, the nginx example's,
+    // the rustdoc's three.
+    assert!(configs.len() >= 20, "found only {configs:#?}");
     // The files and variables the examples name, made to exist.
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("decisions");
-    std::fs::write(&tokens, "a-token-of-thirty-two-characters\n").unwrap();
-    let env = [("RATEKEEPER_ADMIN_TOKEN", "another-token-of-32-characters!!")];
-    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let files = [
-        ("server.pem", certified.cert.pem()),
-        ("server.key", certified.signing_key.serialize_pem()),
-        ("clients.pem", certified.cert.pem()),
-        // [limitador]'s file.
-        (
-            "limits.yaml",
-            "- {namespace: ns, max_value: 1, seconds: 1, conditions: [], variables: []}\n"
-                .to_owned(),
-        ),
-    ];
-    for (name, pem) in &files {
-        std::fs::write(dir.path().join(name), pem).unwrap();
-    }
+    let files = crate::reference::Files::new();
     let mut failures = Vec::new();
     for (place, text) in &configs {
-        let mut text = text.replace(
-            "\"/run/secrets/ratekeeper/decisions\"",
-            &format!("{:?}", tokens.display().to_string()),
-        );
-        for (name, _) in &files {
-            let path = dir.path().join(name).display().to_string();
-            text = text.replace(&format!("\"{name}\""), &format!("{path:?}"));
-        }
-        // A fragment of a file (an [access] table alone): with a limit.
-        if !text.contains("[[limits]]") {
-            text.push_str("\n[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"global\"]\n");
-        }
-        if let Err(error) = Config::from_toml_str_with_env(&text, place, env) {
-            failures.push(format!("{error}\n{text}"));
+        if let Err(error) = files.load(text, place) {
+            failures.push(error);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

@@ -153,3 +153,62 @@ async fn every_metric_the_grafana_dashboard_names_is_exported() {
     memory.stop().await;
     sqlite.stop().await;
 }
+
+/// The variables a string refers to: `$name` and `${name}` (Grafana's own,
+/// `$__interval` and the like, included).
+fn variables(text: &str, out: &mut BTreeSet<String>) {
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        let tail = rest[at + 1..].strip_prefix('{').unwrap_or(&rest[at + 1..]);
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        if end > 0 {
+            out.insert(tail[..end].to_owned());
+        }
+        rest = &tail[end..];
+    }
+}
+
+/// Every variable any string of `value` refers to.
+fn referred(value: &Value, out: &mut BTreeSet<String>) {
+    match value {
+        Value::String(text) => variables(text, out),
+        Value::Object(map) => map.values().for_each(|v| referred(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| referred(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_grafana_dashboard_defines_every_variable_it_uses_and_uses_every_one() {
+    let dashboard = dashboard();
+    let mut used = BTreeSet::new();
+    referred(&dashboard, &mut used);
+    // An import's inputs (`__inputs`, such as DS_PROMETHEUS) and the
+    // dashboard's own variables.
+    let inputs = dashboard["__inputs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let templating = dashboard["templating"]["list"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let defined: BTreeSet<String> = inputs
+        .iter()
+        .chain(&templating)
+        .map(|v| v["name"].as_str().expect("a named variable").to_owned())
+        .collect();
+    assert!(defined.contains("datasource"), "{defined:?}");
+    let undefined: Vec<&String> = used
+        .iter()
+        .filter(|name| !name.starts_with("__") && !defined.contains(*name))
+        .collect();
+    assert!(undefined.is_empty(), "used, never defined: {undefined:?}");
+    let unused: Vec<&String> = defined
+        .iter()
+        .filter(|name| !used.contains(*name))
+        .collect();
+    assert!(unused.is_empty(), "defined, never used: {unused:?}");
+}

@@ -33,6 +33,7 @@ mod proxy_upgrade;
 mod proxy_versions;
 mod quick_starts;
 mod redis_store;
+mod reference;
 mod reload;
 mod reload_tightening;
 mod runtime;

@@ -1,5 +1,5 @@
-//! The READMEs' server snippets: each provides the socket peer, and the
-//! root README's is this crate's.
+//! The READMEs' and the guide's server snippets: each provides the socket
+//! peer, and the library guide's is this crate's.
 
 /// Where a line of markdown is.
 enum Fence<'a> {
@@ -44,10 +44,14 @@ fn section<'a>(markdown: &'a str, heading: &str) -> &'a str {
 
 const TOWER_README: &str = include_str!("../../README.md");
 const ROOT_README: &str = include_str!("../../../../README.md");
+const LIBRARY_GUIDE: &str = include_str!("../../../../docs/library.md");
 
 #[test]
 fn every_readme_server_is_given_the_socket_peer() {
-    let rust = blocks(TOWER_README, "rust");
+    let rust: Vec<_> = [TOWER_README, ROOT_README, LIBRARY_GUIDE]
+        .iter()
+        .flat_map(|markdown| blocks(markdown, "rust"))
+        .collect();
     let axum: Vec<_> = rust
         .iter()
         .filter(|block| block.iter().any(|line| line.contains("axum::serve(")))
@@ -74,20 +78,31 @@ fn every_readme_server_is_given_the_socket_peer() {
 }
 
 #[test]
-fn the_root_readme_layer_is_the_compiled_one() {
-    let root = blocks(
-        section(ROOT_README, "## HTTP: the tower layer"),
+fn the_library_guides_layer_is_the_compiled_one() {
+    let guide = blocks(
+        section(LIBRARY_GUIDE, "## HTTP: the tower layer"),
         "rust,no_run",
     );
-    let [root] = root.as_slice() else {
-        panic!("one rust block in the root README's tower section: {root:#?}");
+    let [guide] = guide.as_slice() else {
+        panic!("one rust block in docs/library.md's tower section: {guide:#?}");
     };
     let compiled = blocks(TOWER_README, "rust,no_run");
     let first = compiled.first().expect("the tower README's example");
     assert_eq!(
-        root, first,
-        "the root README's tower example is this crate's"
+        guide, first,
+        "docs/library.md's tower example is this crate's"
     );
+}
+
+#[test]
+fn the_root_readme_has_a_layer_served_with_its_peer() {
+    let root = blocks(section(ROOT_README, "## The tower layer"), "rust,no_run");
+    let [root] = root.as_slice() else {
+        panic!("one rust block in the root README's tower section: {root:#?}");
+    };
+    assert!(root
+        .iter()
+        .any(|line| line.contains("RateLimitLayer::builder(")));
     assert!(root
         .iter()
         .any(|line| line.contains("into_make_service_with_connect_info::<SocketAddr>()")));
