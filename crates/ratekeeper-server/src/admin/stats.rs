@@ -27,6 +27,7 @@
 //!                          "hour": {...}, "day": {...}, "week": {...}},
 //!              "history": [{"start_unix_secs": ..., "requests": 0, "denied": 0}, ...],
 //!              "top_denied": [{"key": "alice", "count": 4, "error": 0}, ...],
+//!              "top_charged": [{"key": "alice", "count": 10, "error": 0}, ...],
 //!              "keys_tracked": 2, "untracked_denials": 0}],
 //!  "limits_not_shown": 0,
 //!  "unmatched": [{"door": "grpc", "requests": 3,
@@ -52,7 +53,9 @@
 //! those of the core's [`LimitSnapshot`] (flattened into the limit's
 //! object): totals since the limit was configured, the current and
 //! previous UTC minute, hour, day and week, the last 60 minutes oldest
-//! first, and the keys denied most. `near_limit` counts the allowed
+//! first, the keys denied most, and the keys charged most (`top_charged`:
+//! requests allowed or denied, at most
+//! [`TOP_CHARGED`](crate::engine::TOP_CHARGED) keys; the heaviest is first). `near_limit` counts the allowed
 //! decisions that left at most
 //! [`NEAR_LIMIT_PERCENT`](crate::engine::NEAR_LIMIT_PERCENT)% of the quota.
 //! `store.failures` is `null` for the in-memory store, which cannot fail.

@@ -124,12 +124,20 @@ pub struct LimitSet {
     native_domains: HashSet<Box<str>>,
 }
 
+/// Counters of each limit's charged-keys summary
+/// ([`StatsConfig::top_charged`]): enough to find any key that takes more
+/// than an eighth of a limit's requests.
+pub const TOP_CHARGED: usize = 8;
+
 /// `config` as a limit recording its decisions in `stats` under its name:
 /// the statistics it had before, if a limit of that name had some.
 pub(super) fn active_with_stats(config: &LimitConfig, stats: &Stats) -> Arc<ActiveLimit> {
     let name = config.limit.name();
     let limit_stats = stats.get(name).unwrap_or_else(|| {
         let mut stats_config = StatsConfig::default();
+        // The dashboard shows the key a limit charges most: every request
+        // under one address is a proxy that is not trusted, or one client.
+        stats_config.top_charged = TOP_CHARGED;
         // A key's denials go when the store forgets the key: after a
         // window (two for the sliding window counter, whose previous
         // window still counts).

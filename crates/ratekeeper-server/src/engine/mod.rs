@@ -80,7 +80,7 @@ pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use health::{StoreState, MONITOR_INTERVAL, PROBE_TIMEOUT};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
-pub use limits::{ActiveLimit, LimitSet};
+pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
 pub use reloads::{Refusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
 pub use renumbered::{changed_limits, ChangedLimit, KeysAfterChange};

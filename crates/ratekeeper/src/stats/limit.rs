@@ -32,6 +32,13 @@ pub struct StatsConfig {
     /// every key denied more than `1/top_k` of all denials is found. Zero
     /// turns the summary off.
     pub top_k: usize,
+    /// Counters of the charged-keys summary (default 0, off; at most
+    /// [`StatsConfig::MAX_TOP_K`]): the keys that took the most requests,
+    /// allowed or denied, such as every request under one proxy's address.
+    /// Every key charged more than `1/top_charged` of all requests is
+    /// found. On, an allowed request also takes this summary's lock, as a
+    /// denial takes the top-denied one's.
+    pub top_charged: usize,
     /// Keys whose denials are counted one by one, at most (default
     /// [`StatsConfig::DEFAULT_MAX_KEYS`], at most [`MAX_KEYS`]); denials of
     /// further keys count as untracked. Zero turns per-key counts off.
@@ -56,7 +63,7 @@ impl StatsConfig {
 
 impl StatsConfig {
     /// The most bytes of keys stats with this config keep:
-    /// `(max_keys + top_k) × MAX_KEY_LEN` (a key over
+    /// `(max_keys + top_k + top_charged) × MAX_KEY_LEN` (a key over
     /// [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes is kept as
     /// [`bounded`](crate::key::bounded) makes it). With the defaults, 640 KB
     /// for the per-key table and 2 KB for the summary; each key kept also
@@ -71,6 +78,7 @@ impl StatsConfig {
         self.max_keys
             .min(MAX_KEYS)
             .saturating_add(self.top_k.min(Self::MAX_TOP_K))
+            .saturating_add(self.top_charged.min(Self::MAX_TOP_K))
             .saturating_mul(MAX_KEY_LEN)
     }
 }
@@ -79,6 +87,7 @@ impl Default for StatsConfig {
     fn default() -> Self {
         StatsConfig {
             top_k: Self::DEFAULT_TOP_K,
+            top_charged: 0,
             max_keys: Self::DEFAULT_MAX_KEYS,
             key_retention: Self::DEFAULT_KEY_RETENTION,
         }
@@ -90,6 +99,7 @@ struct Inner {
     traffic: Traffic,
     keys: DeniedKeys,
     top: Mutex<SpaceSaving>,
+    charged: Mutex<SpaceSaving>,
     config: StatsConfig,
 }
 
@@ -111,7 +121,10 @@ struct Inner {
 /// allocates, except for one short lock by the first request of each
 /// minute, which rolls the windows over. A denial also updates the per-key
 /// table (one sharded lock, and an allocation for a key not yet counted)
-/// and the top-denied summary (one lock). Counts are exact under any
+/// and the top-denied summary (one lock). With
+/// [`top_charged`](StatsConfig::top_charged) on (it is off by default),
+/// every recorded request with a key also takes that summary's lock.
+/// Counts are exact under any
 /// concurrency: no request is lost or counted twice.
 ///
 /// # Memory
@@ -161,6 +174,7 @@ impl LimitStats {
     /// lowered to them.
     pub fn with_config(mut config: StatsConfig) -> Self {
         config.top_k = config.top_k.min(StatsConfig::MAX_TOP_K);
+        config.top_charged = config.top_charged.min(StatsConfig::MAX_TOP_K);
         config.max_keys = config.max_keys.min(MAX_KEYS);
         LimitStats {
             inner: Arc::new(Inner {
@@ -168,6 +182,7 @@ impl LimitStats {
                 traffic: Traffic::default(),
                 keys: DeniedKeys::new(config.max_keys, config.key_retention),
                 top: Mutex::new(SpaceSaving::new(config.top_k)),
+                charged: Mutex::new(SpaceSaving::new(config.top_charged)),
                 config,
             }),
         }
@@ -179,13 +194,25 @@ impl LimitStats {
     }
 
     /// Records a decision for `key` at `now` (Unix time): allowed, or
-    /// denied. The key is only read for a denial.
+    /// denied. The key is only read for a denial, and for an allowed
+    /// request when [`top_charged`](StatsConfig::top_charged) is on.
     #[inline]
     pub fn record(&self, now: Timestamp, allowed: bool, key: impl AsRef<[u8]>) {
         if allowed {
             self.record_allowed(now);
+            if self.inner.config.top_charged > 0 {
+                self.charge(&bounded(key.as_ref()));
+            }
         } else {
             self.record_denied(now, key.as_ref());
+        }
+    }
+
+    /// Counts a request of `key`, already bounded, in the charged-keys
+    /// summary, when on.
+    fn charge(&self, key: &[u8]) {
+        if self.inner.config.top_charged > 0 {
+            lock(&self.inner.charged).offer(key);
         }
     }
 
@@ -206,6 +233,7 @@ impl LimitStats {
         if self.inner.config.top_k > 0 {
             lock(&self.inner.top).offer(key);
         }
+        self.charge(key);
     }
 
     /// Requests allowed since the stats were made.
@@ -255,6 +283,31 @@ impl LimitStats {
         lock(&self.inner.top).top()
     }
 
+    /// The keys that took the most requests (allowed or denied) since the
+    /// stats were made, most first: up to
+    /// [`top_charged`](StatsConfig::top_charged) keys (none when it is 0,
+    /// the default), each with its count and error bound; a key over 64
+    /// bytes as [`bounded`](crate::key::bounded) keeps it. Requests
+    /// recorded with [`record_allowed`](LimitStats::record_allowed), which
+    /// takes no key, are not in it.
+    ///
+    /// ```
+    /// use ratekeeper::{stats::{LimitStats, StatsConfig}, Timestamp};
+    ///
+    /// let mut config = StatsConfig::default();
+    /// config.top_charged = 4;
+    /// let stats = LimitStats::with_config(config);
+    /// let now = Timestamp::from_secs(1_704_672_000);
+    /// for (allowed, key) in [(true, "10.0.0.1"), (true, "10.0.0.1"), (false, "10.0.0.1"), (true, "10.0.0.2")] {
+    ///     stats.record(now, allowed, key);
+    /// }
+    /// let top = stats.top_charged();
+    /// assert_eq!((top[0].key.as_slice(), top[0].count), (&b"10.0.0.1"[..], 3));
+    /// ```
+    pub fn top_charged(&self) -> Vec<TopKey> {
+        lock(&self.inner.charged).top()
+    }
+
     /// Drops `key`'s per-key count, as when a limiter forgets the key:
     /// whether it had one. The totals, windows and top keys keep its
     /// denials.
@@ -278,6 +331,7 @@ impl LimitStats {
             windows: self.windows(now),
             history: self.history(now),
             top_denied: self.top_denied(),
+            top_charged: self.top_charged(),
             keys_tracked: self.keys_tracked(),
             untracked_denials: self.untracked_denials(),
         }
@@ -303,6 +357,7 @@ mod tests {
         let config = StatsConfig {
             max_keys: 500,
             top_k: 16,
+            top_charged: 8,
             ..StatsConfig::default()
         };
         let stats = LimitStats::with_config(config);
@@ -315,8 +370,10 @@ mod tests {
         for i in 0..1_000 {
             stats.record_denied(now, key(i));
         }
-        let kept = stats.inner.keys.key_bytes() + lock(&stats.inner.top).key_bytes();
-        assert_eq!(config.key_bytes_budget(), (500 + 16) * 64);
+        let kept = stats.inner.keys.key_bytes()
+            + lock(&stats.inner.top).key_bytes()
+            + lock(&stats.inner.charged).key_bytes();
+        assert_eq!(config.key_bytes_budget(), (500 + 16 + 8) * 64);
         assert!(
             kept <= config.key_bytes_budget(),
             "{kept} bytes of keys kept"

@@ -11,7 +11,9 @@
 //! - the last 60 minutes, minute by minute, for a chart;
 //! - denials per key, dropped when the key is forgotten;
 //! - the keys denied most, from a Space-Saving summary of bounded size,
-//!   each with a count and an error bound ([`TopKey`]).
+//!   each with a count and an error bound ([`TopKey`]);
+//! - when asked ([`StatsConfig::top_charged`]), the keys that took the most
+//!   requests, allowed or denied, from a second such summary.
 //!
 //! [`Stats`] keeps the [`LimitStats`] of many limits by name, and
 //! [`snapshot`](LimitStats::snapshot) turns either into serializable values.

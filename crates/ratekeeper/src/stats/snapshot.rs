@@ -54,9 +54,11 @@ pub struct TrafficWindows {
     pub week: PeriodTraffic,
 }
 
-/// A key among those denied most, as the Space-Saving summary estimates it.
+/// A key among those denied (or charged) most, as the Space-Saving summary
+/// estimates it.
 ///
-/// Its true number of denials is between `count - error` and `count`.
+/// Its true number of denials (or requests) is between `count - error` and
+/// `count`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct TopKey {
@@ -64,7 +66,7 @@ pub struct TopKey {
     /// by U+FFFD.
     #[serde(with = "key_as_text")]
     pub key: Vec<u8>,
-    /// Denials counted for the key: at least its true number.
+    /// Denials (or requests) counted for the key: at least its true number.
     pub count: u64,
     /// How much `count` may overstate it: the denials of keys it replaced
     /// in the summary.
@@ -95,6 +97,11 @@ pub struct LimitSnapshot {
     pub history: Vec<WindowTraffic>,
     /// The keys denied most, most first.
     pub top_denied: Vec<TopKey>,
+    /// The keys that took the most requests, allowed or denied, most
+    /// first; empty unless [`top_charged`](crate::stats::StatsConfig::top_charged)
+    /// is on (and absent from snapshots serialized before it existed).
+    #[serde(default)]
+    pub top_charged: Vec<TopKey>,
     /// Keys whose denials are counted one by one now.
     pub keys_tracked: usize,
     /// Denials of keys that found the per-key table full, so were counted

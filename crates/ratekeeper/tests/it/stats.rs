@@ -302,6 +302,41 @@ fn true_counts(stream: &[u64]) -> HashMap<Vec<u8>, u64> {
     counts
 }
 
+/// The charged-keys summary counts allowed and denied requests alike, so a
+/// key that is never refused (every request behind one proxy's address)
+/// still shows as the heaviest; it is off unless asked for.
+#[test]
+fn the_keys_charged_most_count_allowed_and_denied_requests() {
+    let now = Timestamp::from_secs(1_710_075_600);
+    let stream = zipf_stream(2_000, 5_000, 11);
+    let truth = true_counts(&stream);
+    let mut config = StatsConfig::default();
+    config.top_charged = 16;
+    let stats = LimitStats::with_config(config);
+    for (i, key) in stream.iter().enumerate() {
+        // Only one request in seven is denied: the heavy key is found by
+        // its requests, not by its denials.
+        stats.record(now, i % 7 != 0, key.to_string());
+    }
+    let top = stats.top_charged();
+    assert_eq!(top.len(), 16);
+    // Key 0 takes 5,000 of about 41,000 requests, above N/16: it holds a
+    // counter, and its lower bound is above every other count.
+    assert_eq!(top[0].key, b"0");
+    assert!(top[1..].iter().all(|e| e.count < top[0].guaranteed()));
+    for entry in &top {
+        let true_count = truth[&entry.key];
+        assert!(entry.count >= true_count && entry.guaranteed() <= true_count);
+    }
+    assert_eq!(stats.snapshot(now).top_charged, top);
+
+    let off = LimitStats::new();
+    off.record(now, true, "10.0.0.1");
+    off.record(now, false, "10.0.0.1");
+    assert!(off.top_charged().is_empty());
+    assert!(off.snapshot(now).top_charged.is_empty());
+}
+
 #[test]
 fn the_top_denied_keys_of_a_skewed_stream_are_found_within_their_error() {
     let k = 32;
