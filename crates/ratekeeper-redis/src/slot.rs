@@ -38,7 +38,11 @@ mod tests {
         assert_eq!(crc16(b"123456789"), 0x31C3);
         assert_eq!(hash_slot(b"foo"), 12_182);
         assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
-        assert_eq!(hash_slot(b"foo{}{bar}"), hash_slot(b"foo{}{bar}"));
+        // An empty tag is no tag: the whole key is hashed. 57,515 is its
+        // CRC16 (XMODEM, Python's `binascii.crc_hqx(b"foo{}{bar}", 0)`);
+        // `CLUSTER KEYSLOT foo{}{bar}` answers 8,363.
+        assert_eq!(crc16(b"foo{}{bar}"), 57_515);
+        assert_eq!(hash_slot(b"foo{}{bar}"), 8_363);
         assert_ne!(hash_slot(b"foo{}{bar}"), hash_slot(b"bar"));
         assert_eq!(hash_slot(b"foo{{bar}}zap"), hash_slot(b"{bar"));
         assert_eq!(hash_slot(b"foo{bar}{zap}"), hash_slot(b"bar"));

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -160,6 +161,14 @@ impl<C> SqliteStore<C> {
     pub fn clock(&self) -> &C {
         &self.inner.clock
     }
+
+    /// How many statements so far found the file locked by another
+    /// connection and waited for it (whether they then got it or ran out of
+    /// [`busy_timeout`](Self::busy_timeout)): how often processes contend.
+    /// A busy timeout of zero never waits, so it counts nothing.
+    pub fn lock_waits(&self) -> u64 {
+        self.inner.lock_waits.load(Ordering::Relaxed)
+    }
 }
 
 impl<C: Clock> SqliteStore<C> {
@@ -175,7 +184,8 @@ impl<C: Clock> SqliteStore<C> {
             source,
         })?;
         let sql = Sql::new(&table);
-        if let Err(source) = set_up_within(&mut conn, &sql, busy_timeout) {
+        let lock_waits = Arc::new(AtomicU64::new(0));
+        if let Err(source) = set_up_within(&mut conn, &sql, busy_timeout, &lock_waits) {
             return Err(SqliteError::Setup {
                 path,
                 table,
@@ -190,6 +200,7 @@ impl<C: Clock> SqliteStore<C> {
                 path,
                 table,
                 busy_timeout,
+                lock_waits,
             }),
         })
     }

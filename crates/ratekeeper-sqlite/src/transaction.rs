@@ -2,7 +2,8 @@
 //! its SQL, and reading, deciding and writing rows.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ratekeeper::{
@@ -79,6 +80,8 @@ pub(crate) struct Inner<C> {
     pub(crate) path: PathBuf,
     pub(crate) table: String,
     pub(crate) busy_timeout: Duration,
+    /// Statements that found the file locked and waited for it.
+    pub(crate) lock_waits: Arc<AtomicU64>,
 }
 
 /// Why one operation failed, before it becomes a [`StoreError`].

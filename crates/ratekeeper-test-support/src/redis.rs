@@ -1,8 +1,9 @@
 //! Private `redis-server` processes on free loopback ports, stopped when
 //! dropped, and Redis Clusters made of them.
 //!
-//! When `redis-server` is not installed the tests skip with a loud message,
-//! except under `CI=true`, where a missing server fails them.
+//! When `redis-server` is not installed the tests are skips, shown and
+//! counted by [`crate::skip`], except under `CI=true`, where a missing
+//! server fails them.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,7 +19,8 @@ use std::time::{Duration, Instant};
 /// does not depend on.)
 pub const UNHURRIED: Duration = Duration::from_secs(10);
 
-/// Whether `program --version` runs; panics under CI when it does not.
+/// Whether `program --version` runs; when it does not, the running test
+/// is a [`skip`](crate::skip) (a failure under CI).
 pub fn available(program: &str) -> bool {
     let ok = Command::new(program)
         .arg("--version")
@@ -27,17 +29,7 @@ pub fn available(program: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("`{program}` is not installed, and CI=true requires it (apt-get install -y redis-server redis-tools)");
-        }
-        // Straight to the process's stderr: the test harness captures
-        // `eprintln!` of passing tests, and this must be seen.
-        let banner = "!".repeat(72);
-        let message = format!(
-            "\n{banner}\n!!! SKIPPED: `{program}` is not installed; this Redis test did not run.\n\
-             !!! Install it: apt-get install -y redis-server redis-tools\n{banner}\n\n"
-        );
-        let _ = std::io::stderr().lock().write_all(message.as_bytes());
+        crate::skip::program_missing(program, "apt-get install -y redis-server redis-tools");
     }
     ok
 }

@@ -8,7 +8,6 @@
 
 use crate::common;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -24,9 +23,9 @@ fn examples() -> PathBuf {
 const PYTHON_PROBE: &str = "import yaml, grpc, envoy.config.bootstrap.v3.bootstrap_pb2, \
      envoy.service.ratelimit.v3.rls_pb2_grpc";
 
-/// Whether python3 can run check.py; says so loudly when it cannot, and
-/// fails under `CI=true`.
-fn python_ready(test: &str) -> bool {
+/// Whether python3 can run check.py; when it cannot, the test is a
+/// [`skip`](ratekeeper_test_support::skip), a failure under `CI=true`.
+fn python_ready() -> bool {
     let ready = Command::new("python3")
         .args(["-c", PYTHON_PROBE])
         .stdout(Stdio::null())
@@ -34,22 +33,9 @@ fn python_ready(test: &str) -> bool {
         .status()
         .is_ok_and(|status| status.success());
     if !ready {
-        let install = "pip install xds-protos==1.85.0 grpcio==1.85.3 pyyaml==6.0.3";
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: python3 with xds-protos, grpcio and pyyaml is missing, and CI=true \
-             requires it ({install})"
-        );
-        // Straight to the process's stderr: the harness hides the
-        // `eprintln!` of a passing test, and a skip must be seen.
-        let banner = "!".repeat(72);
-        let _ = std::io::stderr().lock().write_all(
-            format!(
-                "\n{banner}\n!!! SKIPPED {test}: python3 with xds-protos, grpcio and pyyaml \
-                 is missing;\n!!! the Envoy quick start was NOT checked. Install: {install}\n\
-                 {banner}\n\n"
-            )
-            .as_bytes(),
+        ratekeeper_test_support::skip::program_missing(
+            "python3 with xds-protos, grpcio and pyyaml",
+            "pip install xds-protos==1.85.0 grpcio==1.85.3 pyyaml==6.0.3",
         );
     }
     ready
@@ -126,8 +112,7 @@ fn the_envoy_quick_start_limits_are_1000_a_second_overall_and_10_per_key() {
 
 #[test]
 fn the_envoy_quick_start_passes_envoys_schema_and_ratekeeper_decides_its_descriptors() {
-    let test = "the_envoy_quick_start_passes_envoys_schema_and_ratekeeper_decides_its_descriptors";
-    if !python_ready(test) {
+    if !python_ready() {
         return;
     }
     let config = examples().join("envoy/ratekeeper.toml");
@@ -152,8 +137,7 @@ fn the_envoy_quick_start_passes_envoys_schema_and_ratekeeper_decides_its_descrip
 
 #[test]
 fn the_envoy_check_refuses_a_field_envoy_does_not_know() {
-    let test = "the_envoy_check_refuses_a_field_envoy_does_not_know";
-    if !python_ready(test) {
+    if !python_ready() {
         return;
     }
     let shipped = std::fs::read_to_string(examples().join("envoy/envoy.yaml"))

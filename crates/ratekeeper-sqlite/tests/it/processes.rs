@@ -2,10 +2,11 @@
 //! exactly the quota.
 //!
 //! The test re-runs its own binary as workers: `processes_share_one_file`
-//! starts `WORKERS` copies of this test binary running only the test
-//! `worker`, with `WORKER_DB` naming the database. Each worker hammers one
-//! key under each of the five policies and prints how many requests were
-//! allowed; the parent adds them up. Run normally, `worker` does nothing.
+//! starts `WORKERS` copies of this test binary running only itself, with
+//! `WORKER_DB` naming the database, which makes it a [`worker`] instead.
+//! Each worker hammers one key under each of the five policies and prints
+//! how many requests were allowed; the parent adds them up. The worker is
+//! no test of its own, so it cannot be counted as one that passed.
 //!
 //! Every process reads the same frozen time from a manual clock, so the
 //! windows never roll over mid-test and nothing refills; the workers wait
@@ -80,12 +81,9 @@ fn open(path: &std::path::Path) -> SqliteStore<ManualClock> {
         .unwrap()
 }
 
-/// The worker: does nothing unless started by `processes_share_one_file`.
-#[test]
-fn worker() {
-    let Ok(path) = std::env::var(WORKER_DB) else {
-        return;
-    };
+/// The worker's body, in a process started by `processes_share_one_file`
+/// with the database at `path`.
+fn worker(path: &str) {
     let store = open(path.as_ref());
     let limits = limits();
     // The starting signal: one line from the parent.
@@ -129,6 +127,10 @@ fn watchdog(pids: Vec<u32>) -> mpsc::Sender<()> {
 
 #[test]
 fn processes_share_one_file() {
+    if let Ok(path) = std::env::var(WORKER_DB) {
+        worker(&path);
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
     // Create the file and table first, as a service would.
@@ -141,7 +143,7 @@ fn processes_share_one_file() {
             Command::new(&exe)
                 .args([
                     "--exact",
-                    "processes::worker",
+                    "processes::processes_share_one_file",
                     "--nocapture",
                     "--test-threads=1",
                 ])

@@ -797,11 +797,10 @@ proptest! {
     /// Any valid policy, any state (of its shape or not), any times, costs
     /// and refunds: no panic, and every decision keeps its invariants.
     ///
-    /// FAILS (library bug, see `fixed_window_peek_with_a_count_above_the_limit`):
-    /// minimized, `FixedWindow { limit: 1, window: 1ns }` with the state
-    /// `FixedWindowState { start: 301.771510004s, count: u64::MAX }` peeked
-    /// at 301.762919613s (back into the state's window) panics with
-    /// `attempt to subtract with overflow` in `FixedWindow::decide`.
+    /// It found a fixed window that panicked on a count above its limit
+    /// (`attempt to subtract with overflow` in `FixedWindow::decide`),
+    /// fixed since; `fixed_window_peek_with_a_count_above_the_limit` keeps
+    /// the minimized case.
     #[test]
     fn no_input_panics(
         (policy, state) in policy_and_any_state(),
@@ -843,12 +842,10 @@ proptest! {
     /// The token bucket's extras (reserve, cancel, wait, tokens) on any
     /// bucket and state, with any times, costs and maximum waits.
     ///
-    /// FAILS (library bug, see
-    /// `token_bucket_reserving_into_full_debt_does_not_overflow`): minimized,
-    /// `TokenBucket::new(1_099_511_627_775, MAX_PERIOD, 1)` (full = 2^62
-    /// units), state `{ level: 0, at: 0 }`, `reserve(now = 0, cost = 1,
-    /// max_wait = MAX_PERIOD)` panics with `attempt to subtract with
-    /// overflow` in `state_with_deficit`.
+    /// It found a reservation into full debt that overflowed
+    /// (`attempt to subtract with overflow` in `state_with_deficit`), fixed
+    /// since; `token_bucket_reserving_into_full_debt_does_not_overflow`
+    /// keeps the minimized case.
     #[test]
     fn token_bucket_extras_never_panic(
         bucket in any_token_bucket(),
@@ -1075,9 +1072,10 @@ proptest! {
 /// exactly 2^62 units (here 1 per `MAX_PERIOD`, burst 1) reserves its whole
 /// burst twice at the same instant: the second reservation owes 2^62 units
 /// (`owed <= MAX_SCALED` passes), and the next level, `full - (deficit +
-/// need)` = 2^62 - 2^63, is computed as `full as i64 - (2^63 as i64)`, which
-/// overflows (`attempt to subtract with overflow` in `state_with_deficit`,
-/// debug builds). Expected: `Ok` with a delay of 2^62 ns and level -2^62.
+/// need)` = 2^62 - 2^63, was computed as `full as i64 - (2^63 as i64)`,
+/// which overflowed (`attempt to subtract with overflow` in
+/// `state_with_deficit`, debug builds) until it was fixed. Expected: `Ok`
+/// with a delay of 2^62 ns and level -2^62.
 #[test]
 fn token_bucket_reserving_into_full_debt_does_not_overflow() {
     let bucket = TokenBucket::new(1, MAX_PERIOD, 1).unwrap();
@@ -1093,11 +1091,11 @@ fn token_bucket_reserving_into_full_debt_does_not_overflow() {
 }
 
 /// Found by `no_input_panics`. A fixed-window state counting more than the
-/// limit (written under a larger limit, or corrupt) panics on a cost of 0 in
-/// its own window: `cost <= limit.saturating_sub(count)` admits cost 0, and
-/// the remaining is then computed as `limit - count` (`attempt to subtract
-/// with overflow`, `FixedWindow::decide`). Expected: allowed with 0 remaining
-/// and the state unchanged.
+/// limit (written under a larger limit, or corrupt) panicked on a cost of 0
+/// in its own window until it was fixed: `cost <= limit.saturating_sub(count)`
+/// admits cost 0, and the remaining was then computed as `limit - count`
+/// (`attempt to subtract with overflow`, `FixedWindow::decide`). Expected:
+/// allowed with 0 remaining and the state unchanged.
 #[test]
 fn fixed_window_peek_with_a_count_above_the_limit() {
     let window = FixedWindow::new(1, Duration::from_nanos(10)).unwrap();
