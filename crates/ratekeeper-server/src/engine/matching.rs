@@ -82,7 +82,7 @@ pub enum Mismatch {
 
 /// The first reason a limit's `matcher` does not apply to the descriptor
 /// `entries` of a request in `domain`; `None` when it applies. The rule
-/// [`matches`] and every explanation share.
+/// [`matches()`] and every explanation share.
 #[inline]
 pub fn mismatch<E: Entry>(matcher: &Match, domain: &str, entries: &[E]) -> Option<Mismatch> {
     match matcher.reach() {
