@@ -171,6 +171,10 @@
 //! ([`Rate`](ratekeeper::Rate) strings; a burst only for `token_bucket` and `gcra`), a `policy`
 //! and a `key`: the parts the limited key is made of, in order, such as
 //! `["client_ip", "route"]`. `global` stands alone: one count for everyone.
+//! A rate of 0 (`rate = "0/minute"`, any unit) is a ban: the limit refuses
+//! every request it matches without asking the store, as
+//! envoyproxy/ratelimit's `requests_per_unit: 0` (see
+//! [`LimitConfig::ban`]).
 //! A limit without a `[limits.match]` table applies to every request.
 //!
 //! # The client's address

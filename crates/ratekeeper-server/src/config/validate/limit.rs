@@ -483,3 +483,22 @@ fn parse_rate(text: &str) -> Result<(Rate, bool), ratekeeper::policy::ParseRateE
     }
     Ok((text.parse()?, false))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rate;
+
+    #[test]
+    fn a_rate_of_zero_is_a_ban_with_its_window() {
+        let (rate, ban) = parse_rate("0/minute").unwrap();
+        assert!(ban);
+        assert_eq!(rate.period(), std::time::Duration::from_secs(60));
+        let (rate, ban) = parse_rate(" 00 per 30 days").unwrap();
+        assert!(ban);
+        assert_eq!(rate.period().as_secs(), 30 * 86_400);
+        assert!(!parse_rate("10/minute").unwrap().1);
+        // A burst means nothing to a ban: the rate's own error.
+        assert!(parse_rate("0/minute burst 5").is_err());
+        assert!(parse_rate("0/fortnight").is_err());
+    }
+}
