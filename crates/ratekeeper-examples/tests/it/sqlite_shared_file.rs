@@ -31,7 +31,7 @@ async fn the_guard_transcript_line_for_line() {
         [
             r#"200 "per-ip";r=1;t=30"#,
             r#"200 "per-ip";r=0;t=60"#,
-            r#"429 "per-ip";r=0;t=60 30"#,
+            r#"429 "per-ip";r=0;t=30 30"#,
         ]
     );
 }
