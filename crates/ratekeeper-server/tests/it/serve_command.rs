@@ -125,7 +125,8 @@ fn an_invalid_file_stops_it_at_start_with_the_error() {
     let path = dir.path().join("bad.toml");
     std::fs::write(
         &path,
-        "[[limits]]\nname = \"x\"\nrate = \"0/minute\"\nkey = [\"global\"]\n",
+        // A unit that does not exist ("0/minute" is a valid ban now).
+        "[[limits]]\nname = \"x\"\nrate = \"1/fortnight\"\nkey = [\"global\"]\n",
     )
     .unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_ratekeeper"))
