@@ -42,7 +42,7 @@ use super::matching::{self, HttpMismatch, Mismatch};
 use super::{compose, HttpSource, LimitSet, OrUnknown};
 use crate::config::envoy::Entry;
 use crate::config::limitador::Descriptors;
-use crate::config::Match;
+use crate::config::{Match, Reach, Unreachable};
 
 /// A request to explain: an HTTP request, as the JSON API (by method and
 /// path), nginx's `auth_request` and the proxy see one; or Envoy
@@ -275,9 +275,9 @@ fn explain_http(
 
 fn http_reason(matcher: &Match, mismatch: HttpMismatch, method: &Method, path: &str) -> Reason {
     match mismatch {
-        HttpMismatch::ForDescriptors => match matching::mismatch::<ProbeEntry>(matcher, "", &[]) {
-            Some(Mismatch::Incomplete) => Reason::Incomplete,
-            Some(Mismatch::HttpConditions) => Reason::HttpConditions,
+        HttpMismatch::ForDescriptors => match matcher.reach() {
+            Reach::Nowhere(Unreachable::HttpAndDescriptors) => Reason::HttpConditions,
+            Reach::Nowhere(_) => Reason::Incomplete,
             _ => Reason::ForDescriptors,
         },
         HttpMismatch::Method | HttpMismatch::NoMethod => Reason::Method {
