@@ -80,3 +80,8 @@ pub struct RootReadmeDoctests;
 #[doc = include_str!("../../../docs/library.md")]
 #[cfg(doctest)]
 pub struct LibraryGuideDoctests;
+
+/// Compiles and runs the example of docs/leasing.md.
+#[doc = include_str!("../../../docs/leasing.md")]
+#[cfg(doctest)]
+pub struct LeasingGuideDoctests;

@@ -45,6 +45,9 @@
 //! | `ratekeeper_redis_batches_total` | counter | | scripts that decided calls that had waited |
 //! | `ratekeeper_redis_batched_calls_total` | counter | | calls those scripts decided (divided by the batches: calls per script) |
 //! | `ratekeeper_redis_abandoned_calls_total` | counter | | calls that waited and whose caller gave up (its timeout) before they were sent |
+//! | `ratekeeper_lease_decisions_total` | counter | `where` (`here`, `store`) | with `store.lease`: decisions made from units this process held, and calls to the store (checks, takes, prefetches) |
+//! | `ratekeeper_lease_takes_total` | counter | | takes of more than a request's cost (leases) |
+//! | `ratekeeper_lease_units_total` | counter | `outcome` (`leased`, `returned`, `expired`) | units leased beyond the requests that asked, given back unspent, and that stopped being safe before they were spent (leasing's under-admission) |
 //!
 //! The per-limit counters are read from the core's stats at scrape time,
 //! so the decision path counts each decision once. A limit's counters
@@ -554,6 +557,33 @@ impl Collector for Scrape {
             ] {
                 counter(&mut encoder, name, help, [(no_labels, value)])?;
             }
+        }
+        if let Some(leasing) = self.store.leasing {
+            counter(
+                &mut encoder,
+                "ratekeeper_lease_decisions",
+                "Decisions made from units this process leased, and calls to the store.",
+                [
+                    ([("where", "here")], leasing.decided_here),
+                    ([("where", "store")], leasing.store_calls),
+                ],
+            )?;
+            counter(
+                &mut encoder,
+                "ratekeeper_lease_takes",
+                "Takes of more than a request's cost from the store (leases).",
+                [(no_labels, leasing.leases)],
+            )?;
+            counter(
+                &mut encoder,
+                "ratekeeper_lease_units",
+                "Units leased beyond the requests that asked, given back unspent, and expired unspent.",
+                [
+                    ([("outcome", "leased")], leasing.units_leased),
+                    ([("outcome", "returned")], leasing.units_returned),
+                    ([("outcome", "expired")], leasing.units_expired),
+                ],
+            )?;
         }
         Ok(())
     }

@@ -71,7 +71,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
-use ratekeeper::{stats::LimitSnapshot, store::ResilientStats};
+use ratekeeper::{stats::LimitSnapshot, store::lease::LeaseStats, store::ResilientStats};
 use ratekeeper_redis::BatchStats;
 use serde::Serialize;
 
@@ -195,6 +195,40 @@ pub struct StoreHealth {
     /// How the Redis store's concurrent calls went together; `None` for
     /// the other stores and when that is off.
     pub batching: Option<BatchCounts>,
+    /// What leasing did (`store.lease`); `None` when it is off.
+    pub leasing: Option<LeaseCounts>,
+}
+
+/// What leasing has done so far (see `ratekeeper::store::lease`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct LeaseCounts {
+    /// Decisions made from units this process held, without the store.
+    pub decided_here: u64,
+    /// Calls to the store (plain checks, takes and prefetches).
+    pub store_calls: u64,
+    /// Takes of more than a request's cost.
+    pub leases: u64,
+    /// Units those takes held beyond the requests that asked.
+    pub units_leased: u64,
+    /// Units given back to the store unspent.
+    pub units_returned: u64,
+    /// Units that stopped being safe to spend before they were (the
+    /// store counted them as used: leasing's under-admission).
+    pub units_expired: u64,
+}
+
+impl From<LeaseStats> for LeaseCounts {
+    fn from(stats: LeaseStats) -> Self {
+        LeaseCounts {
+            decided_here: stats.decided_here,
+            store_calls: stats.store_calls,
+            leases: stats.leases,
+            units_leased: stats.units_leased,
+            units_returned: stats.units_returned,
+            units_expired: stats.units_expired,
+        }
+    }
 }
 
 /// What a Redis store's coalescing has done so far (see
@@ -294,6 +328,7 @@ impl StoreHealth {
             max_keys: engine.store_config().max_keys,
             failures: store.failure_stats().map(FailureCounts::from),
             batching: store.redis_batching().map(BatchCounts::from),
+            leasing: store.lease_stats().map(LeaseCounts::from),
         }
     }
 }

@@ -82,8 +82,13 @@ impl ConnectionConfig {
     pub const DEFAULT_MAX_REQUEST_BYTES_TOTAL: usize = 16 << 20;
     /// The largest `max_request_bytes_total` accepted: 64 GiB.
     pub const LIMIT_MAX_REQUEST_BYTES_TOTAL: usize = 64 << 30;
-    /// The default [`ConnectionConfig::backlog`].
-    pub const DEFAULT_BACKLOG: u32 = 1_024;
+    /// The default [`ConnectionConfig::backlog`]: 4,096, as Linux's
+    /// `net.core.somaxconn` (since 5.4). A flood of connections that the
+    /// caps keep out waits in this queue rather than having its SYNs
+    /// dropped, and so do the newcomers among it: with 1,024, 6,000
+    /// half-finished TLS handshakes left new clients behind 1 s and 3 s SYN
+    /// retransmits (scripts/hostile.sh, BENCHMARKS.md).
+    pub const DEFAULT_BACKLOG: u32 = 4_096;
     /// The largest `backlog` accepted (the kernel caps it at
     /// `net.core.somaxconn` anyway).
     pub const LIMIT_BACKLOG: u32 = 65_535;

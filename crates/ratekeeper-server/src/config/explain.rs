@@ -90,6 +90,16 @@ impl Config {
             let _ = write!(out, ", {tls}");
         }
         out.push('\n');
+        if let Some(lease) = &store.lease {
+            let _ = writeln!(
+                out,
+                "leasing: busy keys take chunks of up to {} units lasting {}ms at their rate here, held at most {}ms; \
+                 decided in this process until spent, exact across processes (docs/leasing.md)",
+                lease.max_chunk,
+                lease.chunk_for.as_millis(),
+                lease.lifetime.as_millis()
+            );
+        }
         let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
         let _ = match proxy {
             None => writeln!(

@@ -43,6 +43,10 @@ pub(crate) struct FileStore {
     pub(crate) start_wait_ms: Option<Spanned<u64>>,
     pub(crate) batch_in_flight: Option<Spanned<u64>>,
     pub(crate) batch_max_calls: Option<Spanned<u64>>,
+    pub(crate) lease: Option<Spanned<bool>>,
+    pub(crate) lease_max_chunk: Option<Spanned<u64>>,
+    pub(crate) lease_chunk_ms: Option<Spanned<u64>>,
+    pub(crate) lease_lifetime_ms: Option<Spanned<u64>>,
     pub(crate) tls: Option<Spanned<FileStoreTls>>,
 }
 

@@ -35,7 +35,7 @@
 //! max_header_bytes = 32768   # a request's line and headers
 //! max_request_bytes_total = 16777216 # requests still arriving (heads, bodies so far), per decision door
 //! shutdown_grace = "5s"      # after SIGTERM, for requests in flight
-//! backlog = 1024             # connections the kernel queues per door (at most net.core.somaxconn)
+//! backlog = 4096             # connections the kernel queues per door (at most net.core.somaxconn)
 //!
 //! [listen.http2]             # the gRPC door, and the proxy's HTTP/2 clients
 //! max_concurrent_streams = 1024 # per connection
@@ -122,6 +122,13 @@
 //! connects in the background (retrying every 100 ms to 2 s); one that
 //! fails closed stops the start with the URL (its password hidden) and the
 //! cause.
+//!
+//! The remote stores take `lease` (default false): a process that sees a
+//! key often takes a chunk of its units in one call and decides from it
+//! ([`ratekeeper::store::lease`]), `lease_max_chunk` (default 10,000, at
+//! most 10^9) units at most, lasting about `lease_chunk_ms` (default 100)
+//! at the key's rate, held at most `lease_lifetime_ms` (default 1,000; both
+//! at most an hour).
 //!
 //! `rediss://` URLs connect over TLS (rustls), verifying the server with
 //! the system's roots. A `[store.tls]` table ([`StoreTls`]) changes that:
@@ -342,7 +349,7 @@ request_timeout = "30s"
 max_header_bytes = 32768
 max_request_bytes_total = 16777216
 shutdown_grace = "5s"
-backlog = 1024
+backlog = 4096
 
 [listen.http2]
 max_concurrent_streams = 1024
@@ -465,6 +472,7 @@ impl Default for Config {
                 fallback: false,
                 start_wait: std::time::Duration::ZERO,
                 tls: None,
+                lease: None,
             },
             listen: ListenConfig::default(),
             requests: RequestCaps::default(),

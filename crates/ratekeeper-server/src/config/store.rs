@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ratekeeper::store::lease::LeaseSettings;
 use ratekeeper::store::FailureMode;
 
 use super::{redact_url, StoreTls};
@@ -31,6 +32,10 @@ pub struct StoreConfig {
     /// URLs; `None` otherwise, and for a `rediss://` URL verified by the
     /// system's roots without a client certificate.
     pub tls: Option<StoreTls>,
+    /// Leasing (`lease = true`, the sqlite and redis stores): units taken
+    /// in chunks and decided on this node (see
+    /// [`ratekeeper::store::lease`]); `None` when off.
+    pub lease: Option<LeaseSettings>,
 }
 
 /// Which store keeps the counts.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use ratekeeper::{
     store::{
-        AnsweredBy, Check, FailureMode, FailurePolicy, Immediate, MultiOutcome, Resilient,
-        ResilientStats, StoreError,
+        lease::LeaseStats, AnsweredBy, Check, FailureMode, FailurePolicy, Immediate, MultiOutcome,
+        Resilient, ResilientStats, StoreError,
     },
     Clock, Decision, Limit, MemoryStore, Outcome, Store,
 };
@@ -17,6 +17,7 @@ use ratekeeper_redis::BatchStats;
 use ratekeeper_sqlite::SqliteStore;
 
 use super::connecting::{Connecting, Target};
+use super::leasing::Leasable;
 use super::StartError;
 use crate::config::{Backend, StoreConfig};
 
@@ -31,11 +32,11 @@ pub enum AnyStore {
     /// This process's memory.
     Memory(MemoryStore<SharedClock>),
     /// A SQLite file, with the failure policy.
-    Sqlite(Arc<Resilient<SqliteStore, SharedClock>>),
+    Sqlite(Arc<Resilient<Leasable<SqliteStore>, SharedClock>>),
     /// Redis or Redis Cluster, with the failure policy; connected at
     /// start, or in the background when the policy answers without it
     /// (see [`Connecting`]).
-    Redis(Arc<Resilient<Connecting, SharedClock>>),
+    Redis(Arc<Resilient<Leasable<Connecting>, SharedClock>>),
 }
 
 impl std::fmt::Debug for AnyStore {
@@ -73,6 +74,7 @@ impl AnyStore {
                     source: Box::new(source),
                 })?;
                 let address = format!("sqlite:{}", path.display());
+                let store = Leasable::new(store, config.lease.clone());
                 AnyStore::Sqlite(Arc::new(
                     Resilient::with_fallback_store(store, policy, fallback).at(address),
                 ))
@@ -90,6 +92,7 @@ impl AnyStore {
                         url: url.clone(),
                         source,
                     })?;
+                let store = Leasable::new(store, config.lease.clone());
                 AnyStore::Redis(Arc::new(
                     Resilient::with_fallback_store(store, policy, fallback).at(url),
                 ))
@@ -117,7 +120,7 @@ impl AnyStore {
     pub fn opening_error(&self) -> Option<StoreError> {
         match self {
             AnyStore::Redis(store) => {
-                let error = store.inner().not_connected()?;
+                let error = store.inner().store().not_connected()?;
                 Some(match store.address() {
                     Some(address) => error.at(address),
                     None => error,
@@ -162,8 +165,49 @@ impl AnyStore {
     /// Cluster).
     pub fn redis_batching(&self) -> Option<BatchStats> {
         match self {
-            AnyStore::Redis(store) => store.inner().get()?.batch_stats(),
+            AnyStore::Redis(store) => store.inner().store().get()?.batch_stats(),
             _ => None,
+        }
+    }
+
+    /// What leasing did so far; `None` when it is off (and for the
+    /// in-memory store, which has nothing to lease from).
+    pub fn lease_stats(&self) -> Option<LeaseStats> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Sqlite(store) => store.inner().lease_stats(),
+            AnyStore::Redis(store) => store.inner().lease_stats(),
+        }
+    }
+
+    /// Gives back the units of keys unused for a while (leasing); returns
+    /// the units given back. The service runs it every second.
+    pub async fn sweep_leases(&self) -> u64 {
+        match self {
+            AnyStore::Memory(_) => 0,
+            AnyStore::Sqlite(store) => match store.inner().leased() {
+                Some(leased) => leased.sweep().await,
+                None => 0,
+            },
+            AnyStore::Redis(store) => match store.inner().leased() {
+                Some(leased) => leased.sweep().await,
+                None => 0,
+            },
+        }
+    }
+
+    /// Gives back every unit leased (at shutdown); returns the units.
+    pub async fn give_back_leases(&self) -> u64 {
+        match self {
+            AnyStore::Memory(_) => 0,
+            AnyStore::Sqlite(store) => match store.inner().leased() {
+                Some(leased) => leased.give_back_all().await,
+                None => 0,
+            },
+            AnyStore::Redis(store) => match store.inner().leased() {
+                Some(leased) => leased.give_back_all().await,
+                None => 0,
+            },
         }
     }
 
@@ -191,8 +235,8 @@ impl AnyStore {
         const KEY: &[u8] = b"ratekeeper:readyz";
         let result = match self {
             AnyStore::Memory(_) => Ok(()),
-            AnyStore::Sqlite(store) => store.inner().peek(probe, KEY).await.map(drop),
-            AnyStore::Redis(store) => store.inner().peek(probe, KEY).await.map(drop),
+            AnyStore::Sqlite(store) => store.inner().store().peek(probe, KEY).await.map(drop),
+            AnyStore::Redis(store) => store.inner().store().peek(probe, KEY).await.map(drop),
         };
         match (result, self.address()) {
             (Err(error), Some(address)) => Err(error.at(address)),
@@ -238,7 +282,7 @@ impl AnyStore {
     pub fn decides_in_one_step(&self) -> bool {
         match self {
             AnyStore::Memory(_) | AnyStore::Sqlite(_) => true,
-            AnyStore::Redis(store) => !store.inner().is_cluster(),
+            AnyStore::Redis(store) => !store.inner().store().is_cluster(),
         }
     }
 }

@@ -264,6 +264,9 @@ impl Service {
         }
 
         tasks.spawn(reap_stats(engine.clone(), stopped.clone()));
+        if engine.store().lease_stats().is_some() {
+            tasks.spawn(keep_leases(engine.clone(), stopped.clone()));
+        }
         {
             // The store's state for watchers (the gRPC health service).
             let (engine, stopped) = (engine.clone(), stopped.clone());
@@ -476,6 +479,32 @@ async fn reap_stats(engine: Engine, mut stopped: watch::Receiver<bool>) -> Resul
             _ = stopped.wait_for(|stop| *stop) => return Ok(()),
         }
     }
+}
+
+/// Gives back the leased units of keys gone quiet, every second, and
+/// every unit still leased once the service stops (what the policies allow
+/// back: see `ratekeeper::store::lease`), so that other nodes can spend
+/// them.
+async fn keep_leases(engine: Engine, mut stopped: watch::Receiver<bool>) -> Result<(), ServeError> {
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // The sweep runs outside the select: `wait_for`'s future is not
+        // `Send` while it is kept across an await.
+        let stop = tokio::select! {
+            _ = ticker.tick() => false,
+            _ = stopped.wait_for(|stop| *stop) => true,
+        };
+        if stop {
+            break;
+        }
+        engine.store().sweep_leases().await;
+    }
+    let returned = engine.store().give_back_leases().await;
+    if returned > 0 {
+        tracing::info!(units = returned, "leased units given back to the store");
+    }
+    Ok(())
 }
 
 /// SIGTERM and Ctrl-C, caught from the moment [`Service::start`] returns:

@@ -46,6 +46,7 @@ async fn a_dropped_request_across_cluster_slots_still_gives_back_what_it_took() 
         hash_slot(
             &store
                 .inner()
+                .store()
                 .get()
                 .expect("connected")
                 .key(limit.limit(), b"all"),

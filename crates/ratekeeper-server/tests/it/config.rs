@@ -127,6 +127,68 @@ fn a_redis_store_takes_its_batching_and_a_cluster_refuses_it() {
 }
 
 #[test]
+fn leasing_is_off_by_default_and_takes_its_settings_on_the_shared_stores() {
+    let store = |kind: &str, fields: &str| {
+        let place = match kind {
+            "sqlite" => "path = \"r.db\"",
+            "redis" => "url = \"redis://127.0.0.1:6379\"",
+            _ => "",
+        };
+        format!(
+            "[store]\nkind = \"{kind}\"\n{place}\n{fields}\n{}",
+            limit("rate = \"1/s\"\nkey = [\"peer\"]")
+        )
+    };
+    let lease = |kind: &str, fields: &str| {
+        Config::from_toml_str(&store(kind, fields), "r.toml")
+            .unwrap()
+            .store
+            .lease
+    };
+    assert_eq!(lease("redis", ""), None);
+    assert_eq!(
+        lease("redis", "lease = false\nlease_max_chunk = 10000"),
+        None
+    );
+    let on = lease(
+        "sqlite",
+        "lease = true\nlease_max_chunk = 500\nlease_chunk_ms = 50\nlease_lifetime_ms = 2000",
+    )
+    .expect("on");
+    assert_eq!(on.max_chunk, 500);
+    assert_eq!(on.chunk_for, std::time::Duration::from_millis(50));
+    assert_eq!(on.lifetime, std::time::Duration::from_secs(2));
+    let defaults = lease("redis", "lease = true").expect("on");
+    assert_eq!(defaults.max_chunk, 10_000);
+    assert_eq!(defaults.chunk_for, std::time::Duration::from_millis(100));
+    assert_eq!(defaults.lifetime, std::time::Duration::from_secs(1));
+    // The defaults spelled out on a memory store are taken; leasing is not.
+    assert_eq!(lease("memory", "lease = false\nlease_chunk_ms = 100"), None);
+    for (kind, fields, expected) in [
+        (
+            "memory",
+            "lease = true",
+            "r.toml:4:9: store.lease: lease applies only to the sqlite and redis stores (leasing from a shared store), not to a memory store",
+        ),
+        (
+            "redis",
+            "lease = true\nlease_max_chunk = 0",
+            "store.lease_max_chunk: lease_max_chunk is 0, outside 1 to 1000000000",
+        ),
+        (
+            "redis",
+            "lease = true\nlease_lifetime_ms = 3600001",
+            "store.lease_lifetime_ms: lease_lifetime_ms is 3600001, outside 1 to 3600000",
+        ),
+    ] {
+        let error = Config::from_toml_str(&store(kind, fields), "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{fields}: {error}");
+    }
+}
+
+#[test]
 fn full_file() {
     let config = Config::from_toml_str(FULL, "ratekeeper.toml").unwrap();
     assert_eq!(
@@ -252,7 +314,7 @@ fn syntax_error() {
 fn unknown_fields() {
     assert_eq!(
         err("[store]\nkind = \"memory\"\nmax_key = 5\n"),
-        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `tls`"
+        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `tls`"
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
@@ -631,7 +693,7 @@ fn env_errors_name_the_variable() {
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__KINDS", "redis")]),
-        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `tls`"
+        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `tls`"
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__MAX_KEYS", "lots")]),

@@ -23,6 +23,7 @@ mod http_api;
 mod http_api_descriptors;
 mod import_exact;
 mod layers;
+mod leasing;
 mod limitador;
 mod metrics;
 mod nginx;

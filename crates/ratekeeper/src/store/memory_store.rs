@@ -8,7 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
-use super::{Check, Immediate, Limit, PreparedLimit, Store, StoreError};
+use super::{Check, Immediate, Limit, PreparedLimit, Store, StoreError, Taken};
 use crate::{
     clock::MonotonicClock,
     memory::{check_all, check_max_keys, BuildError, DEFAULT_MAX_KEYS},
@@ -335,6 +335,35 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.decide_all(checks)
+    }
+
+    async fn take(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        up_to: u64,
+    ) -> Result<Taken, StoreError> {
+        // Read before deciding, so the take is no earlier than it says.
+        let at = self.inner.clock.now();
+        let taken = super::take::take_by_checks(self, limit, key, cost, up_to).await?;
+        Ok(taken.at(at))
+    }
+
+    async fn refund_before(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        deadline: Timestamp,
+    ) -> Result<bool, StoreError> {
+        // One limiter, one clock: the refund runs right after the reading,
+        // with nothing between that could wait.
+        if self.inner.clock.now() >= deadline {
+            return Ok(false);
+        }
+        self.refund(limit, key, units).await?;
+        Ok(true)
     }
 
     fn immediate(&self) -> Option<&dyn Immediate> {

@@ -17,9 +17,11 @@
 
 mod answered;
 mod error;
+pub mod lease;
 mod limit;
 mod memory_store;
 mod resilient;
+mod take;
 mod window_counter;
 
 use std::future::Future;
@@ -30,13 +32,14 @@ pub use error::{BackendError, StoreError};
 pub use limit::{Limit, LimitNameError, MAX_LIMIT_NAME};
 pub use memory_store::{MemoryStore, MemoryStoreBuilder, RETIRED_GRACE};
 pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};
+pub use take::Taken;
 pub use window_counter::{CounterStore, WindowCounter};
 
 pub use crate::multi::{check_shadow, Check, MultiOutcome};
 
 use crate::multi::{all_or_nothing, StoreSteps};
 
-use crate::{Decision, Outcome};
+use crate::{Decision, Outcome, Timestamp};
 
 /// Where rate-limit states live.
 ///
@@ -109,6 +112,59 @@ pub trait Store: Send + Sync {
             })
             .await
         }
+    }
+
+    /// Takes between `cost` and `up_to` units for `key`: `up_to` if the key
+    /// has that many left, else all it has left if that is at least `cost`;
+    /// refused (nothing taken) otherwise, with the decision on `cost` alone.
+    /// What [leasing](lease) asks of a store.
+    ///
+    /// The default is one check of `up_to`, and when that is refused, one
+    /// of what the refusal said was left (or of `cost`): each atomic, so
+    /// nothing is ever taken that the key did not have. Stores that can
+    /// decide it in one step (a script) override it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper::{FixedWindow, Limit, MemoryStore, Store};
+    ///
+    /// # futures_executor::block_on(async {
+    /// let store = MemoryStore::new();
+    /// let limit = Limit::new("api", FixedWindow::new(10, Duration::from_secs(60))?)?;
+    /// assert_eq!(store.take(&limit, b"k", 1, 8).await?.units, 8);
+    /// // 2 were left: both taken.
+    /// assert_eq!(store.take(&limit, b"k", 1, 8).await?.units, 2);
+    /// assert_eq!(store.take(&limit, b"k", 1, 8).await?.units, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    fn take(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        up_to: u64,
+    ) -> impl Future<Output = Result<Taken, StoreError>> + Send {
+        take::take_by_checks(self, limit, key, cost, up_to)
+    }
+
+    /// Gives `units` back as [`refund`](Store::refund) does, but only while
+    /// the store's own time is before `deadline` (a time on the clock
+    /// [`Taken::at`] reads); `Ok(false)` when it did not. Leases give units
+    /// back with it: a unit given back after it stopped being safe (a
+    /// window that has ended) would be counted off the wrong window.
+    ///
+    /// The default gives nothing back (`Ok(false)`): a store that cannot
+    /// tell its time in the same call cannot promise it.
+    fn refund_before(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        deadline: Timestamp,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (limit, key, units, deadline);
+        std::future::ready(Ok(false))
     }
 
     /// This store as one that decides without waiting, if it is one (an

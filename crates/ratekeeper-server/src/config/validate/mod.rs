@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 use ipnet::IpNet;
-use ratekeeper::{memory::MAX_KEYS, policy::PolicyKind, store::FailureMode, Limit, Policy, Rate};
+use ratekeeper::{
+    memory::MAX_KEYS, policy::PolicyKind, store::lease::LeaseSettings, store::FailureMode, Limit,
+    Policy, Rate,
+};
 use ratekeeper_tower::client::{private_networks, ClientIp};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
@@ -36,6 +39,17 @@ mod store;
 const DEFAULT_TIMEOUT_MS: u64 = 100;
 /// The longest per-call timeout accepted, in milliseconds.
 const MAX_TIMEOUT_MS: u64 = 60_000;
+
+/// `store.lease_max_chunk`'s default: the most units one take asks for.
+pub(crate) const LEASE_MAX_CHUNK: u64 = 10_000;
+/// `store.lease_chunk_ms`'s default: how long a chunk should last.
+pub(crate) const LEASE_CHUNK_MS: u64 = 100;
+/// `store.lease_lifetime_ms`'s default: the longest a lease lives.
+pub(crate) const LEASE_LIFETIME_MS: u64 = 1_000;
+/// The largest `store.lease_max_chunk`.
+const MAX_LEASE_CHUNK: usize = 1_000_000_000;
+/// The largest `store.lease_chunk_ms` and `store.lease_lifetime_ms`: an hour.
+const MAX_LEASE_MS: usize = 3_600_000;
 /// The longest `store.start_wait_ms`: an hour.
 const MAX_START_WAIT_MS: u64 = 3_600_000;
 /// How deep [`find_path`] looks.

@@ -15,6 +15,7 @@ impl Checker<'_> {
                 fallback: false,
                 start_wait: Duration::ZERO,
                 tls: None,
+                lease: None,
             });
         };
         let table_span = store.span();
@@ -41,6 +42,42 @@ impl Checker<'_> {
         // A field that does not apply to this kind is refused, unless it
         // holds its default value: one file for several deployments may
         // spell the defaults out (`on_failure = "closed"` on a memory store).
+        let leasing = [
+            (
+                "lease",
+                store.lease.as_ref().map(|v| (v.span(), !*v.get_ref())),
+            ),
+            (
+                "lease_max_chunk",
+                store
+                    .lease_max_chunk
+                    .as_ref()
+                    .map(|v| (v.span(), *v.get_ref() == LEASE_MAX_CHUNK)),
+            ),
+            (
+                "lease_chunk_ms",
+                store
+                    .lease_chunk_ms
+                    .as_ref()
+                    .map(|v| (v.span(), *v.get_ref() == LEASE_CHUNK_MS)),
+            ),
+            (
+                "lease_lifetime_ms",
+                store
+                    .lease_lifetime_ms
+                    .as_ref()
+                    .map(|v| (v.span(), *v.get_ref() == LEASE_LIFETIME_MS)),
+            ),
+        ];
+        for (field, given) in leasing {
+            if let (Some((span, false)), false) = (given, remote) {
+                return self.fail(
+                    span,
+                    format!("store.{field}"),
+                    format!("{field} applies only to the sqlite and redis stores (leasing from a shared store), not to a {kind} store"),
+                );
+            }
+        }
         let applies: [(&str, Option<Range<usize>>, bool, &str); 10] = [
             (
                 "batch_in_flight",
@@ -299,6 +336,7 @@ impl Checker<'_> {
             _ => Backend::Memory,
         };
         let tls = store_tls::check(self.at, &store, kind)?;
+        let lease = self.lease(&store, max_keys)?;
         Ok(StoreConfig {
             backend,
             max_keys,
@@ -306,7 +344,43 @@ impl Checker<'_> {
             fallback,
             start_wait,
             tls,
+            lease,
         })
+    }
+
+    /// `lease` and its settings: `None` when leasing is off.
+    fn lease(
+        &self,
+        store: &FileStore,
+        max_keys: usize,
+    ) -> Result<Option<LeaseSettings>, ConfigError> {
+        let max_chunk = self.bounded(
+            &store.lease_max_chunk,
+            "lease_max_chunk",
+            LEASE_MAX_CHUNK as usize,
+            MAX_LEASE_CHUNK,
+        )?;
+        let chunk_ms = self.bounded(
+            &store.lease_chunk_ms,
+            "lease_chunk_ms",
+            LEASE_CHUNK_MS as usize,
+            MAX_LEASE_MS,
+        )?;
+        let lifetime_ms = self.bounded(
+            &store.lease_lifetime_ms,
+            "lease_lifetime_ms",
+            LEASE_LIFETIME_MS as usize,
+            MAX_LEASE_MS,
+        )?;
+        if !store.lease.as_ref().is_some_and(|on| *on.get_ref()) {
+            return Ok(None);
+        }
+        let mut settings = LeaseSettings::default();
+        settings.max_chunk = max_chunk as u64;
+        settings.chunk_for = Duration::from_millis(chunk_ms as u64);
+        settings.lifetime = Duration::from_millis(lifetime_ms as u64);
+        settings.max_keys = max_keys;
+        Ok(Some(settings))
     }
 
     pub(super) fn redis_url(

@@ -1,0 +1,188 @@
+//! The units one node holds for one key, and spending them.
+//!
+//! Pure: every method takes the node's time, so the property tests drive
+//! it with a manual clock beside the policies' own transitions.
+
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use super::demand::Demand;
+use super::hold::Hold;
+use crate::store::Limit;
+use crate::{Decision, Timestamp};
+
+/// Units from one take: how many, when the node asked for them (its clock),
+/// how long they hold, and how many are gone.
+///
+/// Think of the units as stacked in the order the store's refill would
+/// reach them: those below `units - safe` are no longer safe (the
+/// [`Hold`] says how many are), and `spent` counts from the bottom, so a
+/// spend consumes the lowest units still safe, and units that stopped being
+/// safe are never spent after a higher one was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slice {
+    pub(crate) asked_at: Timestamp,
+    /// The store's time of the take, when it told it.
+    pub(crate) store_at: Option<Timestamp>,
+    pub(crate) hold: Hold,
+    pub(crate) units: u64,
+    pub(crate) spent: u64,
+}
+
+impl Slice {
+    /// Units still safe to spend at `now`: never more than are unspent, nor
+    /// than the hold keeps.
+    pub(crate) fn usable(&self, now: Timestamp) -> u64 {
+        let elapsed = now.duration_since(self.asked_at);
+        let safe = self.hold.safe(self.units, elapsed);
+        safe.min(self.units - self.spent)
+    }
+}
+
+/// What the store said at the last take, for answers decided here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StoreView {
+    /// The node's time when it asked.
+    pub(crate) at: Timestamp,
+    pub(crate) decision: Decision,
+}
+
+/// One key's units on this node: the slices of its takes (oldest first,
+/// spent first, as they stop being safe first), what the store last said,
+/// and how fast the key is being asked for here.
+#[derive(Clone, Debug)]
+pub(crate) struct Allotment {
+    /// The limit its units were taken under; `None` until the first take.
+    pub(crate) limit: Option<Limit>,
+    pub(crate) slices: SmallVec<[Slice; MAX_SLICES]>,
+    pub(crate) view: Option<StoreView>,
+    pub(crate) demand: Demand,
+    /// A take for this key is on its way to the store.
+    pub(crate) fetching: bool,
+    pub(crate) last_used: Timestamp,
+    dropped_unspent: u64,
+}
+
+/// The most slices a key keeps: two in use (one being spent, one
+/// prefetched) and the records of recent decisions, for refunds.
+const MAX_SLICES: usize = 4;
+
+impl Allotment {
+    pub(crate) fn new(now: Timestamp) -> Self {
+        Allotment {
+            limit: None,
+            slices: SmallVec::new(),
+            view: None,
+            demand: Demand::default(),
+            fetching: false,
+            last_used: now,
+            dropped_unspent: 0,
+        }
+    }
+
+    /// Units safe to spend at `now`, over every slice.
+    pub(crate) fn usable(&self, now: Timestamp) -> u64 {
+        self.slices
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.usable(now)))
+    }
+
+    /// Spends `cost` units if the slices hold that many at `now`, oldest
+    /// first; spends nothing otherwise.
+    pub(crate) fn spend(&mut self, now: Timestamp, cost: u64) -> bool {
+        if self.usable(now) < cost {
+            return false;
+        }
+        let mut owed = cost;
+        for slice in &mut self.slices {
+            let take = slice.usable(now).min(owed);
+            if take == 0 {
+                continue;
+            }
+            // The units that stopped being safe are the lowest of the
+            // slice (the first the store's refill reached): spending
+            // starts above them.
+            slice.spent = slice.units - slice.usable(now) + take;
+            owed -= take;
+            if owed == 0 {
+                break;
+            }
+        }
+        self.last_used = now;
+        true
+    }
+
+    /// Gives `units` back to the slices they may have come from (a refund
+    /// of a request decided here), newest first; returns what it could
+    /// not place (for the store).
+    pub(crate) fn unspend(&mut self, units: u64) -> u64 {
+        let mut left = units;
+        for slice in self.slices.iter_mut().rev() {
+            let back = slice.spent.min(left);
+            slice.spent -= back;
+            left -= back;
+            if left == 0 {
+                break;
+            }
+        }
+        left
+    }
+
+    /// Adds the units of a take; those its request spent are kept too, so
+    /// that a refund of them finds where they came from.
+    pub(crate) fn add(&mut self, slice: Slice) {
+        if !slice.hold.can_hold() || slice.units == 0 {
+            return;
+        }
+        if self.slices.len() == MAX_SLICES {
+            // The oldest goes first: the first to stop being safe.
+            let dropped = self.slices.remove(0);
+            self.expired_on_drop(&dropped);
+        }
+        self.slices.push(slice);
+    }
+
+    /// Drops the slices none of whose units is safe any more at `now`;
+    /// returns the units they held unspent (expired: the store counts them
+    /// as used).
+    pub(crate) fn forget_ended(&mut self, now: Timestamp) -> u64 {
+        let mut expired = 0u64;
+        self.slices.retain(|s| {
+            let alive = s.hold.safe(s.units, now.duration_since(s.asked_at)) > 0;
+            if !alive {
+                expired = expired.saturating_add(s.units - s.spent);
+            }
+            alive
+        });
+        expired
+    }
+
+    fn expired_on_drop(&mut self, slice: &Slice) {
+        self.dropped_unspent = self
+            .dropped_unspent
+            .saturating_add(slice.units - slice.spent);
+    }
+
+    /// Units of slices dropped to make room, unspent, since last asked.
+    pub(crate) fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped_unspent)
+    }
+
+    /// The answer to a request decided here, at `now`, `cost` taken: the
+    /// store's last word, less what was spent since, plus what this node
+    /// still holds (units the store counts as used but nobody has spent).
+    pub(crate) fn local_decision(&self, now: Timestamp) -> Option<Decision> {
+        let view = self.view?;
+        let d = view.decision;
+        let held = self.usable(now);
+        let remaining = d.remaining().saturating_add(held).min(d.limit());
+        let reset = d.reset().saturating_sub(now.duration_since(view.at));
+        Some(Decision::allowed(d.limit(), remaining, reset))
+    }
+
+    /// Whether nothing here is worth keeping at `now` after `idle`.
+    pub(crate) fn is_idle(&self, now: Timestamp, idle: Duration) -> bool {
+        !self.fetching && now.duration_since(self.last_used) >= idle
+    }
+}

@@ -1,0 +1,629 @@
+//! The leasing store: a shared store's units, decided on this node.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::allotment::{Allotment, Slice, StoreView};
+use super::demand::chunk;
+use super::hold::Hold;
+use super::table::{self, Table};
+use crate::clock::MonotonicClock;
+use crate::store::{Limit, Store, StoreError, Taken};
+use crate::{Clock, Decision, Outcome, Policy, Timestamp};
+
+/// A future the leasing store runs in the background (a prefetch).
+pub type Background = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// What starts background work: `tokio::spawn` in a tokio program.
+pub type Spawner = Arc<dyn Fn(Background) + Send + Sync>;
+
+/// How a [`Leased`] store takes and holds units.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseSettings {
+    /// The most units one take asks for.
+    pub max_chunk: u64,
+    /// How long a chunk should last at the key's rate on this node: takes
+    /// ask for the rate times this (at most `max_chunk`, at most half of
+    /// what the store last said was left).
+    pub chunk_for: Duration,
+    /// The longest a lease lives: units unspent by then are given up (the
+    /// most a node can leave unused, were it to crash).
+    pub lifetime: Duration,
+    /// How many keys this node holds units (and demand) for; other keys
+    /// go to the store for every request.
+    pub max_keys: usize,
+    /// A key unused for this long gives its units back.
+    pub idle: Duration,
+}
+
+impl Default for LeaseSettings {
+    /// Chunks of at most 10,000 units lasting 100 ms, leases of at most
+    /// 1 s, 10,000 keys, given back after 1 s unused.
+    fn default() -> Self {
+        LeaseSettings {
+            max_chunk: 10_000,
+            chunk_for: Duration::from_millis(100),
+            lifetime: Duration::from_secs(1),
+            max_keys: 10_000,
+            idle: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What a [`Leased`] store did, since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Requests decided on this node from units it held.
+    pub decided_here: u64,
+    /// Calls to the store: takes of a chunk, prefetches and plain checks.
+    pub store_calls: u64,
+    /// Takes of more than a request's cost (leases).
+    pub leases: u64,
+    /// Units taken beyond the requests that asked: what leases held.
+    pub units_leased: u64,
+    /// Units given back to the store before they were spent.
+    pub units_returned: u64,
+    /// Units that stopped being safe before they were spent or given back
+    /// (counted as used in the store: the leases' under-admission).
+    pub units_expired: u64,
+    /// Units refunded on this node for a token bucket or GCRA key after
+    /// the store's refill had already given them back (see the module's
+    /// "Refunds").
+    pub refunds_dropped: u64,
+    /// Units refunded at the store, for keys this node held nothing for.
+    pub refunded_at_store: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    decided_here: AtomicU64,
+    store_calls: AtomicU64,
+    leases: AtomicU64,
+    units_leased: AtomicU64,
+    units_returned: AtomicU64,
+    units_expired: AtomicU64,
+    refunds_dropped: AtomicU64,
+    refunded_at_store: AtomicU64,
+}
+
+struct Shared<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    settings: LeaseSettings,
+    table: Table,
+    counters: Counters,
+    spawner: Option<Spawner>,
+}
+
+/// A [`Store`] wrapper that takes units from a shared store in chunks and
+/// decides from them on this node, so that most decisions never leave it.
+///
+/// See the [module](super) for how it stays exact.
+pub struct Leased<S> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S> Clone for Leased<S> {
+    fn clone(&self) -> Self {
+        Leased {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Leased<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leased")
+            .field("settings", &self.shared.settings)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Leased`] store: [`Leased::builder`].
+pub struct LeasedBuilder<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    settings: LeaseSettings,
+    spawner: Option<Spawner>,
+}
+
+impl<S: Store + 'static> LeasedBuilder<S> {
+    /// With these settings.
+    pub fn settings(mut self, settings: LeaseSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// On this clock (this node's: it measures how long units have been
+    /// held, never the store's time). A [`ManualClock`](crate::clock::ManualClock)
+    /// in tests.
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Takes the next chunk of a busy key in the background, started by
+    /// `spawn`, before the one it holds runs out, so that its requests do
+    /// not wait for the store. Without one, the request that finds the
+    /// chunk spent takes the next.
+    pub fn spawn_with(mut self, spawn: impl Fn(Background) + Send + Sync + 'static) -> Self {
+        self.spawner = Some(Arc::new(spawn));
+        self
+    }
+
+    /// The store.
+    pub fn build(self) -> Leased<S> {
+        Leased {
+            shared: Arc::new(Shared {
+                table: Table::new(self.settings.max_keys),
+                store: self.store,
+                clock: self.clock,
+                settings: self.settings,
+                counters: Counters::default(),
+                spawner: self.spawner,
+            }),
+        }
+    }
+}
+
+/// What a request that the held units could not answer asks the store.
+enum Ask {
+    /// Only its own cost.
+    Check,
+    /// A chunk, of which its cost is its own.
+    Take(u64),
+}
+
+impl<S: Store + 'static> Leased<S> {
+    /// `store`, leased with the default settings.
+    pub fn new(store: S) -> Self {
+        Self::builder(store).build()
+    }
+
+    /// A builder for leasing `store`.
+    pub fn builder(store: S) -> LeasedBuilder<S> {
+        LeasedBuilder {
+            store,
+            clock: Arc::new(MonotonicClock::new()),
+            settings: LeaseSettings::default(),
+            spawner: None,
+        }
+    }
+
+    /// Gives back the units of keys unused for [`LeaseSettings::idle`], and
+    /// forgets keys with nothing held; returns the units given back. Run
+    /// it every second or so (the service does).
+    pub async fn sweep(&self) -> u64 {
+        let idle = self.shared.settings.idle;
+        self.give_back(|a, now| a.is_idle(now, idle)).await
+    }
+
+    /// Gives back every unit held (at shutdown, or before the limits
+    /// change); returns the units given back.
+    pub async fn give_back_all(&self) -> u64 {
+        self.give_back(|a, _| !a.fetching).await
+    }
+
+    async fn give_back(&self, pick: impl Fn(&Allotment, Timestamp) -> bool) -> u64 {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let mut returns = Vec::new();
+        for mut shard in shared.table.shards() {
+            shard.retain(|id, a| {
+                let expired = a.forget_ended(now);
+                shared.count_expired(expired);
+                if !pick(a, now) {
+                    return true;
+                }
+                for slice in a.slices.drain(..) {
+                    let units = slice.usable(now);
+                    // A draining hold cannot go back: the store would count
+                    // it off the top of its debt, from under other nodes'
+                    // leases. It drains here instead.
+                    if units > 0 && matches!(slice.hold, Hold::Until { .. }) {
+                        returns.push((id.clone(), a.limit.clone(), slice, units));
+                    } else {
+                        shared.count_expired(units);
+                    }
+                }
+                false
+            });
+        }
+        let mut returned = 0;
+        for (id, limit, slice, units) in returns {
+            let Some(limit) = limit else { continue };
+            let key = &id[limit.name().len() + 1..];
+            // Only where the store can promise to take them back while they
+            // are still safe (else they expire as if spent).
+            let back = match (slice.store_at, slice.hold.deadline(units)) {
+                (Some(at), Some(within)) => {
+                    let deadline = at.saturating_add(within);
+                    matches!(
+                        shared
+                            .store
+                            .refund_before(&limit, key, units, deadline)
+                            .await,
+                        Ok(true)
+                    )
+                }
+                _ => false,
+            };
+            if back {
+                returned += units;
+            } else {
+                shared.count_expired(units);
+            }
+        }
+        shared
+            .counters
+            .units_returned
+            .fetch_add(returned, Ordering::Relaxed);
+        returned
+    }
+}
+
+impl<S> Leased<S> {
+    /// The store leased from.
+    pub fn store(&self) -> &S {
+        &self.shared.store
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> LeaseStats {
+        let c = &self.shared.counters;
+        let read = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        LeaseStats {
+            decided_here: read(&c.decided_here),
+            store_calls: read(&c.store_calls),
+            leases: read(&c.leases),
+            units_leased: read(&c.units_leased),
+            units_returned: read(&c.units_returned),
+            units_expired: read(&c.units_expired),
+            refunds_dropped: read(&c.refunds_dropped),
+            refunded_at_store: read(&c.refunded_at_store),
+        }
+    }
+
+    /// Units held now, over every key (what the store counts as used and
+    /// nobody has spent yet).
+    pub fn held(&self) -> u64 {
+        let now = self.shared.clock.now();
+        self.shared
+            .table
+            .shards()
+            .map(|shard| shard.values().map(|a| a.usable(now)).sum::<u64>())
+            .sum()
+    }
+}
+
+impl<S> Shared<S> {
+    fn count_expired(&self, units: u64) {
+        if units > 0 {
+            self.counters
+                .units_expired
+                .fetch_add(units, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<S: Store + 'static> Shared<S> {
+    /// Decides `cost` for `id` from what this node holds, or says what to
+    /// ask the store. Also starts a prefetch when the held units run low.
+    fn decide_here(
+        self: &Arc<Self>,
+        limit: &Limit,
+        key: &[u8],
+        id: &[u8],
+        cost: u64,
+        now: Timestamp,
+    ) -> Result<Decision, Ask> {
+        let settings = &self.settings;
+        let mut shard = self.table.lock(id);
+        let Some(a) = self.table.entry(&mut shard, id, now, settings.idle) else {
+            return Err(Ask::Check);
+        };
+        if a.limit.as_ref().map(Limit::policy) != Some(limit.policy()) {
+            // New, or its numbers changed (a reload): what it held was
+            // counted under the old ones, and is given up.
+            let expired = a.slices.drain(..).map(|s| s.units - s.spent).sum();
+            self.count_expired(expired);
+            a.limit = Some(limit.clone());
+            a.view = None;
+        }
+        a.demand.record(now, cost.max(1));
+        let expired = a.forget_ended(now);
+        self.count_expired(expired);
+        if cost == 0 && a.usable(now) > 0 {
+            if let Some(decision) = a.local_decision(now) {
+                return Ok(decision);
+            }
+        }
+        if cost > 0 && a.spend(now, cost) {
+            if let Some(decision) = a.local_decision(now) {
+                self.counters.decided_here.fetch_add(1, Ordering::Relaxed);
+                self.maybe_prefetch(a, limit, key, id, now);
+                return Ok(decision);
+            }
+        }
+        // A report (cost 0) never takes a chunk; nor does a key whose
+        // policy cannot hold one, or one whose take is on its way.
+        if cost == 0 || a.fetching || !Hold::possible(limit.policy()) {
+            return Err(Ask::Check);
+        }
+        let per_second = a.demand.per_second(now);
+        let left = a.view.map(|v| v.decision.remaining());
+        let want = chunk(
+            per_second,
+            settings.chunk_for,
+            settings.max_chunk,
+            left,
+            cost,
+        );
+        if want > cost {
+            a.fetching = true;
+            Err(Ask::Take(want))
+        } else {
+            Err(Ask::Check)
+        }
+    }
+
+    /// Starts taking the next chunk for `a` in the background when what it
+    /// holds would last less than a quarter of [`LeaseSettings::chunk_for`].
+    fn maybe_prefetch(
+        self: &Arc<Self>,
+        a: &mut Allotment,
+        limit: &Limit,
+        key: &[u8],
+        id: &[u8],
+        now: Timestamp,
+    ) {
+        let Some(spawn) = &self.spawner else { return };
+        if a.fetching {
+            return;
+        }
+        let per_second = a.demand.per_second(now);
+        let settings = &self.settings;
+        let low = chunk(
+            per_second,
+            settings.chunk_for / 4,
+            settings.max_chunk,
+            None,
+            0,
+        );
+        if a.usable(now) > low {
+            return;
+        }
+        let left = a.view.map(|v| v.decision.remaining());
+        let want = chunk(per_second, settings.chunk_for, settings.max_chunk, left, 0);
+        if want == 0 {
+            return;
+        }
+        a.fetching = true;
+        let shared = Arc::clone(self);
+        let limit = limit.clone();
+        let key = key.to_vec();
+        let id = id.to_vec();
+        spawn(Box::pin(async move {
+            let asked_at = shared.clock.now();
+            let fetching = Fetching::new(&shared, &id);
+            shared.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+            if let Ok(taken) = shared.store.take(&limit, &key, 1, want).await {
+                fetching.done(&limit, asked_at, taken, 0);
+            }
+        }));
+    }
+
+    /// Asks the store for `cost` (and more, for `Ask::Take`), keeps what it
+    /// took beyond the cost, and answers the request.
+    async fn decide_at_store(
+        self: &Arc<Self>,
+        limit: &Limit,
+        key: &[u8],
+        id: &[u8],
+        cost: u64,
+        ask: Ask,
+        asked_at: Timestamp,
+    ) -> Result<Outcome, StoreError> {
+        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+        match ask {
+            Ask::Check => {
+                let outcome = self.store.check(limit, key, cost).await?;
+                if let Some(decision) = outcome.decision() {
+                    let mut shard = self.table.lock(id);
+                    if let Some(a) = shard.get_mut(id) {
+                        if a.limit.as_ref() == Some(limit) {
+                            a.view = Some(StoreView {
+                                at: asked_at,
+                                decision: *decision,
+                            });
+                            if decision.is_allowed() {
+                                // Nothing held, but a refund of it will
+                                // know where its units were counted.
+                                a.add(Slice {
+                                    asked_at,
+                                    store_at: None,
+                                    hold: Hold::after(limit.policy(), decision)
+                                        .capped(self.settings.lifetime),
+                                    units: cost,
+                                    spent: cost,
+                                });
+                                self.count_expired(a.take_dropped());
+                            }
+                        }
+                    }
+                }
+                Ok(outcome)
+            }
+            Ask::Take(want) => {
+                let fetching = Fetching::new(self, id);
+                let taken = self.store.take(limit, key, cost, want).await?;
+                let outcome = taken.outcome;
+                let here = fetching.done(limit, asked_at, taken, cost);
+                Ok(match (outcome, here) {
+                    (Outcome::Decided(d), Some(local)) if d.is_allowed() => Outcome::Decided(local),
+                    _ => outcome,
+                })
+            }
+        }
+    }
+}
+
+/// A take on its way: marks the key as fetching until it is done or
+/// dropped (a request cancelled mid-take), so that one key has one take at
+/// a time.
+struct Fetching<'a, S> {
+    shared: &'a Shared<S>,
+    id: &'a [u8],
+    done: bool,
+}
+
+impl<'a, S: Store + 'static> Fetching<'a, S> {
+    fn new(shared: &'a Shared<S>, id: &'a [u8]) -> Self {
+        Fetching {
+            shared,
+            id,
+            done: false,
+        }
+    }
+
+    /// Keeps what `taken` took beyond `spent` (the request's own cost), and
+    /// gives the answer for the request as this node now sees it.
+    fn done(
+        mut self,
+        limit: &Limit,
+        asked_at: Timestamp,
+        taken: Taken,
+        spent: u64,
+    ) -> Option<Decision> {
+        self.done = true;
+        let shared = self.shared;
+        let mut shard = shared.table.lock(self.id);
+        let decision = taken.outcome.decision().copied();
+        let Some(a) = shard.get_mut(self.id) else {
+            // The key was forgotten meanwhile: nobody holds the units.
+            shared.count_expired(taken.units.saturating_sub(spent));
+            return None;
+        };
+        a.fetching = false;
+        let decision = decision?;
+        if taken.units > 0 {
+            shared.counters.leases.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .units_leased
+                .fetch_add(taken.units - spent.min(taken.units), Ordering::Relaxed);
+        }
+        let same_limit = a.limit.as_ref() == Some(limit);
+        if !same_limit {
+            shared.count_expired(taken.units.saturating_sub(spent));
+            return None;
+        }
+        a.view = Some(StoreView {
+            at: asked_at,
+            decision,
+        });
+        let hold = Hold::after(limit.policy(), &decision).capped(shared.settings.lifetime);
+        a.add(Slice {
+            asked_at,
+            store_at: taken.at,
+            hold,
+            units: taken.units,
+            spent: spent.min(taken.units),
+        });
+        shared.count_expired(a.take_dropped());
+        let now = shared.clock.now();
+        a.local_decision(now)
+    }
+}
+
+impl<S> Drop for Fetching<'_, S> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut shard = self.shared.table.lock(self.id);
+            if let Some(a) = shard.get_mut(self.id) {
+                a.fetching = false;
+            }
+        }
+    }
+}
+
+impl<S: Store + 'static> Store for Leased<S> {
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let id = table::id(limit.name(), key);
+        match shared.decide_here(limit, key, &id, cost, now) {
+            Ok(decision) => Ok(Outcome::Decided(decision)),
+            Err(ask) => {
+                shared
+                    .decide_at_store(limit, key, &id, cost, ask, now)
+                    .await
+            }
+        }
+    }
+
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let id = table::id(limit.name(), key);
+        {
+            let shard = shared.table.lock(&id);
+            if let Some(a) = shard.get(&id[..]) {
+                if a.limit.as_ref() == Some(limit) && a.usable(now) > 0 {
+                    if let Some(decision) = a.local_decision(now) {
+                        return Ok(decision);
+                    }
+                }
+            }
+        }
+        shared.store.peek(limit, key).await
+    }
+
+    async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        let id = table::id(limit.name(), key);
+        let left = {
+            let mut shard = shared.table.lock(&id);
+            match shard.get_mut(&id[..]) {
+                // The counter weighs a refund by the window it came from,
+                // which only the store can tell.
+                _ if matches!(limit.policy(), Policy::SlidingWindow(_)) => units,
+                Some(a) if a.limit.as_ref() == Some(limit) => {
+                    let left = a.unspend(units);
+                    match limit.policy() {
+                        // The units this node counted for the key, whose
+                        // refill has reached them already: the store has
+                        // them back. Given back there again, they would
+                        // shorten the debt other nodes' leases drain from.
+                        Policy::TokenBucket(_) | Policy::Gcra(_) => {
+                            shared
+                                .counters
+                                .refunds_dropped
+                                .fetch_add(left, Ordering::Relaxed);
+                            0
+                        }
+                        // A window's count: the store takes refunds at
+                        // any time without changing when leases end.
+                        _ => left,
+                    }
+                }
+                _ => units,
+            }
+        };
+        if left > 0 {
+            shared.store.refund(limit, key, left).await?;
+            shared
+                .counters
+                .refunded_at_store
+                .fetch_add(left, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}

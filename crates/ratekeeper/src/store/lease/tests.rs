@@ -1,0 +1,350 @@
+//! Several leasing nodes on one store, replayed through the policy alone.
+
+use std::time::Duration;
+
+use futures_executor::block_on;
+use proptest::prelude::*;
+
+use super::{Hold, LeaseSettings, Leased};
+use crate::clock::{Clock, ManualClock};
+use crate::policy::{Algorithm, PolicyKind};
+use crate::store::{Limit, MemoryStore, Store};
+use crate::{Policy, Rate, Timestamp};
+
+/// What happened on the nodes, in the order it happened.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Time passes on every node and in the store.
+    Wait(Duration),
+    /// A request of `cost` on node `node`.
+    Check { node: usize, cost: u64 },
+    /// Node `node` gives back `units` of what it admitted (a failed request).
+    Refund { node: usize, units: u64 },
+    /// Node `node` gives back its idle units.
+    Sweep { node: usize },
+}
+
+fn step(nodes: usize) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0u64..400).prop_map(|ms| Step::Wait(Duration::from_millis(ms))),
+        1 => (0u64..3).prop_map(|us| Step::Wait(Duration::from_micros(us * 337))),
+        12 => (0..nodes, 1u64..4).prop_map(|(node, cost)| Step::Check { node, cost }),
+        1 => (0..nodes, 1u64..3).prop_map(|(node, units)| Step::Refund { node, units }),
+        1 => (0..nodes).prop_map(|node| Step::Sweep { node }),
+    ]
+}
+
+/// `steps` for `nodes` nodes, keeping those `keep` picks.
+fn on_nodes(steps: Vec<Step>, nodes: usize, keep: impl Fn(&Step) -> bool) -> Vec<Step> {
+    steps
+        .into_iter()
+        .filter(keep)
+        .map(|s| match s {
+            Step::Check { node, cost } => Step::Check {
+                node: node % nodes,
+                cost,
+            },
+            Step::Refund { node, units } => Step::Refund {
+                node: node % nodes,
+                units,
+            },
+            Step::Sweep { node } => Step::Sweep { node: node % nodes },
+            wait => wait,
+        })
+        .collect()
+}
+
+fn settings() -> LeaseSettings {
+    LeaseSettings {
+        max_chunk: 40,
+        chunk_for: Duration::from_millis(300),
+        lifetime: Duration::from_secs(2),
+        max_keys: 64,
+        idle: Duration::from_millis(500),
+    }
+}
+
+/// Runs `steps` on `nodes` leasing nodes over one in-memory store, and
+/// returns what they admitted: `(time, cost)` for each check allowed and
+/// `(time, units)` refunds, as the true history of the key.
+fn run(policy: &Policy, nodes: usize, steps: &[Step]) -> Vec<(Timestamp, Event)> {
+    run_counting(policy, nodes, steps).0
+}
+
+/// [`run`], and the units the nodes refunded at the store itself.
+fn run_counting(policy: &Policy, nodes: usize, steps: &[Step]) -> (Vec<(Timestamp, Event)>, u64) {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .background_sweep(false)
+        .build()
+        .unwrap();
+    let leased: Vec<_> = (0..nodes)
+        .map(|_| {
+            Leased::builder(store.clone())
+                .clock(clock.clone())
+                .settings(settings())
+                .build()
+        })
+        .collect();
+    let limit = Limit::new("leased", policy.clone()).unwrap();
+    let mut admitted_per_node = vec![0u64; nodes];
+    let mut history = Vec::new();
+    block_on(async {
+        for step in steps {
+            let now = clock.now();
+            match *step {
+                Step::Wait(by) => clock.advance(by),
+                Step::Check { node, cost } => {
+                    let outcome = leased[node].check(&limit, b"k", cost).await.unwrap();
+                    if outcome.is_allowed() {
+                        admitted_per_node[node] += cost;
+                        history.push((now, Event::Admit(cost)));
+                    }
+                }
+                Step::Refund { node, units } => {
+                    // Only what this node admitted: a refund gives back a
+                    // request that was counted.
+                    let units = units.min(admitted_per_node[node]);
+                    if units > 0 {
+                        leased[node].refund(&limit, b"k", units).await.unwrap();
+                        admitted_per_node[node] -= units;
+                        history.push((now, Event::Refund(units)));
+                    }
+                }
+                Step::Sweep { node } => {
+                    leased[node].sweep().await;
+                }
+            }
+        }
+    });
+    let at_store = leased.iter().map(|l| l.stats().refunded_at_store).sum();
+    (history, at_store)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    Admit(u64),
+    Refund(u64),
+}
+
+/// Whether the policy alone, given the nodes' admissions at the moments
+/// they were made (and the refunds), admits every one of them.
+fn replay(policy: &Policy, history: &[(Timestamp, Event)]) -> Result<(), String> {
+    match over_admitted(policy, history) {
+        0 => Ok(()),
+        over => Err(format!(
+            "{over} units admitted over the limit in {history:?}"
+        )),
+    }
+}
+
+/// The units the nodes admitted that the policy alone, fed the same
+/// history, refuses (each counted, then left out of the state).
+fn over_admitted(policy: &Policy, history: &[(Timestamp, Event)]) -> u64 {
+    let mut state = policy.fresh();
+    let mut over = 0;
+    for &(at, event) in history {
+        match event {
+            Event::Admit(cost) => {
+                let (decision, next) = policy.decide(&state, at, cost);
+                if decision.is_allowed() {
+                    state = next;
+                } else {
+                    over += cost;
+                }
+            }
+            Event::Refund(units) => state = policy.refund(&state, at, units),
+        }
+    }
+    over
+}
+
+fn policies() -> impl Strategy<Value = Policy> {
+    let kinds = prop::sample::select(PolicyKind::ALL.to_vec());
+    (kinds, 5u64..60, prop::sample::select(vec![1u64, 2, 5])).prop_map(|(kind, amount, secs)| {
+        let rate = Rate::new(amount, Duration::from_secs(secs)).unwrap();
+        Policy::new(kind, &rate).unwrap()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The promise: whatever the nodes do, the policy alone, fed what
+    /// they admitted when they admitted it, admits all of it.
+    #[test]
+    fn nodes_leasing_from_one_store_never_admit_more_than_the_policy(
+        policy in policies(),
+        nodes in 1usize..5,
+        steps in prop::collection::vec(step(4), 1..400),
+    ) {
+        let steps = on_nodes(steps, nodes, |s| !matches!(s, Step::Refund { .. }));
+        let history = run(&policy, nodes, &steps);
+        prop_assert!(replay(&policy, &history).is_ok(), "{:?}", replay(&policy, &history));
+    }
+
+    /// With refunds, a refund may give back more than the policy alone
+    /// would (units of a window or a debt that has passed, counted off the
+    /// current one), but never more than it names.
+    #[test]
+    fn refunds_credit_no_more_than_they_name(
+        policy in policies(),
+        nodes in 1usize..5,
+        steps in prop::collection::vec(step(4), 1..400),
+    ) {
+        let steps = on_nodes(steps, nodes, |_| true);
+        let history = run(&policy, nodes, &steps);
+        let refunded: u64 = history
+            .iter()
+            .map(|(_, e)| match e {
+                Event::Refund(units) => *units,
+                Event::Admit(_) => 0,
+            })
+            .sum();
+        let over = over_admitted(&policy, &history);
+        prop_assert!(over <= refunded, "{over} over, {refunded} refunded: {history:?}");
+    }
+
+    /// Buckets refunded on the node that decided never refund at the
+    /// store, and are exact.
+    #[test]
+    fn buckets_refunded_where_they_were_decided_admit_exactly(
+        policy in policies().prop_filter("a bucket", |p| matches!(p.kind(), PolicyKind::TokenBucket | PolicyKind::Gcra)),
+        nodes in 1usize..5,
+        steps in prop::collection::vec(step(4), 1..400),
+    ) {
+        // Refunds made only on the node that admitted, never swept away.
+        let steps = on_nodes(steps, nodes, |s| !matches!(s, Step::Sweep { .. }));
+        let (history, at_store) = run_counting(&policy, nodes, &steps);
+        // A node keeps the record of what it decided while it is counted.
+        prop_assert_eq!(at_store, 0);
+        prop_assert!(replay(&policy, &history).is_ok(), "{:?}", replay(&policy, &history));
+    }
+}
+
+/// Demand above the limit from several nodes, for a whole window: the
+/// nodes admit the limit less at most what leases left unused, and most
+/// decisions are taken on the nodes.
+#[test]
+fn a_busy_key_is_decided_on_its_nodes_and_admits_nearly_the_limit() {
+    for kind in [
+        PolicyKind::FixedWindow,
+        PolicyKind::SlidingWindow,
+        PolicyKind::TokenBucket,
+        PolicyKind::Gcra,
+    ] {
+        let rate = Rate::new(3_000, Duration::from_secs(60)).unwrap();
+        let policy = Policy::new(kind, &rate).unwrap();
+        // Three times the limit over one minute, from four nodes in turn.
+        let mut steps = Vec::new();
+        for _ in 0..600 {
+            for node in 0..4 {
+                for _ in 0..4 {
+                    steps.push(Step::Check { node, cost: 1 });
+                }
+            }
+            steps.push(Step::Wait(Duration::from_millis(100)));
+        }
+        let history = run(&policy, 4, &steps);
+        replay(&policy, &history).unwrap();
+        let admitted: u64 = history
+            .iter()
+            .map(|(_, e)| match e {
+                Event::Admit(c) => *c,
+                Event::Refund(_) => 0,
+            })
+            .sum();
+        let quota = policy.quota();
+        assert!(
+            admitted >= quota * 98 / 100,
+            "{kind}: {admitted} of {quota}"
+        );
+    }
+}
+
+#[test]
+fn the_sliding_log_never_holds_units() {
+    let rate = Rate::new(10, Duration::from_secs(1)).unwrap();
+    let policy = Policy::new(PolicyKind::SlidingLog, &rate).unwrap();
+    assert!(!Hold::possible(&policy));
+    let d = crate::Decision::allowed(10, 5, Duration::from_secs(1));
+    assert_eq!(Hold::after(&policy, &d).safe(5, Duration::ZERO), 0);
+}
+
+#[test]
+fn held_token_bucket_units_drain_as_the_store_refills() {
+    let policy = Policy::from(crate::Gcra::per_second(10).unwrap());
+    // 4 units taken, the bucket 900 ms from full: each unit refills in
+    // 100 ms, the top 4 of the 9 in debt are ours.
+    let d = crate::Decision::allowed(10, 1, Duration::from_millis(900));
+    let hold = Hold::after(&policy, &d);
+    assert_eq!(hold.safe(4, Duration::ZERO), 4);
+    assert_eq!(hold.safe(4, Duration::from_millis(499)), 4);
+    assert_eq!(hold.safe(4, Duration::from_millis(650)), 2);
+    assert_eq!(hold.safe(4, Duration::from_millis(800)), 0);
+    assert_eq!(hold.deadline(4), Some(Duration::from_nanos(499_999_999)));
+}
+
+#[test]
+fn a_cold_key_takes_only_its_cost_and_a_flood_of_keys_holds_nothing() {
+    let clock = ManualClock::new(Timestamp::from_secs(1));
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .background_sweep(false)
+        .build()
+        .unwrap();
+    let leased = Leased::builder(store.clone())
+        .clock(clock.clone())
+        .settings(settings())
+        .build();
+    let limit = Limit::new(
+        "flood",
+        crate::FixedWindow::new(1_000, Duration::from_secs(3_600)).unwrap(),
+    )
+    .unwrap();
+    block_on(async {
+        for n in 0..5_000u32 {
+            let key = n.to_be_bytes();
+            assert!(leased.check(&limit, &key, 1).await.unwrap().is_allowed());
+            clock.advance(Duration::from_millis(1));
+        }
+    });
+    assert_eq!(leased.stats().leases, 0);
+    assert_eq!(leased.held(), 0);
+    // Each of them took exactly one unit in the store.
+    let peek = block_on(store.peek(&limit, &7u32.to_be_bytes())).unwrap();
+    assert_eq!(peek.remaining(), 999);
+}
+
+#[test]
+fn units_given_back_are_there_for_the_next_node() {
+    let clock = ManualClock::new(Timestamp::from_secs(1));
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .background_sweep(false)
+        .build()
+        .unwrap();
+    let node = Leased::builder(store.clone())
+        .clock(clock.clone())
+        .settings(settings())
+        .build();
+    let limit = Limit::new(
+        "back",
+        crate::FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+    )
+    .unwrap();
+    block_on(async {
+        for _ in 0..200 {
+            assert!(node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        }
+        assert!(node.stats().leases > 0);
+        let held = node.held();
+        assert!(held > 0);
+        let before = store.peek(&limit, b"k").await.unwrap().remaining();
+        assert_eq!(before + held + 200, 1_000);
+        assert_eq!(node.give_back_all().await, held);
+        assert_eq!(store.peek(&limit, b"k").await.unwrap().remaining(), 800);
+        assert_eq!(node.held(), 0);
+    });
+}
