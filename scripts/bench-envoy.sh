@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The service's benchmark of BENCHMARKS.md ("The service: server CPU per request"): the
-# release `ratekeeper serve` on its in-memory store and on Redis, asked
+# release `ratekeeper serve` on its in-memory store, on Redis, and on Redis
+# with leasing (`lease = true`: most decisions made in the process), asked
 # Envoy's ShouldRateLimit by an outside load generator (rlsload, its own
 # copy of Envoy's proto) and POST /v1/check by wrk, at 1, 16 and 64 requests
 # in flight over 1 and 10,000 distinct values. It prints requests/s, p50 and
@@ -64,6 +65,8 @@ wait_port "$redis_port"
 config() { # STORE HTTP_PORT GRPC_PORT
   if [ "$1" = redis ]; then
     printf '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:%s"\n' "$redis_port"
+  elif [ "$1" = redis-lease ]; then
+    printf '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:%s"\nlease = true\n' "$redis_port"
   else
     printf '[store]\nkind = "memory"\nmax_keys = 100000\n'
   fi
@@ -102,8 +105,8 @@ EOF
 ticks=$(getconf CLK_TCK)
 cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-printf '%-6s %-7s %7s %9s %10s %9s %9s %14s\n' door store values in-flight 'req/s' p50 p99 'server µs/req'
-for store in memory redis; do
+printf '%-6s %-11s %7s %9s %10s %9s %9s %14s\n' door store values in-flight 'req/s' p50 p99 'server µs/req'
+for store in memory redis redis-lease; do
   http_port=$(free_port) grpc_port=$(free_port)
   config "$store" "$http_port" "$grpc_port" >"$dir/$store.toml"
   RUST_LOG=warn "${server_cpu[@]}" "$binary" serve --config "$dir/$store.toml" >"$dir/$store.log" 2>&1 &
@@ -120,7 +123,7 @@ for store in memory redis; do
         python3 -c '
 import json, sys
 d = json.loads(sys.argv[1])
-print("%-6s %-7s %7s %9s %10.0f %7dµs %7dµs %14.2f%s" % (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5],
+print("%-6s %-11s %7s %9s %10.0f %7dµs %7dµs %14.2f%s" % (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5],
       d["rps"], d["p50_us"], d["p99_us"], d["server_cores"] * 1e6 / d["rps"],
       "" if d["errors"] == 0 else "  (%d errors)" % d["errors"]))' "$json" grpc "$store" "$values" "$inflight"
       fi
@@ -145,7 +148,7 @@ def lat(p):
     m = re.search(r"\s%s%%\s+([\d.]+)(us|ms|s)" % p, report)
     return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", report)
-print("%-6s %-7s %7s %9s %10.0f %7.0fµs %7.0fµs %14.2f%s" % ("http", sys.argv[5], sys.argv[6], sys.argv[7],
+print("%-6s %-11s %7s %9s %10.0f %7.0fµs %7.0fµs %14.2f%s" % ("http", sys.argv[5], sys.argv[6], sys.argv[7],
       rps, lat(50), lat(99), (after - before) / ticks * 1e6 / requests,
       "" if errors is None else "  (%s errors)" % errors.group(1)))' \
           "$report" "$before" "$after" "$ticks" "$store" "$values" "$inflight"
