@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::Timestamp;
+use crate::policy::Algorithm;
+use crate::{Policy, Timestamp};
 
 /// The period demand is counted over.
 const SAMPLE: Duration = Duration::from_millis(100);
@@ -57,23 +58,49 @@ impl Demand {
     }
 }
 
-/// The units to ask the store for: enough for `target` at the key's rate,
-/// at most `max`, at most half of what the store last said was left
-/// (`left`, when known), so that near the limit takes shrink to the
-/// request's own cost; and never less than `cost`.
+/// The units to ask the store for, for a key asked for `per_second` here:
+/// enough for `target` at that rate (and, for a busy key, at least
+/// `floor`: see [`draining_floor`]), at most `max`, at most half of what
+/// the store last said was left (`left`, when known), so that near the
+/// limit takes shrink to the request's own cost; and never less than
+/// `cost`.
 pub(crate) fn chunk(
     per_second: u64,
     target: Duration,
     max: u64,
     left: Option<u64>,
     cost: u64,
+    floor: u64,
 ) -> u64 {
-    let want = (u128::from(per_second) * target.as_nanos() / 1_000_000_000) as u64;
+    let mut want = (u128::from(per_second) * target.as_nanos() / 1_000_000_000) as u64;
+    if per_second > 0 {
+        want = want.max(floor);
+    }
     let mut cap = max;
     if let Some(left) = left {
         cap = cap.min(left / 2);
     }
     want.min(cap).max(cost)
+}
+
+/// For a policy whose held units drain (token bucket, GCRA: see
+/// [`Hold`](super::Hold)), the units a take needs for its last ones to
+/// stay safe for `target`: the policy's refill over `target`, less the
+/// debt already below them (the quota less what the store last said was
+/// left). Held units drain at the policy's rate, not at the node's: a node
+/// asking for a tenth of the rate spends a tenth of what it takes, and the
+/// rest goes back to the store as it refills. 0 for the other policies.
+pub(crate) fn draining_floor(policy: &Policy, target: Duration, left: Option<u64>) -> u64 {
+    if !matches!(policy, Policy::TokenBucket(_) | Policy::Gcra(_)) {
+        return 0;
+    }
+    let quota = policy.quota();
+    let window = policy.window().as_nanos().max(1);
+    let refill = u128::from(quota) * target.as_nanos() / window;
+    let below = quota - left.unwrap_or(quota).min(quota);
+    u64::try_from(refill)
+        .unwrap_or(u64::MAX)
+        .saturating_sub(below)
 }
 
 #[cfg(test)]
@@ -102,7 +129,7 @@ mod tests {
         let rate = demand.per_second(now);
         assert!((900..=1_000).contains(&rate), "{rate}");
         assert_eq!(
-            chunk(rate, Duration::from_millis(100), 1_000, None, 1),
+            chunk(rate, Duration::from_millis(100), 1_000, None, 1, 0),
             rate / 10
         );
         let later = now.saturating_add(Duration::from_secs(2));
@@ -112,16 +139,43 @@ mod tests {
     #[test]
     fn near_the_limit_the_chunk_is_the_cost() {
         assert_eq!(
-            chunk(1_000_000, Duration::from_secs(1), 10_000, Some(10_000), 1),
+            chunk(
+                1_000_000,
+                Duration::from_secs(1),
+                10_000,
+                Some(10_000),
+                1,
+                0
+            ),
             5_000
         );
         assert_eq!(
-            chunk(1_000_000, Duration::from_secs(1), 10_000, Some(3), 2),
+            chunk(1_000_000, Duration::from_secs(1), 10_000, Some(3), 2, 0),
             2
         );
         assert_eq!(
-            chunk(1_000_000, Duration::from_secs(1), 10_000, Some(0), 1),
+            chunk(1_000_000, Duration::from_secs(1), 10_000, Some(0), 1, 0),
             1
         );
+    }
+
+    #[test]
+    fn a_busy_bucket_takes_what_lasts_at_its_refill_rate() {
+        let bucket = Policy::from(crate::Gcra::per_second(1_000_000).unwrap());
+        let target = Duration::from_millis(100);
+        // Full: 100 ms of refill is 100,000 units.
+        let floor = draining_floor(&bucket, target, Some(1_000_000));
+        assert_eq!(floor, 100_000);
+        // 950,000 below: the take sits on a debt that lasts longer.
+        assert_eq!(draining_floor(&bucket, target, Some(50_000)), 0);
+        // A node asking 1,000 a second takes the floor, capped.
+        assert_eq!(
+            chunk(1_000, target, 10_000, Some(1_000_000), 1, floor),
+            10_000
+        );
+        // A key not asked for again takes its cost.
+        assert_eq!(chunk(0, target, 10_000, Some(1_000_000), 1, floor), 1);
+        let window = Policy::from(crate::FixedWindow::new(100, Duration::from_secs(1)).unwrap());
+        assert_eq!(draining_floor(&window, target, None), 0);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::allotment::{Allotment, Slice, StoreView};
-use super::demand::chunk;
+use super::demand::{chunk, draining_floor};
 use super::hold::Hold;
 use super::table::{self, Table};
 use crate::clock::MonotonicClock;
@@ -359,12 +359,14 @@ impl<S: Store + 'static> Shared<S> {
         }
         let per_second = a.demand.per_second(now);
         let left = a.view.map(|v| v.decision.remaining());
+        let floor = draining_floor(limit.policy(), settings.chunk_for, left);
         let want = chunk(
             per_second,
             settings.chunk_for,
             settings.max_chunk,
             left,
             cost,
+            floor,
         );
         if want > cost {
             a.fetching = true;
@@ -396,12 +398,21 @@ impl<S: Store + 'static> Shared<S> {
             settings.max_chunk,
             None,
             0,
+            0,
         );
         if a.usable(now) > low {
             return;
         }
         let left = a.view.map(|v| v.decision.remaining());
-        let want = chunk(per_second, settings.chunk_for, settings.max_chunk, left, 0);
+        let floor = draining_floor(limit.policy(), settings.chunk_for, left);
+        let want = chunk(
+            per_second,
+            settings.chunk_for,
+            settings.max_chunk,
+            left,
+            0,
+            floor,
+        );
         if want == 0 {
             return;
         }
