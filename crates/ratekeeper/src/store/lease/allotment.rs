@@ -3,7 +3,10 @@
 //! Pure: every method takes the node's time, so the property tests drive
 //! it with a manual clock beside the policies' own transitions.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use event_listener::{Event, EventListener};
 
 use smallvec::SmallVec;
 
@@ -58,8 +61,9 @@ pub(crate) struct Allotment {
     pub(crate) slices: SmallVec<[Slice; MAX_SLICES]>,
     pub(crate) view: Option<StoreView>,
     pub(crate) demand: Demand,
-    /// A take for this key is on its way to the store.
-    pub(crate) fetching: bool,
+    /// A take for this key is on its way to the store: what the requests
+    /// waiting for it listen to.
+    fetching: Option<Arc<Event>>,
     pub(crate) last_used: Timestamp,
     dropped_unspent: u64,
 }
@@ -75,7 +79,7 @@ impl Allotment {
             slices: SmallVec::new(),
             view: None,
             demand: Demand::default(),
-            fetching: false,
+            fetching: None,
             last_used: now,
             dropped_unspent: 0,
         }
@@ -181,8 +185,33 @@ impl Allotment {
         Some(Decision::allowed(d.limit(), remaining, reset))
     }
 
+    /// Whether a take for this key is on its way.
+    pub(crate) fn is_fetching(&self) -> bool {
+        self.fetching.is_some()
+    }
+
+    /// Marks a take as on its way.
+    pub(crate) fn start_fetching(&mut self) {
+        self.fetching = Some(Arc::new(Event::new()));
+    }
+
+    /// Marks the take as done (or abandoned), waking the requests waiting
+    /// for it.
+    pub(crate) fn end_fetching(&mut self) {
+        if let Some(done) = self.fetching.take() {
+            done.notify(usize::MAX);
+        }
+    }
+
+    /// A listener for the end of the take on its way, if one is. Made
+    /// under the table's lock, as the end is announced under it: none is
+    /// missed.
+    pub(crate) fn listen(&self) -> Option<EventListener> {
+        self.fetching.as_ref().map(|done| done.listen())
+    }
+
     /// Whether nothing here is worth keeping at `now` after `idle`.
     pub(crate) fn is_idle(&self, now: Timestamp, idle: Duration) -> bool {
-        !self.fetching && now.duration_since(self.last_used) >= idle
+        self.fetching.is_none() && now.duration_since(self.last_used) >= idle
     }
 }

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use event_listener::EventListener;
+
 use super::allotment::{Allotment, Slice, StoreView};
 use super::demand::{chunk, draining_floor};
 use super::hold::Hold;
@@ -173,12 +175,14 @@ impl<S: Store + 'static> LeasedBuilder<S> {
     }
 }
 
-/// What a request that the held units could not answer asks the store.
+/// What a request that the held units could not answer does.
 enum Ask {
-    /// Only its own cost.
+    /// Asks the store for its own cost.
     Check,
-    /// A chunk, of which its cost is its own.
+    /// Asks the store for a chunk, of which its cost is its own.
     Take(u64),
+    /// Waits for the take on its way, then looks again.
+    Wait(EventListener),
 }
 
 impl<S: Store + 'static> Leased<S> {
@@ -208,7 +212,7 @@ impl<S: Store + 'static> Leased<S> {
     /// Gives back every unit held (at shutdown, or before the limits
     /// change); returns the units given back.
     pub async fn give_back_all(&self) -> u64 {
-        self.give_back(|a, _| !a.fetching).await
+        self.give_back(|a, _| !a.is_fetching()).await
     }
 
     async fn give_back(&self, pick: impl Fn(&Allotment, Timestamp) -> bool) -> u64 {
@@ -323,6 +327,7 @@ impl<S: Store + 'static> Shared<S> {
         id: &[u8],
         cost: u64,
         now: Timestamp,
+        may_wait: bool,
     ) -> Result<Decision, Ask> {
         let settings = &self.settings;
         let mut shard = self.table.lock(id);
@@ -337,7 +342,10 @@ impl<S: Store + 'static> Shared<S> {
             a.limit = Some(limit.clone());
             a.view = None;
         }
-        a.demand.record(now, cost.max(1));
+        if may_wait {
+            // (A request that waited was counted the first time.)
+            a.demand.record(now, cost.max(1));
+        }
         let expired = a.forget_ended(now);
         self.count_expired(expired);
         if cost == 0 && a.usable(now) > 0 {
@@ -354,8 +362,16 @@ impl<S: Store + 'static> Shared<S> {
         }
         // A report (cost 0) never takes a chunk; nor does a key whose
         // policy cannot hold one, or one whose take is on its way.
-        if cost == 0 || a.fetching || !Hold::possible(limit.policy()) {
+        if cost == 0 || !Hold::possible(limit.policy()) {
             return Err(Ask::Check);
+        }
+        if a.is_fetching() {
+            // Its units will be here in one round trip: as soon as asking
+            // the store alone, without a call of its own.
+            return match a.listen() {
+                Some(listener) if may_wait => Err(Ask::Wait(listener)),
+                _ => Err(Ask::Check),
+            };
         }
         let per_second = a.demand.per_second(now);
         let left = a.view.map(|v| v.decision.remaining());
@@ -369,7 +385,7 @@ impl<S: Store + 'static> Shared<S> {
             floor,
         );
         if want > cost {
-            a.fetching = true;
+            a.start_fetching();
             Err(Ask::Take(want))
         } else {
             Err(Ask::Check)
@@ -387,7 +403,7 @@ impl<S: Store + 'static> Shared<S> {
         now: Timestamp,
     ) {
         let Some(spawn) = &self.spawner else { return };
-        if a.fetching {
+        if a.is_fetching() {
             return;
         }
         let per_second = a.demand.per_second(now);
@@ -416,7 +432,7 @@ impl<S: Store + 'static> Shared<S> {
         if want == 0 {
             return;
         }
-        a.fetching = true;
+        a.start_fetching();
         let shared = Arc::clone(self);
         let limit = limit.clone();
         let key = key.to_vec();
@@ -444,7 +460,8 @@ impl<S: Store + 'static> Shared<S> {
     ) -> Result<Outcome, StoreError> {
         self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
         match ask {
-            Ask::Check => {
+            // (A request that waited asks at most once more.)
+            Ask::Check | Ask::Wait(_) => {
                 let outcome = self.store.check(limit, key, cost).await?;
                 if let Some(decision) = outcome.decision() {
                     let mut shard = self.table.lock(id);
@@ -522,7 +539,7 @@ impl<'a, S: Store + 'static> Fetching<'a, S> {
             shared.count_expired(taken.units.saturating_sub(spent));
             return None;
         };
-        a.fetching = false;
+        a.end_fetching();
         let decision = decision?;
         if taken.units > 0 {
             shared.counters.leases.fetch_add(1, Ordering::Relaxed);
@@ -559,7 +576,7 @@ impl<S> Drop for Fetching<'_, S> {
         if !self.done {
             let mut shard = self.shared.table.lock(self.id);
             if let Some(a) = shard.get_mut(self.id) {
-                a.fetching = false;
+                a.end_fetching();
             }
         }
     }
@@ -570,14 +587,21 @@ impl<S: Store + 'static> Store for Leased<S> {
         let shared = &self.shared;
         let now = shared.clock.now();
         let id = table::id(limit.name(), key);
-        match shared.decide_here(limit, key, &id, cost, now) {
-            Ok(decision) => Ok(Outcome::Decided(decision)),
-            Err(ask) => {
-                shared
-                    .decide_at_store(limit, key, &id, cost, ask, now)
-                    .await
+        let ask = match shared.decide_here(limit, key, &id, cost, now, true) {
+            Ok(decision) => return Ok(Outcome::Decided(decision)),
+            Err(Ask::Wait(take)) => {
+                take.await;
+                let now = shared.clock.now();
+                match shared.decide_here(limit, key, &id, cost, now, false) {
+                    Ok(decision) => return Ok(Outcome::Decided(decision)),
+                    Err(ask) => ask,
+                }
             }
-        }
+            Err(ask) => ask,
+        };
+        shared
+            .decide_at_store(limit, key, &id, cost, ask, now)
+            .await
     }
 
     async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {

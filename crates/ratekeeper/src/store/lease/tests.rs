@@ -348,3 +348,118 @@ fn units_given_back_are_there_for_the_next_node() {
         assert_eq!(node.held(), 0);
     });
 }
+
+/// A store whose calls wait until a gate opens.
+struct Gated {
+    store: MemoryStore<ManualClock>,
+    open: std::sync::atomic::AtomicBool,
+    opened: event_listener::Event,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl Gated {
+    async fn pass(&self) {
+        use std::sync::atomic::Ordering;
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        while !self.open.load(Ordering::SeqCst) {
+            let listener = self.opened.listen();
+            if self.open.load(Ordering::SeqCst) {
+                break;
+            }
+            listener.await;
+        }
+    }
+}
+
+impl Store for std::sync::Arc<Gated> {
+    async fn check(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<crate::Outcome, crate::store::StoreError> {
+        self.pass().await;
+        self.store.check(limit, key, cost).await
+    }
+
+    async fn peek(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+    ) -> Result<crate::Decision, crate::store::StoreError> {
+        self.store.peek(limit, key).await
+    }
+
+    async fn refund(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+    ) -> Result<(), crate::store::StoreError> {
+        self.store.refund(limit, key, units).await
+    }
+}
+
+#[test]
+fn requests_arriving_while_a_take_is_on_its_way_wait_for_it_instead_of_asking_the_store() {
+    use std::future::Future;
+    use std::sync::atomic::Ordering;
+    use std::task::{Context, Waker};
+
+    let clock = ManualClock::new(Timestamp::from_secs(1));
+    let gated = std::sync::Arc::new(Gated {
+        store: MemoryStore::builder()
+            .clock(clock.clone())
+            .background_sweep(false)
+            .build()
+            .unwrap(),
+        open: true.into(),
+        opened: event_listener::Event::new(),
+        calls: 0.into(),
+    });
+    let node = Leased::builder(gated.clone())
+        .clock(clock.clone())
+        .settings(settings())
+        .build();
+    let limit = Limit::new(
+        "gated",
+        crate::FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+    )
+    .unwrap();
+    // One request: the key is cold, one call of its own cost.
+    assert!(block_on(node.check(&limit, b"k", 1)).unwrap().is_allowed());
+    assert_eq!(gated.calls.load(Ordering::SeqCst), 1);
+
+    // The second, with the gate closed, takes a chunk and waits at the store.
+    gated.open.store(false, Ordering::SeqCst);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut taker = std::pin::pin!(node.check(&limit, b"k", 1));
+    assert!(taker.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(gated.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(node.stats().leases, 0);
+    // Two more arrive meanwhile: they wait for it, asking nothing.
+    let mut second = std::pin::pin!(node.check(&limit, b"k", 1));
+    let mut third = std::pin::pin!(node.check(&limit, b"k", 1));
+    assert!(second.as_mut().poll(&mut cx).is_pending());
+    assert!(third.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(gated.calls.load(Ordering::SeqCst), 2);
+
+    gated.open.store(true, Ordering::SeqCst);
+    gated.opened.notify(usize::MAX);
+    for request in [taker, second, third] {
+        assert!(block_on(request).unwrap().is_allowed());
+    }
+    assert_eq!(
+        gated.calls.load(Ordering::SeqCst),
+        2,
+        "the two waiting asked nothing"
+    );
+    let stats = node.stats();
+    assert_eq!(stats.leases, 1);
+    assert_eq!(stats.decided_here, 2);
+    // One unit each, and the chunk's rest held: nothing taken twice.
+    let left = block_on(gated.store.peek(&limit, b"k"))
+        .unwrap()
+        .remaining();
+    assert_eq!(left + node.held() + 4, 1_000);
+}
