@@ -373,23 +373,27 @@ impl<S: Store + 'static> Shared<S> {
                 _ => Err(Ask::Check),
             };
         }
-        let per_second = a.demand.per_second(now);
-        let left = a.view.map(|v| v.decision.remaining());
-        let floor = draining_floor(limit.policy(), settings.chunk_for, left);
-        let want = chunk(
-            per_second,
-            settings.chunk_for,
-            settings.max_chunk,
-            left,
-            cost,
-            floor,
-        );
+        let want = self.chunk_for(a, limit, cost, now);
         if want > cost {
             a.start_fetching();
             Err(Ask::Take(want))
         } else {
             Err(Ask::Check)
         }
+    }
+
+    /// The units to take for `a` (see [`chunk`]), for a request of `cost`.
+    fn chunk_for(&self, a: &mut Allotment, limit: &Limit, cost: u64, now: Timestamp) -> u64 {
+        let settings = &self.settings;
+        let left = a.view.map(|v| v.decision.remaining());
+        chunk(
+            a.demand.per_second(now),
+            settings.chunk_for,
+            settings.max_chunk,
+            left,
+            cost,
+            draining_floor(limit.policy(), settings.chunk_for, left),
+        )
     }
 
     /// Starts taking the next chunk for `a` in the background when what it
@@ -419,16 +423,7 @@ impl<S: Store + 'static> Shared<S> {
         if a.usable(now) > low {
             return;
         }
-        let left = a.view.map(|v| v.decision.remaining());
-        let floor = draining_floor(limit.policy(), settings.chunk_for, left);
-        let want = chunk(
-            per_second,
-            settings.chunk_for,
-            settings.max_chunk,
-            left,
-            0,
-            floor,
-        );
+        let want = self.chunk_for(a, limit, 0, now);
         if want == 0 {
             return;
         }

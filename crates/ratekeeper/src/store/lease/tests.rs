@@ -54,6 +54,17 @@ fn on_nodes(steps: Vec<Step>, nodes: usize, keep: impl Fn(&Step) -> bool) -> Vec
         .collect()
 }
 
+/// A manual clock at 1 s and an in-memory store on it.
+fn manual_store() -> (ManualClock, MemoryStore<ManualClock>) {
+    let clock = ManualClock::new(Timestamp::from_secs(1));
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .background_sweep(false)
+        .build()
+        .unwrap();
+    (clock, store)
+}
+
 fn settings() -> LeaseSettings {
     LeaseSettings {
         max_chunk: 40,
@@ -288,12 +299,7 @@ fn held_token_bucket_units_drain_as_the_store_refills() {
 
 #[test]
 fn a_cold_key_takes_only_its_cost_and_a_flood_of_keys_holds_nothing() {
-    let clock = ManualClock::new(Timestamp::from_secs(1));
-    let store = MemoryStore::builder()
-        .clock(clock.clone())
-        .background_sweep(false)
-        .build()
-        .unwrap();
+    let (clock, store) = manual_store();
     let leased = Leased::builder(store.clone())
         .clock(clock.clone())
         .settings(settings())
@@ -319,12 +325,7 @@ fn a_cold_key_takes_only_its_cost_and_a_flood_of_keys_holds_nothing() {
 
 #[test]
 fn units_given_back_are_there_for_the_next_node() {
-    let clock = ManualClock::new(Timestamp::from_secs(1));
-    let store = MemoryStore::builder()
-        .clock(clock.clone())
-        .background_sweep(false)
-        .build()
-        .unwrap();
+    let (clock, store) = manual_store();
     let node = Leased::builder(store.clone())
         .clock(clock.clone())
         .settings(settings())
