@@ -2,7 +2,8 @@
 --
 -- KEYS: one state key per limit.
 -- ARGV[1]: packed with struct: '<Bdd', the op (1 check, all or nothing over
---          KEYS; 2 peek; 3 refund), the number of keys, and 0 to use
+--          KEYS; 2 peek; 3 refund; 5 refund before a deadline, which
+--          takes the number of keys's place, in us), the number of keys, and 0 to use
 --          Redis's clock (TIME) or a pinned time in us (a test hook: keys
 --          written then live at least an hour); then '<Bdddd' per key: the
 --          limit's kind (1 token bucket, 2 GCRA, 3 fixed window, 4 sliding
@@ -58,6 +59,16 @@ local pinned = now ~= 0
 if not pinned then
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
+end
+if code == 5 then
+  -- A refund applied only while now is before the deadline (us) the
+  -- header's second number carries, what a lease gives back: units safe
+  -- until then, and not after. Too late, it replies -3 and changes
+  -- nothing.
+  if now >= calls then
+    return pack('<d', -3)
+  end
+  code = 3
 end
 local NEVER = -1
 local n = #KEYS

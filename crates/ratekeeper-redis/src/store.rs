@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratekeeper::{
     policy::Algorithm,
-    store::{Check, MultiOutcome, StoreError},
+    store::{Check, MultiOutcome, StoreError, Taken},
     Decision, Limit, Outcome, Store, Timestamp,
 };
 use redis::aio::ConnectionManager;
@@ -18,7 +18,7 @@ use thiserror::Error;
 use crate::batch::{BatchStats, Batcher, Batching};
 use crate::builder::{ConnectError, CrossSlot, RedisStoreBuilder};
 use crate::key::{redis_key, KeyTags};
-use crate::params::Params;
+use crate::params::{Params, MAX_EXACT};
 use crate::reply::{numbers, parse, ReplyError};
 use crate::script::{
     function_missing, function_name, functions_unavailable, library, script_arg, script_cmd, SCRIPT,
@@ -193,6 +193,8 @@ pub(crate) struct Prepared {
 pub(crate) const CHECK: u8 = 1;
 pub(crate) const PEEK: u8 = 2;
 pub(crate) const REFUND: u8 = 3;
+/// A refund applied only before a deadline on Redis's clock.
+pub(crate) const REFUND_BEFORE: u8 = 5;
 
 /// The pinned time (µs) of a test hook, or Redis's clock.
 pub(crate) type Now = Option<u64>;
@@ -452,6 +454,53 @@ fn by_slot(prepared: &[Prepared]) -> Vec<Vec<usize>> {
 impl Store for RedisStore {
     async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
         self.check_at(limit, key, cost, None).await.map(|(o, _)| o)
+    }
+
+    /// One script when the key has `up_to` left (a leasing node's usual
+    /// case, as it asks for at most half of what is left), a second of
+    /// what is left otherwise; with Redis's time of the take.
+    async fn take(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        up_to: u64,
+    ) -> Result<Taken, StoreError> {
+        let mut ask = up_to.max(cost);
+        loop {
+            let (outcome, at) = self.check_at(limit, key, ask, None).await?;
+            if outcome.is_allowed() {
+                return Ok(Taken::new(ask, outcome).at(at));
+            }
+            let left = match outcome.decision() {
+                Some(decision) if ask > cost => decision.remaining(),
+                _ => return Ok(Taken::new(0, outcome).at(at)),
+            };
+            ask = if left >= cost && left < ask {
+                left
+            } else {
+                cost
+            };
+        }
+    }
+
+    /// One script that refunds only while Redis's clock is before
+    /// `deadline` (read in whole microseconds, rounded down). Never
+    /// batched: the deadline travels in the call's own header.
+    async fn refund_before(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        deadline: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let prepared = [self.prepare(limit, key, units)?];
+        let mut arg = script_arg(REFUND_BEFORE, &prepared, None);
+        let deadline_us = (deadline.as_nanos() / 1_000).min(MAX_EXACT) as f64;
+        arg[1..9].copy_from_slice(&deadline_us.to_le_bytes());
+        let keys = [&prepared[0].key[..]];
+        let reply = self.inner.caller.call(&keys, &arg).await?;
+        Ok(reply.first().is_some_and(|&now| now >= 0))
     }
 
     async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {

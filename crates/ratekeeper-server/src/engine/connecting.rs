@@ -12,8 +12,8 @@
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use ratekeeper::store::{Check, MultiOutcome, StoreError};
-use ratekeeper::{Decision, Limit, Outcome, Store};
+use ratekeeper::store::{Check, MultiOutcome, StoreError, Taken};
+use ratekeeper::{Decision, Limit, Outcome, Store, Timestamp};
 use ratekeeper_redis::{ConnectError, RedisStore};
 use thiserror::Error;
 
@@ -325,5 +325,27 @@ impl Store for Connecting {
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.store()?.check_all(checks).await
+    }
+
+    async fn take(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        up_to: u64,
+    ) -> Result<Taken, StoreError> {
+        self.store()?.take(limit, key, cost, up_to).await
+    }
+
+    async fn refund_before(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        deadline: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.store()?
+            .refund_before(limit, key, units, deadline)
+            .await
     }
 }
