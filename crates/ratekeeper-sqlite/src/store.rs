@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ratekeeper::{
     clock::UnixClock,
-    store::{Check, MultiOutcome, StoreError},
+    store::{Check, MultiOutcome, StoreError, Taken},
     Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
 use rusqlite::Connection;
@@ -261,6 +261,51 @@ impl<C: Clock + 'static> Store for SqliteStore<C> {
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
         let (limit, key) = (limit.clone(), key.to_vec());
         self.run(move |inner| inner.refund(&limit, &key, units))
+            .await
+    }
+
+    /// A transaction of `up_to` when the key has that many left (a leasing
+    /// node's usual case), another of what is left otherwise; with the
+    /// store clock's time of the take.
+    async fn take(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        up_to: u64,
+    ) -> Result<Taken, StoreError> {
+        let mut ask = up_to.max(cost);
+        loop {
+            let (owned_limit, owned_key) = (limit.clone(), key.to_vec());
+            let (outcome, at) = self
+                .run(move |inner| inner.check_with_time(&owned_limit, &owned_key, ask))
+                .await?;
+            if outcome.is_allowed() {
+                return Ok(Taken::new(ask, outcome).at(at));
+            }
+            let left = match outcome.decision() {
+                Some(decision) if ask > cost => decision.remaining(),
+                _ => return Ok(Taken::new(0, outcome).at(at)),
+            };
+            ask = if left >= cost && left < ask {
+                left
+            } else {
+                cost
+            };
+        }
+    }
+
+    /// One transaction that refunds only while the store clock is before
+    /// `deadline`.
+    async fn refund_before(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        deadline: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let (limit, key) = (limit.clone(), key.to_vec());
+        self.run(move |inner| inner.refund_before(&limit, &key, units, deadline))
             .await
     }
 

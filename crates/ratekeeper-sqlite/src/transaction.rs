@@ -155,9 +155,38 @@ impl<C: Clock> Inner<C> {
         key: &[u8],
         cost: u64,
     ) -> Result<Outcome, StoreError> {
+        self.check_with_time(limit, key, cost)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`check`](Self::check), and the store clock's time it decided at.
+    pub(crate) fn check_with_time(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Outcome, ratekeeper::Timestamp), StoreError> {
         self.update(limit, key, |policy, current, now| {
             let (decision, next) = policy.decide(current, now, cost);
-            (Outcome::Decided(decision), next)
+            ((Outcome::Decided(decision), now), next)
+        })
+    }
+
+    /// Refunds `units` if the store clock, in the transaction, is still
+    /// before `deadline`; whether it did.
+    pub(crate) fn refund_before(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        deadline: ratekeeper::Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.update(limit, key, |policy, current, now| {
+            if now >= deadline {
+                (false, current.clone())
+            } else {
+                (true, policy.refund(current, now, units))
+            }
         })
     }
 
