@@ -211,7 +211,7 @@ async fn stats_report_totals_windows_history_and_top_keys() {
     assert_eq!(
         stats["store"],
         json!({"kind": "memory", "ready": true, "error": null, "keys_in_memory": 4, "max_keys": 100_000,
-               "failures": null, "batching": null, "serving": true, "address": null,
+               "failures": null, "batching": null, "leasing": null, "serving": true, "address": null,
                "state": {"up": true, "since_unix_secs": WALL, "last_error": null}})
     );
     assert_eq!(stats["shadow_mode"], false);
