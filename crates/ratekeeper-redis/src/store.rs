@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratekeeper::{
     policy::Algorithm,
-    store::{Check, MultiOutcome, StoreError, Taken},
+    store::{take_by, Check, MultiOutcome, StoreError, Taken},
     Decision, Limit, Outcome, Store, Timestamp,
 };
 use redis::aio::ConnectionManager;
@@ -466,22 +466,11 @@ impl Store for RedisStore {
         cost: u64,
         up_to: u64,
     ) -> Result<Taken, StoreError> {
-        let mut ask = up_to.max(cost);
-        loop {
-            let (outcome, at) = self.check_at(limit, key, ask, None).await?;
-            if outcome.is_allowed() {
-                return Ok(Taken::new(ask, outcome).at(at));
-            }
-            let left = match outcome.decision() {
-                Some(decision) if ask > cost => decision.remaining(),
-                _ => return Ok(Taken::new(0, outcome).at(at)),
-            };
-            ask = if left >= cost && left < ask {
-                left
-            } else {
-                cost
-            };
-        }
+        take_by(cost, up_to, |units| async move {
+            let (outcome, at) = self.check_at(limit, key, units, None).await?;
+            Ok((outcome, Some(at)))
+        })
+        .await
     }
 
     /// One script that refunds only while Redis's clock is before

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ratekeeper::{
     clock::UnixClock,
-    store::{Check, MultiOutcome, StoreError, Taken},
+    store::{take_by, Check, MultiOutcome, StoreError, Taken},
     Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
 use rusqlite::Connection;
@@ -274,25 +274,16 @@ impl<C: Clock + 'static> Store for SqliteStore<C> {
         cost: u64,
         up_to: u64,
     ) -> Result<Taken, StoreError> {
-        let mut ask = up_to.max(cost);
-        loop {
-            let (owned_limit, owned_key) = (limit.clone(), key.to_vec());
-            let (outcome, at) = self
-                .run(move |inner| inner.check_with_time(&owned_limit, &owned_key, ask))
-                .await?;
-            if outcome.is_allowed() {
-                return Ok(Taken::new(ask, outcome).at(at));
+        take_by(cost, up_to, |units| {
+            let (limit, key) = (limit.clone(), key.to_vec());
+            async move {
+                let (outcome, at) = self
+                    .run(move |inner| inner.check_with_time(&limit, &key, units))
+                    .await?;
+                Ok((outcome, Some(at)))
             }
-            let left = match outcome.decision() {
-                Some(decision) if ask > cost => decision.remaining(),
-                _ => return Ok(Taken::new(0, outcome).at(at)),
-            };
-            ask = if left >= cost && left < ask {
-                left
-            } else {
-                cost
-            };
-        }
+        })
+        .await
     }
 
     /// One transaction that refunds only while the store clock is before

@@ -32,7 +32,7 @@ pub use error::{BackendError, StoreError};
 pub use limit::{Limit, LimitNameError, MAX_LIMIT_NAME};
 pub use memory_store::{MemoryStore, MemoryStoreBuilder, RETIRED_GRACE};
 pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};
-pub use take::Taken;
+pub use take::{take_by, Taken};
 pub use window_counter::{CounterStore, WindowCounter};
 
 pub use crate::multi::{check_shadow, Check, MultiOutcome};
