@@ -190,6 +190,9 @@ impl Entry for Pair {
 /// trying.
 type Model = (String, Vec<String>);
 
+/// A limit's domain and, per entry, its key and the values worth trying.
+pub(crate) type Template = (String, Vec<Model>);
+
 /// A configuration of the equivalence test: envoyproxy/ratelimit's, the
 /// native import of it, and what requests are made of.
 struct Case {
@@ -201,7 +204,7 @@ struct Case {
     by_place: HashMap<String, String>,
     /// Per native limit: its domain, and per entry its key and the values
     /// worth trying (its own, its `except` ones).
-    templates: Vec<(String, Vec<Model>)>,
+    templates: Vec<Template>,
     keys: Vec<String>,
     /// Values, a `*` standing for a generated run.
     values: Vec<String>,
@@ -266,22 +269,7 @@ fn case(name: &str, files: &[(&str, &str)]) -> Case {
         .iter()
         .map(|limit| (limit.at.to_string(), limit.name.clone()))
         .collect();
-    let mut templates = Vec::new();
-    let mut keys = BTreeSet::from(["other".to_owned()]);
-    let mut values = BTreeSet::from(["x".to_owned(), String::new(), "*".to_owned()]);
-    for limit in &config.limits {
-        let mut template = Vec::new();
-        for entry in &limit.matcher.descriptors {
-            keys.insert(entry.key.clone());
-            let tries: Vec<String> = std::iter::once(&entry.value)
-                .chain(&entry.except)
-                .map(ToString::to_string)
-                .collect();
-            values.extend(tries.iter().cloned());
-            template.push((entry.key.clone(), tries));
-        }
-        templates.push((limit.matcher.domain.clone().unwrap(), template));
-    }
+    let (templates, keys, values) = descriptor_templates(&config, &["other"], &["x", "", "*"]);
     // The test's premise: no key is another's with `_` and more, nor has
     // a `*`, so that envoyproxy/ratelimit's KEY_VALUE texts cannot
     // collide across keys (a difference the import comments on).
@@ -297,9 +285,41 @@ fn case(name: &str, files: &[(&str, &str)]) -> Case {
         limits: LimitSet::new(&config.limits),
         by_place,
         templates,
-        keys: keys.into_iter().collect(),
-        values: values.into_iter().collect(),
+        keys,
+        values,
     }
+}
+
+/// Per limit of `config` (each of a domain and descriptors): its domain
+/// and, per entry, its key and the values worth trying (its own, its
+/// `except` ones); and every key and value they name beside `keys` and
+/// `values`, sorted, each once.
+pub(crate) fn descriptor_templates(
+    config: &Config,
+    keys: &[&str],
+    values: &[&str],
+) -> (Vec<Template>, Vec<String>, Vec<String>) {
+    let mut templates = Vec::new();
+    let mut keys: BTreeSet<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    let mut values: BTreeSet<String> = values.iter().map(|v| (*v).to_owned()).collect();
+    for limit in &config.limits {
+        let mut template = Vec::new();
+        for entry in &limit.matcher.descriptors {
+            keys.insert(entry.key.clone());
+            let tries: Vec<String> = std::iter::once(&entry.value)
+                .chain(&entry.except)
+                .map(ToString::to_string)
+                .collect();
+            values.extend(tries.iter().cloned());
+            template.push((entry.key.clone(), tries));
+        }
+        templates.push((limit.matcher.domain.clone().unwrap(), template));
+    }
+    (
+        templates,
+        keys.into_iter().collect(),
+        values.into_iter().collect(),
+    )
 }
 
 fn cases() -> &'static [Case] {

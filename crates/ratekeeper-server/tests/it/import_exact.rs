@@ -24,6 +24,7 @@ use ratekeeper_server::envoy::EnvoyService;
 use ratekeeper_server::Config;
 
 use crate::common::descriptor;
+use crate::envoy_import::{descriptor_templates, Template};
 
 /// A whole second, 20 s into a minute: windows aligned to the epoch show.
 const T0: u64 = 1_700_000_000;
@@ -73,26 +74,7 @@ async fn sides(files: &[(String, String)], merge: bool) -> Option<Sides> {
         (EnvoyService::new(engine), clock)
     };
     let (files_service, files_clock) = start(by_files).await;
-    let mut templates = Vec::new();
-    let mut keys = vec!["other".to_owned()];
-    let mut values = vec!["x".to_owned(), String::new(), "q_r".to_owned()];
-    for limit in &native.limits {
-        let mut template = Vec::new();
-        for entry in &limit.matcher.descriptors {
-            keys.push(entry.key.clone());
-            let tries: Vec<String> = std::iter::once(&entry.value)
-                .chain(&entry.except)
-                .map(ToString::to_string)
-                .collect();
-            values.extend(tries.iter().cloned());
-            template.push((entry.key.clone(), tries));
-        }
-        templates.push((limit.matcher.domain.clone().unwrap(), template));
-    }
-    keys.sort();
-    keys.dedup();
-    values.sort();
-    values.dedup();
+    let (templates, keys, values) = descriptor_templates(&native, &["other"], &["x", "", "q_r"]);
     let (native_service, native_clock) = start(native).await;
     let envoy = EnvoyConfig::load_dir_with(dir.path(), &options).unwrap();
     let literal_differs = imported
@@ -111,10 +93,6 @@ async fn sides(files: &[(String, String)], merge: bool) -> Option<Sides> {
         _dir: dir,
     })
 }
-
-/// A native limit a request is modelled on: its domain and, per entry,
-/// its key and the values worth trying.
-type Template = (String, Vec<(String, Vec<String>)>);
 
 /// A set of files of the fixtures: its name, the files, whether domains
 /// merge.

@@ -7,7 +7,7 @@ use crate::common;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::ServeProcess;
 use serde_json::{json, Value};
@@ -64,16 +64,6 @@ async fn allowed(http: SocketAddr, token: Option<&str>) -> Value {
         request = request.bearer_auth(token);
     }
     request.send().await.unwrap().json().await.unwrap()
-}
-
-/// Waits until the process's stderr holds `text` (it is written before
-/// the banner, but read by another thread), for at most a minute.
-fn wait_stderr(process: &ServeProcess, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !process.stderr().contains(text) {
-        assert!(Instant::now() < deadline, "{}", process.stderr());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test]
@@ -182,7 +172,7 @@ async fn a_file_with_only_listen_starts_with_a_warning_and_allows_everything() {
         "{:?}",
         process.banner
     );
-    wait_stderr(&process, "no limit applies anywhere");
+    process.wait_stderr("no limit applies anywhere");
     assert_eq!(allowed(process.http, None).await["allowed"], true);
 }
 

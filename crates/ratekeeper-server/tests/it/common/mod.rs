@@ -134,7 +134,8 @@ pub struct ServeProcess {
     pub grpc: Option<std::net::SocketAddr>,
     /// The lines it printed before the addresses were known.
     pub banner: Vec<String>,
-    stderr: Arc<std::sync::Mutex<String>>,
+    /// What it wrote to stderr so far, and a signal for each new piece.
+    stderr: Arc<(std::sync::Mutex<String>, std::sync::Condvar)>,
 }
 
 impl ServeProcess {
@@ -179,7 +180,10 @@ impl ServeProcess {
     pub fn from_command(mut command: std::process::Command) -> ServeProcess {
         use std::io::{BufRead, BufReader, Read};
         let mut child = command.spawn().expect("the binary runs");
-        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = Arc::new((
+            std::sync::Mutex::new(String::new()),
+            std::sync::Condvar::new(),
+        ));
         if let Some(mut pipe) = child.stderr.take() {
             let stderr = Arc::clone(&stderr);
             std::thread::spawn(move || {
@@ -188,10 +192,11 @@ impl ServeProcess {
                     if n == 0 {
                         break;
                     }
-                    stderr
-                        .lock()
+                    let (text, grew) = &*stderr;
+                    text.lock()
                         .unwrap()
                         .push_str(&String::from_utf8_lossy(&buf[..n]));
+                    grew.notify_all();
                 }
             });
         }
@@ -232,7 +237,21 @@ impl ServeProcess {
 
     /// What the process wrote to its stderr so far, if it was piped.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.stderr.0.lock().unwrap().clone()
+    }
+
+    /// Waits until its stderr holds `text` (the thread reading the pipe
+    /// signals each piece it adds), for at most a minute.
+    pub fn wait_stderr(&self, text: &str) {
+        let (written, grew) = &*self.stderr;
+        let (written, timeout) = grew
+            .wait_timeout_while(
+                written.lock().unwrap(),
+                Duration::from_secs(60),
+                |written| !written.contains(text),
+            )
+            .unwrap();
+        assert!(!timeout.timed_out(), "no {text:?} in {written}");
     }
 
     /// Sends `signal` (`TERM`, `HUP`...) with kill(1).

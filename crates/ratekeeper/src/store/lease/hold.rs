@@ -154,25 +154,6 @@ impl Hold {
         }
     }
 
-    /// How long after the take the last of them stops being safe: when a
-    /// holder can forget them.
-    pub fn lasts(self) -> Duration {
-        match self {
-            Hold::Until { for_ } => for_,
-            Hold::None => Duration::ZERO,
-            // The top unit of the debt stays while `debt - elapsed >=
-            // interval`.
-            Hold::Draining {
-                debt,
-                interval,
-                ends,
-            } => match debt.checked_sub(interval) {
-                Some(last) => ends.min(last + Duration::from_nanos(1)),
-                None => Duration::ZERO,
-            },
-        }
-    }
-
     /// This hold, ending no later than `at_most` after the take (a lease's
     /// longest life).
     pub fn capped(self, at_most: Duration) -> Hold {
