@@ -12,6 +12,7 @@ use smallvec::SmallVec;
 
 use super::demand::Demand;
 use super::hold::Hold;
+use super::stats::Counters;
 use crate::store::Limit;
 use crate::{Decision, Timestamp};
 
@@ -58,6 +59,9 @@ pub(crate) struct StoreView {
 pub(crate) struct Allotment {
     /// The limit its units were taken under; `None` until the first take.
     pub(crate) limit: Option<Limit>,
+    /// Its limit's counters, kept here so that a decision made here
+    /// counts without looking them up.
+    pub(crate) counters: Option<Arc<Counters>>,
     pub(crate) slices: SmallVec<[Slice; MAX_SLICES]>,
     pub(crate) view: Option<StoreView>,
     pub(crate) demand: Demand,
@@ -76,6 +80,7 @@ impl Allotment {
     pub(crate) fn new(now: Timestamp) -> Self {
         Allotment {
             limit: None,
+            counters: None,
             slices: SmallVec::new(),
             view: None,
             demand: Demand::default(),

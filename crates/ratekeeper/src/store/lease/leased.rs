@@ -3,8 +3,8 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use event_listener::EventListener;
@@ -12,6 +12,7 @@ use event_listener::EventListener;
 use super::allotment::{Allotment, Slice, StoreView};
 use super::demand::{chunk, draining_floor};
 use super::hold::Hold;
+use super::stats::{ByLimit, Counters, LeaseStats};
 use super::table::{self, Table};
 use crate::clock::MonotonicClock;
 use crate::store::{Limit, Store, StoreError, Taken};
@@ -41,11 +42,18 @@ pub struct LeaseSettings {
     pub max_keys: usize,
     /// A key unused for this long gives its units back.
     pub idle: Duration,
+    /// Whether units already held are spent while the store fails (on by
+    /// default: they were counted in the store, so spending them stays
+    /// exact). Off, a node whose last store call failed sends every
+    /// request to the store (and so to its failure policy) until one
+    /// succeeds.
+    pub spend_while_down: bool,
 }
 
 impl Default for LeaseSettings {
     /// Chunks of at most 10,000 units lasting 100 ms, leases of at most
-    /// 1 s, 10,000 keys, given back after 1 s unused.
+    /// 1 s, 10,000 keys, given back after 1 s unused, spent while the
+    /// store is down.
     fn default() -> Self {
         LeaseSettings {
             max_chunk: 10_000,
@@ -53,45 +61,9 @@ impl Default for LeaseSettings {
             lifetime: Duration::from_secs(1),
             max_keys: 10_000,
             idle: Duration::from_secs(1),
+            spend_while_down: true,
         }
     }
-}
-
-/// What a [`Leased`] store did, since it was made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseStats {
-    /// Requests decided on this node from units it held.
-    pub decided_here: u64,
-    /// Calls to the store: takes of a chunk, prefetches and plain checks.
-    pub store_calls: u64,
-    /// Takes of more than a request's cost (leases).
-    pub leases: u64,
-    /// Units taken beyond the requests that asked: what leases held.
-    pub units_leased: u64,
-    /// Units given back to the store before they were spent.
-    pub units_returned: u64,
-    /// Units that stopped being safe before they were spent or given back
-    /// (counted as used in the store: the leases' under-admission).
-    pub units_expired: u64,
-    /// Units refunded on this node for a token bucket or GCRA key after
-    /// the store's refill had already given them back (see the module's
-    /// "Refunds").
-    pub refunds_dropped: u64,
-    /// Units refunded at the store, for keys this node held nothing for.
-    pub refunded_at_store: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    decided_here: AtomicU64,
-    store_calls: AtomicU64,
-    leases: AtomicU64,
-    units_leased: AtomicU64,
-    units_returned: AtomicU64,
-    units_expired: AtomicU64,
-    refunds_dropped: AtomicU64,
-    refunded_at_store: AtomicU64,
 }
 
 struct Shared<S> {
@@ -99,8 +71,21 @@ struct Shared<S> {
     clock: Arc<dyn Clock>,
     settings: LeaseSettings,
     table: Table,
-    counters: Counters,
+    counters: ByLimit,
+    /// Units held under a limit's old numbers when new ones came (a
+    /// reload), to give back at the next sweep.
+    retired: Mutex<Vec<Retired>>,
+    /// Whether the store's last answer was an error (see
+    /// [`LeaseSettings::spend_while_down`]).
+    failing: AtomicBool,
     spawner: Option<Spawner>,
+}
+
+/// Units of one key held under numbers no longer in force.
+struct Retired {
+    id: Box<[u8]>,
+    limit: Limit,
+    slices: Vec<Slice>,
 }
 
 /// A [`Store`] wrapper that takes units from a shared store in chunks and
@@ -168,7 +153,9 @@ impl<S: Store + 'static> LeasedBuilder<S> {
                 store: self.store,
                 clock: self.clock,
                 settings: self.settings,
-                counters: Counters::default(),
+                counters: ByLimit::default(),
+                retired: Mutex::new(Vec::new()),
+                failing: AtomicBool::new(false),
                 spawner: self.spawner,
             }),
         }
@@ -202,47 +189,77 @@ impl<S: Store + 'static> Leased<S> {
     }
 
     /// Gives back the units of keys unused for [`LeaseSettings::idle`], and
-    /// forgets keys with nothing held; returns the units given back. Run
-    /// it every second or so (the service does).
+    /// of limits whose numbers changed; forgets keys with nothing held;
+    /// returns the units given back. Run it every second or so (the
+    /// service does).
     pub async fn sweep(&self) -> u64 {
         let idle = self.shared.settings.idle;
-        self.give_back(|a, now| a.is_idle(now, idle)).await
+        self.give_back(|a, now| a.is_idle(now, idle), |_| true)
+            .await
     }
 
     /// Gives back every unit held (at shutdown, or before the limits
     /// change); returns the units given back.
     pub async fn give_back_all(&self) -> u64 {
-        self.give_back(|a, _| !a.is_fetching()).await
+        self.give_back(|a, _| !a.is_fetching(), |_| true).await
     }
 
-    async fn give_back(&self, pick: impl Fn(&Allotment, Timestamp) -> bool) -> u64 {
+    /// Gives back every unit held for the limit named `name`, whatever
+    /// its numbers: before they change or it goes (a reload), so that
+    /// the store counts under the new numbers only what was spent.
+    /// Returns the units given back.
+    pub async fn give_back_limit(&self, name: &str) -> u64 {
+        let named = |limit: &Limit| limit.name() == name;
+        self.give_back(
+            |a, _| !a.is_fetching() && a.limit.as_ref().is_some_and(named),
+            named,
+        )
+        .await
+    }
+
+    /// Gives back the units of the allotments `pick` picks and of the
+    /// retired units whose limit `pick_retired` picks.
+    async fn give_back(
+        &self,
+        pick: impl Fn(&Allotment, Timestamp) -> bool,
+        pick_retired: impl Fn(&Limit) -> bool,
+    ) -> u64 {
         let shared = &self.shared;
         let now = shared.clock.now();
-        let mut returns = Vec::new();
+        let mut returns = Returns::default();
+        let retired: Vec<Retired> = {
+            let mut retired = shared
+                .retired
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (picked, kept) = retired.drain(..).partition(|r| pick_retired(&r.limit));
+            *retired = kept;
+            picked
+        };
+        for r in retired {
+            for slice in r.slices {
+                returns.add(shared, &r.id, &r.limit, slice, now);
+            }
+        }
         for mut shard in shared.table.shards() {
             shard.retain(|id, a| {
                 let expired = a.forget_ended(now);
-                shared.count_expired(expired);
+                if let Some(limit) = &a.limit {
+                    shared.count_expired(limit, expired);
+                }
                 if !pick(a, now) {
                     return true;
                 }
-                for slice in a.slices.drain(..) {
-                    let units = slice.usable(now);
-                    // A draining hold cannot go back: the store would count
-                    // it off the top of its debt, from under other nodes'
-                    // leases. It drains here instead.
-                    if units > 0 && matches!(slice.hold, Hold::Until { .. }) {
-                        returns.push((id.clone(), a.limit.clone(), slice, units));
-                    } else {
-                        shared.count_expired(units);
+                if let Some(limit) = &a.limit {
+                    for slice in a.slices.drain(..) {
+                        returns.add(shared, id, limit, slice, now);
                     }
                 }
                 false
             });
         }
         let mut returned = 0;
-        for (id, limit, slice, units) in returns {
-            let Some(limit) = limit else { continue };
+        for (id, limit, slice, units) in returns.0 {
             let key = &id[limit.name().len() + 1..];
             // Only where the store can promise to take them back while they
             // are still safe (else they expire as if spent).
@@ -261,15 +278,39 @@ impl<S: Store + 'static> Leased<S> {
             };
             if back {
                 returned += units;
+                Counters::add(&shared.counters.of(limit.name()).units_returned, units);
             } else {
-                shared.count_expired(units);
+                shared.count_expired(&limit, units);
             }
         }
-        shared
-            .counters
-            .units_returned
-            .fetch_add(returned, Ordering::Relaxed);
         returned
+    }
+}
+
+/// The units a give-back found, to return to the store.
+#[derive(Default)]
+struct Returns(Vec<(Box<[u8]>, Limit, Slice, u64)>);
+
+impl Returns {
+    /// Notes the units of `slice` (of `limit`'s key `id`) still usable at
+    /// `now` to go back, if they can; counts them expired if not.
+    fn add<S>(
+        &mut self,
+        shared: &Shared<S>,
+        id: &[u8],
+        limit: &Limit,
+        slice: Slice,
+        now: Timestamp,
+    ) {
+        let units = slice.usable(now);
+        // A draining hold cannot go back: the store would count it off the
+        // top of its debt, from under other nodes' leases. It drains here
+        // instead.
+        if units > 0 && matches!(slice.hold, Hold::Until { .. }) {
+            self.0.push((id.into(), limit.clone(), slice, units));
+        } else {
+            shared.count_expired(limit, units);
+        }
     }
 }
 
@@ -279,20 +320,19 @@ impl<S> Leased<S> {
         &self.shared.store
     }
 
-    /// What it did so far.
+    /// What it did so far, over every limit.
     pub fn stats(&self) -> LeaseStats {
-        let c = &self.shared.counters;
-        let read = |n: &AtomicU64| n.load(Ordering::Relaxed);
-        LeaseStats {
-            decided_here: read(&c.decided_here),
-            store_calls: read(&c.store_calls),
-            leases: read(&c.leases),
-            units_leased: read(&c.units_leased),
-            units_returned: read(&c.units_returned),
-            units_expired: read(&c.units_expired),
-            refunds_dropped: read(&c.refunds_dropped),
-            refunded_at_store: read(&c.refunded_at_store),
-        }
+        self.shared.counters.total()
+    }
+
+    /// What it did so far for each limit, by name (sorted).
+    pub fn stats_by_limit(&self) -> Vec<(String, LeaseStats)> {
+        self.shared.counters.each()
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &LeaseSettings {
+        &self.shared.settings
     }
 
     /// Units held now, over every key (what the store counts as used and
@@ -308,11 +348,32 @@ impl<S> Leased<S> {
 }
 
 impl<S> Shared<S> {
-    fn count_expired(&self, units: u64) {
+    /// Counts `units` of `limit` as expired: counted as used in the store,
+    /// and never spent.
+    fn count_expired(&self, limit: &Limit, units: u64) {
         if units > 0 {
-            self.counters
-                .units_expired
-                .fetch_add(units, Ordering::Relaxed);
+            Counters::add(&self.counters.of(limit.name()).units_expired, units);
+        }
+    }
+
+    /// Keeps `slices`, held for `id` under `limit`'s numbers, to give back
+    /// at the next sweep.
+    fn retire(&self, id: &[u8], limit: Limit, slices: Vec<Slice>) {
+        if slices.is_empty() {
+            return;
+        }
+        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        retired.push(Retired {
+            id: id.into(),
+            limit,
+            slices,
+        });
+    }
+
+    /// Notes whether the store just answered (`ok`) or failed.
+    fn store_answered(&self, ok: bool) {
+        if !self.settings.spend_while_down && self.failing.load(Ordering::Relaxed) == ok {
+            self.failing.store(!ok, Ordering::Relaxed);
         }
     }
 }
@@ -336,10 +397,11 @@ impl<S: Store + 'static> Shared<S> {
         };
         if a.limit.as_ref().map(Limit::policy) != Some(limit.policy()) {
             // New, or its numbers changed (a reload): what it held was
-            // counted under the old ones, and is given up.
-            let expired = a.slices.drain(..).map(|s| s.units - s.spent).sum();
-            self.count_expired(expired);
-            a.limit = Some(limit.clone());
+            // counted under the old ones, and goes back at the next sweep.
+            if let Some(old) = a.limit.replace(limit.clone()) {
+                self.retire(id, old, a.slices.drain(..).collect());
+            }
+            a.counters = Some(self.counters.of(limit.name()));
             a.view = None;
         }
         if may_wait {
@@ -347,7 +409,10 @@ impl<S: Store + 'static> Shared<S> {
             a.demand.record(now, cost.max(1));
         }
         let expired = a.forget_ended(now);
-        self.count_expired(expired);
+        self.count_expired(limit, expired);
+        if !settings.spend_while_down && self.failing.load(Ordering::Relaxed) {
+            return Err(Ask::Check);
+        }
         if cost == 0 && a.usable(now) > 0 {
             if let Some(decision) = a.local_decision(now) {
                 return Ok(decision);
@@ -355,7 +420,9 @@ impl<S: Store + 'static> Shared<S> {
         }
         if cost > 0 && a.spend(now, cost) {
             if let Some(decision) = a.local_decision(now) {
-                self.counters.decided_here.fetch_add(1, Ordering::Relaxed);
+                if let Some(counters) = &a.counters {
+                    Counters::add(&counters.decided_here, 1);
+                }
                 self.maybe_prefetch(a, limit, key, id, now);
                 return Ok(decision);
             }
@@ -435,8 +502,12 @@ impl<S: Store + 'static> Shared<S> {
         spawn(Box::pin(async move {
             let asked_at = shared.clock.now();
             let fetching = Fetching::new(&shared, &id);
-            shared.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-            if let Ok(taken) = shared.store.take(&limit, &key, 1, want).await {
+            let counters = shared.counters.of(limit.name());
+            Counters::add(&counters.store_calls, 1);
+            Counters::add(&counters.prefetches, 1);
+            let taken = shared.store.take(&limit, &key, 1, want).await;
+            shared.store_answered(taken.is_ok());
+            if let Ok(taken) = taken {
                 fetching.done(&limit, asked_at, taken, 0);
             }
         }));
@@ -453,11 +524,13 @@ impl<S: Store + 'static> Shared<S> {
         ask: Ask,
         asked_at: Timestamp,
     ) -> Result<Outcome, StoreError> {
-        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+        Counters::add(&self.counters.of(limit.name()).store_calls, 1);
         match ask {
             // (A request that waited asks at most once more.)
             Ask::Check | Ask::Wait(_) => {
-                let outcome = self.store.check(limit, key, cost).await?;
+                let outcome = self.store.check(limit, key, cost).await;
+                self.store_answered(outcome.is_ok());
+                let outcome = outcome?;
                 if let Some(decision) = outcome.decision() {
                     let mut shard = self.table.lock(id);
                     if let Some(a) = shard.get_mut(id) {
@@ -477,7 +550,7 @@ impl<S: Store + 'static> Shared<S> {
                                     units: cost,
                                     spent: cost,
                                 });
-                                self.count_expired(a.take_dropped());
+                                self.count_expired(limit, a.take_dropped());
                             }
                         }
                     }
@@ -486,7 +559,9 @@ impl<S: Store + 'static> Shared<S> {
             }
             Ask::Take(want) => {
                 let fetching = Fetching::new(self, id);
-                let taken = self.store.take(limit, key, cost, want).await?;
+                let taken = self.store.take(limit, key, cost, want).await;
+                self.store_answered(taken.is_ok());
+                let taken = taken?;
                 let outcome = taken.outcome;
                 let here = fetching.done(limit, asked_at, taken, cost);
                 Ok(match (outcome, here) {
@@ -531,36 +606,35 @@ impl<'a, S: Store + 'static> Fetching<'a, S> {
         let decision = taken.outcome.decision().copied();
         let Some(a) = shard.get_mut(self.id) else {
             // The key was forgotten meanwhile: nobody holds the units.
-            shared.count_expired(taken.units.saturating_sub(spent));
+            shared.count_expired(limit, taken.units.saturating_sub(spent));
             return None;
         };
         a.end_fetching();
         let decision = decision?;
         if taken.units > 0 {
-            shared.counters.leases.fetch_add(1, Ordering::Relaxed);
-            shared
-                .counters
-                .units_leased
-                .fetch_add(taken.units - spent.min(taken.units), Ordering::Relaxed);
+            let counters = shared.counters.of(limit.name());
+            Counters::add(&counters.leases, 1);
+            Counters::add(&counters.units_leased, taken.units - spent.min(taken.units));
         }
-        let same_limit = a.limit.as_ref() == Some(limit);
-        if !same_limit {
-            shared.count_expired(taken.units.saturating_sub(spent));
+        let hold = Hold::after(limit.policy(), &decision).capped(shared.settings.lifetime);
+        let slice = Slice {
+            asked_at,
+            store_at: taken.at,
+            hold,
+            units: taken.units,
+            spent: spent.min(taken.units),
+        };
+        if a.limit.as_ref() != Some(limit) {
+            // Its numbers changed while the take was on its way.
+            shared.retire(self.id, limit.clone(), vec![slice]);
             return None;
         }
         a.view = Some(StoreView {
             at: asked_at,
             decision,
         });
-        let hold = Hold::after(limit.policy(), &decision).capped(shared.settings.lifetime);
-        a.add(Slice {
-            asked_at,
-            store_at: taken.at,
-            hold,
-            units: taken.units,
-            spent: spent.min(taken.units),
-        });
-        shared.count_expired(a.take_dropped());
+        a.add(slice);
+        shared.count_expired(limit, a.take_dropped());
         let now = shared.clock.now();
         a.local_decision(now)
     }
@@ -633,10 +707,8 @@ impl<S: Store + 'static> Store for Leased<S> {
                         // them back. Given back there again, they would
                         // shorten the debt other nodes' leases drain from.
                         Policy::TokenBucket(_) | Policy::Gcra(_) => {
-                            shared
-                                .counters
-                                .refunds_dropped
-                                .fetch_add(left, Ordering::Relaxed);
+                            let counters = shared.counters.of(limit.name());
+                            Counters::add(&counters.refunds_dropped, left);
                             0
                         }
                         // A window's count: the store takes refunds at
@@ -649,10 +721,8 @@ impl<S: Store + 'static> Store for Leased<S> {
         };
         if left > 0 {
             shared.store.refund(limit, key, left).await?;
-            shared
-                .counters
-                .refunded_at_store
-                .fetch_add(left, Ordering::Relaxed);
+            let counters = shared.counters.of(limit.name());
+            Counters::add(&counters.refunded_at_store, left);
         }
         Ok(())
     }

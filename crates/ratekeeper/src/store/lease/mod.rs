@@ -80,10 +80,12 @@ mod allotment;
 mod demand;
 mod hold;
 mod leased;
+mod stats;
 mod table;
 
 pub use hold::Hold;
-pub use leased::{Background, LeaseSettings, LeaseStats, Leased, LeasedBuilder, Spawner};
+pub use leased::{Background, LeaseSettings, Leased, LeasedBuilder, Spawner};
+pub use stats::LeaseStats;
 
 #[cfg(test)]
 mod tests;

@@ -72,6 +72,7 @@ fn settings() -> LeaseSettings {
         lifetime: Duration::from_secs(2),
         max_keys: 64,
         idle: Duration::from_millis(500),
+        ..LeaseSettings::default()
     }
 }
 
@@ -354,14 +355,33 @@ fn units_given_back_are_there_for_the_next_node() {
 struct Gated {
     store: MemoryStore<ManualClock>,
     open: std::sync::atomic::AtomicBool,
+    /// Calls fail while this is set.
+    failing: std::sync::atomic::AtomicBool,
     opened: event_listener::Event,
     calls: std::sync::atomic::AtomicU64,
 }
 
 impl Gated {
-    async fn pass(&self) {
+    fn new(clock: &ManualClock) -> std::sync::Arc<Gated> {
+        std::sync::Arc::new(Gated {
+            store: MemoryStore::builder()
+                .clock(clock.clone())
+                .background_sweep(false)
+                .build()
+                .unwrap(),
+            open: true.into(),
+            failing: false.into(),
+            opened: event_listener::Event::new(),
+            calls: 0.into(),
+        })
+    }
+
+    async fn pass(&self) -> Result<(), crate::store::StoreError> {
         use std::sync::atomic::Ordering;
         self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(crate::store::StoreError::Timeout(Duration::from_millis(1)));
+        }
         while !self.open.load(Ordering::SeqCst) {
             let listener = self.opened.listen();
             if self.open.load(Ordering::SeqCst) {
@@ -369,6 +389,7 @@ impl Gated {
             }
             listener.await;
         }
+        Ok(())
     }
 }
 
@@ -379,7 +400,7 @@ impl Store for std::sync::Arc<Gated> {
         key: &[u8],
         cost: u64,
     ) -> Result<crate::Outcome, crate::store::StoreError> {
-        self.pass().await;
+        self.pass().await?;
         self.store.check(limit, key, cost).await
     }
 
@@ -408,16 +429,7 @@ fn requests_arriving_while_a_take_is_on_its_way_wait_for_it_instead_of_asking_th
     use std::task::{Context, Waker};
 
     let clock = ManualClock::new(Timestamp::from_secs(1));
-    let gated = std::sync::Arc::new(Gated {
-        store: MemoryStore::builder()
-            .clock(clock.clone())
-            .background_sweep(false)
-            .build()
-            .unwrap(),
-        open: true.into(),
-        opened: event_listener::Event::new(),
-        calls: 0.into(),
-    });
+    let gated = Gated::new(&clock);
     let node = Leased::builder(gated.clone())
         .clock(clock.clone())
         .settings(settings())
@@ -463,4 +475,122 @@ fn requests_arriving_while_a_take_is_on_its_way_wait_for_it_instead_of_asking_th
         .unwrap()
         .remaining();
     assert_eq!(left + node.held() + 4, 1_000);
+}
+
+/// A node that took a chunk of `limit`'s key `k` by 200 requests.
+fn busy_node(
+    clock: &ManualClock,
+    store: MemoryStore<ManualClock>,
+    limits: &[&Limit],
+) -> Leased<MemoryStore<ManualClock>> {
+    let node = Leased::builder(store)
+        .clock(clock.clone())
+        .settings(settings())
+        .build();
+    block_on(async {
+        for limit in limits {
+            for _ in 0..200 {
+                assert!(node.check(limit, b"k", 1).await.unwrap().is_allowed());
+            }
+        }
+    });
+    node
+}
+
+fn window(name: &str, quota: u64) -> Limit {
+    Limit::new(
+        name,
+        crate::FixedWindow::new(quota, Duration::from_secs(60)).unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn each_limit_is_counted_on_its_own_and_a_limit_is_given_back_alone() {
+    let (clock, store) = manual_store();
+    let (one, two) = (window("one", 1_000), window("two", 1_000));
+    let node = busy_node(&clock, store.clone(), &[&one, &two]);
+    let by_limit = node.stats_by_limit();
+    let names: Vec<&str> = by_limit.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["one", "two"]);
+    let mut total = super::LeaseStats::default();
+    for (_, stats) in &by_limit {
+        assert_eq!(stats.decisions(), 200, "{stats:?}");
+        assert!(stats.leases > 0 && stats.decided_here > 100, "{stats:?}");
+        assert_eq!(
+            stats.calls_saved(),
+            stats.decided_here - stats.prefetches,
+            "{stats:?}"
+        );
+        total += *stats;
+    }
+    assert_eq!(total, node.stats());
+
+    let held = node.held();
+    let left = |limit| block_on(store.peek(limit, b"k")).unwrap().remaining();
+    let one_held = 1_000 - 200 - left(&one);
+    assert!(one_held > 0 && one_held < held);
+    assert_eq!(block_on(node.give_back_limit("one")), one_held);
+    assert_eq!(left(&one), 800);
+    assert_eq!(node.held(), held - one_held);
+    assert_eq!(node.stats_by_limit()[0].1.units_returned, one_held);
+    assert_eq!(node.stats_by_limit()[1].1.units_returned, 0);
+}
+
+#[test]
+fn units_held_under_numbers_that_changed_go_back_at_the_next_sweep() {
+    let (clock, store) = manual_store();
+    let before = window("renumbered", 1_000);
+    let node = busy_node(&clock, store.clone(), &[&before]);
+    let held = node.held();
+    assert!(held > 0);
+    // The same limit with other numbers (a reload): the units held were
+    // counted under the old ones; none is spent under the new.
+    let after = window("renumbered", 2_000);
+    block_on(async {
+        assert!(node.check(&after, b"k", 1).await.unwrap().is_allowed());
+        // (The key is busy: that request took a chunk under the new numbers.)
+        let held_now = node.held();
+        assert_eq!(node.sweep().await, held);
+        // What the store counts is what was spent, 200 and the one since,
+        // and what is held under the new numbers.
+        let left = store.peek(&after, b"k").await.unwrap().remaining();
+        assert_eq!(left, 2_000 - 201 - held_now);
+    });
+    assert_eq!(node.stats().units_returned, held);
+    assert_eq!(node.stats().units_expired, 0);
+}
+
+#[test]
+fn units_held_are_spent_while_the_store_fails_unless_told_otherwise() {
+    use std::sync::atomic::Ordering;
+    for spend_while_down in [true, false] {
+        let clock = ManualClock::new(Timestamp::from_secs(1));
+        let gated = Gated::new(&clock);
+        let node = Leased::builder(gated.clone())
+            .clock(clock.clone())
+            .settings(LeaseSettings {
+                spend_while_down,
+                ..settings()
+            })
+            .build();
+        let limit = window("down", 1_000);
+        block_on(async {
+            for _ in 0..50 {
+                assert!(node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+            }
+            assert!(node.held() > 1);
+            gated.failing.store(true, Ordering::SeqCst);
+            // A key of nothing held goes to the store, which fails.
+            assert!(node.check(&limit, b"cold", 1).await.is_err());
+            let answer = node.check(&limit, b"k", 1).await;
+            assert_eq!(answer.is_ok(), spend_while_down, "{answer:?}");
+            // The store answers again: so do the units held.
+            gated.failing.store(false, Ordering::SeqCst);
+            assert!(node.check(&limit, b"cold", 1).await.is_ok());
+            let calls = gated.calls.load(Ordering::SeqCst);
+            assert!(node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+            assert_eq!(gated.calls.load(Ordering::SeqCst), calls);
+        });
+    }
 }
