@@ -45,9 +45,11 @@
 //! | `ratekeeper_redis_batches_total` | counter | | scripts that decided calls that had waited |
 //! | `ratekeeper_redis_batched_calls_total` | counter | | calls those scripts decided (divided by the batches: calls per script) |
 //! | `ratekeeper_redis_abandoned_calls_total` | counter | | calls that waited and whose caller gave up (its timeout) before they were sent |
-//! | `ratekeeper_lease_decisions_total` | counter | `where` (`here`, `store`) | with `store.lease`: decisions made from units this process held, and calls to the store (checks, takes, prefetches) |
-//! | `ratekeeper_lease_takes_total` | counter | | takes of more than a request's cost (leases) |
-//! | `ratekeeper_lease_units_total` | counter | `outcome` (`leased`, `returned`, `expired`) | units leased beyond the requests that asked, given back unspent, and that stopped being safe before they were spent (leasing's under-admission) |
+//! | `ratekeeper_lease_decisions_total` | counter | `limit`, `where` (`here`, `store`) | with `store.lease`: decisions made from units this process held, and by a call to the store |
+//! | `ratekeeper_lease_store_calls_total` | counter | `limit` | calls to the store with leasing on (checks, takes, prefetches): per decision, the store calls leasing leaves |
+//! | `ratekeeper_lease_store_calls_saved_total` | counter | `limit` | decisions made here less the prefetches made for them: the calls leasing saved |
+//! | `ratekeeper_lease_takes_total` | counter | `limit` | takes of more than a request's cost (leases) |
+//! | `ratekeeper_lease_units_total` | counter | `limit`, `outcome` (`leased`, `returned`, `expired`) | units leased beyond the requests that asked, given back unspent, and that stopped being safe before they were spent (leasing's under-admission) |
 //!
 //! The per-limit counters are read from the core's stats at scrape time,
 //! so the decision path counts each decision once. A limit's counters
@@ -69,7 +71,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::stats::StoreHealth;
+use super::stats::{LeaseCounts, StoreHealth};
 use crate::access::Door;
 use crate::engine::LatencyHistogram;
 use crate::engine::{DecisionDoor, Engine};
@@ -112,6 +114,8 @@ struct Scrape {
     shadow_mode: bool,
     /// Requests no limit applied to: door, domain label, count.
     unmatched: Vec<(DecisionDoor, String, u64)>,
+    /// What leasing did, per limit (empty when it has never been on).
+    leasing: Vec<(String, LeaseCounts)>,
 }
 
 /// What `/metrics` says of store failures: the store's state, readiness,
@@ -205,6 +209,13 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         failover,
         shadow_mode: engine.shadow_mode(),
         unmatched: engine.unmatched().counts(),
+        leasing: engine
+            .store()
+            .lease_stats_by_limit()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, stats)| (name, LeaseCounts::from(stats)))
+            .collect(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -558,31 +569,51 @@ impl Collector for Scrape {
                 counter(&mut encoder, name, help, [(no_labels, value)])?;
             }
         }
-        if let Some(leasing) = self.store.leasing {
+        if !self.leasing.is_empty() {
+            let each = || self.leasing.iter().map(|(name, c)| (name.as_str(), c));
             counter(
                 &mut encoder,
                 "ratekeeper_lease_decisions",
-                "Decisions made from units this process leased, and calls to the store.",
-                [
-                    ([("where", "here")], leasing.decided_here),
-                    ([("where", "store")], leasing.store_calls),
-                ],
+                "Decisions made from units this process leased, and by a call to the store.",
+                each().flat_map(|(name, c)| {
+                    [
+                        ([("limit", name), ("where", "here")], c.decided_here),
+                        (
+                            [("limit", name), ("where", "store")],
+                            c.decisions - c.decided_here,
+                        ),
+                    ]
+                }),
+            )?;
+            counter(
+                &mut encoder,
+                "ratekeeper_lease_store_calls",
+                "Calls to the store with leasing on: checks, takes and prefetches.",
+                each().map(|(name, c)| ([("limit", name)], c.store_calls)),
+            )?;
+            counter(
+                &mut encoder,
+                "ratekeeper_lease_store_calls_saved",
+                "Store calls leasing saved: decisions made here less the prefetches made for them.",
+                each().map(|(name, c)| ([("limit", name)], c.calls_saved)),
             )?;
             counter(
                 &mut encoder,
                 "ratekeeper_lease_takes",
                 "Takes of more than a request's cost from the store (leases).",
-                [(no_labels, leasing.leases)],
+                each().map(|(name, c)| ([("limit", name)], c.leases)),
             )?;
             counter(
                 &mut encoder,
                 "ratekeeper_lease_units",
                 "Units leased beyond the requests that asked, given back unspent, and expired unspent.",
-                [
-                    ([("outcome", "leased")], leasing.units_leased),
-                    ([("outcome", "returned")], leasing.units_returned),
-                    ([("outcome", "expired")], leasing.units_expired),
-                ],
+                each().flat_map(|(name, c)| {
+                    [
+                        ([("limit", name), ("outcome", "leased")], c.units_leased),
+                        ([("limit", name), ("outcome", "returned")], c.units_returned),
+                        ([("limit", name), ("outcome", "expired")], c.units_expired),
+                    ]
+                }),
             )?;
         }
         Ok(())

@@ -204,10 +204,17 @@ pub struct StoreHealth {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct LeaseCounts {
+    /// Decisions made: here, or by a call to the store.
+    pub decisions: u64,
     /// Decisions made from units this process held, without the store.
     pub decided_here: u64,
     /// Calls to the store (plain checks, takes and prefetches).
     pub store_calls: u64,
+    /// Of those, the calls made in the background ahead of the requests.
+    pub prefetches: u64,
+    /// Store calls saved: the decisions made here less the prefetches
+    /// made for them (each decision would have been one call).
+    pub calls_saved: u64,
     /// Takes of more than a request's cost.
     pub leases: u64,
     /// Units those takes held beyond the requests that asked.
@@ -222,8 +229,11 @@ pub struct LeaseCounts {
 impl From<LeaseStats> for LeaseCounts {
     fn from(stats: LeaseStats) -> Self {
         LeaseCounts {
+            decisions: stats.decisions(),
             decided_here: stats.decided_here,
             store_calls: stats.store_calls,
+            prefetches: stats.prefetches,
+            calls_saved: stats.calls_saved(),
             leases: stats.leases,
             units_leased: stats.units_leased,
             units_returned: stats.units_returned,
@@ -301,6 +311,9 @@ pub struct LimitReport {
     /// `store.max_keys`; `None` on the other stores. Not the same as
     /// `keys_tracked`, the keys the statistics keep denials of.
     pub keys_in_memory: Option<usize>,
+    /// What leasing did for this limit (`store.lease`); `None` when it
+    /// has never been on, or leased nothing for it.
+    pub leasing: Option<LeaseCounts>,
     /// Totals, windows, the last hour and the keys denied most (at most
     /// [`MAX_KEYS_SHOWN`]).
     #[serde(flatten)]
@@ -341,6 +354,13 @@ impl ServiceStats {
         let now = engine.wall_now();
         let metrics = engine.decision_metrics();
         let configured = engine.limits();
+        let leasing = engine.store().lease_stats_by_limit().unwrap_or_default();
+        let leased = |name: &str| {
+            leasing
+                .binary_search_by(|(n, _)| n.as_str().cmp(name))
+                .ok()
+                .map(|i| LeaseCounts::from(leasing[i].1))
+        };
         let limits = configured
             .every()
             .take(MAX_LIMITS_SHOWN)
@@ -355,6 +375,7 @@ impl ServiceStats {
                     config: LimitDescription::new(limit.config()),
                     near_limit: metrics.near_limit(limit.name()),
                     keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
+                    leasing: leased(limit.name()),
                     stats,
                 }
             })

@@ -94,10 +94,15 @@ impl Config {
             let _ = writeln!(
                 out,
                 "leasing: busy keys take chunks of up to {} units lasting {}ms at their rate here, held at most {}ms; \
-                 decided in this process until spent, exact across processes (docs/leasing.md)",
+                 decided in this process until spent, exact across processes; {} (docs/leasing.md)",
                 lease.max_chunk,
                 lease.chunk_for.as_millis(),
-                lease.lifetime.as_millis()
+                lease.lifetime.as_millis(),
+                if lease.spend_while_down {
+                    "units held are spent while the store fails"
+                } else {
+                    "while the store fails, units held are not spent"
+                }
             );
         }
         let addr = |a: &Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());

@@ -47,6 +47,7 @@ pub(crate) struct FileStore {
     pub(crate) lease_max_chunk: Option<Spanned<u64>>,
     pub(crate) lease_chunk_ms: Option<Spanned<u64>>,
     pub(crate) lease_lifetime_ms: Option<Spanned<u64>>,
+    pub(crate) lease_spend_while_down: Option<Spanned<bool>>,
     pub(crate) tls: Option<Spanned<FileStoreTls>>,
 }
 

@@ -128,7 +128,9 @@
 //! ([`ratekeeper::store::lease`]), `lease_max_chunk` (default 10,000, at
 //! most 10^9) units at most, lasting about `lease_chunk_ms` (default 100)
 //! at the key's rate, held at most `lease_lifetime_ms` (default 1,000; both
-//! at most an hour).
+//! at most an hour), and spent while the store fails unless
+//! `lease_spend_while_down = false`. Unlike the rest of `[store]`, these
+//! reload without a restart.
 //!
 //! `rediss://` URLs connect over TLS (rustls), verifying the server with
 //! the system's roots. A `[store.tls]` table ([`StoreTls`]) changes that:

@@ -1,84 +1,142 @@
-//! A shared store, leased from or asked directly (`[store] lease`).
+//! A shared store, leased from or asked directly (`[store] lease`), which
+//! a reload can switch.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwapOption;
 use ratekeeper::store::lease::{LeaseSettings, LeaseStats, Leased};
 use ratekeeper::store::{Check, Limit, MultiOutcome, StoreError};
 use ratekeeper::{Decision, Outcome, Store};
 
 /// A shared store, with or without [`Leased`] in front of it.
-pub enum Leasable<S> {
-    /// Every decision a round trip.
-    Direct(S),
-    /// Units taken in chunks and decided in this process.
-    Leased(Leased<S>),
+pub struct Leasable<S> {
+    store: Arc<S>,
+    leased: ArcSwapOption<Leased<Arc<S>>>,
+    /// What the leasing stores that a reload replaced did, by limit.
+    earlier: Mutex<BTreeMap<String, LeaseStats>>,
 }
 
 impl<S: Store + 'static> Leasable<S> {
     /// `store`, leased with `settings` when they are given. Chunks of busy
     /// keys are prefetched on the tokio runtime the decisions run on.
     pub fn new(store: S, settings: Option<LeaseSettings>) -> Self {
-        match settings {
-            None => Leasable::Direct(store),
-            Some(settings) => Leasable::Leased(
-                Leased::builder(store)
-                    .settings(settings)
-                    .spawn_with(|task| {
-                        tokio::spawn(task);
-                    })
-                    .build(),
-            ),
+        let store = Arc::new(store);
+        let leased = settings.map(|settings| Arc::new(lease(&store, settings)));
+        Leasable {
+            store,
+            leased: ArcSwapOption::new(leased),
+            earlier: Mutex::new(BTreeMap::new()),
         }
     }
 
     /// The store itself, behind the leases.
     pub fn store(&self) -> &S {
-        match self {
-            Leasable::Direct(store) => store,
-            Leasable::Leased(leased) => leased.store(),
-        }
+        &self.store
     }
 
     /// The leasing store, when leasing is on.
-    pub fn leased(&self) -> Option<&Leased<S>> {
-        match self {
-            Leasable::Direct(_) => None,
-            Leasable::Leased(leased) => Some(leased),
-        }
+    pub fn leased(&self) -> Option<Arc<Leased<Arc<S>>>> {
+        self.leased.load_full()
     }
 
-    /// What leasing did so far; `None` when it is off.
-    pub fn lease_stats(&self) -> Option<LeaseStats> {
-        self.leased().map(Leased::stats)
+    /// The settings leasing runs on; `None` when it is off.
+    pub fn settings(&self) -> Option<LeaseSettings> {
+        self.leased.load().as_ref().map(|l| l.settings().clone())
     }
+
+    /// Puts `settings` in force (a reload): leasing starts, stops, or takes
+    /// the new settings; a leasing store replaced gives back every unit it
+    /// holds first. Returns the units given back.
+    pub async fn apply(&self, settings: Option<LeaseSettings>) -> u64 {
+        if self.settings() == settings {
+            return 0;
+        }
+        let next = settings.map(|settings| Arc::new(lease(&self.store, settings)));
+        let Some(before) = self.leased.swap(next) else {
+            return 0;
+        };
+        let returned = before.give_back_all().await;
+        let mut earlier = self.earlier.lock().unwrap_or_else(PoisonError::into_inner);
+        for (name, stats) in before.stats_by_limit() {
+            *earlier.entry(name).or_default() += stats;
+        }
+        returned
+    }
+
+    /// What leasing did so far, for each limit, by name; `None` when it
+    /// has never been on.
+    pub fn stats_by_limit(&self) -> Option<Vec<(String, LeaseStats)>> {
+        let leased = self.leased.load();
+        let mut all = self
+            .earlier
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if leased.is_none() && all.is_empty() {
+            return None;
+        }
+        if let Some(leased) = leased.as_ref() {
+            for (name, stats) in leased.stats_by_limit() {
+                *all.entry(name).or_default() += stats;
+            }
+        }
+        Some(all.into_iter().collect())
+    }
+
+    /// What leasing did so far, over every limit; `None` when it has
+    /// never been on.
+    pub fn lease_stats(&self) -> Option<LeaseStats> {
+        self.stats_by_limit().map(|each| {
+            each.into_iter()
+                .fold(LeaseStats::default(), |mut total, (_, stats)| {
+                    total += stats;
+                    total
+                })
+        })
+    }
+}
+
+/// `store` leased with `settings`, prefetching on the tokio runtime.
+fn lease<S: Store + 'static>(store: &Arc<S>, settings: LeaseSettings) -> Leased<Arc<S>> {
+    Leased::builder(Arc::clone(store))
+        .settings(settings)
+        .spawn_with(|task| {
+            tokio::spawn(task);
+        })
+        .build()
 }
 
 impl<S: Store + 'static> Store for Leasable<S> {
     async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
-        match self {
-            Leasable::Direct(store) => store.check(limit, key, cost).await,
-            Leasable::Leased(leased) => leased.check(limit, key, cost).await,
+        // (A guard held while the store is asked: a replaced leasing store
+        // lives until its requests are answered.)
+        match self.leased.load().as_ref() {
+            None => self.store.check(limit, key, cost).await,
+            Some(leased) => leased.check(limit, key, cost).await,
         }
     }
 
     async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
-        match self {
-            Leasable::Direct(store) => store.peek(limit, key).await,
-            Leasable::Leased(leased) => leased.peek(limit, key).await,
+        match self.leased.load().as_ref() {
+            None => self.store.peek(limit, key).await,
+            Some(leased) => leased.peek(limit, key).await,
         }
     }
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
-        match self {
-            Leasable::Direct(store) => store.refund(limit, key, units).await,
-            Leasable::Leased(leased) => leased.refund(limit, key, units).await,
+        match self.leased.load().as_ref() {
+            None => self.store.refund(limit, key, units).await,
+            Some(leased) => leased.refund(limit, key, units).await,
         }
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
-        match self {
-            Leasable::Direct(store) => store.check_all(checks).await,
+        match self.leased.load().as_ref() {
+            None => self.store.check_all(checks).await,
             // Each limit from what this process holds, all or nothing by
             // the crate's one algorithm (refunds go back to the holdings).
-            Leasable::Leased(leased) => leased.check_all(checks).await,
+            Some(leased) => leased.check_all(checks).await,
         }
     }
 }

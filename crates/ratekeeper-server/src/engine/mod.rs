@@ -232,8 +232,9 @@ impl Engine {
 
     /// Puts `config`'s limits, request caps, `[envoy]` options and access
     /// tokens in force.
-    /// The store cannot change without a restart: `false` says `config`
-    /// names another store, whose section was ignored.
+    /// The store cannot change without a restart, but for its leasing
+    /// settings ([`Engine::settle_leases`] puts those in force): `false`
+    /// says `config` names another store, whose section was ignored.
     pub fn replace_limits(&self, config: &Config) -> bool {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
@@ -247,7 +248,46 @@ impl Engine {
             config.limitador.as_ref(),
             &self.inner.stats,
         )));
-        config.store == self.inner.store_config
+        let mut store = config.store.clone();
+        store.lease.clone_from(&self.inner.store_config.lease);
+        store == self.inner.store_config
+    }
+
+    /// After a reload from `before` to the limits in force now: puts
+    /// `config`'s leasing settings in force (a leasing store replaced
+    /// gives its units back), and gives back the units leased for limits
+    /// whose numbers changed or that went, so that the store counts under
+    /// the new numbers only what was spent. Returns the units given back.
+    pub async fn settle_leases(&self, before: &LimitSet, config: &Config) -> u64 {
+        let store = &self.inner.store;
+        let mut returned = 0;
+        if store.lease_settings() != config.store.lease {
+            returned += store.apply_lease(config.store.lease.clone()).await;
+            tracing::info!(
+                leasing = config.store.lease.is_some(),
+                units_given_back = returned,
+                "the store's leasing settings changed"
+            );
+        }
+        let after = self.limits();
+        let changed = changed_limits(before, &after).into_iter().map(|c| c.name);
+        let gone = before
+            .iter()
+            .filter(|limit| after.get(limit.name()).is_none())
+            .map(|limit| limit.name().to_owned());
+        if store.lease_settings().is_none() {
+            return returned;
+        }
+        for name in changed.chain(gone) {
+            let units = store.give_back_limit(&name).await;
+            tracing::info!(
+                limit = %name,
+                units,
+                "leased units given back: the limit's numbers changed, or it went"
+            );
+            returned += units;
+        }
+        returned
     }
 
     /// The `[store]` the engine was started with (a reload cannot change

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use ratekeeper::{
     store::{
-        lease::LeaseStats, AnsweredBy, Check, FailureMode, FailurePolicy, Immediate, MultiOutcome,
-        Resilient, ResilientStats, StoreError,
+        lease::{LeaseSettings, LeaseStats, Leased},
+        AnsweredBy, Check, FailureMode, FailurePolicy, Immediate, MultiOutcome, Resilient,
+        ResilientStats, StoreError,
     },
     Clock, Decision, Limit, MemoryStore, Outcome, Store,
 };
@@ -20,6 +21,30 @@ use super::connecting::{Connecting, Target};
 use super::leasing::Leasable;
 use super::StartError;
 use crate::config::{Backend, StoreConfig};
+
+/// `$then` with `$leasable` bound to the remote store's [`Leasable`], or
+/// `$memory` for the in-memory store.
+macro_rules! on_leasable {
+    ($store:expr, $leasable:ident => $then:expr, $memory:expr) => {
+        match $store {
+            AnyStore::Memory(_) => $memory,
+            AnyStore::Sqlite(store) => {
+                let $leasable = store.inner();
+                $then
+            }
+            AnyStore::Redis(store) => {
+                let $leasable = store.inner();
+                $then
+            }
+        }
+    };
+}
+
+/// A leasing store of either remote kind.
+enum LeasedAny {
+    Sqlite(Arc<Leased<Arc<SqliteStore>>>),
+    Redis(Arc<Leased<Arc<Connecting>>>),
+}
 
 /// The clock of the in-memory store: the monotonic clock in the service,
 /// a [`ManualClock`](ratekeeper::clock::ManualClock) in tests.
@@ -170,44 +195,65 @@ impl AnyStore {
         }
     }
 
-    /// What leasing did so far; `None` when it is off (and for the
-    /// in-memory store, which has nothing to lease from).
+    /// What leasing did so far; `None` when it has never been on (and for
+    /// the in-memory store, which has nothing to lease from).
     pub fn lease_stats(&self) -> Option<LeaseStats> {
-        match self {
-            AnyStore::Memory(_) => None,
-            AnyStore::Sqlite(store) => store.inner().lease_stats(),
-            AnyStore::Redis(store) => store.inner().lease_stats(),
-        }
+        on_leasable!(self, leasable => leasable.lease_stats(), None)
+    }
+
+    /// What leasing did so far for each limit, by name; `None` as for
+    /// [`AnyStore::lease_stats`].
+    pub fn lease_stats_by_limit(&self) -> Option<Vec<(String, LeaseStats)>> {
+        on_leasable!(self, leasable => leasable.stats_by_limit(), None)
+    }
+
+    /// The settings leasing runs on now; `None` when it is off.
+    pub fn lease_settings(&self) -> Option<LeaseSettings> {
+        on_leasable!(self, leasable => leasable.settings(), None)
+    }
+
+    /// Puts `[store]`'s leasing settings in force (a reload): leasing
+    /// starts, stops or takes the new settings, a replaced leasing store
+    /// giving its units back; returns the units given back.
+    pub async fn apply_lease(&self, settings: Option<LeaseSettings>) -> u64 {
+        on_leasable!(self, leasable => leasable.apply(settings).await, 0)
     }
 
     /// Gives back the units of keys unused for a while (leasing); returns
     /// the units given back. The service runs it every second.
     pub async fn sweep_leases(&self) -> u64 {
-        match self {
-            AnyStore::Memory(_) => 0,
-            AnyStore::Sqlite(store) => match store.inner().leased() {
-                Some(leased) => leased.sweep().await,
-                None => 0,
-            },
-            AnyStore::Redis(store) => match store.inner().leased() {
-                Some(leased) => leased.sweep().await,
-                None => 0,
-            },
+        match self.leased_any() {
+            Some(LeasedAny::Sqlite(leased)) => leased.sweep().await,
+            Some(LeasedAny::Redis(leased)) => leased.sweep().await,
+            None => 0,
         }
     }
 
     /// Gives back every unit leased (at shutdown); returns the units.
     pub async fn give_back_leases(&self) -> u64 {
+        match self.leased_any() {
+            Some(LeasedAny::Sqlite(leased)) => leased.give_back_all().await,
+            Some(LeasedAny::Redis(leased)) => leased.give_back_all().await,
+            None => 0,
+        }
+    }
+
+    /// Gives back every unit leased for the limit named `name` (its
+    /// numbers changed, or it went); returns the units.
+    pub async fn give_back_limit(&self, name: &str) -> u64 {
+        match self.leased_any() {
+            Some(LeasedAny::Sqlite(leased)) => leased.give_back_limit(name).await,
+            Some(LeasedAny::Redis(leased)) => leased.give_back_limit(name).await,
+            None => 0,
+        }
+    }
+
+    /// The leasing store in force, if leasing is on.
+    fn leased_any(&self) -> Option<LeasedAny> {
         match self {
-            AnyStore::Memory(_) => 0,
-            AnyStore::Sqlite(store) => match store.inner().leased() {
-                Some(leased) => leased.give_back_all().await,
-                None => 0,
-            },
-            AnyStore::Redis(store) => match store.inner().leased() {
-                Some(leased) => leased.give_back_all().await,
-                None => 0,
-            },
+            AnyStore::Memory(_) => None,
+            AnyStore::Sqlite(store) => store.inner().leased().map(LeasedAny::Sqlite),
+            AnyStore::Redis(store) => store.inner().leased().map(LeasedAny::Redis),
         }
     }
 

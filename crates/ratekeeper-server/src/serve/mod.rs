@@ -264,7 +264,8 @@ impl Service {
         }
 
         tasks.spawn(reap_stats(engine.clone(), stopped.clone()));
-        if engine.store().lease_stats().is_some() {
+        // (On every remote store: a reload may start leasing.)
+        if engine.store().can_fail() {
             tasks.spawn(keep_leases(engine.clone(), stopped.clone()));
         }
         {

@@ -143,11 +143,21 @@ impl Reloader {
         for warning in config.warnings_when_serving(self.source.serves_proxy) {
             tracing::warn!("{warning}");
         }
+        let limits = config.limits.len();
         let before = self.engine.limits();
         if !self.engine.replace_limits(&config) {
-            tracing::warn!("the [store] section changed; the store only changes on a restart");
+            tracing::warn!(
+                "the [store] section changed; the store only changes on a restart (its lease \
+                 settings excepted)"
+            );
         }
         log_changed_limits(&changed_limits(&before, &self.engine.limits()));
+        // Leased units of changed limits go back at once, in the
+        // background (the next sweep would give them back anyway).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let engine = self.engine.clone();
+            runtime.spawn(async move { engine.settle_leases(&before, &config).await });
+        }
         // The token files and envoyproxy/ratelimit's may be others now:
         // watch those.
         if let Some(seen) = &mut self.seen {
@@ -155,9 +165,7 @@ impl Reloader {
             seen.envoy = envoy_fingerprint(&self.engine);
             seen.limitador = limitador(&self.engine);
         }
-        Ok(Reloaded::Applied {
-            limits: config.limits.len(),
-        })
+        Ok(Reloaded::Applied { limits })
     }
 }
 

@@ -162,13 +162,27 @@ fn leasing_is_off_by_default_and_takes_its_settings_on_the_shared_stores() {
     assert_eq!(defaults.max_chunk, 10_000);
     assert_eq!(defaults.chunk_for, std::time::Duration::from_millis(100));
     assert_eq!(defaults.lifetime, std::time::Duration::from_secs(1));
+    assert!(defaults.spend_while_down);
+    let strict = lease("redis", "lease = true\nlease_spend_while_down = false").expect("on");
+    assert!(!strict.spend_while_down);
     // The defaults spelled out on a memory store are taken; leasing is not.
-    assert_eq!(lease("memory", "lease = false\nlease_chunk_ms = 100"), None);
+    assert_eq!(
+        lease(
+            "memory",
+            "lease = false\nlease_chunk_ms = 100\nlease_spend_while_down = true"
+        ),
+        None
+    );
     for (kind, fields, expected) in [
         (
             "memory",
             "lease = true",
             "r.toml:4:9: store.lease: lease applies only to the sqlite and redis stores (leasing from a shared store), not to a memory store",
+        ),
+        (
+            "memory",
+            "lease_spend_while_down = false",
+            "store.lease_spend_while_down: lease_spend_while_down applies only to the sqlite and redis stores",
         ),
         (
             "redis",
@@ -314,7 +328,7 @@ fn syntax_error() {
 fn unknown_fields() {
     assert_eq!(
         err("[store]\nkind = \"memory\"\nmax_key = 5\n"),
-        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `tls`"
+        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
@@ -693,7 +707,7 @@ fn env_errors_name_the_variable() {
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__KINDS", "redis")]),
-        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `tls`"
+        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__MAX_KEYS", "lots")]),

@@ -5,7 +5,9 @@
 
 use std::time::Instant;
 
-use ratekeeper_test_support::redis::{RedisServer, UNHURRIED};
+use std::time::Duration;
+
+use ratekeeper_test_support::redis::{RedisCluster, RedisServer, UNHURRIED};
 use serde_json::{json, Value};
 
 use crate::common::ServeProcess;
@@ -25,18 +27,26 @@ fn config(url: &str, policy: &str, rate: &str, max_chunk: u64) -> String {
 /// `requests` checks of `shared` through `service`'s JSON API, from
 /// `clients` concurrent clients; the number allowed.
 async fn ask(service: &ServeProcess, clients: usize, requests: usize) -> u64 {
+    ask_all(service, clients, requests, &["shared"]).await
+}
+
+/// `requests` checks of every limit of `limits` at once (all or
+/// nothing) through `service`'s JSON API, from `clients` concurrent
+/// clients; the number allowed.
+async fn ask_all(service: &ServeProcess, clients: usize, requests: usize, limits: &[&str]) -> u64 {
+    let body = json!({ "limits": limits });
     let client = reqwest::Client::new();
     let url = format!("http://{}/v1/check", service.http);
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (client, url) = (client.clone(), url.clone());
+        let (client, url, body) = (client.clone(), url.clone(), body.clone());
         let share = requests / clients + usize::from(c < requests % clients);
         tasks.push(tokio::spawn(async move {
             let mut allowed = 0;
             for _ in 0..share {
                 let answer: Value = client
                     .post(&url)
-                    .json(&json!({"limits": ["shared"]}))
+                    .json(&body)
                     .send()
                     .await
                     .unwrap()
@@ -167,4 +177,175 @@ async fn a_process_killed_while_it_holds_units_takes_at_most_two_chunks() {
         allowed + 2 * max_chunk >= limit,
         "{allowed} allowed of {limit}: the killed process held more than two chunks"
     );
+}
+
+/// What `shared` has left by a read through `service` (cost 0).
+async fn remaining(service: &ServeProcess) -> u64 {
+    remaining_of(service, "shared").await
+}
+
+/// What `limit` has left by a read through `service` (cost 0).
+async fn remaining_of(service: &ServeProcess, limit: &str) -> u64 {
+    let answer: Value = reqwest::Client::new()
+        .post(format!("http://{}/v1/check", service.http))
+        .json(&json!({"limits": [limit], "cost": 0}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["limits"][0]["remaining"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{answer}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_gives_back_what_changed_limits_hold_and_can_turn_leasing_off() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ratekeeper.toml");
+    let write = |toml: String| std::fs::write(&path, toml).unwrap();
+    write(config(&redis.url(), "fixed_window", "2000/day", 10_000));
+    // One process beside it, on a file of its own that keeps the first
+    // numbers: what it reads is the count in the store, the units the
+    // other process holds included.
+    let other_path = dir.path().join("other.toml");
+    std::fs::copy(&path, &other_path).unwrap();
+    let other = ServeProcess::start(&["--config", other_path.to_str().unwrap()], &[]);
+    let service = ServeProcess::start_logged(&["--config", path.to_str().unwrap()], &[]);
+    assert_eq!(ask(&service, 4, 500).await, 500);
+    let stats: Value = reqwest::get(format!("http://{}/v1/stats", service.admin.unwrap()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let shared = &stats["limits"][0]["leasing"];
+    assert!(shared["leases"].as_u64().unwrap() > 0, "{shared}");
+    assert_eq!(shared["decisions"], 500, "{shared}");
+    let saved = shared["calls_saved"].as_u64().unwrap();
+    assert!(saved > 250, "{shared}");
+    let metrics = reqwest::get(format!("http://{}/metrics", service.admin.unwrap()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::common::sample(
+            &metrics,
+            r#"ratekeeper_lease_store_calls_saved_total{limit="shared"}"#
+        ),
+        Some(saved)
+    );
+    // Other processes see what this one holds as used.
+    let held = 2_000 - 500 - remaining(&other).await;
+    assert!(held > 0, "the process holds no units");
+
+    // New numbers: the units held under the old ones go back.
+    write(config(&redis.url(), "fixed_window", "3000/day", 10_000));
+    service.signal("HUP");
+    service.wait_stderr("leased units given back");
+    assert_eq!(remaining(&other).await, 2_000 - 500);
+
+    // Leasing off: what the process took since goes back, and it asks the
+    // store for each decision.
+    assert_eq!(ask(&service, 4, 300).await, 300);
+    write(
+        config(&redis.url(), "fixed_window", "3000/day", 10_000)
+            .replace("lease = true", "lease = false"),
+    );
+    service.signal("HUP");
+    service.wait_stderr("the store's leasing settings changed");
+    assert_eq!(remaining(&other).await, 2_000 - 800);
+    assert_eq!(ask(&service, 2, 100).await, 100);
+    assert_eq!(remaining(&other).await, 2_000 - 900);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_leasing_from_a_redis_cluster_or_one_sqlite_file_admit_the_limit_all_or_nothing(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!(
+        "kind = \"sqlite\"\npath = \"{}\"\n",
+        dir.path().join("counts.db").display()
+    );
+    let cluster = RedisCluster::start();
+    let mut stores = vec![("sqlite", sqlite)];
+    if let Some(cluster) = &cluster {
+        let urls: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+        stores.push((
+            "redis-cluster",
+            format!(
+                "kind = \"redis-cluster\"\nurls = [{}]\ntimeout_ms = {}\n",
+                urls.join(", "),
+                UNHURRIED.as_millis()
+            ),
+        ));
+    }
+    for (name, store) in stores {
+        // Two limits on every request: `shared` refuses past 2,000, and
+        // `wide`, which would allow 5,000, must count only what both
+        // allowed. Leases live an hour: none expires because the machine
+        // is slow.
+        let toml = format!(
+            "[store]\n{store}lease = true\nlease_lifetime_ms = 3600000\n\n\
+             [[limits]]\nname = \"shared\"\nrate = \"2000/day\"\npolicy = \"fixed_window\"\nkey = [\"global\"]\n\n\
+             [[limits]]\nname = \"wide\"\nrate = \"5000/day\"\npolicy = \"fixed_window\"\nkey = [\"global\"]\n"
+        );
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, toml).unwrap();
+        let mut services: Vec<ServeProcess> = (0..4)
+            .map(|_| ServeProcess::start(&["--config", path.to_str().unwrap()], &[]))
+            .collect();
+        let asks = services
+            .iter()
+            .map(|service| ask_all(service, 4, 1_500, &["shared", "wide"]));
+        let allowed: u64 = futures_util::future::join_all(asks).await.into_iter().sum();
+        assert!(
+            allowed <= 2_000 || crossed_midnight(),
+            "{name}: {allowed} allowed of 2,000"
+        );
+        assert!(allowed >= 1_960, "{name}: {allowed} allowed of 2,000");
+        let mut here = 0;
+        for service in &services {
+            here += leasing_stats(service).await["decided_here"]
+                .as_u64()
+                .unwrap();
+        }
+        assert!(here >= 1_000, "{name}: {here} decided in the processes");
+        // Stopped, they give back what they hold: the store counts what
+        // was allowed, in both limits.
+        for service in &mut services {
+            service.signal("TERM");
+            assert!(service.wait_exit(Duration::from_secs(60)).success());
+        }
+        let reader = ServeProcess::start(&["--config", path.to_str().unwrap()], &[]);
+        if !crossed_midnight() {
+            assert_eq!(
+                remaining_of(&reader, "wide").await,
+                5_000 - allowed,
+                "{name}"
+            );
+            assert_eq!(
+                remaining_of(&reader, "shared").await,
+                2_000 - allowed,
+                "{name}"
+            );
+        }
+    }
+}
+
+/// Whether the UTC day may have changed during the test (the day's
+/// windows then started again): up to ten minutes after midnight, or a
+/// minute before.
+fn crossed_midnight() -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    now % 86_400 < 600 || now % 86_400 > 86_400 - 60
 }

@@ -175,6 +175,67 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// A store shared behind an [`Arc`] is the store itself: one value that
+/// several owners (a wrapper that may be replaced, tasks) decide through.
+impl<S: Store> Store for Arc<S> {
+    fn check(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        S::check(self, limit, key, cost)
+    }
+
+    fn peek(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        S::peek(self, limit, key)
+    }
+
+    fn refund(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        S::refund(self, limit, key, units)
+    }
+
+    fn check_all(
+        &self,
+        checks: &[Check<'_>],
+    ) -> impl Future<Output = Result<MultiOutcome, StoreError>> + Send {
+        S::check_all(self, checks)
+    }
+
+    fn take(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        up_to: u64,
+    ) -> impl Future<Output = Result<Taken, StoreError>> + Send {
+        S::take(self, limit, key, cost, up_to)
+    }
+
+    fn refund_before(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        deadline: Timestamp,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        S::refund_before(self, limit, key, units, deadline)
+    }
+
+    fn immediate(&self) -> Option<&dyn Immediate> {
+        S::immediate(self)
+    }
+}
+
 /// A store that decides without waiting: what [`Store::immediate`] gives.
 ///
 /// The fast path of front ends that check on every request: the tower

@@ -68,6 +68,13 @@ impl Checker<'_> {
                     .as_ref()
                     .map(|v| (v.span(), *v.get_ref() == LEASE_LIFETIME_MS)),
             ),
+            (
+                "lease_spend_while_down",
+                store
+                    .lease_spend_while_down
+                    .as_ref()
+                    .map(|v| (v.span(), *v.get_ref())),
+            ),
         ];
         for (field, given) in leasing {
             if let (Some((span, false)), false) = (given, remote) {
@@ -380,6 +387,10 @@ impl Checker<'_> {
         settings.chunk_for = Duration::from_millis(chunk_ms as u64);
         settings.lifetime = Duration::from_millis(lifetime_ms as u64);
         settings.max_keys = max_keys;
+        settings.spend_while_down = store
+            .lease_spend_while_down
+            .as_ref()
+            .is_none_or(|on| *on.get_ref());
         Ok(Some(settings))
     }
 

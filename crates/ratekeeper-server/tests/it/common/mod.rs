@@ -149,6 +149,19 @@ impl ServeProcess {
     /// binary's path and arguments follow (such as `["taskset", "-c",
     /// "0"]`); empty, the binary itself.
     pub fn start_under(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        Self::from_command(Self::command(wrapper, args, env))
+    }
+
+    /// [`ServeProcess::start`], its stderr (the logs) kept for
+    /// [`ServeProcess::wait_stderr`].
+    pub fn start_logged(args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
+        let mut command = Self::command(&[], args, env);
+        command.stderr(std::process::Stdio::piped());
+        Self::from_command(command)
+    }
+
+    /// The command [`ServeProcess::start_under`] runs.
+    fn command(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
         let binary = env!("CARGO_BIN_EXE_ratekeeper");
         let mut command = match wrapper {
             [] => std::process::Command::new(binary),
@@ -171,7 +184,7 @@ impl ServeProcess {
             .env("RATEKEEPER_LISTEN__ADMIN", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped());
-        Self::from_command(command)
+        command
     }
 
     /// Runs `command`, which must start `ratekeeper serve` with its stdout

@@ -44,6 +44,14 @@
 //! leaves its units counted until they would have expired anyway, at
 //! most [`LeaseSettings::lifetime`].
 //!
+//! # New numbers, and a store that fails
+//!
+//! Units held under a limit's old numbers (the same name with another
+//! policy: a reload) are never spent under the new ones; they go back at
+//! the next sweep, or at once with [`Leased::give_back_limit`]. While the
+//! store fails, units already held are spent, as they were counted when
+//! taken ([`LeaseSettings::spend_while_down`] turns that off).
+//!
 //! # Answers
 //!
 //! An answer decided here says what this node sees: the store's remaining

@@ -393,7 +393,7 @@ impl Gated {
     }
 }
 
-impl Store for std::sync::Arc<Gated> {
+impl Store for Gated {
     async fn check(
         &self,
         limit: &Limit,
