@@ -511,6 +511,43 @@ async fn the_dashboard_shows_the_store_down_and_what_the_failure_policy_does() {
     }
 }
 
+/// With leasing, the store's line and each leased limit's card say how
+/// many store calls it saved, as `/v1/stats` counts them.
+#[tokio::test]
+async fn the_dashboard_shows_the_store_calls_leasing_saved() {
+    use ratekeeper_test_support::redis::RedisServer;
+    let Some(chromium) = chromium() else { return };
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let service = TestService::start(&format!(
+        "{LISTEN_ANY}[store]\nkind = \"redis\"\nurl = \"{}\"\nlease = true\nlease_lifetime_ms = 3600000\n\
+         [[limits]]\nname = \"busy\"\nrate = \"1000/day\"\npolicy = \"fixed_window\"\nkey = [\"global\"]\n",
+        redis.url()
+    ))
+    .await;
+    for _ in 0..100 {
+        let (_, _, answer) = service.post("/v1/check", json!({"limits": ["busy"]})).await;
+        assert_eq!(answer["allowed"], true, "{answer}");
+    }
+    let stats = service.get_json(service.admin("/v1/stats")).await;
+    let saved = stats["store"]["leasing"]["calls_saved"].as_u64().unwrap();
+    assert!(saved > 50, "{stats}");
+    assert_eq!(stats["limits"][0]["leasing"]["calls_saved"], saved);
+
+    let dom = dump_dom(chromium, service.admin("/")).await;
+    for field in ["store-calls-saved", "calls-saved"] {
+        assert!(
+            dom.contains(&format!(
+                r#"data-field="{field}" data-value="{saved}">{}</b> store calls saved ("#,
+                thousands(saved)
+            )),
+            "{field}: {dom}"
+        );
+    }
+    service.stop().await;
+}
+
 #[tokio::test]
 async fn the_dashboard_says_when_no_limit_is_configured() {
     let Some(chromium) = chromium() else { return };

@@ -2,12 +2,11 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use common::Http;
+use common::{serve, Http};
 use http::{HeaderName, Method, StatusCode};
 use ratekeeper::{
     store::{FailureMode, FailurePolicy, Resilient, StoreError},
@@ -16,21 +15,6 @@ use ratekeeper::{
 use ratekeeper_tower::client::{private_networks, ClientIp};
 use ratekeeper_tower::headers::HeaderStyle;
 use ratekeeper_tower::{ConfigWarning, Key, RateLimitLayer, ResponseFormat};
-
-/// Serves `app` on a free loopback port, with the socket peer available.
-async fn serve(app: Router) -> Http {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    Http::new(addr)
-}
 
 fn app() -> Router {
     Router::new()

@@ -14,7 +14,6 @@ use crate::common;
 
 use std::convert::Infallible;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::routing::get;
@@ -68,21 +67,6 @@ async fn serve_without_peer(app: Router) -> Http {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Http::new(addr)
-}
-
-/// Serves `app` with the peer provided, as the README does.
-async fn serve_with_peer(app: Router) -> Http {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap()
-    });
     Http::new(addr)
 }
 
@@ -174,7 +158,7 @@ async fn the_readme_layer_served_without_the_peer_believes_no_forwarded_for() {
 async fn the_readme_layer_served_with_the_peer_keys_each_client_behind_the_proxy() {
     let (logs, _guard) = Logs::capture();
     let layer = readme_layer(|builder| builder);
-    let http = serve_with_peer(app().layer(layer.clone())).await;
+    let http = common::serve(app().layer(layer.clone())).await;
     // The loopback peer is one of the proxies the README trusts, so each
     // address it forwards is a client of its own.
     assert_eq!(one_address_each(&http, 150).await, (150, 0));

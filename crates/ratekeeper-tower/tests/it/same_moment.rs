@@ -4,31 +4,16 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use common::{Http, Reply, Waiting};
+use common::{serve, Reply, Waiting};
 use http::StatusCode;
 use ratekeeper::clock::ManualClock;
 use ratekeeper::{Limit, MemoryStore, Store, Timestamp, TokenBucket};
 use ratekeeper_tower::headers::{HeaderStyle, ResetStyle};
 use ratekeeper_tower::{Key, RateLimitLayer};
-
-async fn serve(app: Router) -> Http {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    Http::new(addr)
-}
 
 fn store(clock: &ManualClock) -> MemoryStore<ManualClock> {
     MemoryStore::builder()

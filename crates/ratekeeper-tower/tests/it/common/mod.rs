@@ -96,3 +96,19 @@ impl<C: ratekeeper::Clock + Clone + 'static> ratekeeper::Store for Waiting<C> {
         self.0.refund(limit, key, units).await
     }
 }
+
+/// Serves `app` on a free loopback port, with the socket peer available
+/// (`into_make_service_with_connect_info`, as the README does).
+pub(crate) async fn serve(app: axum::Router) -> Http {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    Http::new(addr)
+}

@@ -495,6 +495,12 @@ impl<S: Store + 'static> Shared<S> {
             return;
         }
         a.start_fetching();
+        // Counted as the decision that asks for it is: whoever reads the
+        // counts after it sees both.
+        if let Some(counters) = &a.counters {
+            Counters::add(&counters.store_calls, 1);
+            Counters::add(&counters.prefetches, 1);
+        }
         let shared = Arc::clone(self);
         let limit = limit.clone();
         let key = key.to_vec();
@@ -502,9 +508,6 @@ impl<S: Store + 'static> Shared<S> {
         spawn(Box::pin(async move {
             let asked_at = shared.clock.now();
             let fetching = Fetching::new(&shared, &id);
-            let counters = shared.counters.of(limit.name());
-            Counters::add(&counters.store_calls, 1);
-            Counters::add(&counters.prefetches, 1);
             let taken = shared.store.take(&limit, &key, 1, want).await;
             shared.store_answered(taken.is_ok());
             if let Ok(taken) = taken {
