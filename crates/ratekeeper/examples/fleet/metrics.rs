@@ -1,0 +1,120 @@
+//! What a run measured: over-admission (by replay through the policy
+//! alone), under-admission, store calls and decision latency.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ratekeeper::policy::Algorithm;
+use ratekeeper::{Policy, Timestamp};
+
+use crate::scenario::{Record, Run, Scenario};
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub(crate) struct Report {
+    /// Requests decided.
+    pub(crate) requests: u64,
+    /// Requests admitted by the fleet.
+    pub(crate) admitted: u64,
+    /// Requests the policy alone admits, fed every request at the moment
+    /// it was asked: a single exact limiter at no distance.
+    pub(crate) ideal: u64,
+    /// Units the fleet admitted that the policy alone, fed the fleet's
+    /// admissions at the moments they were counted, refuses: 0 when the
+    /// fleet never admitted more than the limit.
+    pub(crate) over: u64,
+    /// For the keys whose demand exceeded the limit: what the ideal
+    /// limiter admitted and the fleet did not, as a percentage of what the
+    /// ideal admitted (the limit over the run). `None` when no key's
+    /// demand exceeded its limit.
+    pub(crate) under_pct: Option<f64>,
+    /// Round trips to the store per decision.
+    pub(crate) calls_per_decision: f64,
+    /// Decisions from units held on the node, as a share of all.
+    pub(crate) local_share: f64,
+    /// The median time from asking to the answer.
+    pub(crate) p50: Duration,
+    /// The 99th percentile of it.
+    pub(crate) p99: Duration,
+}
+
+/// The report of `run`, a run of `s`.
+pub(crate) fn report(s: &Scenario, run: &Run) -> Report {
+    let policy = s.policy();
+    let mut by_key: BTreeMap<u32, Vec<Record>> = BTreeMap::new();
+    for r in &run.records {
+        by_key.entry(r.key).or_default().push(*r);
+    }
+    let (mut over, mut ideal, mut admitted) = (0, 0, 0);
+    let (mut short, mut ideal_busy) = (0i64, 0u64);
+    for records in by_key.values() {
+        let admits: Vec<Timestamp> = records
+            .iter()
+            .filter(|r| r.allowed)
+            .map(|r| r.counted)
+            .collect();
+        over += refused(&policy, admits.clone());
+        let key_ideal = admitted_alone(&policy, records.iter().map(|r| r.asked).collect());
+        ideal += key_ideal;
+        admitted += admits.len() as u64;
+        if key_ideal < records.len() as u64 {
+            short += key_ideal as i64 - admits.len() as i64;
+            ideal_busy += key_ideal;
+        }
+    }
+    let requests = run.records.len() as u64;
+    let mut latencies: Vec<Duration> = run
+        .records
+        .iter()
+        .map(|r| r.answered.duration_since(r.asked))
+        .collect();
+    latencies.sort_unstable();
+    Report {
+        requests,
+        admitted,
+        ideal,
+        over,
+        under_pct: (ideal_busy > 0).then(|| 100.0 * short as f64 / ideal_busy as f64),
+        calls_per_decision: run.totals.round_trips as f64 / requests.max(1) as f64,
+        local_share: run.totals.decided_here as f64 / requests.max(1) as f64,
+        p50: percentile(&latencies, 50),
+        p99: percentile(&latencies, 99),
+    }
+}
+
+/// The units, each of cost 1 at its moment in `at`, that `policy` alone
+/// refuses (each left out of its state).
+pub(crate) fn refused(policy: &Policy, at: Vec<Timestamp>) -> u64 {
+    let (allowed, total) = replay(policy, at);
+    total - allowed
+}
+
+/// How many of the requests at the moments `at` the policy alone admits.
+pub(crate) fn admitted_alone(policy: &Policy, at: Vec<Timestamp>) -> u64 {
+    replay(policy, at).0
+}
+
+/// Feeds `policy` one unit at each moment of `at`, in time order: the
+/// units allowed, and the units fed.
+fn replay(policy: &Policy, mut at: Vec<Timestamp>) -> (u64, u64) {
+    at.sort_unstable();
+    let mut state = policy.fresh();
+    let mut allowed = 0;
+    for &now in &at {
+        let (decision, next) = policy.decide(&state, now, 1);
+        if decision.is_allowed() {
+            state = next;
+            allowed += 1;
+        }
+    }
+    (allowed, at.len() as u64)
+}
+
+/// The `pct`th percentile of `sorted` (nearest rank).
+fn percentile(sorted: &[Duration], pct: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (sorted.len() * pct).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
