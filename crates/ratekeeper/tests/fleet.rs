@@ -62,6 +62,7 @@ fn steady_demand_above_the_limit_is_never_over_admitted_and_barely_under() {
         let r = run(&s);
         assert_eq!(r.over, 0, "{}: {r:?}", s.label());
         assert!(under(&s, &r) <= 1.0, "{}: {r:?}", s.label());
+        assert!(r.under_later_pct <= Some(1.0), "{}: {r:?}", s.label());
         assert!(r.admitted > 0 && r.requests > r.admitted, "{r:?}");
     }
 }

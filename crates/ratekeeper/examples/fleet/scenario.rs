@@ -86,6 +86,9 @@ impl Load {
 pub(crate) enum Shape {
     /// One hot key at three times its limit.
     Steady,
+    /// One hot key at 80% of its limit: what leasing saves where it is
+    /// not refusing.
+    Below,
     /// One hot key: half its limit, and eight times it a quarter of each
     /// second.
     Bursts,
@@ -100,6 +103,7 @@ impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Shape::Steady => "steady 3x",
+            Shape::Below => "steady 0.8x (below the limit)",
             Shape::Bursts => "bursts",
             Shape::ManyKeys => "hot + 1,000 cold keys",
             Shape::NodeDies => "steady 3x, a node dies",
@@ -145,6 +149,7 @@ impl Scenario {
         let steady = Load::Steady { times: 3.0 };
         let (load, cold_keys, death) = match shape {
             Shape::Steady => (steady, 0, None),
+            Shape::Below => (Load::Steady { times: 0.8 }, 0, None),
             Shape::Bursts => (
                 Load::Bursts {
                     base: 0.5,
