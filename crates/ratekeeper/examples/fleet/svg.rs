@@ -1,6 +1,7 @@
-//! The steady rows as a chart: under-admission and decisions per store
-//! call against the number of nodes, a line per policy and latency. Plain
-//! SVG written by hand, readable without any script or font file.
+//! The chart: under-admission and decisions per store call against the
+//! number of nodes, a line per policy and latency, for the steady rows
+//! (three times the limit, and 0.8 times it). Plain SVG written by hand,
+//! readable without any script or font file.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -10,10 +11,14 @@ use ratekeeper::policy::PolicyKind;
 use crate::metrics::Report;
 use crate::scenario::{Scenario, Shape};
 
-const WIDTH: f64 = 760.0;
+const WIDTH: f64 = 1_000.0;
 const HEIGHT: f64 = 330.0;
 /// Each panel's plot area: left edge, top, width, height.
-const PANELS: [(f64, f64, f64, f64); 2] = [(60.0, 40.0, 270.0, 200.0), (440.0, 40.0, 270.0, 200.0)];
+const PANELS: [(f64, f64, f64, f64); 3] = [
+    (60.0, 40.0, 250.0, 200.0),
+    (390.0, 40.0, 250.0, 200.0),
+    (720.0, 40.0, 250.0, 200.0),
+];
 
 /// One line: a policy at one latency, its points (nodes, value).
 struct Line {
@@ -22,34 +27,33 @@ struct Line {
     points: Vec<(usize, f64)>,
 }
 
-/// The chart of the steady rows of `rows`.
-pub(crate) fn chart(rows: &[(Scenario, Report)]) -> String {
-    let steady: Vec<_> = rows
-        .iter()
-        .filter(|(s, _)| s.shape == Shape::Steady)
-        .collect();
-    let mut keys: Vec<(PolicyKind, Duration)> = Vec::new();
-    for (s, _) in &steady {
-        if !keys.contains(&(s.kind, s.one_way)) {
-            keys.push((s.kind, s.one_way));
+/// The lines of the rows of `shape`, each point `value` of a row.
+fn lines(rows: &[(Scenario, Report)], shape: Shape, value: impl Fn(&Report) -> f64) -> Vec<Line> {
+    let mut lines: Vec<Line> = Vec::new();
+    for (s, r) in rows.iter().filter(|(s, _)| s.shape == shape) {
+        let point = (s.nodes, value(r));
+        match lines
+            .iter_mut()
+            .find(|l| l.kind == s.kind && l.one_way == s.one_way)
+        {
+            Some(line) => line.points.push(point),
+            None => lines.push(Line {
+                kind: s.kind,
+                one_way: s.one_way,
+                points: vec![point],
+            }),
         }
     }
-    let lines = |value: &dyn Fn(&Report) -> f64| -> Vec<Line> {
-        keys.iter()
-            .map(|&(kind, one_way)| Line {
-                kind,
-                one_way,
-                points: steady
-                    .iter()
-                    .filter(|(s, _)| s.kind == kind && s.one_way == one_way)
-                    .map(|(s, r)| (s.nodes, value(r)))
-                    .collect(),
-            })
-            .collect()
-    };
-    let under = lines(&|r| r.under_pct.unwrap_or(0.0));
-    let per_call = lines(&|r| 1.0 / r.calls_per_decision.max(f64::MIN_POSITIVE));
-    let mut nodes: Vec<usize> = steady.iter().map(|(s, _)| s.nodes).collect();
+    lines
+}
+
+/// The chart of `rows`.
+pub(crate) fn chart(rows: &[(Scenario, Report)]) -> String {
+    let per_call = |r: &Report| 1.0 / r.calls_per_decision.max(f64::MIN_POSITIVE);
+    let under = lines(rows, Shape::Steady, |r| r.under_pct.unwrap_or(0.0));
+    let over_limit = lines(rows, Shape::Steady, per_call);
+    let below = lines(rows, Shape::Below, per_call);
+    let mut nodes: Vec<usize> = rows.iter().map(|(s, _)| s.nodes).collect();
     nodes.sort_unstable();
     nodes.dedup();
 
@@ -62,52 +66,84 @@ pub(crate) fn chart(rows: &[(Scenario, Report)]) -> String {
     panel(
         &mut svg,
         PANELS[0],
-        "Under-admission, % of the limit (steady 3x)",
+        "Under-admission, % of the limit (3x, 5 s)",
         &nodes,
         &under,
+        false,
     );
     panel(
         &mut svg,
         PANELS[1],
-        "Decisions per store call (steady 3x)",
+        "Decisions per store call (3x the limit)",
         &nodes,
-        &per_call,
+        &over_limit,
+        false,
     );
+    panel(
+        &mut svg,
+        PANELS[2],
+        "Decisions per store call (0.8x, log)",
+        &nodes,
+        &below,
+        true,
+    );
+    let mut keys: Vec<(PolicyKind, Duration)> = Vec::new();
+    for line in under.iter().chain(&below) {
+        if !keys.contains(&(line.kind, line.one_way)) {
+            keys.push((line.kind, line.one_way));
+        }
+    }
     legend(&mut svg, &keys);
     svg.push_str("</svg>\n");
     svg
 }
 
-/// One panel: axes, grid, and its lines.
+/// One panel: axes, grid, and its lines; on a log scale if `log` (every
+/// value then at least 1).
 fn panel(
     svg: &mut String,
     area: (f64, f64, f64, f64),
     title: &str,
     nodes: &[usize],
     lines: &[Line],
+    log: bool,
 ) {
     let (x0, y0, w, h) = area;
-    let top = nice_max(
-        lines
-            .iter()
-            .flat_map(|l| l.points.iter().map(|p| p.1))
-            .fold(0.0, f64::max),
-    );
+    let max = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max);
+    let top = if log {
+        10f64.powf(max.max(10.0).log10().ceil())
+    } else {
+        nice_max(max)
+    };
     let (lo, hi) = (
         (*nodes.first().unwrap_or(&2) as f64).log2(),
         (*nodes.last().unwrap_or(&256) as f64).log2(),
     );
     // Nodes on a log scale: 2 to 256 doubles at each step.
     let x = |n: usize| x0 + w * ((n as f64).log2() - lo) / (hi - lo).max(1.0);
-    let y = |v: f64| y0 + h - h * v / top;
+    let y = |v: f64| {
+        let share = if log {
+            v.max(1.0).log10() / top.log10()
+        } else {
+            v / top
+        };
+        y0 + h - h * share
+    };
     let _ = writeln!(
         svg,
         r#"<text x="{}" y="{}" text-anchor="middle" font-weight="bold">{title}</text>"#,
         x0 + w / 2.0,
         y0 - 15.0
     );
-    for i in 0..=4 {
-        let v = top * f64::from(i) / 4.0;
+    let ticks: Vec<f64> = if log {
+        (0..=top.log10() as i32).map(|e| 10f64.powi(e)).collect()
+    } else {
+        (0..=4).map(|i| top * f64::from(i) / 4.0).collect()
+    };
+    for v in ticks {
         let _ = writeln!(
             svg,
             r##"<line x1="{x0}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
@@ -161,7 +197,7 @@ fn panel(
 /// Which line is which, under the panels.
 fn legend(svg: &mut String, keys: &[(PolicyKind, Duration)]) {
     for (i, &(kind, one_way)) in keys.iter().enumerate() {
-        let x = 60.0 + 220.0 * (i % 3) as f64;
+        let x = 60.0 + 300.0 * (i % 3) as f64;
         let y = HEIGHT - 35.0 + 16.0 * (i / 3) as f64;
         let _ = writeln!(
             svg,
@@ -208,9 +244,9 @@ fn nice_max(max: f64) -> f64 {
         .unwrap_or(10.0 * power)
 }
 
-/// An axis label.
+/// An axis label: whole numbers without decimals.
 fn short(v: f64) -> String {
-    if v >= 10.0 || v == 0.0 {
+    if v.fract() == 0.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.2}")
