@@ -6,7 +6,9 @@
 # copy of Envoy's proto) and POST /v1/check by wrk, at 1, 16 and 64 requests
 # in flight over 1 and 10,000 distinct values. It prints requests/s, p50 and
 # p99 as the client saw them, and the server's CPU per request (utime +
-# stime from /proc over the measured window, kernel TCP work included).
+# stime from /proc over the measured window, kernel TCP work included);
+# with leasing, also the decisions per store call over the row (from the
+# admin port's /v1/stats).
 #
 #   RLSLOAD=/path/to/rlsload scripts/bench-envoy.sh [seconds] [filter]
 #
@@ -62,7 +64,7 @@ redis_port=$(free_port)
 pids+=($!)
 wait_port "$redis_port"
 
-config() { # STORE HTTP_PORT GRPC_PORT
+config() { # STORE HTTP_PORT GRPC_PORT ADMIN_PORT
   if [ "$1" = redis ]; then
     printf '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:%s"\n' "$redis_port"
   elif [ "$1" = redis-lease ]; then
@@ -75,7 +77,7 @@ config() { # STORE HTTP_PORT GRPC_PORT
 [listen]
 http = "127.0.0.1:$2"
 grpc = "127.0.0.1:$3"
-admin = "off"
+admin = "127.0.0.1:$4"
 
 [[limits]]
 name = "bench"
@@ -104,11 +106,25 @@ EOF
 
 ticks=$(getconf CLK_TCK)
 cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# "DECISIONS STORE_CALLS" leasing made so far, or "0 0" without it.
+lease_counts() {
+  curl -s "http://127.0.0.1:$admin_port/v1/stats" | python3 -c '
+import json, sys
+l = json.load(sys.stdin)["store"].get("leasing") or {}
+print(l.get("decisions", 0), l.get("store_calls", 0))'
+}
+# Decisions per store call between two lease_counts, or "-".
+per_call() {
+  python3 -c '
+import sys
+d = int(sys.argv[3]) - int(sys.argv[1]); c = int(sys.argv[4]) - int(sys.argv[2])
+print("-" if d == 0 else ("%.0f" % (d / c) if c else "all"))' $1 $2
+}
 
-printf '%-6s %-11s %7s %9s %10s %9s %9s %14s\n' door store values in-flight 'req/s' p50 p99 'server µs/req'
+printf '%-6s %-11s %7s %9s %10s %9s %9s %14s %9s\n' door store values in-flight 'req/s' p50 p99 'server µs/req' 'dec/call'
 for store in memory redis redis-lease; do
-  http_port=$(free_port) grpc_port=$(free_port)
-  config "$store" "$http_port" "$grpc_port" >"$dir/$store.toml"
+  http_port=$(free_port) grpc_port=$(free_port) admin_port=$(free_port)
+  config "$store" "$http_port" "$grpc_port" "$admin_port" >"$dir/$store.toml"
   RUST_LOG=warn "${server_cpu[@]}" "$binary" serve --config "$dir/$store.toml" >"$dir/$store.log" 2>&1 &
   server=$!
   pids+=($server)
@@ -117,15 +133,17 @@ for store in memory redis redis-lease; do
     for inflight in 1 16 64; do
       name="grpc $store $values $inflight"
       if [[ "$name" == *"$filter"* ]]; then
+        leased_before=$(lease_counts)
         json=$("${load_cpu[@]}" "$RLSLOAD" --addr "127.0.0.1:$grpc_port" --domain bench --key user \
           --values "$values" --concurrency "$inflight" --conns 1 --transport hyper \
           --seconds "$seconds" --warmup 1 --server-pid "$server" --json | sed -n 's/^JSON //p')
+        calls=$(per_call "$leased_before" "$(lease_counts)")
         python3 -c '
 import json, sys
 d = json.loads(sys.argv[1])
-print("%-6s %-11s %7s %9s %10.0f %7dµs %7dµs %14.2f%s" % (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5],
-      d["rps"], d["p50_us"], d["p99_us"], d["server_cores"] * 1e6 / d["rps"],
-      "" if d["errors"] == 0 else "  (%d errors)" % d["errors"]))' "$json" grpc "$store" "$values" "$inflight"
+print("%-6s %-11s %7s %9s %10.0f %7dµs %7dµs %14.2f %9s%s" % (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5],
+      d["rps"], d["p50_us"], d["p99_us"], d["server_cores"] * 1e6 / d["rps"], sys.argv[6],
+      "" if d["errors"] == 0 else "  (%d errors)" % d["errors"]))' "$json" grpc "$store" "$values" "$inflight" "$calls"
       fi
     done
   done
@@ -136,9 +154,11 @@ print("%-6s %-11s %7s %9s %10.0f %7dµs %7dµs %14.2f%s" % (sys.argv[2], sys.arg
         url="http://127.0.0.1:$http_port/"
         VALUES=$values "${load_cpu[@]}" wrk -t1 -c"$inflight" -d1s -s "$dir/check.lua" "$url" >/dev/null
         before=$(cpu_of "$server")
+        leased_before=$(lease_counts)
         report=$(VALUES=$values "${load_cpu[@]}" wrk -t1 -c"$inflight" -d"${seconds}s" --latency \
           -s "$dir/check.lua" "$url")
         after=$(cpu_of "$server")
+        calls=$(per_call "$leased_before" "$(lease_counts)")
         python3 -c '
 import re, sys
 report, before, after, ticks = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
@@ -148,10 +168,10 @@ def lat(p):
     m = re.search(r"\s%s%%\s+([\d.]+)(us|ms|s)" % p, report)
     return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", report)
-print("%-6s %-11s %7s %9s %10.0f %7.0fµs %7.0fµs %14.2f%s" % ("http", sys.argv[5], sys.argv[6], sys.argv[7],
-      rps, lat(50), lat(99), (after - before) / ticks * 1e6 / requests,
+print("%-6s %-11s %7s %9s %10.0f %7.0fµs %7.0fµs %14.2f %9s%s" % ("http", sys.argv[5], sys.argv[6], sys.argv[7],
+      rps, lat(50), lat(99), (after - before) / ticks * 1e6 / requests, sys.argv[8],
       "" if errors is None else "  (%s errors)" % errors.group(1)))' \
-          "$report" "$before" "$after" "$ticks" "$store" "$values" "$inflight"
+          "$report" "$before" "$after" "$ticks" "$store" "$values" "$inflight" "$calls"
       fi
     done
   done

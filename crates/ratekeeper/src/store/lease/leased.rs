@@ -477,6 +477,13 @@ impl<S: Store + 'static> Shared<S> {
         if a.is_fetching() {
             return;
         }
+        // The chunk being spent and the next, never more: where takes come
+        // small (a store nearly out, shared by several nodes), they would
+        // otherwise pile up past the slices a key keeps, the oldest dropped
+        // with units unspent while the node took on.
+        if a.slices.iter().filter(|s| s.usable(now) > 0).count() > 1 {
+            return;
+        }
         let per_second = a.demand.per_second(now);
         let settings = &self.settings;
         let low = chunk(

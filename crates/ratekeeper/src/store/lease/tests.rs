@@ -594,3 +594,80 @@ fn units_held_are_spent_while_the_store_fails_unless_told_otherwise() {
         });
     }
 }
+
+/// A bucket emptied by a burst refills while its demand is below its rate,
+/// even when its nodes prefetch: small takes (two nodes sharing what the
+/// refill gives back) must not pile up past the slices a key keeps, the
+/// oldest dropped unspent while the node goes on taking.
+#[test]
+fn a_bucket_in_debt_refills_under_demand_below_its_rate_while_prefetching() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Waker};
+
+    type Request = Pin<Box<dyn Future<Output = bool>>>;
+    let (clock, store) = manual_store();
+    let pending: Arc<Mutex<Vec<(Timestamp, super::Background)>>> = Arc::default();
+    let nodes: Vec<_> = (0..2)
+        .map(|_| {
+            let (queue, spawned_at) = (Arc::clone(&pending), clock.clone());
+            Leased::builder(store.clone())
+                .clock(clock.clone())
+                .settings(LeaseSettings::default())
+                .spawn_with(move |task| queue.lock().unwrap().push((spawned_at.now(), task)))
+                .build()
+        })
+        .collect();
+    // 10 units a millisecond, a burst of 10,000.
+    let limit = Limit::new("debt", crate::Gcra::per_second(10_000).unwrap()).unwrap();
+    let round_trip = Duration::from_millis(2);
+    let mut cx = Context::from_waker(Waker::noop());
+    let (mut in_flight, mut refused_after) = (Vec::<Request>::new(), 0);
+    // A burst of 8 times the rate for 250 ms empties the bucket; then half
+    // the rate for 1 s, a request every 200 µs. Requests go to each node
+    // in turn; a prefetch takes its units a round trip after it was
+    // started, and requests that came meanwhile wait for it (polled at
+    // each step).
+    let burst = std::iter::repeat_n(Duration::from_nanos(12_500), 20_000);
+    let calm = std::iter::repeat_n(Duration::from_micros(200), 5_000);
+    for (step, gap) in burst.chain(calm).enumerate() {
+        clock.advance(gap);
+        let (node, limit) = (nodes[step % 2].clone(), limit.clone());
+        let calm = step >= 20_000 + 10;
+        in_flight.push(Box::pin(async move {
+            let allowed = node.check(&limit, b"k", 1).await.unwrap().is_allowed();
+            allowed || !calm
+        }));
+        let now = clock.now();
+        let landed: Vec<_> = {
+            let mut pending = pending.lock().unwrap();
+            let (landed, flying) = pending
+                .drain(..)
+                .partition(|(at, _)| now.duration_since(*at) >= round_trip);
+            *pending = flying;
+            landed
+        };
+        for (_, take) in landed {
+            block_on(take);
+        }
+        in_flight.retain_mut(|request| match request.as_mut().poll(&mut cx) {
+            Poll::Ready(allowed) => {
+                refused_after += u32::from(!allowed);
+                false
+            }
+            Poll::Pending => true,
+        });
+    }
+    let left = block_on(store.peek(&limit, b"k")).unwrap().remaining();
+    let held: u64 = nodes.iter().map(|n| n.held()).sum();
+    let expired: u64 = nodes.iter().map(|n| n.stats().units_expired).sum();
+    // After the burst the policy alone admits every request, and its
+    // bucket refills by 5 units a millisecond: 5,000 units after 1 s.
+    // With the nodes, the store has them less what they hold.
+    assert_eq!(refused_after, 0, "refused below the rate");
+    assert!(
+        left + held >= 4_900,
+        "{left} left in the store, {held} held, {expired} expired"
+    );
+}
