@@ -45,7 +45,7 @@
 //! | `ratekeeper_redis_batches_total` | counter | | scripts that decided calls that had waited |
 //! | `ratekeeper_redis_batched_calls_total` | counter | | calls those scripts decided (divided by the batches: calls per script) |
 //! | `ratekeeper_redis_abandoned_calls_total` | counter | | calls that waited and whose caller gave up (its timeout) before they were sent |
-//! | `ratekeeper_lease_decisions_total` | counter | `limit`, `where` (`here`, `store`) | with `store.lease`: decisions made from units this process held, and by a call to the store |
+//! | `ratekeeper_lease_decisions_total` | counter | `limit`, `where` (`here`, `refused_here`, `store`) | with `store.lease`: decisions made from units this process held, refusals made here because the store had just refused the same cost (for as long as it said, at most a lease's lifetime), and decisions made by a call to the store |
 //! | `ratekeeper_lease_store_calls_total` | counter | `limit` | calls to the store with leasing on (checks, takes, prefetches): per decision, the store calls leasing leaves |
 //! | `ratekeeper_lease_store_calls_saved_total` | counter | `limit` | decisions made here less the prefetches made for them: the calls leasing saved |
 //! | `ratekeeper_lease_takes_total` | counter | `limit` | takes of more than a request's cost (leases) |
@@ -574,13 +574,14 @@ impl Collector for Scrape {
             counter(
                 &mut encoder,
                 "ratekeeper_lease_decisions",
-                "Decisions made from units this process leased, and by a call to the store.",
+                "Decisions made from units this process leased, refused here as the store just refused them, and made by a call to the store.",
                 each().flat_map(|(name, c)| {
                     [
                         ([("limit", name), ("where", "here")], c.decided_here),
+                        ([("limit", name), ("where", "refused_here")], c.refused_here),
                         (
                             [("limit", name), ("where", "store")],
-                            c.decisions - c.decided_here,
+                            c.decisions - c.decided_here - c.refused_here,
                         ),
                     ]
                 }),

@@ -208,6 +208,10 @@ pub struct LeaseCounts {
     pub decisions: u64,
     /// Decisions made from units this process held, without the store.
     pub decided_here: u64,
+    /// Requests refused in this process because the store had just
+    /// refused the same cost (for as long as it said, at most a lease's
+    /// lifetime).
+    pub refused_here: u64,
     /// Calls to the store (plain checks, takes and prefetches).
     pub store_calls: u64,
     /// Of those, the calls made in the background ahead of the requests.
@@ -231,6 +235,7 @@ impl From<LeaseStats> for LeaseCounts {
         LeaseCounts {
             decisions: stats.decisions(),
             decided_here: stats.decided_here,
+            refused_here: stats.refused_here,
             store_calls: stats.store_calls,
             prefetches: stats.prefetches,
             calls_saved: stats.calls_saved(),

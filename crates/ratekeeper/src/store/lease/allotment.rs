@@ -52,6 +52,18 @@ pub(crate) struct StoreView {
     pub(crate) decision: Decision,
 }
 
+/// The store's last refusal of a key: requests of at least `cost` are
+/// refused here until `until`, as the store would refuse them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The node's time when it asked (before the store decided: the wait
+    /// counts from then, ending no later than the store's own).
+    pub(crate) at: Timestamp,
+    pub(crate) cost: u64,
+    pub(crate) decision: Decision,
+    pub(crate) until: Timestamp,
+}
+
 /// One key's units on this node: the slices of its takes (oldest first,
 /// spent first, as they stop being safe first), what the store last said,
 /// and how fast the key is being asked for here.
@@ -64,6 +76,8 @@ pub(crate) struct Allotment {
     pub(crate) counters: Option<Arc<Counters>>,
     pub(crate) slices: SmallVec<[Slice; MAX_SLICES]>,
     pub(crate) view: Option<StoreView>,
+    /// The store's last refusal, while it holds.
+    pub(crate) refused: Option<Refusal>,
     pub(crate) demand: Demand,
     /// A take for this key is on its way to the store: what the requests
     /// waiting for it listen to.
@@ -83,6 +97,7 @@ impl Allotment {
             counters: None,
             slices: SmallVec::new(),
             view: None,
+            refused: None,
             demand: Demand::default(),
             fetching: None,
             last_used: now,
@@ -188,6 +203,50 @@ impl Allotment {
         let remaining = d.remaining().saturating_add(held).min(d.limit());
         let reset = d.reset().saturating_sub(now.duration_since(view.at));
         Some(Decision::allowed(d.limit(), remaining, reset))
+    }
+
+    /// Notes the store's refusal of `cost` asked at `at`: the same cost or
+    /// more is refused here for as long as the store said it would be (at
+    /// most `longest`: a refund elsewhere may give units back sooner).
+    pub(crate) fn note_refusal(
+        &mut self,
+        at: Timestamp,
+        cost: u64,
+        decision: Decision,
+        longest: Duration,
+    ) {
+        let wait = decision
+            .retry_after()
+            .duration()
+            .map_or(longest, |wait| wait.min(longest));
+        self.refused = Some(Refusal {
+            at,
+            cost,
+            decision,
+            until: at.saturating_add(wait),
+        });
+    }
+
+    /// The answer to a request of `cost` at `now` that the store refused
+    /// a moment ago, if it still would: its decision, its waits shortened
+    /// by the time since.
+    pub(crate) fn refusal(&self, now: Timestamp, cost: u64) -> Option<Decision> {
+        let r = self.refused?;
+        if cost < r.cost || now >= r.until {
+            return None;
+        }
+        let since = now.duration_since(r.at);
+        let d = r.decision;
+        let retry = match d.retry_after() {
+            crate::RetryAfter::After(wait) => crate::RetryAfter::After(wait.saturating_sub(since)),
+            never => never,
+        };
+        Some(Decision::denied(
+            d.limit(),
+            d.remaining(),
+            d.reset().saturating_sub(since),
+            retry,
+        ))
     }
 
     /// Whether a take for this key is on its way.

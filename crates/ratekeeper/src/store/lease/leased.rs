@@ -403,6 +403,7 @@ impl<S: Store + 'static> Shared<S> {
             }
             a.counters = Some(self.counters.of(limit.name()));
             a.view = None;
+            a.refused = None;
         }
         if may_wait {
             // (A request that waited was counted the first time.)
@@ -424,6 +425,14 @@ impl<S: Store + 'static> Shared<S> {
                     Counters::add(&counters.decided_here, 1);
                 }
                 self.maybe_prefetch(a, limit, key, id, now);
+                return Ok(decision);
+            }
+        }
+        if cost > 0 {
+            if let Some(decision) = a.refusal(now, cost) {
+                if let Some(counters) = &a.counters {
+                    Counters::add(&counters.refused_here, 1);
+                }
                 return Ok(decision);
             }
         }
@@ -549,7 +558,10 @@ impl<S: Store + 'static> Shared<S> {
                                 at: asked_at,
                                 decision: *decision,
                             });
-                            if decision.is_allowed() {
+                            if !decision.is_allowed() {
+                                a.note_refusal(asked_at, cost, *decision, self.settings.lifetime);
+                            } else {
+                                a.refused = None;
                                 // Nothing held, but a refund of it will
                                 // know where its units were counted.
                                 a.add(Slice {
@@ -621,6 +633,20 @@ impl<'a, S: Store + 'static> Fetching<'a, S> {
         };
         a.end_fetching();
         let decision = decision?;
+        if a.limit.as_ref() == Some(limit) {
+            if decision.is_allowed() {
+                a.refused = None;
+            } else {
+                a.view = Some(StoreView {
+                    at: asked_at,
+                    decision,
+                });
+                // (A prefetch asks for one unit at least.)
+                let cost = spent.max(1);
+                a.note_refusal(asked_at, cost, decision, shared.settings.lifetime);
+                return None;
+            }
+        }
         if taken.units > 0 {
             let counters = shared.counters.of(limit.name());
             Counters::add(&counters.leases, 1);
@@ -705,6 +731,10 @@ impl<S: Store + 'static> Store for Leased<S> {
         let id = table::id(limit.name(), key);
         let left = {
             let mut shard = shared.table.lock(&id);
+            if let Some(a) = shard.get_mut(&id[..]) {
+                // Units come back: what the store refused may pass now.
+                a.refused = None;
+            }
             match shard.get_mut(&id[..]) {
                 // The counter weighs a refund by the window it came from,
                 // which only the store can tell.

@@ -13,6 +13,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 pub struct LeaseStats {
     /// Requests decided on this node from units it held.
     pub decided_here: u64,
+    /// Requests refused on this node because the store refused the same
+    /// cost a moment before and said it would until later (at most
+    /// [`LeaseSettings::lifetime`](super::LeaseSettings::lifetime)).
+    pub refused_here: u64,
     /// Calls to the store: takes of a chunk, prefetches and plain checks.
     pub store_calls: u64,
     /// Of the calls, those made in the background, ahead of the requests
@@ -36,9 +40,10 @@ pub struct LeaseStats {
 }
 
 impl LeaseStats {
-    /// Decisions made: here, or by a call to the store.
+    /// Decisions made: here (allowed or refused), or by a call to the store.
     pub fn decisions(&self) -> u64 {
         self.decided_here
+            .saturating_add(self.refused_here)
             .saturating_add(self.store_calls)
             .saturating_sub(self.prefetches)
     }
@@ -47,7 +52,9 @@ impl LeaseStats {
     /// it, the decisions made here cost none, and the prefetches made in
     /// the background for them cost one each.
     pub fn calls_saved(&self) -> u64 {
-        self.decided_here.saturating_sub(self.prefetches)
+        self.decided_here
+            .saturating_add(self.refused_here)
+            .saturating_sub(self.prefetches)
     }
 }
 
@@ -56,6 +63,7 @@ impl AddAssign for LeaseStats {
     /// replaced).
     fn add_assign(&mut self, other: LeaseStats) {
         self.decided_here += other.decided_here;
+        self.refused_here += other.refused_here;
         self.store_calls += other.store_calls;
         self.prefetches += other.prefetches;
         self.leases += other.leases;
@@ -71,6 +79,7 @@ impl AddAssign for LeaseStats {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) decided_here: AtomicU64,
+    pub(crate) refused_here: AtomicU64,
     pub(crate) store_calls: AtomicU64,
     pub(crate) prefetches: AtomicU64,
     pub(crate) leases: AtomicU64,
@@ -93,6 +102,7 @@ impl Counters {
         let read = |n: &AtomicU64| n.load(Ordering::Relaxed);
         LeaseStats {
             decided_here: read(&self.decided_here),
+            refused_here: read(&self.refused_here),
             store_calls: read(&self.store_calls),
             prefetches: read(&self.prefetches),
             leases: read(&self.leases),

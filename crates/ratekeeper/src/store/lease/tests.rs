@@ -671,3 +671,67 @@ fn a_bucket_in_debt_refills_under_demand_below_its_rate_while_prefetching() {
         "{left} left in the store, {held} held, {expired} expired"
     );
 }
+
+#[test]
+fn a_refused_key_is_refused_here_until_the_store_would_allow_it_again() {
+    use std::sync::atomic::Ordering;
+    let clock = ManualClock::new(Timestamp::from_secs(60));
+    let gated = Gated::new(&clock);
+    let node = Leased::builder(gated.clone())
+        .clock(clock.clone())
+        .settings(settings())
+        .build();
+    // 10 a minute, in windows starting on the minute; leases live 2 s.
+    let limit = window("full", 10);
+    let calls = || gated.calls.load(Ordering::SeqCst);
+    block_on(async {
+        let mut allowed = 0;
+        for _ in 0..10 {
+            allowed += u32::from(node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        }
+        assert_eq!(allowed + node.held() as u32, 10);
+        // Spend what is held, then the store refuses once.
+        while node.held() > 0 {
+            assert!(node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        }
+        let before = calls();
+        let refused = *node
+            .check(&limit, b"k", 1)
+            .await
+            .unwrap()
+            .decision()
+            .unwrap();
+        assert!(!refused.is_allowed());
+        assert_eq!(calls(), before + 1);
+        // The next ones are refused here, with the waits shortened.
+        clock.advance(Duration::from_millis(500));
+        let here = *node
+            .check(&limit, b"k", 1)
+            .await
+            .unwrap()
+            .decision()
+            .unwrap();
+        assert!(!here.is_allowed());
+        assert_eq!(calls(), before + 1);
+        assert_eq!(here.remaining(), refused.remaining());
+        assert_eq!(
+            here.retry_after().duration().unwrap(),
+            refused.retry_after().duration().unwrap() - Duration::from_millis(500)
+        );
+        assert_eq!(node.stats().refused_here, 1);
+        // A smaller cost than the one refused is not known to fail.
+        // (None is: every cost here is 1.) After the lease lifetime (2 s,
+        // shorter than the window's 60 s), the store is asked again.
+        clock.advance(Duration::from_millis(1_500));
+        assert!(!node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        assert_eq!(calls(), before + 2);
+        // A refund gives units back: the next request asks the store.
+        node.refund(&limit, b"k", 1).await.unwrap();
+        assert!(node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        assert_eq!(calls(), before + 3);
+        // A larger cost than one refused is refused here too.
+        assert!(!node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        assert!(!node.check(&limit, b"k", 3).await.unwrap().is_allowed());
+        assert_eq!(calls(), before + 4);
+    });
+}
