@@ -214,7 +214,8 @@ pub(crate) struct Record {
 /// The nodes' lease statistics, summed.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Totals {
-    /// Decisions the nodes made from units they held.
+    /// Decisions the nodes made without the store: from units they held,
+    /// or refusing what the store had just refused.
     pub(crate) decided_here: u64,
     /// `LeaseStats::store_calls`: checks, takes and prefetches.
     pub(crate) store_calls: u64,
@@ -231,7 +232,7 @@ pub(crate) struct Totals {
 impl Totals {
     fn add(&mut self, node: &Node) {
         let s = node.stats();
-        self.decided_here += s.decided_here;
+        self.decided_here += s.decided_here + s.refused_here;
         self.store_calls += s.store_calls;
         self.units_leased += s.units_leased;
         self.units_returned += s.units_returned;
