@@ -66,15 +66,20 @@ async fn ask_all(service: &ServeProcess, clients: usize, requests: usize, limits
     allowed
 }
 
-async fn leasing_stats(service: &ServeProcess) -> Value {
+/// `service`'s `/v1/stats`.
+async fn stats(service: &ServeProcess) -> Value {
     let admin = service.admin.expect("an admin door");
-    let stats: Value = reqwest::get(format!("http://{admin}/v1/stats"))
+    reqwest::get(format!("http://{admin}/v1/stats"))
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
-    stats["store"]["leasing"].clone()
+        .unwrap()
+}
+
+/// What leasing did in `service`, over every limit.
+async fn leasing_stats(service: &ServeProcess) -> Value {
+    stats(service).await["store"]["leasing"].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,12 +222,7 @@ async fn a_reload_gives_back_what_changed_limits_hold_and_can_turn_leasing_off()
     let other = ServeProcess::start(&["--config", other_path.to_str().unwrap()], &[]);
     let service = ServeProcess::start_logged(&["--config", path.to_str().unwrap()], &[]);
     assert_eq!(ask(&service, 4, 500).await, 500);
-    let stats: Value = reqwest::get(format!("http://{}/v1/stats", service.admin.unwrap()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = stats(&service).await;
     let shared = &stats["limits"][0]["leasing"];
     assert!(shared["leases"].as_u64().unwrap() > 0, "{shared}");
     assert_eq!(shared["decisions"], 500, "{shared}");
