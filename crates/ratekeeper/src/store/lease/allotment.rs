@@ -10,7 +10,7 @@ use event_listener::{Event, EventListener};
 
 use smallvec::SmallVec;
 
-use super::demand::Demand;
+use super::demand::{Demand, Sharing};
 use super::hold::Hold;
 use super::stats::Counters;
 use crate::store::Limit;
@@ -79,6 +79,8 @@ pub(crate) struct Allotment {
     /// The store's last refusal, while it holds.
     pub(crate) refused: Option<Refusal>,
     pub(crate) demand: Demand,
+    /// How many nodes share the key, from the store's answers.
+    pub(crate) sharing: Sharing,
     /// A take for this key is on its way to the store: what the requests
     /// waiting for it listen to.
     fetching: Option<Arc<Event>>,
@@ -99,6 +101,7 @@ impl Allotment {
             view: None,
             refused: None,
             demand: Demand::default(),
+            sharing: Sharing::default(),
             fetching: None,
             last_used: now,
             dropped_unspent: 0,
@@ -160,8 +163,12 @@ impl Allotment {
             return;
         }
         if self.slices.len() == MAX_SLICES {
-            // The oldest goes first: the first to stop being safe.
-            let dropped = self.slices.remove(0);
+            // A spent slice goes first (the record of a request decided
+            // at the store, kept for its refund): answers to requests sent
+            // before a take landed would otherwise push the take's units
+            // out unspent. Then the oldest: the first to stop being safe.
+            let spent = self.slices.iter().position(|s| s.spent == s.units);
+            let dropped = self.slices.remove(spent.unwrap_or(0));
             self.expired_on_drop(&dropped);
         }
         self.slices.push(slice);

@@ -47,10 +47,18 @@ impl Demand {
     /// Units per second, as of `now`.
     pub(crate) fn per_second(&mut self, now: Timestamp) -> u64 {
         self.roll(now);
-        // A sample still open counts once it shows a repeat: a key asked
-        // for once is not busy, however short the time or large the cost.
+        // A sample still open counts once it shows a repeat (a key asked
+        // for once is not busy, however short the time or large the cost),
+        // at its rate so far: over the time it has been open, but at least
+        // a tenth of a sample, so that two requests at one instant do not
+        // make a key look infinitely busy.
         let open = if self.requests_in_sample >= 2 {
-            self.in_sample.saturating_mul(10)
+            let open_for = now
+                .duration_since(self.sample_start)
+                .max(SAMPLE / 10)
+                .as_nanos();
+            let rate = u128::from(self.in_sample) * 1_000_000_000 / open_for;
+            u64::try_from(rate).unwrap_or(u64::MAX)
         } else {
             0
         };
@@ -83,6 +91,64 @@ pub(crate) fn chunk(
     want.min(cap).max(cost)
 }
 
+/// How many nodes share a key, as this node sees it from the store's
+/// answers: between two answers, the units the others took against the
+/// units this node asked for. A bucket's first takes on many nodes at once
+/// would otherwise each take the bucket's refill over `chunk_for` (see
+/// [`draining_floor`]) and hold its whole burst while it drains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sharing {
+    /// The last answer: when this node asked, and what the store had left
+    /// after it.
+    last: Option<(Timestamp, u64)>,
+    /// Units this node asked for since (spent here or taken at the store).
+    asked_since: u64,
+    /// Nodes sharing the key, counting this one; `None` before two answers.
+    nodes: Option<u64>,
+}
+
+impl Sharing {
+    /// Counts `units` this node asked for.
+    pub(crate) fn asked(&mut self, units: u64) {
+        self.asked_since = self.asked_since.saturating_add(units);
+    }
+
+    /// Reads a store answer for a request asked at `at`: `took` units were
+    /// taken by it and `left` remain after. `policy` says how much its
+    /// refill gave back meanwhile.
+    pub(crate) fn answered(&mut self, policy: &Policy, at: Timestamp, took: u64, left: u64) {
+        if let Some((before, left_before)) = self.last {
+            let quota = policy.quota();
+            let window = policy.window().as_nanos().max(1);
+            let refill = u128::from(quota) * at.duration_since(before).as_nanos() / window;
+            let refill = u64::try_from(refill).unwrap_or(u64::MAX);
+            // Had nobody taken anything, the store would have this left.
+            let untouched = left_before.saturating_add(refill).min(quota);
+            let others = untouched.saturating_sub(left).saturating_sub(took);
+            let ours = self.asked_since.max(1);
+            self.nodes = Some(1 + others / ours);
+        }
+        self.last = Some((at, left));
+        self.asked_since = 0;
+    }
+
+    /// Nodes sharing the key, this one included; `None` until known.
+    pub(crate) fn nodes(&self) -> Option<u64> {
+        self.nodes
+    }
+}
+
+/// The most a node takes for a draining policy's floor when `nodes` share
+/// the key and `left` remain: its share of half, and nothing before the
+/// sharing is known (a key's first take on a node is only what its own
+/// rate needs).
+pub(crate) fn shared_floor(floor: u64, left: Option<u64>, nodes: Option<u64>) -> u64 {
+    match (nodes, left) {
+        (Some(nodes), Some(left)) => floor.min(left / (2 * nodes.max(1))),
+        _ => 0,
+    }
+}
+
 /// For a policy whose held units drain (token bucket, GCRA: see
 /// [`Hold`](super::Hold)), the units a take needs for its last ones to
 /// stay safe for `target`: the policy's refill over `target`, less the
@@ -113,7 +179,13 @@ mod tests {
         demand.record(Timestamp::from_secs(1), 1);
         assert_eq!(demand.per_second(Timestamp::from_secs(1)), 0);
         demand.record(Timestamp::from_secs(1), 1);
-        assert_eq!(demand.per_second(Timestamp::from_secs(1)), 20);
+        // Two at one instant: counted over a tenth of a sample (10 ms).
+        assert_eq!(demand.per_second(Timestamp::from_secs(1)), 200);
+        // Ten more over the next 40 ms: 12 in 40 ms.
+        for ms in 1..=10 {
+            demand.record(Timestamp::from_millis(1_000 + 4 * ms), 1);
+        }
+        assert_eq!(demand.per_second(Timestamp::from_millis(1_040)), 300);
     }
 
     #[test]
@@ -157,6 +229,42 @@ mod tests {
             chunk(1_000_000, Duration::from_secs(1), 10_000, Some(0), 1, 0),
             1
         );
+    }
+
+    #[test]
+    fn sharing_is_learned_from_what_the_others_took_between_two_answers() {
+        let bucket = Policy::from(crate::Gcra::per_second(10_000).unwrap());
+        let mut sharing = Sharing::default();
+        let t0 = Timestamp::from_secs(1);
+        sharing.asked(1);
+        sharing.answered(&bucket, t0, 1, 9_999);
+        assert_eq!(sharing.nodes(), None);
+        assert_eq!(shared_floor(1_000, Some(9_999), sharing.nodes()), 0);
+        // 10 ms later: refilled to full (100 units, at most the quota), this
+        // node asked for 10 and took 10; the store has 8,989 left, so the
+        // others took 1,001, a hundred times this node's share.
+        sharing.asked(10);
+        sharing.answered(
+            &bucket,
+            t0.saturating_add(Duration::from_millis(10)),
+            10,
+            8_989,
+        );
+        assert_eq!(sharing.nodes(), Some(101));
+        assert_eq!(shared_floor(1_000, Some(8_989), sharing.nodes()), 44);
+        // Alone: the store has what this node left it, refilled.
+        let mut alone = Sharing::default();
+        alone.asked(1);
+        alone.answered(&bucket, t0, 1, 9_000);
+        alone.asked(500);
+        alone.answered(
+            &bucket,
+            t0.saturating_add(Duration::from_millis(50)),
+            500,
+            9_000,
+        );
+        assert_eq!(alone.nodes(), Some(1));
+        assert_eq!(shared_floor(1_000, Some(9_000), alone.nodes()), 1_000);
     }
 
     #[test]

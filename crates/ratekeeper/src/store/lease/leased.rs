@@ -10,7 +10,7 @@ use std::time::Duration;
 use event_listener::EventListener;
 
 use super::allotment::{Allotment, Slice, StoreView};
-use super::demand::{chunk, draining_floor};
+use super::demand::{chunk, draining_floor, shared_floor};
 use super::hold::Hold;
 use super::stats::{ByLimit, Counters, LeaseStats};
 use super::table::{self, Table};
@@ -408,6 +408,7 @@ impl<S: Store + 'static> Shared<S> {
         if may_wait {
             // (A request that waited was counted the first time.)
             a.demand.record(now, cost.max(1));
+            a.sharing.asked(cost);
         }
         let expired = a.forget_ended(now);
         self.count_expired(limit, expired);
@@ -468,7 +469,11 @@ impl<S: Store + 'static> Shared<S> {
             settings.max_chunk,
             left,
             cost,
-            draining_floor(limit.policy(), settings.chunk_for, left),
+            shared_floor(
+                draining_floor(limit.policy(), settings.chunk_for, left),
+                left,
+                a.sharing.nodes(),
+            ),
         )
     }
 
@@ -558,6 +563,13 @@ impl<S: Store + 'static> Shared<S> {
                                 at: asked_at,
                                 decision: *decision,
                             });
+                            let took = if decision.is_allowed() { cost } else { 0 };
+                            a.sharing.answered(
+                                limit.policy(),
+                                asked_at,
+                                took,
+                                decision.remaining(),
+                            );
                             if !decision.is_allowed() {
                                 a.note_refusal(asked_at, cost, *decision, self.settings.lifetime);
                             } else {
@@ -634,6 +646,8 @@ impl<'a, S: Store + 'static> Fetching<'a, S> {
         a.end_fetching();
         let decision = decision?;
         if a.limit.as_ref() == Some(limit) {
+            a.sharing
+                .answered(limit.policy(), asked_at, taken.units, decision.remaining());
             if decision.is_allowed() {
                 a.refused = None;
             } else {

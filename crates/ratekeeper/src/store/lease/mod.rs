@@ -31,7 +31,10 @@
 //! [`LeaseSettings::chunk_for`] at its rate on this node, at most
 //! [`LeaseSettings::max_chunk`], and at most half of what the store last
 //! said was left, so that near the limit takes shrink to the request's
-//! cost and each decision is again one exact round trip. With a spawner
+//! cost and each decision is again one exact round trip. A token bucket's
+//! takes are at least its refill over `chunk_for` (its held units drain),
+//! but no more than this node's share of half of what is left, over the
+//! nodes it sees taking from the key. With a spawner
 //! ([`LeasedBuilder::spawn_with`]) the next chunk is taken in the
 //! background before the one held runs out.
 //!

@@ -483,9 +483,14 @@ fn busy_node(
     store: MemoryStore<ManualClock>,
     limits: &[&Limit],
 ) -> Leased<MemoryStore<ManualClock>> {
+    // Room for every key in its shard: with one key a shard, two keys
+    // would share one a time in 64.
     let node = Leased::builder(store)
         .clock(clock.clone())
-        .settings(settings())
+        .settings(LeaseSettings {
+            max_keys: 64 * 16,
+            ..settings()
+        })
         .build();
     block_on(async {
         for limit in limits {
@@ -734,4 +739,38 @@ fn a_refused_key_is_refused_here_until_the_store_would_allow_it_again() {
         assert!(!node.check(&limit, b"k", 3).await.unwrap().is_allowed());
         assert_eq!(calls(), before + 4);
     });
+}
+
+/// Answers to requests sent to the store before a take landed each keep
+/// a record (for their refunds); they make room among a key's slices by
+/// dropping an older record, not the take's units unspent.
+#[test]
+fn records_of_requests_decided_at_the_store_never_push_out_units_held() {
+    use super::allotment::{Allotment, Slice};
+    let now = Timestamp::from_secs(1);
+    let hold = Hold::Until {
+        for_: Duration::from_secs(60),
+    };
+    let slice = |units, spent| Slice {
+        asked_at: now,
+        store_at: Some(now),
+        hold,
+        units,
+        spent,
+    };
+    let mut a = Allotment::new(now);
+    a.add(slice(1, 1));
+    a.add(slice(500, 1));
+    for _ in 0..10 {
+        a.add(slice(1, 1));
+    }
+    assert_eq!(a.usable(now), 499);
+    assert_eq!(a.take_dropped(), 0);
+    // Only slices with units unspent: the oldest goes.
+    let mut b = Allotment::new(now);
+    for units in [10, 20, 30, 40, 50] {
+        b.add(slice(units, 0));
+    }
+    assert_eq!(b.usable(now), 140);
+    assert_eq!(b.take_dropped(), 10);
 }
