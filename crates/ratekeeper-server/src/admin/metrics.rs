@@ -581,7 +581,9 @@ impl Collector for Scrape {
                         ([("limit", name), ("where", "refused_here")], c.refused_here),
                         (
                             [("limit", name), ("where", "store")],
-                            c.decisions - c.decided_here - c.refused_here,
+                            // (Read field by field while they change: a
+                            // prefetch may show before its store call.)
+                            c.store_calls.saturating_sub(c.prefetches),
                         ),
                     ]
                 }),

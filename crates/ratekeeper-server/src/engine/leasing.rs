@@ -64,6 +64,33 @@ impl<S: Store + 'static> Leasable<S> {
         returned
     }
 
+    /// Gives back the units of keys gone quiet ([`Leased::sweep`]); 0
+    /// when leasing is off.
+    pub async fn sweep(&self) -> u64 {
+        match self.leased() {
+            Some(leased) => leased.sweep().await,
+            None => 0,
+        }
+    }
+
+    /// Gives back every unit held ([`Leased::give_back_all`]); 0 when
+    /// leasing is off.
+    pub async fn give_back_all(&self) -> u64 {
+        match self.leased() {
+            Some(leased) => leased.give_back_all().await,
+            None => 0,
+        }
+    }
+
+    /// Gives back the units held for the limit named `name`
+    /// ([`Leased::give_back_limit`]); 0 when leasing is off.
+    pub async fn give_back_limit(&self, name: &str) -> u64 {
+        match self.leased() {
+            Some(leased) => leased.give_back_limit(name).await,
+            None => 0,
+        }
+    }
+
     /// What leasing did so far, for each limit, by name; `None` when it
     /// has never been on.
     pub fn stats_by_limit(&self) -> Option<Vec<(String, LeaseStats)>> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ratekeeper::{
     store::{
-        lease::{LeaseSettings, LeaseStats, Leased},
+        lease::{LeaseSettings, LeaseStats},
         AnsweredBy, Check, FailureMode, FailurePolicy, Immediate, MultiOutcome, Resilient,
         ResilientStats, StoreError,
     },
@@ -38,12 +38,6 @@ macro_rules! on_leasable {
             }
         }
     };
-}
-
-/// A leasing store of either remote kind.
-enum LeasedAny {
-    Sqlite(Arc<Leased<Arc<SqliteStore>>>),
-    Redis(Arc<Leased<Arc<Connecting>>>),
 }
 
 /// The clock of the in-memory store: the monotonic clock in the service,
@@ -222,39 +216,18 @@ impl AnyStore {
     /// Gives back the units of keys unused for a while (leasing); returns
     /// the units given back. The service runs it every second.
     pub async fn sweep_leases(&self) -> u64 {
-        match self.leased_any() {
-            Some(LeasedAny::Sqlite(leased)) => leased.sweep().await,
-            Some(LeasedAny::Redis(leased)) => leased.sweep().await,
-            None => 0,
-        }
+        on_leasable!(self, leasable => leasable.sweep().await, 0)
     }
 
     /// Gives back every unit leased (at shutdown); returns the units.
     pub async fn give_back_leases(&self) -> u64 {
-        match self.leased_any() {
-            Some(LeasedAny::Sqlite(leased)) => leased.give_back_all().await,
-            Some(LeasedAny::Redis(leased)) => leased.give_back_all().await,
-            None => 0,
-        }
+        on_leasable!(self, leasable => leasable.give_back_all().await, 0)
     }
 
     /// Gives back every unit leased for the limit named `name` (its
     /// numbers changed, or it went); returns the units.
     pub async fn give_back_limit(&self, name: &str) -> u64 {
-        match self.leased_any() {
-            Some(LeasedAny::Sqlite(leased)) => leased.give_back_limit(name).await,
-            Some(LeasedAny::Redis(leased)) => leased.give_back_limit(name).await,
-            None => 0,
-        }
-    }
-
-    /// The leasing store in force, if leasing is on.
-    fn leased_any(&self) -> Option<LeasedAny> {
-        match self {
-            AnyStore::Memory(_) => None,
-            AnyStore::Sqlite(store) => store.inner().leased().map(LeasedAny::Sqlite),
-            AnyStore::Redis(store) => store.inner().leased().map(LeasedAny::Redis),
-        }
+        on_leasable!(self, leasable => leasable.give_back_limit(name).await, 0)
     }
 
     /// Keys tracked in memory (the in-memory store); `None` for the others.
