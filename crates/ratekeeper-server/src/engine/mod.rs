@@ -54,6 +54,7 @@ mod limitador;
 mod limits;
 pub mod matching;
 mod metrics;
+mod plan;
 mod reloads;
 mod renumbered;
 mod store;
@@ -84,6 +85,13 @@ pub use leasing::Leasable;
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
+#[cfg(test)]
+pub(crate) use plan::work;
+pub use plan::{
+    ban_unit, shown_rate, Descriptor, DescriptorPlan, DescriptorRequest, DescriptorStatus,
+    DescriptorVerdict, DoorRules, MissingPart, PlanError, Planned, RateOverride, RateUnit, Shown,
+    Uncounted,
+};
 pub use reloads::{Refusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
 pub use renumbered::{changed_limits, ChangedLimit, KeysAfterChange};
 pub use store::{AnyStore, SharedClock};
@@ -146,6 +154,8 @@ struct Inner {
     shadow_mode: std::sync::atomic::AtomicBool,
     /// Requests no limit applied to.
     unmatched: UnmatchedRequests,
+    /// The limits Envoy's descriptor overrides asked for, one per rate.
+    overrides: plan::OverrideLimits,
 }
 
 impl Engine {
@@ -210,6 +220,7 @@ impl Engine {
                 reloads: ReloadStats::new(loaded),
                 shadow_mode: config.shadow_mode.into(),
                 unmatched: UnmatchedRequests::default(),
+                overrides: plan::OverrideLimits::default(),
             }),
         }
     }
@@ -329,6 +340,11 @@ impl Engine {
         self.inner
             .unmatched
             .record(door, limits, domain, now, describe);
+    }
+
+    /// The limits made for descriptor overrides so far.
+    fn overrides(&self) -> &plan::OverrideLimits {
+        &self.inner.overrides
     }
 
     /// The requests no limit applied to, per door and domain.

@@ -4,6 +4,7 @@
 use ratekeeper::store::StoreError;
 
 use crate::config::CapError;
+use crate::engine::PlanError;
 use thiserror::Error;
 
 /// Why a request to Envoy's rate limit service got a gRPC error instead of
@@ -50,15 +51,34 @@ pub enum EnvoyError {
     /// The store failed, and the failure policy refuses.
     #[error("the rate-limit store failed: {0}")]
     Store(#[from] StoreError),
-    /// The engine answered a different number of results than it was
-    /// asked (a bug, reported rather than a panic).
-    #[error("the engine answered {got} results for {asked} checks")]
-    Mismatch {
-        /// Checks asked.
-        asked: usize,
-        /// Results answered.
-        got: usize,
+    /// A limit's key needs a part the descriptor does not give (the
+    /// Envoy door keys such parts `unknown`, so it does not refuse them).
+    #[error("limit {limit:?} needs the key part {part:?}")]
+    MissingPart {
+        /// The limit.
+        limit: String,
+        /// The part, as written in the configuration.
+        part: String,
     },
+}
+
+/// The engine's reasons, as the Envoy door names them.
+impl From<PlanError> for EnvoyError {
+    fn from(error: PlanError) -> EnvoyError {
+        match error {
+            PlanError::EmptyDomain => EnvoyError::EmptyDomain,
+            PlanError::NoDescriptors => EnvoyError::NoDescriptors,
+            PlanError::InvalidOverride { index, reason } => {
+                EnvoyError::InvalidOverride { index, reason }
+            }
+            PlanError::RefundForbidden { index, limit } => {
+                EnvoyError::RefundForbidden { index, limit }
+            }
+            PlanError::OverCap(cap) => EnvoyError::OverCap(cap),
+            PlanError::Store(store) => EnvoyError::Store(store),
+            PlanError::MissingPart { limit, part } => EnvoyError::MissingPart { limit, part },
+        }
+    }
 }
 
 impl From<EnvoyError> for tonic::Status {
@@ -73,10 +93,10 @@ impl From<EnvoyError> for tonic::Status {
             EnvoyError::EmptyDomain
             | EnvoyError::NoDescriptors
             | EnvoyError::InvalidOverride { .. }
+            | EnvoyError::MissingPart { .. }
             | EnvoyError::OverCap(_) => tonic::Status::invalid_argument(message),
             EnvoyError::RefundForbidden { .. } => tonic::Status::permission_denied(message),
             EnvoyError::Store(_) => tonic::Status::unavailable(message),
-            EnvoyError::Mismatch { .. } => tonic::Status::internal(message),
         }
     }
 }

@@ -182,13 +182,10 @@
 
 mod error;
 mod health;
-mod limitador;
-mod overrides;
 pub mod proto;
 mod response;
 mod service;
 mod unary;
-pub mod units;
 
 pub use error::EnvoyError;
 

@@ -9,17 +9,31 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::Method;
 
+use ratekeeper::RetryAfter;
+
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::json::{DecisionRequest, DecisionResponse, DescriptorEntry, RefundResponse, Refunded};
 use crate::config::{CapError, KeyPart, RequestCaps};
 use crate::engine::explain::describe_descriptors;
 use crate::engine::headers::verdict_headers;
-use crate::engine::matching::{self, DescriptorSource};
+use crate::engine::matching;
 use crate::engine::LimitDescription;
 use crate::engine::{
-    compose, ActiveLimit, Check, DecisionDoor, Engine, KeySource, LimitSet, NamedParts,
+    ActiveLimit, Check, DecisionDoor, Descriptor, DescriptorRequest, DescriptorVerdict, DoorRules,
+    Engine, KeySource, MissingPart, NamedParts,
 };
+use ratekeeper_tower::headers::insert_retry_after;
+
+/// A descriptor of the JSON API, read in place by the engine's plan: it
+/// costs the request's `cost`.
+impl Descriptor for Vec<DescriptorEntry> {
+    type Entry = DescriptorEntry;
+
+    fn entries(&self) -> &[DescriptorEntry] {
+        self
+    }
+}
 
 type Body = Result<JsonBody<DecisionRequest>, axum::extract::rejection::JsonRejection>;
 
@@ -38,6 +52,12 @@ fn read(engine: &Engine, body: Body) -> Result<DecisionRequest, ApiError> {
 /// Decides a request and records it where allowed.
 pub(super) async fn check(State(engine): State<Engine>, body: Body) -> Result<Response, ApiError> {
     let request = read(&engine, body)?;
+    if let Some(descriptors) = &request.descriptors {
+        within_caps(&engine.request_caps(), &request)?;
+        let asked = descriptor_request(&request, descriptors)?;
+        let verdict = engine.decide_descriptors(&asked).await?;
+        return Ok(answer_descriptors(&verdict));
+    }
     let checks = checks(&engine, &request)?;
     let verdict = engine.check(checks).await?;
     Ok(answer(&verdict))
@@ -84,9 +104,45 @@ pub(super) async fn limits(State(engine): State<Engine>) -> Json<serde_json::Val
     Json(serde_json::json!({ "limits": limits }))
 }
 
+/// The answer to a request of descriptors: as [`answer`]'s, refused also
+/// when a descriptor is refused outright (a limit of zero in
+/// envoyproxy/ratelimit's or Limitador's files), which no limit's result
+/// shows.
+fn answer_descriptors(verdict: &DescriptorVerdict) -> Response {
+    let refused_outright = verdict.over && verdict.taken.is_allowed();
+    let outright = refused_outright
+        .then(|| verdict.statuses.iter().find(|status| status.over))
+        .flatten();
+    let mut headers = verdict_headers(&verdict.taken);
+    let mut body = None;
+    if let Some(status) = outright {
+        let wait = status.until_reset.unwrap_or_default();
+        insert_retry_after(&mut headers, RetryAfter::After(wait));
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            http::HeaderValue::from_static("no-store"),
+        );
+        let mut refused = DecisionResponse::new(&verdict.taken, BTreeMap::new());
+        refused.allowed = false;
+        refused.denied_by = status.limit.as_ref().map(|shown| shown.name.clone());
+        refused.retry_after = ratekeeper_tower::headers::retry_after_secs(RetryAfter::After(wait));
+        body = Some(refused);
+    }
+    respond(&verdict.taken, headers, body)
+}
+
 /// The JSON answer, with the verdict's headers on the response too.
 fn answer(verdict: &crate::engine::Verdict) -> Response {
-    let headers = verdict_headers(verdict);
+    respond(verdict, verdict_headers(verdict), None)
+}
+
+/// The JSON answer of `verdict` (or `body`, when given) with `headers` on
+/// the response and in the body.
+fn respond(
+    verdict: &crate::engine::Verdict,
+    headers: http::HeaderMap,
+    body: Option<DecisionResponse>,
+) -> Response {
     let fields: BTreeMap<String, String> = headers
         .iter()
         .filter(|(name, _)| *name != http::header::CACHE_CONTROL)
@@ -94,7 +150,13 @@ fn answer(verdict: &crate::engine::Verdict) -> Response {
             Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
         })
         .collect();
-    let body = DecisionResponse::new(verdict, fields);
+    let body = match body {
+        Some(mut body) => {
+            body.headers = fields;
+            body
+        }
+        None => DecisionResponse::new(verdict, fields),
+    };
     // axum's `Json` starts from 128 bytes and grows twice for one limit's
     // answer (about 350 bytes): start where the answer ends.
     let mut json = Vec::with_capacity(512);
@@ -114,7 +176,8 @@ fn answer(verdict: &crate::engine::Verdict) -> Response {
 /// counted as unmatched.
 fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
     let checks = plan(engine, request)?;
-    if checks.is_empty() {
+    // The engine counts requests of descriptors it planned to nothing.
+    if checks.is_empty() && request.descriptors.is_none() {
         let domain = request.domain.as_deref().unwrap_or_default();
         engine.record_unmatched(DecisionDoor::HttpApi, &engine.limits(), domain, || {
             describe(request)
@@ -151,7 +214,8 @@ fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiErr
         None => None,
     };
     if let Some(descriptors) = &request.descriptors {
-        return descriptor_checks(&limits, request, descriptors);
+        let asked = descriptor_request(request, descriptors)?;
+        return Ok(engine.plan_descriptors(&limits, &asked)?.into_takes());
     }
     let chosen: Vec<Arc<ActiveLimit>> = match &request.limits {
         Some(names) => names
@@ -190,13 +254,13 @@ fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiErr
         .collect()
 }
 
-/// The checks of Envoy-style descriptors: for each, the limits of the
-/// domain that match it, keyed by its entries as the gRPC door does.
-fn descriptor_checks(
-    limits: &LimitSet,
-    request: &DecisionRequest,
-    descriptors: &[Vec<DescriptorEntry>],
-) -> Result<Vec<Check>, ApiError> {
+/// A request of Envoy-style descriptors, as the engine plans it: each
+/// costs the request's `cost`, and a key part a descriptor lacks is an
+/// error the caller can fix.
+fn descriptor_request<'a>(
+    request: &'a DecisionRequest,
+    descriptors: &'a [Vec<DescriptorEntry>],
+) -> Result<DescriptorRequest<'a, Vec<DescriptorEntry>>, ApiError> {
     if request.limits.is_some() {
         return Err(ApiError::Body(
             "give \"limits\" or \"descriptors\", not both".to_owned(),
@@ -207,16 +271,14 @@ fn descriptor_checks(
             "\"descriptors\" need a \"domain\"".to_owned(),
         ));
     };
-    let mut checks = Vec::new();
-    for descriptor in descriptors {
-        let source = DescriptorSource(descriptor.as_slice());
-        for limit in matching::applicable(limits, domain, descriptor) {
-            let parts = matching::key_parts(limit.config());
-            let key = compose(&parts, &source).map_err(|part| missing(limit, part))?;
-            checks.push(Check::new(Arc::clone(limit), key, request.cost));
-        }
-    }
-    Ok(checks)
+    Ok(DescriptorRequest {
+        domain,
+        descriptors,
+        hits: request.cost,
+        door: DecisionDoor::HttpApi,
+        rules: DoorRules::default(),
+        missing: MissingPart::Refused,
+    })
 }
 
 /// Refuses a request over a cap of `[requests]`, before any work on it.

@@ -55,6 +55,22 @@ impl ApiError {
     }
 }
 
+/// The engine's reasons, as the JSON API names them.
+impl From<crate::engine::PlanError> for ApiError {
+    fn from(error: crate::engine::PlanError) -> ApiError {
+        use crate::engine::PlanError;
+        match error {
+            PlanError::MissingPart { limit, part } => ApiError::MissingPart { limit, part },
+            PlanError::RefundForbidden { limit, .. } => ApiError::RefundForbidden(limit),
+            PlanError::OverCap(cap) => ApiError::OverCap(cap),
+            PlanError::Store(store) => ApiError::Store(store),
+            // The API has no overrides; an empty domain or list is the
+            // body's fault.
+            other => ApiError::Body(other.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();

@@ -1,0 +1,566 @@
+//! A request of descriptors (Envoy's `ShouldRateLimit`, the JSON API's
+//! `descriptors`) planned once: which limits apply to each descriptor,
+//! under which key and cost, and what the request's answer is.
+//!
+//! A door converts its wire format into a [`DescriptorRequest`] (its
+//! descriptors read in place through [`Descriptor`]) and asks
+//! [`Engine::decide_descriptors`]; the [`DescriptorVerdict`] says what each
+//! limit decided and each descriptor's status, which the door converts
+//! back. The plan brings together, per descriptor:
+//!
+//! - a descriptor's limit override (Envoy's `limit`), in a domain the
+//!   service knows, unless a limit it matches forbids overrides
+//!   ([`overrides`]);
+//! - the limit envoyproxy/ratelimit's files give it (lookup, `replaces`,
+//!   unlimited, zero, shadow and quota modes: [`files`]);
+//! - the native `[[limits]]` that match it ([`crate::engine::matching`]),
+//!   keyed by its entries;
+//! - Limitador's limits of the domain ([`limitador`]).
+//!
+//! Refunds (`is_negative_hits`) are given back first; the rest is decided
+//! all or nothing, or descriptor by descriptor as `[envoy] counting`
+//! says; a descriptor refused outright (a limit of zero) makes the others
+//! only report.
+
+mod files;
+mod key_text;
+mod limitador;
+mod overrides;
+mod shown;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::store::{AnsweredBy, StoreError};
+use ratekeeper::{Decision, RetryAfter};
+
+pub(crate) use overrides::OverrideLimits;
+pub use shown::{ban_unit, shown_rate, RateUnit, Shown};
+#[cfg(test)]
+pub(crate) use status::work;
+pub use status::DescriptorStatus;
+
+use super::explain::describe_descriptors;
+use super::matching::{self, DescriptorSource};
+use super::{
+    compose, ActiveLimit, Check, DecisionDoor, Engine, LimitResult, LimitSet, OrUnknown, Verdict,
+};
+use crate::config::envoy::Entry;
+use crate::config::{CapError, Counting, KeyPart};
+
+/// One descriptor of a request, read in place from the door's own type.
+pub trait Descriptor {
+    /// Its entries' type.
+    type Entry: Entry;
+
+    /// The entries, in order.
+    fn entries(&self) -> &[Self::Entry];
+
+    /// Its own cost, when it has one (Envoy's descriptor `hits_addend`);
+    /// otherwise the request's.
+    fn hits(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether its hits are given back (Envoy's `is_negative_hits`).
+    fn is_refund(&self) -> bool {
+        false
+    }
+
+    /// The rate it asks for instead of the configured limits (Envoy's
+    /// descriptor `limit`).
+    fn rate_override(&self) -> Option<RateOverride> {
+        None
+    }
+}
+
+/// A rate a descriptor asks for: `requests_per_unit` per `unit`, Envoy's
+/// number of a [`RateUnit`] (a number Envoy does not define is refused
+/// when the request is planned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateOverride {
+    /// Requests per unit (0 refuses every hit).
+    pub requests_per_unit: u32,
+    /// The unit, as Envoy numbers it.
+    pub unit: i32,
+}
+
+/// How a door's requests are counted and answered (`[envoy]` for the gRPC
+/// door; all or nothing, as configured, for the JSON API).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DoorRules {
+    /// All or nothing, or each descriptor on its own.
+    pub counting: Counting,
+    /// Every limit of envoyproxy/ratelimit's files in quota mode.
+    pub quota_mode: bool,
+    /// Nothing refuses: statuses say what the limits decided, and the
+    /// request goes on.
+    pub shadow_mode: bool,
+}
+
+/// What a key part a descriptor cannot give becomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MissingPart {
+    /// `unknown`, shared by every such request: limited together, never
+    /// let through unlimited (Envoy's door: Envoy cannot be asked again).
+    #[default]
+    Unknown,
+    /// An error naming the limit and the part (the JSON API, whose caller
+    /// can fix its request).
+    Refused,
+}
+
+/// A request of descriptors, as a door received it.
+#[derive(Clone, Copy, Debug)]
+pub struct DescriptorRequest<'a, D> {
+    /// The domain (Envoy's), or a Limitador namespace.
+    pub domain: &'a str,
+    /// The descriptors.
+    pub descriptors: &'a [D],
+    /// What each descriptor costs unless it says otherwise.
+    pub hits: u64,
+    /// The door asking, for the count of requests no limit applied to.
+    pub door: DecisionDoor,
+    /// How the door counts and answers.
+    pub rules: DoorRules,
+    /// What a key part the descriptor cannot give becomes.
+    pub missing: MissingPart,
+}
+
+/// Why a request of descriptors could not be planned or decided.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The request has no domain.
+    #[error("the rate limit domain must not be empty")]
+    EmptyDomain,
+    /// The request has no descriptors.
+    #[error("the rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    /// A descriptor's limit override cannot be used.
+    #[error("descriptors[{index}].limit: {reason}")]
+    InvalidOverride {
+        /// The descriptor's position in the request.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A descriptor gives hits back to a limit that accepts no refunds
+    /// (`allow_refunds = false`).
+    #[error(
+        "descriptors[{index}]: limit {limit} accepts no refunds (allow_refunds = false), so \
+         is_negative_hits is refused"
+    )]
+    RefundForbidden {
+        /// The descriptor's position in the request.
+        index: usize,
+        /// The limit.
+        limit: String,
+    },
+    /// A limit's key needs a part the descriptor does not give (with
+    /// [`MissingPart::Refused`]).
+    #[error("limit {limit:?} needs the key part {part:?}")]
+    MissingPart {
+        /// The limit.
+        limit: String,
+        /// The part, as written in the configuration.
+        part: String,
+    },
+    /// The request holds more than `[requests]` allows.
+    #[error("{0}")]
+    OverCap(#[from] CapError),
+    /// The store failed, and the failure policy refuses.
+    #[error("the rate-limit store failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// One check of a request, and what it belongs to.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The request descriptor it comes from.
+    pub descriptor: usize,
+    /// Whether its hits are given back (`is_negative_hits`).
+    pub refund: bool,
+    /// The limit as Envoy's `current_limit` shows it.
+    pub shown: Shown,
+    /// A limit of envoyproxy/ratelimit's files in quota mode: decided as a
+    /// shadow limit is, and over its limit only refusing the request when
+    /// every quota of the request is.
+    pub quota: bool,
+}
+
+/// What envoyproxy/ratelimit's files (or Limitador's, or an override) say
+/// of a descriptor that no limit counts.
+#[derive(Clone, Debug)]
+pub enum Uncounted {
+    /// `unlimited`: allowed, with the largest remaining count.
+    Unlimited,
+    /// Zero requests per unit: over the limit, unless in shadow or quota
+    /// mode.
+    Zero {
+        /// The limit as shown.
+        shown: Shown,
+        /// Its window.
+        window: Duration,
+        /// In shadow mode: shown, never refusing.
+        shadow: bool,
+        /// In quota mode.
+        quota: bool,
+    },
+}
+
+/// The checks of a request of descriptors: those that take, those that
+/// give back, and what the descriptors no limit counts say.
+#[derive(Debug, Default)]
+pub struct DescriptorPlan {
+    takes: Vec<Check>,
+    take_plans: Vec<Planned>,
+    refunds: Vec<Check>,
+    refund_plans: Vec<Planned>,
+    /// Per descriptor.
+    uncounted: Vec<Option<Uncounted>>,
+    /// Whether a limit of zero refuses the request whatever the store says.
+    blocked: bool,
+}
+
+impl DescriptorPlan {
+    fn take(&mut self, check: Check, plan: Planned) {
+        self.takes.push(check);
+        self.take_plans.push(plan);
+    }
+
+    fn push(&mut self, check: Check, plan: Planned) {
+        if plan.refund {
+            self.refunds.push(check);
+            self.refund_plans.push(plan);
+        } else {
+            self.take(check, plan);
+        }
+    }
+
+    /// Whether nothing applies to the request.
+    pub fn is_empty(&self) -> bool {
+        self.takes.is_empty()
+            && self.refunds.is_empty()
+            && self.uncounted.iter().all(Option::is_none)
+    }
+
+    /// The checks that take units, in order.
+    pub fn takes(&self) -> &[Check] {
+        &self.takes
+    }
+
+    /// The checks that take units, in order, owned.
+    pub fn into_takes(self) -> Vec<Check> {
+        self.takes
+    }
+}
+
+/// What the engine decided for a request of descriptors.
+#[derive(Debug)]
+pub struct DescriptorVerdict {
+    /// The checks that took (or were read, when a limit of zero refused the
+    /// request), in order.
+    pub taken: Verdict,
+    /// The checks that gave back, as read after the refund.
+    pub refunded: Vec<LimitResult>,
+    /// Each result's plan: those of `taken`, then those of `refunded`.
+    pub plans: Vec<Planned>,
+    /// Each result's decision, in the same order.
+    pub decisions: Vec<Decision>,
+    /// Each descriptor's status, in the request's order.
+    pub statuses: Vec<DescriptorStatus>,
+    /// Whether the request is over its limit (never in shadow mode).
+    pub over: bool,
+}
+
+impl DescriptorVerdict {
+    /// Every result with its plan and decision: those that took, then
+    /// those that gave back.
+    pub fn results(&self) -> impl Iterator<Item = (&LimitResult, &Planned, &Decision)> {
+        self.taken
+            .results
+            .iter()
+            .chain(&self.refunded)
+            .zip(&self.plans)
+            .zip(&self.decisions)
+            .map(|((result, plan), decision)| (result, plan, decision))
+    }
+
+    /// When to try again: the longest wait among the limits that refused.
+    pub fn retry_after(&self) -> RetryAfter {
+        self.taken.retry_after()
+    }
+
+    /// Who answered: the store, or the failure policy while it failed.
+    pub fn answered_by(&self) -> AnsweredBy {
+        self.taken
+            .results
+            .iter()
+            .chain(&self.refunded)
+            .fold(AnsweredBy::Store, |by, result| by.or(result.answered_by))
+    }
+}
+
+impl Engine {
+    /// Plans `request`: the checks each descriptor makes (see the
+    /// [module](self)). A request no limit applies to is counted as
+    /// unmatched. Refused before any work when over a cap of
+    /// `[requests]`; the work is linear in the request's size.
+    pub fn plan_descriptors<D: Descriptor>(
+        &self,
+        limits: &LimitSet,
+        request: &DescriptorRequest<'_, D>,
+    ) -> Result<DescriptorPlan, PlanError> {
+        let DescriptorRequest {
+            domain,
+            descriptors,
+            ..
+        } = *request;
+        if domain.is_empty() {
+            return Err(PlanError::EmptyDomain);
+        }
+        if descriptors.is_empty() {
+            return Err(PlanError::NoDescriptors);
+        }
+        // Before any work: a request over a cap costs no more than one at it.
+        let caps = self.request_caps();
+        caps.check_descriptors(descriptors.iter().map(|descriptor| {
+            descriptor
+                .entries()
+                .iter()
+                .map(|entry| (entry.key(), entry.value()))
+        }))?;
+        caps.value(domain, || "domain".to_owned())?;
+
+        let envoy = limits.envoy();
+        let tree = envoy.and_then(|envoy| envoy.domain(domain));
+        let knows_domain = tree.is_some() || matching::knows_domain(limits, domain);
+        // Envoy's service: an override replaces the configured limits, in
+        // a domain it knows, unless one of them forbids it.
+        let honoured: Vec<Option<RateOverride>> = descriptors
+            .iter()
+            .map(|descriptor| match descriptor.rate_override() {
+                Some(asked) if knows_domain => self
+                    .overrides_allowed(limits, domain, descriptor.entries())
+                    .then_some(asked),
+                _ => None,
+            })
+            .collect();
+        let matched = match tree {
+            Some(tree) => files::matched(
+                tree,
+                descriptors
+                    .iter()
+                    .zip(&honoured)
+                    .map(|(descriptor, honoured)| (descriptor.entries(), honoured.is_some())),
+            ),
+            None => Vec::new(),
+        };
+
+        let mut plan = DescriptorPlan {
+            uncounted: vec![None; descriptors.len()],
+            ..DescriptorPlan::default()
+        };
+        for (index, descriptor) in descriptors.iter().enumerate() {
+            let hits = descriptor.hits().unwrap_or(request.hits);
+            let refund = descriptor.is_refund();
+            let planned = |shown, quota| Planned {
+                descriptor: index,
+                refund,
+                shown,
+                quota,
+            };
+            if let Some(asked) = honoured[index] {
+                let made = overrides::override_limit(
+                    index,
+                    asked,
+                    self.overrides(),
+                    caps.max_override_rates,
+                )?;
+                match made {
+                    overrides::Override::Limit(limit, shown) => {
+                        let key = overrides::override_key(domain, descriptor.entries());
+                        plan.push(Check::new(limit, key, hits), planned(shown, false));
+                    }
+                    overrides::Override::Zero(shown, window) => {
+                        plan.blocked |= hits > 0 && !refund;
+                        plan.uncounted[index] = Some(Uncounted::Zero {
+                            shown,
+                            window,
+                            shadow: false,
+                            quota: false,
+                        });
+                    }
+                }
+                continue;
+            }
+            if let (Some(envoy), Some(found)) = (envoy, matched.get(index).and_then(Option::as_ref))
+            {
+                let limit = found.limit;
+                let quota = limit.quota_mode || request.rules.quota_mode;
+                match envoy.limit(limit) {
+                    Some(active) => {
+                        let key = files::counter_key(&found.counter_key);
+                        let check = Check::new(Arc::clone(active), key, hits);
+                        plan.push(check, planned(files::shown(limit), quota));
+                    }
+                    None if limit.unlimited => plan.uncounted[index] = Some(Uncounted::Unlimited),
+                    None => {
+                        plan.blocked |= hits > 0 && !refund && !limit.shadow_mode && !quota;
+                        plan.uncounted[index] = Some(Uncounted::Zero {
+                            shown: files::shown(limit),
+                            window: files::window(limit),
+                            shadow: limit.shadow_mode,
+                            quota,
+                        });
+                    }
+                }
+            }
+            let entries = descriptor.entries();
+            for limit in matching::applicable(limits, domain, entries) {
+                if refund && !limit.config().allow_refunds {
+                    return Err(PlanError::RefundForbidden {
+                        index,
+                        limit: limit.name().to_owned(),
+                    });
+                }
+                let parts = matching::key_parts(limit.config());
+                let key = match request.missing {
+                    // OrUnknown gives every part, so this cannot fail.
+                    MissingPart::Unknown => compose(&parts, &OrUnknown(DescriptorSource(entries))),
+                    MissingPart::Refused => compose(&parts, &DescriptorSource(entries)),
+                };
+                let key = key.map_err(|part| missing(limit, part))?;
+                plan.push(
+                    Check::new(Arc::clone(limit), key, hits),
+                    planned(configured(limit), false),
+                );
+            }
+        }
+        limitador::plan(limits, domain, descriptors, request.hits, &mut plan);
+
+        if plan.is_empty() {
+            self.record_unmatched(request.door, limits, domain, || {
+                describe_descriptors(domain, descriptors.iter().map(Descriptor::entries))
+            });
+        }
+        Ok(plan)
+    }
+
+    /// Plans `request` and decides it: refunds first (they never depend on
+    /// the rest), then the checks that take, as `request.rules` counts;
+    /// a limit of zero makes the others only report. Says what each limit
+    /// decided and each descriptor's status.
+    pub async fn decide_descriptors<D: Descriptor>(
+        &self,
+        request: &DescriptorRequest<'_, D>,
+    ) -> Result<DescriptorVerdict, PlanError> {
+        let limits = self.limits();
+        let plan = self.plan_descriptors(&limits, request)?;
+        let DescriptorPlan {
+            takes,
+            take_plans,
+            refunds,
+            refund_plans,
+            uncounted,
+            blocked,
+        } = plan;
+        let rules = request.rules;
+        if !refunds.is_empty() {
+            self.refund(&refunds).await?;
+        }
+        // Global shadow mode counts each limit that allows, as enforcing
+        // would, whatever the others say: the request goes on either way.
+        let counting = match rules.shadow_mode {
+            true => Counting::EachDescriptor,
+            false => rules.counting,
+        };
+        // A zero limit refuses the request: the others only report (in
+        // global shadow mode, where nothing refuses, they count).
+        let taken = if blocked && !rules.shadow_mode {
+            self.peek(takes).await?
+        } else {
+            self.check_counting(takes, counting).await?
+        };
+        let refunded = match refunds.is_empty() {
+            true => Vec::new(),
+            false => self.peek(refunds).await?.results,
+        };
+        let mut plans = take_plans;
+        plans.extend(refund_plans);
+        let decisions = taken
+            .results
+            .iter()
+            .chain(&refunded)
+            .map(LimitResult::decision)
+            .collect();
+        let mut verdict = DescriptorVerdict {
+            taken,
+            refunded,
+            plans,
+            decisions,
+            statuses: Vec::new(),
+            over: false,
+        };
+        let (statuses, over) = status::statuses(&verdict, uncounted, rules.shadow_mode);
+        verdict.statuses = statuses;
+        verdict.over = over;
+        if over && rules.shadow_mode {
+            verdict.over = false;
+            self.decision_metrics().record_global_shadow();
+        }
+        Ok(verdict)
+    }
+
+    /// Whether a descriptor's override may replace the limits it matches:
+    /// not when one of them says `allow_overrides = false`. Each such limit
+    /// counts the refusal, and logs its first with the fix.
+    fn overrides_allowed<E: Entry>(&self, limits: &LimitSet, domain: &str, entries: &[E]) -> bool {
+        let mut allowed = true;
+        for limit in matching::applicable(limits, domain, entries) {
+            if limit.config().allow_overrides {
+                continue;
+            }
+            allowed = false;
+            if self
+                .decision_metrics()
+                .record_override_refused(limit.name())
+            {
+                tracing::warn!(
+                    limit = limit.name(),
+                    "limit {name} has allow_overrides = false: a descriptor's limit override \
+                     was ignored and {name} decided. If your Envoy sets overrides on purpose \
+                     (a rate limit action's `limit` from metadata), set allow_overrides = true \
+                     on {name}; otherwise a caller is trying to raise its own limit. Said once \
+                     per limit; ratekeeper_overrides_refused_total counts every one",
+                    name = limit.name(),
+                );
+            }
+        }
+        allowed
+    }
+}
+
+/// A configured limit as Envoy's `current_limit` shows it.
+fn configured(limit: &ActiveLimit) -> Shown {
+    let config = limit.config();
+    let rate = &config.rate;
+    let (requests_per_unit, unit) = match config.ban {
+        true => (0, ban_unit(rate.period())),
+        false => shown_rate(rate.amount(), rate.period()),
+    };
+    Shown {
+        name: limit.name().to_owned(),
+        requests_per_unit,
+        unit,
+    }
+}
+
+fn missing(limit: &ActiveLimit, part: &KeyPart) -> PlanError {
+    PlanError::MissingPart {
+        limit: limit.name().to_owned(),
+        part: part.to_string(),
+    }
+}
