@@ -14,7 +14,7 @@
 # key. The cache geometry is the host's, as callgrind reads it, unless LL
 # gives the last level's (size,associativity,line size): on this VM
 # callgrind reads a 256 MiB direct-mapped last level, which nothing misses,
-# where the L3 share a load actually finds is 8-16 MiB (performance notes).
+# where the L3 share a load actually finds is 8-16 MiB (BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 checks="${1:-200000}"
