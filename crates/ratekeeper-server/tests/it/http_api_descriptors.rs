@@ -57,3 +57,46 @@ async fn a_descriptor_in_neither_shape_is_answered_with_both() {
     }
     service.stop().await;
 }
+
+/// The JSON API's descriptors are planned as Envoy's are: a domain of
+/// envoyproxy/ratelimit's files is matched by its tree (counted per value,
+/// shown by the file's name), and a limit of zero refuses, naming it.
+#[tokio::test]
+async fn descriptors_meet_envoyproxy_ratelimits_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("edge.yaml"),
+        "domain: files\ndescriptors:\n  - key: user\n    rate_limit:\n      name: per-user\n      \
+         unit: minute\n      requests_per_unit: 2\n  - key: blocked\n    rate_limit:\n      \
+         name: blocked\n      unit: hour\n      requests_per_unit: 0\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "{LISTEN_ANY}[envoy]\nconfig_dir = {:?}\n{EDGE}",
+        dir.path().display().to_string()
+    );
+    let service = TestService::start(&toml).await;
+    let user = |value: &str| {
+        json!({"domain": "files", "descriptors": [[{"key": "user", "value": value}]]})
+    };
+    for remaining in [1, 0] {
+        let (status, _, answer) = service.post("/v1/check", user("alice")).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["allowed"], true, "{answer}");
+        assert_eq!(answer["limits"][0]["remaining"], remaining, "{answer}");
+    }
+    let (_, _, answer) = service.post("/v1/check", user("alice")).await;
+    assert_eq!(answer["allowed"], false, "{answer}");
+    // Each value has its own count.
+    let (_, _, answer) = service.post("/v1/check", user("bob")).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+
+    let blocked = json!({"domain": "files", "descriptors": [[{"key": "blocked", "value": "x"}]]});
+    let (status, headers, answer) = service.post("/v1/check", blocked).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["allowed"], false, "{answer}");
+    assert_eq!(answer["denied_by"], "blocked", "{answer}");
+    assert_eq!(answer["retry_after"], 3600, "{answer}");
+    assert_eq!(headers["retry-after"], "3600");
+    service.stop().await;
+}
