@@ -51,7 +51,7 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-            let engine = Engine::start(&config, clock).await.unwrap();
+            let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
             let limits = engine.limits();
             let check = |name: &str, cost| {
                 Check::new(Arc::clone(limits.get(name).unwrap()), b"k".to_vec(), cost)

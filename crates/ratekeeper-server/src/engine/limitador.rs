@@ -57,7 +57,7 @@ const NAMESPACE_BYTES: usize = 64 - NAME_PREFIX.len() - 1 - 16;
 /// );
 /// let config = Config::from_toml_str(&toml, "ratekeeper.toml")?;
 /// let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-/// let engine = Engine::start(&config, clock).await?;
+/// let engine = Engine::builder(&config).clock(clock).start().await?;
 ///
 /// let request = [vec![("method", "GET"), ("user", "alice")]];
 /// let descriptors = Descriptors::new(request.iter().map(|d| d.iter().copied()));

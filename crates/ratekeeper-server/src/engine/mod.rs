@@ -21,7 +21,7 @@
 //!     "example.toml",
 //! )?;
 //! let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-//! let engine = Engine::start(&config, clock).await?;
+//! let engine = Engine::builder(&config).clock(clock).start().await?;
 //!
 //! let parts = [("header:x-user".to_owned(), "alice".to_owned())].into();
 //! let limits = engine.limits();
@@ -39,6 +39,7 @@
 //! ```
 
 mod ban;
+mod builder;
 mod connecting;
 mod describe;
 mod envoy_files;
@@ -66,7 +67,6 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use ratekeeper::{
-    clock::UnixClock,
     stats::Stats,
     store::{AnsweredBy, Check as StoreCheck, StoreError},
     Clock, Decision, Limit, Outcome, Store, Timestamp,
@@ -74,6 +74,7 @@ use ratekeeper::{
 use smallvec::SmallVec;
 use tracing::Instrument as _;
 
+pub use builder::EngineBuilder;
 pub use connecting::Connecting;
 pub use describe::{LimitDescription, MatchDescription};
 pub use envoy_files::EnvoyLimits;
@@ -159,35 +160,14 @@ struct Inner {
 }
 
 impl Engine {
-    /// Opens the store `config` names and puts its limits in force. The
-    /// in-memory store runs on `clock`.
-    pub async fn start(config: &Config, clock: SharedClock) -> Result<Engine, StartError> {
-        Engine::start_with_wall_clock(config, clock, Arc::new(UnixClock)).await
+    /// An engine to start on `config`: its clocks and store, then
+    /// [`start`](EngineBuilder::start).
+    pub fn builder(config: &Config) -> EngineBuilder<'_> {
+        EngineBuilder::new(config)
     }
 
-    /// [`Engine::start`], with the statistics following `wall_clock`
-    /// (Unix time) instead of the system's.
-    pub async fn start_with_wall_clock(
-        config: &Config,
-        clock: SharedClock,
-        wall_clock: SharedClock,
-    ) -> Result<Engine, StartError> {
-        let store = AnyStore::open(&config.store, clock).await?;
-        Ok(Engine::with_store_and_wall_clock(config, store, wall_clock))
-    }
-
-    /// An engine on a store opened elsewhere (a test's, a failing one).
-    pub fn with_store(config: &Config, store: AnyStore) -> Engine {
-        Engine::with_store_and_wall_clock(config, store, Arc::new(UnixClock))
-    }
-
-    /// An engine on a store opened elsewhere, whose statistics follow
-    /// `wall_clock` (Unix time: the calendar windows are in UTC).
-    pub fn with_store_and_wall_clock(
-        config: &Config,
-        store: AnyStore,
-        wall_clock: SharedClock,
-    ) -> Engine {
+    /// The engine on `store`, its statistics following `wall_clock`.
+    fn assemble(config: &Config, store: AnyStore, wall_clock: SharedClock) -> Engine {
         let probe = Limit::new(
             "ratekeeper-readyz",
             ratekeeper::Gcra::per_second(1).expect("1 per second is a valid rate"),

@@ -156,7 +156,7 @@
 //!     "ratekeeper.toml",
 //! )?;
 //! let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-//! let service = EnvoyService::new(Engine::start(&config, clock).await?);
+//! let service = EnvoyService::new(Engine::builder(&config).clock(clock).start().await?);
 //! // service.into_server() goes on a tonic server; here it is asked directly.
 //!
 //! let request = RateLimitRequest {

@@ -228,7 +228,8 @@ mod tests {
             )
             .unwrap();
             let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-            let service = EnvoyService::new(Engine::start(&config, clock).await.unwrap());
+            let service =
+                EnvoyService::new(Engine::builder(&config).clock(clock).start().await.unwrap());
             let configured = (0..count).map(|i| RateLimitDescriptor {
                 entries: vec![entry("user", &format!("u{i}"))],
                 ..RateLimitDescriptor::default()

@@ -370,7 +370,7 @@ mod tests {
     async fn engine(toml: &str) -> Engine {
         let config = Config::from_toml_str(toml, "test.toml").unwrap();
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-        Engine::start(&config, clock).await.unwrap()
+        Engine::builder(&config).clock(clock).start().await.unwrap()
     }
 
     async fn ask(engine: &Engine, uri: &str, pairs: &[(&str, &str)]) -> Response {

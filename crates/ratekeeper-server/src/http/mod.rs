@@ -72,7 +72,7 @@
 //! use ratekeeper_server::{engine::Engine, http, Config};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! let engine = Engine::start(&Config::default(), Arc::new(MonotonicClock::new())).await?;
+//! let engine = Engine::builder(&Config::default()).clock(Arc::new(MonotonicClock::new())).start().await?;
 //! let app: axum::Router = http::router(engine);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! # drop((app, listener));

@@ -130,7 +130,7 @@
 //!     "[[limits]]\nname = \"per-client\"\nrate = \"2/minute\"\nkey = [\"client_ip\"]\n",
 //!     "example.toml",
 //! )?;
-//! let engine = Engine::start(&config, Arc::new(MonotonicClock::new())).await?;
+//! let engine = Engine::builder(&config).clock(Arc::new(MonotonicClock::new())).start().await?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let url = format!("http://{}/", listener.local_addr()?);
 //! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -184,12 +184,11 @@ impl Service {
                 Ok::<_, crate::proxy::ProxyError>((door.addr, upstream, &door.options))
             })
             .transpose()?;
-        let engine = Engine::start_with_wall_clock(
-            &config,
-            Arc::clone(&options.clock),
-            Arc::clone(&options.wall_clock),
-        )
-        .await?;
+        let engine = Engine::builder(&config)
+            .clock(Arc::clone(&options.clock))
+            .wall_clock(Arc::clone(&options.wall_clock))
+            .start()
+            .await?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut addrs = Addrs::default();

@@ -368,7 +368,7 @@ mod tests {
         std::fs::write(&path, limits("5/minute")).unwrap();
         let config = Config::from_toml_str(&limits("5/minute"), "t.toml").unwrap();
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-        let engine = Engine::start(&config, clock).await.unwrap();
+        let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
         let source = Source {
             path: Some(path.clone()),
             overrides: Vec::new(),
@@ -418,7 +418,7 @@ mod tests {
         std::fs::write(&path, &toml).unwrap();
         let config = Config::from_toml_str(&toml, "t.toml").unwrap();
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-        let engine = Engine::start(&config, clock).await.unwrap();
+        let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
         let source = Source {
             path: Some(path),
             overrides: Vec::new(),

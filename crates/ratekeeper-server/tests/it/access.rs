@@ -321,7 +321,7 @@ async fn engine(toml: &str, vars: &[(&str, &str)]) -> Engine {
         .collect();
     let config = Config::from_toml_str_with_env(toml, "test.toml", vars).unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    Engine::start(&config, clock).await.unwrap()
+    Engine::builder(&config).clock(clock).start().await.unwrap()
 }
 
 #[tokio::test]

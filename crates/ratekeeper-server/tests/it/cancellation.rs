@@ -36,7 +36,11 @@ async fn a_dropped_request_across_cluster_slots_still_gives_back_what_it_took() 
         "test.toml",
     )
     .unwrap();
-    let engine = Engine::start(&config, Arc::new(UnixClock)).await.unwrap();
+    let engine = Engine::builder(&config)
+        .clock(Arc::new(UnixClock))
+        .start()
+        .await
+        .unwrap();
     let limits = engine.limits();
     let (wide, narrow) = (limits.get("wide").unwrap(), limits.get("narrow").unwrap());
     let AnyStore::Redis(store) = engine.store() else {
@@ -112,7 +116,11 @@ async fn a_dropped_request_on_sqlite_takes_nothing() {
         "test.toml",
     )
     .unwrap();
-    let engine = Engine::start(&config, Arc::new(UnixClock)).await.unwrap();
+    let engine = Engine::builder(&config)
+        .clock(Arc::new(UnixClock))
+        .start()
+        .await
+        .unwrap();
     assert!(engine.store().decides_in_one_step());
     let limits = engine.limits();
     let (wide, narrow) = (limits.get("wide").unwrap(), limits.get("narrow").unwrap());

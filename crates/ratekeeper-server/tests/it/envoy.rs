@@ -37,7 +37,11 @@ async fn serve(engine: Engine) -> (RateLimitServiceClient<Channel>, oneshot::Sen
 async fn start(toml: &str) -> Rls {
     let config = Config::from_toml_str(toml, "test.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let engine = Engine::builder(&config)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap();
     let (client, stop) = serve(engine).await;
     Rls {
         client,
@@ -594,7 +598,11 @@ async fn a_failed_store_is_unavailable_not_unknown() {
     );
     let config = Config::from_toml_str(&toml, "test.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let engine = Engine::builder(&config)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap();
     let (client, stop) = serve(engine).await;
     let mut rls = Rls {
         client,
@@ -793,7 +801,7 @@ async fn the_unary_path_speaks_grpc_on_the_wire() {
     )
     .unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::start(&config, clock).await.unwrap();
+    let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (_stop, stopped) = oneshot::channel::<()>();

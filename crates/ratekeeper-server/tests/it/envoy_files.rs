@@ -102,7 +102,11 @@ async fn start_with_units(
     );
     let config = Config::from_toml_str(&text, "test.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
-    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let engine = Engine::builder(&config)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap();
     let (client, stop) = crate::common::serve_rls(engine).await;
     Rls {
         client,
@@ -1335,7 +1339,11 @@ async fn files_and_import(yaml: &str) -> (Rls, Rls) {
     let config = Config::from_toml_str(&imported.toml, "imported.toml")
         .unwrap_or_else(|error| panic!("{error}\n{}", imported.toml));
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
-    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let engine = Engine::builder(&config)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap();
     let (client, stop) = crate::common::serve_rls(engine).await;
     let native = Rls {
         client,

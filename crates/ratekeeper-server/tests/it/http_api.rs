@@ -535,7 +535,7 @@ async fn fixed_windows_start_on_the_wall_clocks_minutes() {
         clock.now() >= before && clock.now() < before.saturating_add(Duration::from_secs(86_400)),
         "the store's clock reads Unix time"
     );
-    let engine = Engine::start(&config, clock).await.unwrap();
+    let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
     let limits = engine.limits();
     let limit = limits.get("minute").unwrap();
     let key = limit

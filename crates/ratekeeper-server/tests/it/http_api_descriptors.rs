@@ -76,9 +76,7 @@ async fn descriptors_meet_envoyproxy_ratelimits_files() {
         dir.path().display().to_string()
     );
     let service = TestService::start(&toml).await;
-    let user = |value: &str| {
-        json!({"domain": "files", "descriptors": [[{"key": "user", "value": value}]]})
-    };
+    let user = |value: &str| json!({"domain": "files", "descriptors": [[{"key": "user", "value": value}]]});
     for remaining in [1, 0] {
         let (status, _, answer) = service.post("/v1/check", user("alice")).await;
         assert_eq!(status, 200, "{answer}");

@@ -70,7 +70,11 @@ async fn sides(files: &[(String, String)], merge: bool) -> Option<Sides> {
     let by_files = Config::from_toml_str(&text, "files.toml").unwrap();
     let start = |config: Config| async move {
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
-        let engine = Engine::start(&config, clock.clone()).await.unwrap();
+        let engine = Engine::builder(&config)
+            .clock(clock.clone())
+            .start()
+            .await
+            .unwrap();
         (EnvoyService::new(engine), clock)
     };
     let (files_service, files_clock) = start(by_files).await;

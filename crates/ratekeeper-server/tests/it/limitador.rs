@@ -796,7 +796,7 @@ proptest::proptest! {
         let config = Config::from_toml_str(&toml(&file), "test.toml").unwrap();
         // Windows open at first hits: the clock's start does not matter.
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(0)));
-        let engine = runtime.block_on(Engine::start(&config, clock.clone())).unwrap();
+        let engine = runtime.block_on(Engine::builder(&config).clock(clock.clone()).start()).unwrap();
         let service = EnvoyService::new(engine);
         let mut model = Model { counts: Default::default() };
         let mut now = 0;

@@ -231,7 +231,9 @@ fn set_mode_755(_: &Path) {}
 async fn start_ratekeeper(toml: &str) -> SocketAddr {
     let config = Config::from_toml_str(toml, "nginx-test.toml").expect("a valid config");
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::start(&config, clock)
+    let engine = Engine::builder(&config)
+        .clock(clock)
+        .start()
         .await
         .expect("the engine starts");
     common::serve_app(http::router(engine)).await

@@ -195,7 +195,9 @@ impl Proxy {
     async fn start_with(toml: &str, upstream: &str, options: &proxy::ProxyOptions) -> Proxy {
         let config = Config::from_toml_str(toml, "proxy-test.toml").expect("a valid config");
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-        let engine = Engine::start(&config, clock)
+        let engine = Engine::builder(&config)
+            .clock(clock)
+            .start()
             .await
             .expect("the engine starts");
         let proxy_engine = engine.clone();
@@ -711,7 +713,9 @@ async fn requests_past_max_upstream_requests_get_503_and_never_reach_the_upstrea
 async fn an_upstream_that_cannot_be_proxied_to_is_refused_at_start() {
     let config = Config::from_toml_str(NO_LIMITS_HERE, "t.toml").expect("a valid config");
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1)));
-    let engine = Engine::start(&config, clock)
+    let engine = Engine::builder(&config)
+        .clock(clock)
+        .start()
         .await
         .expect("the engine starts");
     let error =

@@ -87,7 +87,9 @@ async fn the_proxy_names_one_moment() {
     let upstream = upstream::start(Speaks::Http1).await;
     let config = Config::from_toml_str(FIVE_A_MINUTE, "proxy.toml").expect("a valid config");
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::start(&config, clock)
+    let engine = Engine::builder(&config)
+        .clock(clock)
+        .start()
         .await
         .expect("the engine starts");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -196,7 +196,13 @@ fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
 async fn grpc_answers_over_limit_or_ok_with_the_header() {
     let config = Config::from_toml_str(GRPC_LIMITS, "test.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let service = EnvoyService::new(Engine::start(&config, clock.clone()).await.unwrap());
+    let service = EnvoyService::new(
+        Engine::builder(&config)
+            .clock(clock.clone())
+            .start()
+            .await
+            .unwrap(),
+    );
     for value in ["a", "b"] {
         for key in ["user", "member"] {
             let response = service.decide(&ask(key, value)).await.unwrap();
@@ -252,7 +258,11 @@ match = { path_prefix = "/lenient" }
 "#;
     let config = Config::from_toml_str(toml, "test.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::start(&config, clock.clone()).await.unwrap();
+    let engine = Engine::builder(&config)
+        .clock(clock.clone())
+        .start()
+        .await
+        .unwrap();
     let app = axum::Router::new().fallback(|| async { "upstream" });
     let upstream = common::serve_app(app).await;
     let router =

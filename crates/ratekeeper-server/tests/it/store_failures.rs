@@ -534,7 +534,9 @@ async fn the_proxy_marks_failover_answers_with_a_header() {
         );
         let config = ratekeeper_server::Config::from_toml_str(&toml, "proxy.toml").unwrap();
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-        let engine = Engine::start(&config, clock)
+        let engine = Engine::builder(&config)
+            .clock(clock)
+            .start()
             .await
             .expect("starts while down");
         let router = ratekeeper_server::proxy::router(
