@@ -20,24 +20,23 @@ use crate::engine::{
 /// The engine's verdict as Envoy's response: each descriptor's status,
 /// the overall code, and the headers `door` asks for.
 pub(super) fn answer(
-    verdict: &DescriptorVerdict,
+    mut verdict: DescriptorVerdict,
     door: &EnvoyDoorConfig,
     answered_by: AnsweredBy,
 ) -> RateLimitResponse {
-    let statuses: Vec<DescriptorStatus> = verdict.statuses.iter().map(status).collect();
-    let mut response = RateLimitResponse {
-        overall_code: code(verdict.over) as i32,
-        statuses,
-        ..RateLimitResponse::default()
-    };
-    let out = &mut response.response_headers_to_add;
+    let mut out = Vec::new();
     if door.response_headers.draft() {
-        add_headers(out, verdict.results());
+        add_headers(&mut out, verdict.results());
     }
+    // The statuses move into the answer: their limits' names are not
+    // copied again.
+    let statuses: Vec<DescriptorStatus> = std::mem::take(&mut verdict.statuses)
+        .into_iter()
+        .map(status)
+        .collect();
     if door.response_headers.envoy_ratelimit() {
-        add_envoy_ratelimit_headers(out, &response.statuses, door);
+        add_envoy_ratelimit_headers(&mut out, &statuses, door);
     }
-    let out = &mut response.response_headers_to_add;
     if let Some(names) = verdict.taken.saturated_header() {
         out.push(header(SATURATED_HEADER, names));
     }
@@ -49,7 +48,12 @@ pub(super) fn answer(
             out.push(header("retry-after", secs.to_string()));
         }
     }
-    response
+    RateLimitResponse {
+        overall_code: code(verdict.over) as i32,
+        statuses,
+        response_headers_to_add: out,
+        ..RateLimitResponse::default()
+    }
 }
 
 fn code(over: bool) -> Code {
@@ -60,17 +64,17 @@ fn code(over: bool) -> Code {
 }
 
 /// A descriptor's status as Envoy's.
-fn status(status: &Status) -> DescriptorStatus {
+fn status(status: Status) -> DescriptorStatus {
     DescriptorStatus {
         code: code(status.over) as i32,
-        current_limit: status.limit.as_ref().map(rate_limit),
+        current_limit: status.limit.map(rate_limit),
         limit_remaining: status.remaining,
         duration_until_reset: status.until_reset.map(duration),
     }
 }
 
 /// A limit as Envoy's `current_limit`.
-fn rate_limit(shown: &Shown) -> RateLimit {
+fn rate_limit(shown: Shown) -> RateLimit {
     let unit = match shown.unit {
         RateUnit::Unknown => Unit::Unknown,
         RateUnit::Second => Unit::Second,
@@ -82,7 +86,7 @@ fn rate_limit(shown: &Shown) -> RateLimit {
         RateUnit::Week => Unit::Week,
     };
     RateLimit {
-        name: shown.name.clone(),
+        name: shown.name,
         requests_per_unit: shown.requests_per_unit,
         unit: unit as i32,
     }

@@ -150,7 +150,7 @@ impl EnvoyService {
         };
         let verdict = self.engine.decide_descriptors(&asked).await?;
         let answered_by = verdict.answered_by();
-        Ok((response::answer(&verdict, &door, answered_by), answered_by))
+        Ok((response::answer(verdict, &door, answered_by), answered_by))
     }
 }
 
