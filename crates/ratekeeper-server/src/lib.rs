@@ -14,12 +14,39 @@
 //!   proxy, and [`admin`] (health, readiness, Prometheus metrics, stats as
 //!   JSON and the live dashboard);
 //! - [`access`]: who may ask, the bearer tokens of the doors;
-//! - [`serve`]: listeners, reloads on SIGHUP or a changed file, and a
+//! - [`serve`]: the doors on their listeners ([`listen`]: accept loops,
+//!   caps, timeouts and TLS), reloads on SIGHUP or a changed file, and a
 //!   graceful shutdown;
 //! - [`telemetry`]: logs as text or JSON lines, and OpenTelemetry traces
 //!   of the decisions exported over OTLP;
 //! - [`simulate`]: policies run offline over a trace or a pattern, with
 //!   the decisions as CSV and an SVG chart (`ratekeeper simulate`).
+//!
+//! # Layers
+//!
+//! The modules depend one way: each names (in code, imports and doc
+//! links) only modules of the layers below its own, never its own layer's
+//! nor one above, so no two of them depend on each other. Bottom first:
+//!
+//! 1. `error_chain` and `plural`: helpers that name no module;
+//! 2. [`config`]: the file, as written and checked, down to what its
+//!    checks load: the TLS files of the doors (and the rustls configuration
+//!    they make) and the access tokens ([`access::TokenSet`] is kept there);
+//! 3. [`access`] (the doors' guard, with the tokens in force) and
+//!    [`telemetry`] (logs and traces, fed plain data: it names no engine
+//!    type);
+//! 4. [`engine`] (the limits in force and the store; no listener type) and
+//!    [`listen`] (accept loops, connection caps and counters, TLS on a
+//!    listener); neither names the other;
+//! 5. the doors: [`http`], [`envoy`], [`proxy`] and [`admin`], none naming
+//!    another;
+//! 6. [`serve`] (which starts the doors, gives them and the admin door one
+//!    [`listen::ConnectionStats`], and reloads) and, beside it, [`simulate`];
+//! 7. [`cli`], the `ratekeeper` command.
+//!
+//! The test `tests/it/layers.rs` reads the sources and holds the modules
+//! to this order: it fails on a cycle (naming its path) and on a module
+//! that names its own layer or one above.
 
 pub mod access;
 pub mod admin;

@@ -67,17 +67,12 @@ pub mod clock;
 pub mod concurrency;
 mod decision;
 pub mod duration;
-mod error;
 pub mod key;
 pub mod memory;
-mod multi;
 mod outcome;
 pub mod policy;
-mod rate;
-mod sharded;
 pub mod stats;
 pub mod store;
-mod time;
 
 // The names of a first program; the rest live in the modules above.
 pub use clock::{Clock, Timestamp};

@@ -25,11 +25,12 @@
 //! and the service reloads when a token file changes), kept only as
 //! SHA-256 digests ([`TokenSet`]), and never logged.
 //!
-//! The pieces: [`tokens`](TokenSet) (token files, digests, comparison)
-//! and [`RequireToken`], the tower layer on each door's router or service.
+//! The pieces: [`TokenSet`] (token files, digests, comparison: the tokens
+//! as configured, kept with the configuration in `config/access/` and
+//! re-exported here), [`Access`] (the tokens in force at each door) and
+//! [`RequireToken`], the tower layer on each door's router or service.
 
 mod layer;
-mod tokens;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,8 +39,9 @@ use arc_swap::ArcSwap;
 use http::HeaderMap;
 
 pub use layer::{Challenge, Guarded, RequireToken, RequireTokenService};
-pub(crate) use tokens::fingerprint;
-pub use tokens::{
+// The tokens as configured live with the configuration (`config/access/`),
+// below this module; their public path is here, beside the guard.
+pub use crate::config::access::{
     parse_tokens, TokenError, TokenSet, TokenSource, MAX_FILE_BYTES, MAX_TOKENS, MIN_TOKEN_LEN,
 };
 

@@ -75,7 +75,7 @@ use super::stats::{LeaseCounts, StoreHealth};
 use crate::access::Door;
 use crate::engine::LatencyHistogram;
 use crate::engine::{DecisionDoor, Engine};
-use crate::listen::DoorSnapshot;
+use crate::listen::{ConnectionStats, DoorSnapshot};
 
 /// The `Content-Type` of `/metrics`.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -175,11 +175,12 @@ impl FailoverScrape {
     }
 }
 
-/// The metrics of `engine` now, in the Prometheus text format.
+/// The metrics of `engine` and of the front doors counting into
+/// `connections` now, in the Prometheus text format.
 ///
 /// Asks the store whether it answers (for `ratekeeper_store_up`), waiting
 /// at most [`READY_TIMEOUT`](super::READY_TIMEOUT).
-pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
+pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<String, fmt::Error> {
     let store = StoreHealth::check(engine).await;
     let metrics = engine.decision_metrics();
     let set = engine.limits();
@@ -202,7 +203,7 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
         limits,
         latency: metrics.latency(),
         store,
-        doors: engine.connection_stats().snapshot(),
+        doors: connections.snapshot(),
         unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
         global_shadow: metrics.global_shadow(),
         upstream_overflow: metrics.upstream_overflow(),
@@ -226,8 +227,10 @@ pub async fn render(engine: &Engine) -> Result<String, fmt::Error> {
 }
 
 /// `GET /metrics`.
-pub(super) async fn metrics(State(engine): State<Engine>) -> Response {
-    match render(&engine).await {
+pub(super) async fn metrics(
+    State((engine, connections)): State<(Engine, ConnectionStats)>,
+) -> Response {
+    match render(&engine, &connections).await {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(fmt::Error) => (
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -56,17 +56,23 @@ pub use stats::{
 
 use crate::access::Door;
 use crate::engine::Engine;
+use crate::listen::ConnectionStats;
 
 /// The admin routes on `engine`, behind the engine's `[access.admin]`
 /// tokens when it has some, but for `/healthz`, `/readyz` and the
-/// dashboard's page (see [`crate::access`]).
-pub fn router(engine: Engine) -> Router {
+/// dashboard's page (see [`crate::access`]). `/metrics` counts the
+/// connections of the doors that count into `connections` (the ones
+/// `serve` starts share one).
+pub fn router(engine: Engine, connections: ConnectionStats) -> Router {
     let guard = engine.access().layer(Door::Admin);
     Router::new()
         .route("/", get(dashboard::dashboard))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics::metrics))
+        .route(
+            "/metrics",
+            get(metrics::metrics).with_state((engine.clone(), connections)),
+        )
         .route("/v1/explain", axum::routing::post(explain::explain))
         .merge(stats_routes())
         .with_state(engine)

@@ -337,7 +337,7 @@ fn explain_access(access: &AccessConfig) -> Option<String> {
     if access.decisions.is_none() && access.admin.is_none() {
         return None;
     }
-    let door = |doors: &str, need: &str, set: &Option<crate::access::TokenSet>| match set {
+    let door = |doors: &str, need: &str, set: &Option<super::access::TokenSet>| match set {
         None => format!("{doors} open to anyone who reaches them"),
         Some(set) => {
             let tokens = if set.len() == 1 { "token" } else { "tokens" };

@@ -248,8 +248,8 @@
 //! and the dashboard's page) each take `token_file` (a file of tokens, one
 //! per line, blank lines and `#` comments skipped: two lines during a
 //! rotation) or `token_env` (an environment variable holding one token).
-//! Each token is at least 16 visible ASCII characters (see
-//! [`crate::access`]). A token written in the configuration (`token = `)
+//! Each token is at least 16 visible ASCII characters (the `access`
+//! module says how tokens are read, kept and compared). A token written in the configuration (`token = `)
 //! is refused, and so are a missing, empty or unreadable file and an unset
 //! or empty variable, naming the file or variable but never a token.
 //! Tokens are read again on every reload, and a change of a token file
@@ -278,7 +278,7 @@
 //! [`ConfigError`]'s messages read `FILE:LINE:COLUMN: FIELD: MESSAGE`, such
 //! as `ratekeeper.toml:12:8: limits[1].rate: unknown time unit "fortnight" ...`.
 
-mod access;
+pub(crate) mod access;
 mod address;
 mod connections;
 mod enforcement;
@@ -299,7 +299,7 @@ mod request_caps;
 mod runtime;
 mod store;
 mod store_tls;
-mod tls;
+pub(crate) mod tls;
 mod validate;
 mod warnings;
 

@@ -60,6 +60,7 @@ mod reloads;
 mod renumbered;
 mod store;
 mod store_latency;
+mod trace;
 mod unmatched;
 mod verdict;
 
@@ -140,8 +141,6 @@ struct Inner {
     wall_clock: SharedClock,
     /// Decision latencies and near-limit counts, for `/metrics`.
     metrics: DecisionMetrics,
-    /// The front doors' connection counters, for `/metrics`.
-    connections: crate::listen::ConnectionStats,
     /// The tokens the doors ask for; replaced with the limits.
     access: Arc<Access>,
     /// The store's state as last seen.
@@ -193,7 +192,6 @@ impl Engine {
                 stats,
                 wall_clock,
                 metrics: DecisionMetrics::new(),
-                connections: crate::listen::ConnectionStats::default(),
                 access: Arc::new(Access::new(&config.access)),
                 monitor,
                 store_latency: StoreLatency::default(),
@@ -361,11 +359,6 @@ impl Engine {
         }
     }
 
-    /// The connection counters of the front doors serving this engine.
-    pub fn connection_stats(&self) -> &crate::listen::ConnectionStats {
-        &self.inner.connections
-    }
-
     /// Looks for a forwarding header that `limit`'s `client_ip` ignored
     /// because `peer` is not a proxy it trusts (see
     /// [`untrusted_forwarding`]; `also` are more headers the front door
@@ -438,13 +431,13 @@ impl Engine {
         let started = std::time::Instant::now();
         // A disabled span, made without allocating, unless traces are
         // exported (crate::telemetry).
-        let span = crate::telemetry::decision_span(self.inner.store.kind(), &checks);
+        let span = trace::decision_span(self.inner.store.kind(), &checks);
         let verdict = if counting == Counting::AllOrNothing && self.takes_steps(&checks) {
             self.decide_detached(checks).instrument(span.clone()).await
         } else {
             self.decide(checks, counting).instrument(span.clone()).await
         };
-        crate::telemetry::record_verdict(&span, &verdict);
+        trace::record_verdict(&span, &verdict);
         self.inner.metrics.observe(started.elapsed());
         verdict
     }

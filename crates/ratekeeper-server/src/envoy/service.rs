@@ -99,7 +99,7 @@ impl EnvoyService {
             "grpc",
             Protocol::Http2,
             &ConnectionConfig::default(),
-            self.engine.connection_stats(),
+            &crate::listen::ConnectionStats::default(),
         );
         crate::listen::serve(listener, door, self.into_server(), shutdown).await;
     }

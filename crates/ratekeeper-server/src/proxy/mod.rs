@@ -425,7 +425,7 @@ pub async fn serve_proxy_with(
         "proxy",
         Protocol::Auto,
         &options.connections,
-        engine.connection_stats(),
+        &crate::listen::ConnectionStats::default(),
     );
     crate::listen::serve(listener, door, app, shutdown).await;
     Ok(())

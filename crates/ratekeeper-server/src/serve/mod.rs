@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 use crate::config::{Config, ConfigError, TlsError};
 use crate::engine::{Engine, SharedClock, StartError};
 use crate::listen::tls::{TlsDoors, TlsListener};
-use crate::listen::{Door, Protocol};
+use crate::listen::{ConnectionStats, Door, Protocol};
 use reload::{Reloaded, Reloader};
 
 /// Why the service could not start or stopped with an error.
@@ -194,7 +194,8 @@ impl Service {
         let mut addrs = Addrs::default();
 
         let connections = &config.listen.connections;
-        let stats = engine.connection_stats();
+        // The doors' connection counters, which `/metrics` reads.
+        let stats = ConnectionStats::default();
         let mut caps: Vec<(&'static str, usize)> = [
             ("http", config.listen.http, connections.max_connections),
             ("grpc", config.listen.grpc, connections.max_connections),
@@ -212,7 +213,7 @@ impl Service {
         }
         crate::listen::fit_open_files(&mut caps);
         let door = |name: &'static str, protocol, tls: &Option<Arc<TlsListener>>| {
-            let mut door = Door::new(name, protocol, connections, stats);
+            let mut door = Door::new(name, protocol, connections, &stats);
             if let Some((_, cap)) = caps.iter().find(|(door, _)| *door == name) {
                 door.max_connections = *cap;
             }
@@ -239,7 +240,7 @@ impl Service {
         if let Some(addr) = config.listen.admin {
             let listener = bind("admin", addr, connections.backlog)?;
             addrs.admin = Some(local_addr("admin", &listener)?);
-            let app = crate::admin::router(engine.clone());
+            let app = crate::admin::router(engine.clone(), stats.clone());
             let door = door("admin", Protocol::Http1, &tls.admin);
             tasks.spawn(serve_door(listener, door, app, stopped.clone()));
         }

@@ -304,7 +304,7 @@ fn envoy_fingerprint(engine: &Engine) -> Option<Result<[u8; 32], String>> {
 /// A digest of the token files `engine` has in force.
 fn secrets(engine: &Engine) -> [u8; 32] {
     let files = engine.access().files();
-    crate::access::fingerprint(files.iter().map(PathBuf::as_path))
+    crate::config::access::fingerprint(files.iter().map(PathBuf::as_path))
 }
 
 /// SIGHUP, caught from the moment it is made (so a signal sent right after

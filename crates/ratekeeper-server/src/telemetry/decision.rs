@@ -6,12 +6,37 @@ use ratekeeper::store::StoreError;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use crate::engine::{Check, Verdict};
+/// One limit's part in a decided request, as its span tells it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LimitTrace<'a> {
+    /// The limit's name.
+    pub(crate) name: &'a str,
+    /// Whether it only reports (shadow mode).
+    pub(crate) shadow: bool,
+    /// Whether it refused the request.
+    pub(crate) refused: bool,
+    /// Whether its store had no room for the key.
+    pub(crate) saturated: bool,
+}
 
-/// The span of a decision on `checks` with the store `store`, a child of
-/// the caller's span when the request carried one; a disabled span (made
-/// without allocating) when traces are not exported.
-pub(crate) fn decision_span(store: &'static str, checks: &[Check]) -> Span {
+/// What a decision decided, for its span: whether the request passed, and
+/// each limit's part (iterated only when the span records).
+#[derive(Clone, Debug)]
+pub(crate) struct Decided<I> {
+    /// Whether the request may proceed.
+    pub(crate) allowed: bool,
+    /// Each limit's part, in the order checked.
+    pub(crate) limits: I,
+}
+
+/// The span of a decision with the store `store` on `checks` (each
+/// limit's name and what the request costs under it), a child of the
+/// caller's span when the request carried one; a disabled span (made
+/// without allocating, `checks` unread) when traces are not exported.
+pub(crate) fn decision_span<'a, I>(store: &'static str, checks: I) -> Span
+where
+    I: Iterator<Item = (&'a str, u64)> + Clone,
+{
     if !super::is_exporting() {
         return Span::none();
     }
@@ -33,14 +58,13 @@ pub(crate) fn decision_span(store: &'static str, checks: &[Check]) -> Span {
     }
     span.set_attribute(
         "ratekeeper.limits",
-        strings(checks.iter().map(|check| check.limit.name())),
+        strings(checks.clone().map(|(name, _)| name)),
     );
     span.set_attribute(
         "ratekeeper.costs",
         Value::Array(Array::I64(
             checks
-                .iter()
-                .map(|check| i64::try_from(check.cost).unwrap_or(i64::MAX))
+                .map(|(_, cost)| i64::try_from(cost).unwrap_or(i64::MAX))
                 .collect(),
         )),
     );
@@ -57,13 +81,17 @@ pub(crate) fn current_span() -> Span {
     }
 }
 
-/// Records what `verdict` decided on `span` (nothing for a disabled span).
-pub(crate) fn record_verdict(span: &Span, verdict: &Result<Verdict, StoreError>) {
+/// Records what was decided on `span`, or that the store failed (nothing
+/// for a disabled span, whose `decided` is not read).
+pub(crate) fn record_verdict<'a, I>(span: &Span, decided: Result<Decided<I>, &StoreError>)
+where
+    I: Iterator<Item = LimitTrace<'a>> + Clone,
+{
     if span.is_disabled() {
         return;
     }
-    let verdict = match verdict {
-        Ok(verdict) => verdict,
+    let decided = match decided {
+        Ok(decided) => decided,
         Err(error) => {
             span.set_attribute("ratekeeper.decision", "error");
             // The error and its causes, as the logs give them.
@@ -71,37 +99,26 @@ pub(crate) fn record_verdict(span: &Span, verdict: &Result<Verdict, StoreError>)
             return;
         }
     };
-    let decision = if verdict.is_allowed() {
-        "allowed"
-    } else {
-        "denied"
-    };
+    let decision = if decided.allowed { "allowed" } else { "denied" };
     span.set_attribute("ratekeeper.decision", decision);
-    let names = |shadow: bool, pick: fn(&crate::engine::LimitResult) -> bool| {
+    let names = |pick: fn(&LimitTrace<'_>) -> bool| {
         strings(
-            verdict
-                .results
-                .iter()
-                .filter(move |result| result.check.limit.is_shadow() == shadow && pick(result))
-                .map(|result| result.check.limit.name()),
+            decided
+                .limits
+                .clone()
+                .filter(move |limit| pick(limit))
+                .map(|limit| limit.name),
         )
     };
     span.set_attribute(
         "ratekeeper.denied_by",
-        names(false, crate::engine::LimitResult::refused),
+        names(|limit| !limit.shadow && limit.refused),
     );
     span.set_attribute(
         "ratekeeper.shadow_denied_by",
-        names(true, crate::engine::LimitResult::refused),
+        names(|limit| limit.shadow && limit.refused),
     );
-    let saturated = strings(
-        verdict
-            .results
-            .iter()
-            .filter(|result| result.saturated())
-            .map(|result| result.check.limit.name()),
-    );
-    span.set_attribute("ratekeeper.saturated", saturated);
+    span.set_attribute("ratekeeper.saturated", names(|limit| limit.saturated));
 }
 
 /// `names` as a string array attribute.
@@ -122,9 +139,21 @@ mod tests {
         // No test of this crate starts the exporter (the binary's tests
         // do, in their own processes).
         assert!(!super::super::is_exporting());
-        let span = decision_span("memory", &[]);
+        let span = decision_span("memory", [("all", 1)].into_iter());
         assert!(span.is_disabled());
         assert!(span.id().is_none());
-        record_verdict(&span, &Ok(Verdict::default()));
+        let limits = [LimitTrace {
+            name: "all",
+            shadow: false,
+            refused: false,
+            saturated: false,
+        }];
+        record_verdict(
+            &span,
+            Ok(Decided {
+                allowed: true,
+                limits: limits.into_iter(),
+            }),
+        );
     }
 }

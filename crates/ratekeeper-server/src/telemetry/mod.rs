@@ -29,7 +29,8 @@
 //! endpoints are plain `http://` (a collector beside the service), and an
 //! `https://` one is refused at start.
 //!
-//! Each decision ([`Engine::check`](crate::engine::Engine::check)) is one
+//! Each decision (the engine's `Engine::check`, which hands this module
+//! plain data: the limits' names and costs, and what each decided) is one
 //! span named `ratekeeper.decide`, of kind server, with these attributes:
 //!
 //! | attribute | value |
@@ -73,7 +74,7 @@ pub use export::SHUTDOWN_LIMIT;
 pub use logging::{init, LogFormat, Telemetry};
 pub use settings::{OtlpProtocol, OtlpSettings};
 
-pub(crate) use decision::{current_span, decision_span, record_verdict};
+pub(crate) use decision::{current_span, decision_span, record_verdict, Decided, LimitTrace};
 pub(crate) use propagation::{request_trace, scope_request, RequestScoped};
 
 /// Whether decisions are traced: set once, when the exporter starts.

@@ -400,7 +400,7 @@ async fn an_override_is_ignored_where_the_limit_forbids_it_and_honoured_elsewher
         let shown = answer.statuses[0].current_limit.as_ref().unwrap();
         assert_eq!(shown.name, "envoy-override-1000-per-second");
     }
-    let metrics = ratekeeper_server::admin::render_metrics(&engine)
+    let metrics = ratekeeper_server::admin::render_metrics(&engine, &Default::default())
         .await
         .unwrap();
     assert!(

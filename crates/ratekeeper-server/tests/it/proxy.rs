@@ -560,7 +560,7 @@ async fn twenty_forwarded_clients(trust: &str) -> (usize, String) {
             allowed += 1;
         }
     }
-    let metrics = ratekeeper_server::admin::render_metrics(&proxy.engine)
+    let metrics = ratekeeper_server::admin::render_metrics(&proxy.engine, &Default::default())
         .await
         .expect("the metrics");
     let count = metrics

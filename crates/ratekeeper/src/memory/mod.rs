@@ -9,21 +9,28 @@
 //! - `locked_table`: the sharded, locked maps for the sliding policies;
 //! - `key`: keys as keyed 64-bit fingerprints;
 //! - `demand`: the sweeps a full table runs for a new key, and their bound;
-//! - `limiter`: the limiter, its builder and its sweeper thread.
+//! - `limiter`: the limiter, its builder and its sweeper thread;
+//! - `check_all`: [`check_all`], several limiters at once, all or nothing
+//!   (the algorithm is the store's, with the rest of the multi-limit
+//!   family in `store/multi.rs`);
+//! - `sharded`: [`ShardedWindow`], one hot key's fixed window sharded
+//!   across cores.
 
+mod check_all;
 mod demand;
 mod key;
 mod limiter;
 mod locked_table;
 mod one_word;
+mod sharded;
 mod slot_table;
 mod sync;
 
-pub use crate::multi::check_all;
-pub use crate::sharded::ShardedWindow;
+pub use check_all::check_all;
 pub use demand::MIN_DEMAND_SWEEP_GAP;
 pub(crate) use limiter::check_max_keys;
 pub use limiter::{
     BuildError, ForgetHook, MemoryLimiter, MemoryLimiterBuilder, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
 };
+pub use sharded::ShardedWindow;

@@ -31,17 +31,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Decision, Timestamp};
 
+mod error;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 mod numbers;
+mod rate;
 pub(crate) mod sliding_log;
 pub(crate) mod sliding_window;
 pub(crate) mod token_bucket;
 
-pub use crate::error::PolicyError;
-pub use crate::rate::{ParseRateError, Rate};
+pub use error::PolicyError;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
+pub use rate::{ParseRateError, Rate};
 pub use sliding_log::{Hit, SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use token_bucket::{Reservation, ReserveError, TokenBucket, TokenBucketState};

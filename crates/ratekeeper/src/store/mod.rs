@@ -20,6 +20,7 @@ mod error;
 pub mod lease;
 mod limit;
 mod memory_store;
+pub(crate) mod multi;
 mod resilient;
 mod take;
 mod window_counter;
@@ -35,9 +36,9 @@ pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};
 pub use take::{take_by, Taken};
 pub use window_counter::{CounterStore, WindowCounter};
 
-pub use crate::multi::{check_shadow, Check, MultiOutcome};
+pub use multi::{check_shadow, Check, MultiOutcome};
 
-use crate::multi::{all_or_nothing, StoreSteps};
+use multi::{all_or_nothing, StoreSteps};
 
 use crate::{Decision, Outcome, Timestamp};
 

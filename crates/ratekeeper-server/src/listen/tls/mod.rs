@@ -11,7 +11,6 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -20,37 +19,12 @@ use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 
-use crate::config::{ListenConfig, TlsFiles};
+use crate::config::tls::{build, Alpn, TlsContents};
+use crate::config::{ListenConfig, TlsError, TlsFiles};
 
-mod build;
-mod error;
+mod handshake;
 
-use build::build;
-pub(crate) use error::HandshakeError;
-pub use error::{TlsError, TlsFileKind};
-
-/// The protocols a door offers in ALPN.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Alpn {
-    /// gRPC: HTTP/2 only (`h2`), as gRPC clients require.
-    Grpc,
-    /// HTTP and admin: `http/1.1`, the protocol their accept loops speak.
-    /// A client that offers only `h2` is refused rather than answered in a
-    /// protocol it did not ask for.
-    Http,
-    /// The proxy: `h2` first, then `http/1.1`; its door speaks both.
-    Proxy,
-}
-
-impl Alpn {
-    fn protocols(self) -> Vec<Vec<u8>> {
-        match self {
-            Alpn::Grpc => vec![b"h2".to_vec()],
-            Alpn::Http => vec![b"http/1.1".to_vec()],
-            Alpn::Proxy => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-        }
-    }
-}
+pub(crate) use handshake::HandshakeError;
 
 /// The TLS side of one listener: the configuration new connections get,
 /// and the files it came from.
@@ -85,47 +59,19 @@ struct Seen {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Fingerprint(u64);
 
-/// The bytes of a door's files.
-struct Contents {
-    cert: Vec<u8>,
-    key: Vec<u8>,
-    client_ca: Option<Vec<u8>>,
-}
-
-impl Contents {
-    fn read(files: &TlsFiles) -> Result<Contents, TlsError> {
-        let read = |file: TlsFileKind, path: &Path| {
-            std::fs::read(path).map_err(|source| TlsError::Read {
-                file,
-                path: path.to_owned(),
-                source,
-            })
-        };
-        Ok(Contents {
-            cert: read(TlsFileKind::Cert, &files.cert)?,
-            key: read(TlsFileKind::Key, &files.key)?,
-            client_ca: match &files.client_ca {
-                Some(path) => Some(read(TlsFileKind::ClientCa, path)?),
-                None => None,
-            },
-        })
-    }
-
-    fn fingerprint(&self) -> Fingerprint {
-        let mut hasher = DefaultHasher::new();
-        self.cert.hash(&mut hasher);
-        self.key.hash(&mut hasher);
-        self.client_ca.hash(&mut hasher);
-        Fingerprint(hasher.finish())
-    }
+/// Hashes `contents`.
+fn fingerprint(contents: &TlsContents) -> Fingerprint {
+    let mut hasher = DefaultHasher::new();
+    contents.hash(&mut hasher);
+    Fingerprint(hasher.finish())
 }
 
 impl TlsListener {
     /// Reads `files` and builds the configuration, offering `alpn`.
     pub(crate) fn load(files: &TlsFiles, alpn: Alpn) -> Result<TlsListener, TlsError> {
-        let contents = Contents::read(files)?;
+        let contents = TlsContents::read(files)?;
         let config = build(files, &contents, alpn)?;
-        let fingerprint = contents.fingerprint();
+        let fingerprint = fingerprint(&contents);
         Ok(TlsListener {
             files: files.clone(),
             alpn,
@@ -194,8 +140,8 @@ impl TlsListener {
     /// `Ok(false)` when nothing changed, or when the change is one already
     /// refused. On an error the configuration in force stays.
     pub(crate) fn reload(&self) -> Result<bool, TlsError> {
-        let contents = Contents::read(&self.files)?;
-        let fingerprint = contents.fingerprint();
+        let contents = TlsContents::read(&self.files)?;
+        let fingerprint = fingerprint(&contents);
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         if fingerprint == seen.tried {
             return Ok(false);
@@ -294,9 +240,6 @@ impl TlsDoors {
 }
 
 #[cfg(test)]
-pub(crate) mod testing;
-
-#[cfg(test)]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
@@ -306,8 +249,9 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    use super::testing::{client, localhost, write, write_leaf, Ca};
-    use super::{Alpn, HandshakeError, TlsError, TlsFileKind, TlsListener};
+    use super::{Alpn, HandshakeError, TlsError, TlsListener};
+    use crate::config::tls::testing::{client, localhost, write, write_leaf, Ca};
+    use crate::config::TlsFileKind;
 
     /// What the client saw of one connection: the server's certificate and
     /// the protocol agreed, once the server has said hello over it.

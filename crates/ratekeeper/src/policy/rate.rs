@@ -23,8 +23,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::duration::{self, ParseDurationError, UNITS};
-use crate::error::PolicyError;
-use crate::policy::{check_quota, MAX_PERIOD};
+use crate::policy::{check_quota, PolicyError, MAX_PERIOD};
 
 /// An amount of requests per period, with an optional burst: the numbers a
 /// rate-limiting policy is built from.

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use crate::time::Timestamp;
+mod timestamp;
+
+pub use timestamp::Timestamp;
 
 /// A source of [`Timestamp`]s.
 ///

@@ -1,6 +1,11 @@
 //! `[listen.tls.http]`, `[listen.tls.grpc]`, `[listen.tls.admin]` and
 //! `[listen.tls.proxy]`: the certificate, key and optional client CA of
 //! each front door that serves TLS, checked by loading them as the listener will.
+//!
+//! The pieces: this file (the tables as written and checked), `error`
+//! (what can be wrong with a door's files, [`TlsError`]) and `build` (the
+//! files turned into a rustls server configuration, which the listeners,
+//! `listen::tls`, serve).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -8,11 +13,16 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod build;
+mod error;
+#[cfg(test)]
+pub(crate) mod testing;
+
 use super::error::{ConfigError, Locator};
 use super::ListenConfig;
-use crate::listen::tls::{Alpn, TlsListener};
 
-pub use crate::listen::tls::{TlsError, TlsFileKind};
+pub(crate) use build::{build, load, Alpn, TlsContents};
+pub use error::{TlsError, TlsFileKind};
 
 /// `[listen.tls]` as written.
 #[derive(Debug, Deserialize)]
@@ -137,7 +147,7 @@ fn door_files(
     if !on {
         return Ok(files);
     }
-    if let Err(error) = TlsListener::load(&files, alpn) {
+    if let Err(error) = load(&files, alpn) {
         let file = error.file();
         let span = match file {
             TlsFileKind::Cert => table.cert.span(),
@@ -215,8 +225,8 @@ pub(crate) fn closed_doors(listen: &ListenConfig) -> Vec<&'static str> {
 mod tests {
     use std::path::Path;
 
+    use super::testing::{write, write_leaf, Ca};
     use crate::config::{Config, ConfigError, ConfigWarning, Location, TlsFiles};
-    use crate::listen::tls::testing::{write, write_leaf, Ca};
 
     const LIMIT: &str = "[[limits]]\nname = \"all\"\nrate = \"10/s\"\nkey = [\"global\"]\n";
 

@@ -1,13 +1,24 @@
 //! `[access]`: the bearer tokens of the decision doors and of the admin
 //! port, as written and as checked. Tokens are read from a file or an
 //! environment variable when the configuration is, never from its text.
+//!
+//! The tokens as read (`tokens`: [`TokenSet`], their sources, files and
+//! digests) are the configuration's model; the doors' guard that asks for
+//! them is the top-level `access` module, which re-exports them under its
+//! own path.
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod tokens;
+
 use super::error::{ConfigError, Locator};
-use crate::access::{TokenSet, TokenSource};
+
+pub(crate) use tokens::fingerprint;
+pub use tokens::{
+    parse_tokens, TokenError, TokenSet, TokenSource, MAX_FILE_BYTES, MAX_TOKENS, MIN_TOKEN_LEN,
+};
 
 /// Which tokens each door takes; `None` leaves a door open.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

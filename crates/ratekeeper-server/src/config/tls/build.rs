@@ -1,5 +1,7 @@
-//! A door's files turned into a rustls server configuration: the chain,
-//! the key, and the client CA when there is one.
+//! A door's files turned into a rustls server configuration: the files
+//! read whole, then the chain, the key, and the client CA when there is
+//! one. The configuration check loads them so; the listener (`listen::tls`)
+//! does too, and again at each rotation.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,8 +13,65 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{InconsistentKeys, RootCertStore, ServerConfig};
 
-use super::{Alpn, Contents, TlsError, TlsFileKind};
-use crate::config::TlsFiles;
+use super::{TlsError, TlsFileKind, TlsFiles};
+
+/// The protocols a door offers in ALPN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Alpn {
+    /// gRPC: HTTP/2 only (`h2`), as gRPC clients require.
+    Grpc,
+    /// HTTP and admin: `http/1.1`, the protocol their accept loops speak.
+    /// A client that offers only `h2` is refused rather than answered in a
+    /// protocol it did not ask for.
+    Http,
+    /// The proxy: `h2` first, then `http/1.1`; its door speaks both.
+    Proxy,
+}
+
+impl Alpn {
+    fn protocols(self) -> Vec<Vec<u8>> {
+        match self {
+            Alpn::Grpc => vec![b"h2".to_vec()],
+            Alpn::Http => vec![b"http/1.1".to_vec()],
+            Alpn::Proxy => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        }
+    }
+}
+
+/// The bytes of a door's files (hashed whole, they tell a rotation).
+#[derive(Hash)]
+pub(crate) struct TlsContents {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+impl TlsContents {
+    /// Reads `files` whole.
+    pub(crate) fn read(files: &TlsFiles) -> Result<TlsContents, TlsError> {
+        let read = |file: TlsFileKind, path: &Path| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                file,
+                path: path.to_owned(),
+                source,
+            })
+        };
+        Ok(TlsContents {
+            cert: read(TlsFileKind::Cert, &files.cert)?,
+            key: read(TlsFileKind::Key, &files.key)?,
+            client_ca: match &files.client_ca {
+                Some(path) => Some(read(TlsFileKind::ClientCa, path)?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// Reads `files` and builds the configuration, offering `alpn`: what a
+/// listener of the door would serve.
+pub(crate) fn load(files: &TlsFiles, alpn: Alpn) -> Result<ServerConfig, TlsError> {
+    build(files, &TlsContents::read(files)?, alpn)
+}
 
 /// The provider every TLS configuration of the service uses: ring, so no C
 /// crypto library is built and the process-wide default is never needed.
@@ -20,9 +79,10 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-pub(super) fn build(
+/// The configuration `contents` (read from `files`) make, offering `alpn`.
+pub(crate) fn build(
     files: &TlsFiles,
-    contents: &Contents,
+    contents: &TlsContents,
     alpn: Alpn,
 ) -> Result<ServerConfig, TlsError> {
     let provider = provider();

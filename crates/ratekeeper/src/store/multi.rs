@@ -1,4 +1,8 @@
-//! Several limits at once, all or nothing.
+//! Several limits at once, all or nothing: the family in one place.
+//! [`Check`] (one limit of a request), [`MultiOutcome`] (what they
+//! decided), [`check_shadow`] (the limits that only report) and the one
+//! algorithm below; [`memory::check_all`](crate::memory::check_all) runs
+//! it over in-memory limiters (in `memory/check_all.rs`, under its path).
 //!
 //! A request is often under several limits: global, per address, per
 //! session, per route. It is admitted only if every one allows, and a
@@ -26,11 +30,9 @@
 //! Each limit has its own cost: Envoy's descriptors carry their own hits.
 
 use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use crate::store::{AnsweredBy, Limit, Store, StoreError};
-use crate::{Clock, Decision, MemoryLimiter, Outcome, RetryAfter};
+use crate::{Decision, Outcome, RetryAfter};
 
 /// One limit a request is checked against: the limit, the key under it, and
 /// what the request costs there.
@@ -263,86 +265,5 @@ impl<S: Store + ?Sized> Steps for StoreSteps<'_, S> {
             .peek(check.limit, check.key)
             .await
             .map(Outcome::Decided)
-    }
-}
-
-/// In-memory limiters, each with its key and cost: they decide without
-/// waiting.
-pub(crate) struct LimiterSteps<'a, C, K> {
-    pub(crate) limits: &'a [(&'a MemoryLimiter<C>, K, u64)],
-}
-
-impl<C: Clock, K: AsRef<[u8]> + Sync> Steps for LimiterSteps<'_, C, K> {
-    type Error = std::convert::Infallible;
-
-    fn len(&self) -> usize {
-        self.limits.len()
-    }
-
-    fn charge(&self, i: usize) -> impl Future<Output = Result<Outcome, Self::Error>> + Send {
-        let (limiter, key, cost) = &self.limits[i];
-        std::future::ready(Ok(limiter.check(key, *cost)))
-    }
-
-    fn give_back(&self, i: usize) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        let (limiter, key, cost) = &self.limits[i];
-        limiter.refund(key, *cost);
-        std::future::ready(Ok(()))
-    }
-
-    fn preview(&self, i: usize) -> impl Future<Output = Result<Outcome, Self::Error>> + Send {
-        let (limiter, key, cost) = &self.limits[i];
-        let now = limiter.clock().now();
-        std::future::ready(Ok(limiter.preview_at(key.as_ref(), now, *cost)))
-    }
-}
-
-/// Runs a future that never waits (every step in memory) to its end, here.
-pub(crate) fn without_waiting<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut context = Context::from_waker(Waker::noop());
-    loop {
-        // In-memory steps are ready at once; a pending poll would only mean
-        // a step yielded, and polling again goes on with it.
-        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-        std::hint::spin_loop();
-    }
-}
-
-/// Checks a request against every `(limiter, key, cost)`, all or nothing:
-/// it is counted in every limit if each allows it, and in none otherwise.
-///
-/// ```
-/// use std::time::Duration;
-/// use ratekeeper::{FixedWindow, MemoryLimiter, Timestamp, clock::ManualClock, memory::check_all};
-///
-/// let clock = ManualClock::new(Timestamp::ZERO);
-/// let build = |limit| {
-///     MemoryLimiter::builder(FixedWindow::new(limit, Duration::from_secs(60)).unwrap())
-///         .clock(clock.clone())
-///         .background_sweep(false)
-///         .build()
-///         .unwrap()
-/// };
-/// let (global, per_ip) = (build(1_000), build(2));
-///
-/// for _ in 0..2 {
-///     assert!(check_all(&[(&global, "all", 1), (&per_ip, "192.0.2.1", 1)]).is_allowed());
-/// }
-/// let third = check_all(&[(&global, "all", 1), (&per_ip, "192.0.2.1", 1)]);
-/// assert_eq!(third.denied_by(), Some(1));
-/// // The denied request took nothing from the global limit.
-/// assert_eq!(global.peek("all").remaining(), 998);
-/// ```
-pub fn check_all<C, K>(limits: &[(&MemoryLimiter<C>, K, u64)]) -> MultiOutcome
-where
-    C: Clock,
-    K: AsRef<[u8]> + Sync,
-{
-    match without_waiting(all_or_nothing(&LimiterSteps { limits })) {
-        Ok(outcome) => outcome,
-        Err(never) => match never {},
     }
 }
