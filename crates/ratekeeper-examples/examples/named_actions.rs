@@ -53,7 +53,7 @@ use ratekeeper::{
     stats::{LimitStats, StatsConfig},
     Clock, RetryAfter, Timestamp,
 };
-use ratekeeper_examples::{var_or, ConfigError};
+use ratekeeper_examples::{var_or, EnvError};
 use sha2::{Digest, Sha256};
 
 /// The application's rate-limited actions.
@@ -148,29 +148,23 @@ fn window_ms(
     lookup: &impl Fn(&str) -> Option<String>,
     name: &str,
     default: Duration,
-) -> Result<Duration, ConfigError> {
+) -> Result<Duration, EnvError> {
     let ms: u64 = var_or(lookup, name, default.as_millis() as u64)?;
     if ms == 0 {
-        return Err(ConfigError::new(
-            name,
-            "0",
-            "a window must be at least 1 ms",
-        ));
+        return Err(EnvError::new(name, "0", "a window must be at least 1 ms"));
     }
     Ok(Duration::from_millis(ms))
 }
 
 impl Config {
     /// The configuration from the process's environment.
-    pub(crate) fn from_env() -> Result<Config, ConfigError> {
+    pub(crate) fn from_env() -> Result<Config, EnvError> {
         Config::from_lookup(|name| std::env::var(name).ok())
     }
 
     /// The configuration from variables that `lookup` finds by name;
     /// unset ones keep their defaults.
-    pub(crate) fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config, ConfigError> {
+    pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, EnvError> {
         let defaults = Config::default();
         let mut config = Config {
             enabled: var_or(&lookup, "RATE_LIMIT_ENABLED", true)?,
@@ -207,7 +201,7 @@ impl Config {
 pub(crate) enum LimitsError {
     /// The configuration was wrong.
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] EnvError),
     /// An exact-door action could not be built.
     #[error(transparent)]
     Actions(#[from] ActionsError),

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 /// A configuration value that could not be used.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error("{name}={value:?}: {reason}")]
-pub struct ConfigError {
+pub struct EnvError {
     /// The variable's name.
     pub name: String,
     /// The value it had.
@@ -41,10 +41,10 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-impl ConfigError {
+impl EnvError {
     /// An error for `name`, whose value `value` was wrong for `reason`.
     pub fn new(name: &str, value: &str, reason: impl Display) -> Self {
-        ConfigError {
+        EnvError {
             name: name.to_owned(),
             value: value.to_owned(),
             reason: reason.to_string(),
@@ -73,7 +73,7 @@ pub fn var_or<T>(
     lookup: &impl Fn(&str) -> Option<String>,
     name: &str,
     default: T,
-) -> Result<T, ConfigError>
+) -> Result<T, EnvError>
 where
     T: FromStr,
     T::Err: Display,
@@ -82,7 +82,7 @@ where
         Some(value) if !value.trim().is_empty() => value
             .trim()
             .parse()
-            .map_err(|error| ConfigError::new(name, &value, error)),
+            .map_err(|error| EnvError::new(name, &value, error)),
         _ => Ok(default),
     }
 }

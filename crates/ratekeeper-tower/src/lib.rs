@@ -65,7 +65,7 @@ pub mod headers;
 mod limit;
 
 pub use limit::{
-    ConfigWarning, Key, LayerError, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    Key, LayerError, LayerWarning, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
     Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
 };
 

@@ -42,7 +42,8 @@ pub use layer::{Challenge, Guarded, RequireToken, RequireTokenService};
 // The tokens as configured live with the configuration (`config/access/`),
 // below this module; their public path is here, beside the guard.
 pub use crate::config::access::{
-    parse_tokens, TokenError, TokenSet, TokenSource, MAX_FILE_BYTES, MAX_TOKENS, MIN_TOKEN_LEN,
+    parse_tokens, TokenError, TokenSet, TokenSource, MAX_TOKENS, MAX_TOKEN_FILE_BYTES,
+    MIN_TOKEN_LEN,
 };
 
 use crate::config::AccessConfig;

@@ -77,7 +77,7 @@ use ratekeeper_redis::BatchStats;
 use serde::Serialize;
 
 use crate::engine::{DecisionDoor, Engine, StoreState, UnmatchedSample};
-use crate::engine::{LimitDescription, Refusal};
+use crate::engine::{LimitDescription, ReloadRefusal};
 
 /// The most limits `/v1/stats` shows.
 pub const MAX_LIMITS_SHOWN: usize = 256;
@@ -148,7 +148,7 @@ pub struct ReloadReport {
     /// Unix epoch.
     pub last_success_unix_secs: u64,
     /// The last refused reload: when, and the error.
-    pub last_refusal: Option<Refusal>,
+    pub last_refusal: Option<ReloadRefusal>,
 }
 
 impl ReloadReport {

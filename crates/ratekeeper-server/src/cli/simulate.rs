@@ -44,7 +44,7 @@ pub(super) struct SimulateArgs {
 /// `ratekeeper simulate`: exit 2 on bad input, 1 when an output cannot be
 /// written.
 pub(super) fn simulate(args: &SimulateArgs) -> ExitCode {
-    use crate::simulate::{self, Options, Pattern, SimPolicy};
+    use crate::simulate::{self, Pattern, SimPolicy, SimulationOptions};
     use ratekeeper::duration::parse as parse_duration;
 
     fn bad(message: impl std::fmt::Display) -> ExitCode {
@@ -105,7 +105,7 @@ pub(super) fn simulate(args: &SimulateArgs) -> ExitCode {
         return bad(format_args!("the {source} has no requests"));
     }
 
-    let mut options = Options::default().with_progress(true);
+    let mut options = SimulationOptions::default().with_progress(true);
     if let Some(text) = &args.bucket {
         match parse_duration(text) {
             Ok(bucket) if !bucket.is_zero() => options = options.with_bucket(bucket),

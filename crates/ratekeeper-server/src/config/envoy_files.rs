@@ -17,7 +17,7 @@ use std::sync::Arc;
 use ratekeeper::store::MAX_LIMIT_NAME;
 use ratekeeper::{Limit, Policy, Rate};
 
-use super::envoy::{EnvoyConfig, LoadOptions, RateLimit};
+use super::envoy::{EnvoyConfig, FileRateLimit, LoadOptions};
 use super::error::ConfigError;
 use super::validate::Checker;
 use super::{EnvoyDoorConfig, KeyPart, LimitConfig, Match, OnSaturated};
@@ -27,7 +27,7 @@ use super::{EnvoyDoorConfig, KeyPart, LimitConfig, Match, OnSaturated};
 #[derive(Clone, Debug)]
 pub struct EnvoyFiles {
     config: Arc<EnvoyConfig>,
-    /// By [`RateLimit::id`]: `None` where nothing is counted.
+    /// By [`FileRateLimit::id`]: `None` where nothing is counted.
     limits: Arc<[Option<LimitConfig>]>,
 }
 
@@ -82,11 +82,11 @@ impl EnvoyFiles {
 
     /// The limit that counts `limit`'s hits; `None` for an unlimited one
     /// or one of zero requests.
-    pub fn limit(&self, limit: &RateLimit) -> Option<&LimitConfig> {
+    pub fn limit(&self, limit: &FileRateLimit) -> Option<&LimitConfig> {
         self.limits.get(limit.id())?.as_ref()
     }
 
-    /// Every limit that counts, in [`RateLimit::id`] order.
+    /// Every limit that counts, in [`FileRateLimit::id`] order.
     pub fn limits(&self) -> impl Iterator<Item = &LimitConfig> {
         self.limits.iter().flatten()
     }
@@ -102,7 +102,7 @@ impl EnvoyFiles {
 /// The limit counting `limit`, found at `path`.
 fn limit_config(
     path: &str,
-    limit: &RateLimit,
+    limit: &FileRateLimit,
     names: &mut HashSet<String>,
     door: &EnvoyDoorConfig,
 ) -> Result<Option<LimitConfig>, String> {

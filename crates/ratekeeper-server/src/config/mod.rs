@@ -156,7 +156,7 @@
 //! directory, as `store.path`. Checking the configuration loads the files,
 //! so a file that is missing, holds no certificate or key, or a key that
 //! does not match the certificate, is an error at the field that names it
-//! ([`TlsError`]). A table for a door that is `"off"` is not read and
+//! ([`DoorTlsError`]). A table for a door that is `"off"` is not read and
 //! only warned about ([`ConfigWarning::TlsForClosedDoor`]), so that an
 //! environment can turn a door off without editing the file. The service
 //! reads the files again on SIGHUP and when they change, keeping the
@@ -324,7 +324,7 @@ pub use request_caps::{CapError, RequestCaps};
 pub use runtime::{available_cpus, RuntimeConfig, WorkerThreads};
 pub use store::{Backend, StoreConfig};
 pub use store_tls::StoreTls;
-pub use tls::{DoorTls, TlsError, TlsFileKind, TlsFiles};
+pub use tls::{DoorTls, DoorTlsError, TlsFileKind, TlsFiles};
 pub use warnings::{ConfigWarning, ServedDoor};
 
 /// The configuration `ratekeeper serve` runs with when given none: an

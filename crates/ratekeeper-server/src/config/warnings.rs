@@ -32,7 +32,7 @@ pub enum ConfigWarning {
     /// `client_ip` that trusts every address as a proxy, a key read from a
     /// header any client can set. The service and the layer find these in
     /// one place.
-    Rule(ratekeeper_tower::ConfigWarning),
+    Rule(ratekeeper_tower::LayerWarning),
     /// A `[listen.tls.*]` table names a door that is off: its files are
     /// not read and nothing serves them.
     TlsForClosedDoor {
@@ -240,7 +240,7 @@ fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
         !(by_descriptors
             && matches!(
                 warning,
-                ratekeeper_tower::ConfigWarning::SpoofableHeader { .. }
+                ratekeeper_tower::LayerWarning::SpoofableHeader { .. }
             ))
     });
     warnings.extend(rule_warnings.map(ConfigWarning::Rule));

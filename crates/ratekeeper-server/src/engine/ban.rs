@@ -5,16 +5,16 @@
 use ratekeeper::store::AnsweredBy;
 use ratekeeper::{Decision, Outcome, RetryAfter};
 
-use super::Check;
+use super::LimitCheck;
 
 /// Whether `check` is under a ban.
-pub(super) fn is_ban(check: &Check) -> bool {
+pub(super) fn is_ban(check: &LimitCheck) -> bool {
     check.limit.config().ban
 }
 
 /// A ban's answer: refused, nothing allowed or left, whole again never
 /// (the reset is its window, as Envoy's service reports a zero limit).
-pub(super) fn answer(check: &Check) -> (Outcome, AnsweredBy) {
+pub(super) fn answer(check: &LimitCheck) -> (Outcome, AnsweredBy) {
     let decision = Decision::denied(0, 0, check.limit.window(), RetryAfter::Never);
     (Outcome::Decided(decision), AnsweredBy::Store)
 }
@@ -24,7 +24,7 @@ pub(super) fn answer(check: &Check) -> (Outcome, AnsweredBy) {
 /// are then only read, whatever the counting, as envoyproxy/ratelimit
 /// reads the others when a descriptor's limit is 0. A check only (cost
 /// 0) is refused by it but does not stop the others.
-pub(super) fn blocks(checks: &[Check]) -> bool {
+pub(super) fn blocks(checks: &[LimitCheck]) -> bool {
     checks
         .iter()
         .any(|check| is_ban(check) && check.cost > 0 && !check.limit.is_shadow())
@@ -36,7 +36,7 @@ mod tests {
 
     use ratekeeper::{clock::ManualClock, Timestamp};
 
-    use crate::engine::{Check, Engine};
+    use crate::engine::{Engine, LimitCheck};
     use crate::Config;
 
     #[test]
@@ -54,7 +54,7 @@ mod tests {
             let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
             let limits = engine.limits();
             let check = |name: &str, cost| {
-                Check::new(Arc::clone(limits.get(name).unwrap()), b"k".to_vec(), cost)
+                LimitCheck::new(Arc::clone(limits.get(name).unwrap()), b"k".to_vec(), cost)
             };
             for _ in 0..3 {
                 let verdict = engine

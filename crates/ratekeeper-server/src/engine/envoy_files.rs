@@ -8,14 +8,14 @@ use ratekeeper::stats::Stats;
 
 use super::limits::active_with_stats;
 use super::ActiveLimit;
-use crate::config::envoy::{Domain, RateLimit};
+use crate::config::envoy::{Domain, FileRateLimit};
 use crate::config::EnvoyFiles;
 
 /// envoyproxy/ratelimit's files, ready to decide.
 #[derive(Debug)]
 pub struct EnvoyLimits {
     files: EnvoyFiles,
-    /// By [`RateLimit::id`]; `None` for a limit that counts nothing.
+    /// By [`FileRateLimit::id`]; `None` for a limit that counts nothing.
     active: Vec<Option<Arc<ActiveLimit>>>,
 }
 
@@ -48,7 +48,7 @@ impl EnvoyLimits {
 
     /// The limit counting `limit`'s hits: `None` for an unlimited one or
     /// one of zero requests per unit.
-    pub fn limit(&self, limit: &RateLimit) -> Option<&Arc<ActiveLimit>> {
+    pub fn limit(&self, limit: &FileRateLimit) -> Option<&Arc<ActiveLimit>> {
         self.active.get(limit.id())?.as_ref()
     }
 

@@ -27,10 +27,10 @@ pub(crate) fn text(value: Cow<'_, str>) -> Cow<'_, [u8]> {
     }
 }
 
-/// The value every request shares when a part is missing and the front door
-/// counts such requests together (a client that cannot be found is limited
-/// as one, never let through unlimited).
-pub const UNKNOWN: &str = "unknown";
+// The value every request shares when a part is missing and the front door
+// counts such requests together (a client that cannot be found is limited
+// as one, never let through unlimited): the tower layer's.
+use ratekeeper_tower::UNKNOWN_KEY;
 
 /// The value of `global`: one count for everyone (the core's
 /// [`ratekeeper::key::GLOBAL`]).
@@ -130,17 +130,13 @@ impl KeySource for NamedParts<'_> {
     }
 }
 
-/// Any source, with [`UNKNOWN`] for every part it lacks.
+/// Any source, with [`UNKNOWN_KEY`] for every part it lacks.
 #[derive(Clone, Copy, Debug)]
 pub struct OrUnknown<S>(pub S);
 
 impl<S: KeySource> KeySource for OrUnknown<S> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
-        Some(
-            self.0
-                .part(part)
-                .unwrap_or(Cow::Borrowed(UNKNOWN.as_bytes())),
-        )
+        Some(self.0.part(part).unwrap_or(Cow::Borrowed(UNKNOWN_KEY)))
     }
 }
 

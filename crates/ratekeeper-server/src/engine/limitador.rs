@@ -9,7 +9,7 @@ use ratekeeper::stats::Stats;
 use ratekeeper::{FixedWindow, Limit, Rate};
 
 use super::limits::active_with_stats;
-use super::{ActiveLimit, Check};
+use super::{ActiveLimit, LimitCheck};
 use crate::config::limitador::{Descriptors, LimitadorConfig, LimitadorLimit};
 use crate::config::{KeyPart, LimitConfig, LimitadorSource, Match, OnSaturated};
 
@@ -102,7 +102,7 @@ pub struct LimitadorCheck<'a> {
     /// The engine's check: the limit, the counter's key (its variables'
     /// values) and the hits; `None` when `max_value` is 0, which refuses
     /// any hit and counts nothing.
-    pub check: Option<Check>,
+    pub check: Option<LimitCheck>,
     /// The request descriptor whose status reports it on the Envoy door:
     /// the first its expressions read, or the last the request has.
     pub descriptor: usize,
@@ -213,7 +213,7 @@ impl LimitadorLimits {
                 let check = running
                     .active
                     .as_ref()
-                    .map(|active| Check::new(Arc::clone(active), counter_key(&values), hits));
+                    .map(|active| LimitCheck::new(Arc::clone(active), counter_key(&values), hits));
                 Some(LimitadorCheck {
                     limit,
                     check,

@@ -1,7 +1,7 @@
 //! The engine every front door decides through: the limits in force and the
 //! store, with all-or-nothing checks of several limits.
 //!
-//! A front door turns a request into [`Check`]s (a limit, a key built by
+//! A front door turns a request into [`LimitCheck`]s (a limit, a key built by
 //! [`ActiveLimit::key`] from a [`KeySource`], a cost) and asks
 //! [`Engine::check`]; the [`Verdict`] says what each limit decided. The
 //! limits can be replaced while requests run ([`Engine::replace_limits`]):
@@ -12,7 +12,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use ratekeeper::{Timestamp, clock::ManualClock};
-//! use ratekeeper_server::engine::{Check, Engine, OrUnknown, NamedParts};
+//! use ratekeeper_server::engine::{LimitCheck, Engine, OrUnknown, NamedParts};
 //! use ratekeeper_server::Config;
 //!
 //! # tokio_test_block_on(async {
@@ -27,7 +27,7 @@
 //! let limits = engine.limits();
 //! let limit = limits.get("per-user").unwrap();
 //! let key = limit.key(&OrUnknown(NamedParts(&parts))).unwrap();
-//! let check = || vec![Check::new(Arc::clone(limit), key.clone(), 1)];
+//! let check = || vec![LimitCheck::new(Arc::clone(limit), key.clone(), 1)];
 //! assert!(engine.check(check()).await?.is_allowed());
 //! assert!(engine.check(check()).await?.is_allowed());
 //! assert!(!engine.check(check()).await?.is_allowed());
@@ -82,7 +82,7 @@ pub use envoy_files::EnvoyLimits;
 pub use error::{DecideError, StartError};
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use health::{StoreState, MONITOR_INTERVAL, PROBE_TIMEOUT};
-pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown, UNKNOWN};
+pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown};
 pub use leasing::Leasable;
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
@@ -94,7 +94,7 @@ pub use plan::{
     DescriptorVerdict, DoorRules, MissingPart, PlanError, Planned, RateOverride, RateUnit, Shown,
     Uncounted,
 };
-pub use reloads::{Refusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
+pub use reloads::{ReloadRefusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
 pub use renumbered::{changed_limits, ChangedLimit, KeysAfterChange};
 pub use store::{AnyStore, SharedClock};
 pub use store_latency::{StoreLatency, StoreOperation};
@@ -102,7 +102,7 @@ pub use unmatched::{
     DecisionDoor, UnmatchedRequests, UnmatchedSample, LOG_EVERY_SECS as UNMATCHED_LOG_EVERY_SECS,
     UNKNOWN_DOMAIN,
 };
-pub use verdict::{Check, LimitResult, Verdict, SATURATED_HEADER, STORE_HEADER};
+pub use verdict::{LimitCheck, LimitResult, Verdict, SATURATED_HEADER, STORE_HEADER};
 
 use verdict::refuses;
 
@@ -416,7 +416,7 @@ impl Engine {
     ///
     /// Its latency, failed or not, goes to
     /// [`decision_metrics`](Engine::decision_metrics).
-    pub async fn check(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+    pub async fn check(&self, checks: Vec<LimitCheck>) -> Result<Verdict, StoreError> {
         self.check_counting(checks, Counting::AllOrNothing).await
     }
 
@@ -425,7 +425,7 @@ impl Engine {
     /// descriptor of a request (`[envoy] counting = "each_descriptor"`).
     pub async fn check_counting(
         &self,
-        checks: Vec<Check>,
+        checks: Vec<LimitCheck>,
         counting: Counting,
     ) -> Result<Verdict, StoreError> {
         let started = std::time::Instant::now();
@@ -445,7 +445,7 @@ impl Engine {
     /// Whether deciding `checks` may take several calls to a store that
     /// answers later (a charge, then a refund when a later limit refuses),
     /// so that a caller who stops waiting could cut it short.
-    fn takes_steps(&self, checks: &[Check]) -> bool {
+    fn takes_steps(&self, checks: &[LimitCheck]) -> bool {
         checks.len() > 1 && !self.inner.store.decides_in_one_step()
     }
 
@@ -453,7 +453,7 @@ impl Engine {
     /// (a connection closed, a request timed out, a client's reset) must
     /// not stop it between taking one limit's units and giving them back,
     /// or a refused request would keep what it took.
-    async fn decide_detached(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+    async fn decide_detached(&self, checks: Vec<LimitCheck>) -> Result<Verdict, StoreError> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return self.decide(checks, Counting::AllOrNothing).await;
         };
@@ -474,7 +474,11 @@ impl Engine {
     }
 
     /// [`Engine::check_counting`], unmeasured.
-    async fn decide(&self, checks: Vec<Check>, counting: Counting) -> Result<Verdict, StoreError> {
+    async fn decide(
+        &self,
+        checks: Vec<LimitCheck>,
+        counting: Counting,
+    ) -> Result<Verdict, StoreError> {
         let mut outcomes: Vec<Option<Answer>> = vec![None; checks.len()];
         for (check, outcome) in checks.iter().zip(outcomes.iter_mut()) {
             if ban::is_ban(check) {
@@ -539,7 +543,7 @@ impl Engine {
     /// rule, here with who answered each).
     async fn check_shadow(
         &self,
-        checks: &[Check],
+        checks: &[LimitCheck],
         shadow: &[usize],
         allowed: bool,
         outcomes: &mut [Option<Answer>],
@@ -567,7 +571,7 @@ impl Engine {
     /// nothing, so the others are decided again without it.
     async fn check_enforced(
         &self,
-        checks: &[Check],
+        checks: &[LimitCheck],
         mut active: Vec<usize>,
         outcomes: &mut [Option<Answer>],
     ) -> Result<bool, StoreError> {
@@ -630,7 +634,7 @@ impl Engine {
     /// all allowed.
     async fn check_each(
         &self,
-        checks: &[Check],
+        checks: &[LimitCheck],
         enforced: &[usize],
         outcomes: &mut [Option<Answer>],
     ) -> Result<bool, StoreError> {
@@ -648,7 +652,7 @@ impl Engine {
     }
 
     /// The status of every check, taking nothing (their costs are ignored).
-    pub async fn peek(&self, checks: Vec<Check>) -> Result<Verdict, StoreError> {
+    pub async fn peek(&self, checks: Vec<LimitCheck>) -> Result<Verdict, StoreError> {
         let mut results = Vec::with_capacity(checks.len());
         for check in checks {
             let (outcome, answered_by) = if ban::is_ban(&check) {
@@ -670,7 +674,7 @@ impl Engine {
     }
 
     /// Gives each check's cost back to its key.
-    pub async fn refund(&self, checks: &[Check]) -> Result<(), StoreError> {
+    pub async fn refund(&self, checks: &[LimitCheck]) -> Result<(), StoreError> {
         // A ban took nothing: there is nothing to give back.
         for check in checks.iter().filter(|check| !ban::is_ban(check)) {
             self.timed_store()
@@ -685,7 +689,7 @@ impl Engine {
 type Answer = (Outcome, AnsweredBy);
 
 /// `check` as the store takes it.
-fn store_check(check: &Check) -> StoreCheck<'_> {
+fn store_check(check: &LimitCheck) -> StoreCheck<'_> {
     StoreCheck::new(check.limit.limit(), &check.key, check.cost)
 }
 

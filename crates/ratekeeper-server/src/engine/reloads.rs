@@ -17,7 +17,7 @@ pub struct ReloadStats {
     /// Unix time of the last load applied, in milliseconds.
     last_success_millis: AtomicU64,
     /// The last refusal, kept until the next one.
-    last_refusal: Mutex<Option<Refusal>>,
+    last_refusal: Mutex<Option<ReloadRefusal>>,
 }
 
 /// The most bytes of a refusal's reason kept: an error names a file and a
@@ -27,7 +27,7 @@ pub const MAX_REFUSAL_BYTES: usize = 2048;
 /// Why a reload was refused, and when.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
-pub struct Refusal {
+pub struct ReloadRefusal {
     /// When, in seconds since the Unix epoch.
     pub at_unix_secs: u64,
     /// The error, as the log told it (at most [`MAX_REFUSAL_BYTES`]).
@@ -80,7 +80,7 @@ impl ReloadStats {
             error.truncate(end);
             error.push('…');
         }
-        let refusal = Refusal {
+        let refusal = ReloadRefusal {
             at_unix_secs: now.as_duration().as_secs(),
             error,
         };
@@ -96,7 +96,7 @@ impl ReloadStats {
     /// The last refused reload, if any was; with
     /// [`ReloadSnapshot::last_successful`] false, the configuration file
     /// on disk is not the one in force, and this says why.
-    pub fn last_refusal(&self) -> Option<Refusal> {
+    pub fn last_refusal(&self) -> Option<ReloadRefusal> {
         self.last_refusal
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -135,7 +135,7 @@ mod tests {
         let refused = stats.snapshot();
         assert_eq!(
             stats.last_refusal(),
-            Some(Refusal {
+            Some(ReloadRefusal {
                 at_unix_secs: 200,
                 error: "bad file".to_owned()
             })

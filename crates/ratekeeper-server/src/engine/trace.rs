@@ -4,12 +4,12 @@
 use ratekeeper::store::StoreError;
 use tracing::Span;
 
-use super::{Check, Verdict};
+use super::{LimitCheck, Verdict};
 use crate::telemetry::{self, Decided, LimitTrace};
 
 /// [`telemetry::decision_span`] of a decision on `checks` with the store
 /// `store`: disabled, and `checks` unread, when traces are not exported.
-pub(super) fn decision_span(store: &'static str, checks: &[Check]) -> Span {
+pub(super) fn decision_span(store: &'static str, checks: &[LimitCheck]) -> Span {
     telemetry::decision_span(
         store,
         checks.iter().map(|check| (check.limit.name(), check.cost)),

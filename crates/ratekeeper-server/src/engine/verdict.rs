@@ -11,7 +11,7 @@ use super::ActiveLimit;
 /// One limit to decide a request against: the limit, the request's key
 /// under it, and how many units the request costs.
 #[derive(Clone, Debug)]
-pub struct Check {
+pub struct LimitCheck {
     /// The limit.
     pub limit: Arc<ActiveLimit>,
     /// The key, from [`ActiveLimit::key`].
@@ -20,10 +20,10 @@ pub struct Check {
     pub cost: u64,
 }
 
-impl Check {
+impl LimitCheck {
     /// A check of `cost` units for `key` under `limit`.
-    pub fn new(limit: Arc<ActiveLimit>, key: Vec<u8>, cost: u64) -> Check {
-        Check { limit, key, cost }
+    pub fn new(limit: Arc<ActiveLimit>, key: Vec<u8>, cost: u64) -> LimitCheck {
+        LimitCheck { limit, key, cost }
     }
 }
 
@@ -31,7 +31,7 @@ impl Check {
 #[derive(Clone, Debug)]
 pub struct LimitResult {
     /// The check, as asked.
-    pub check: Check,
+    pub check: LimitCheck,
     /// What the store decided.
     pub outcome: Outcome,
     /// Who decided: the store, or the failure policy while it failed.
@@ -70,7 +70,7 @@ impl LimitResult {
 
 /// Whether `outcome` refuses `check`'s request: a denial, or a saturated
 /// store under a limit with `on_saturated = "deny"`.
-pub(crate) fn refuses(check: &Check, outcome: &Outcome) -> bool {
+pub(crate) fn refuses(check: &LimitCheck, outcome: &Outcome) -> bool {
     match outcome {
         Outcome::Saturated { .. } => !check.limit.allows_saturated(),
         decided => !decided.is_allowed(),

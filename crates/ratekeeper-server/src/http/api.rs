@@ -20,8 +20,8 @@ use crate::engine::headers::verdict_headers;
 use crate::engine::matching;
 use crate::engine::LimitDescription;
 use crate::engine::{
-    ActiveLimit, Check, DecisionDoor, Descriptor, DescriptorRequest, DescriptorVerdict, DoorRules,
-    Engine, KeySource, MissingPart, NamedParts,
+    ActiveLimit, DecisionDoor, Descriptor, DescriptorRequest, DescriptorVerdict, DoorRules, Engine,
+    KeySource, LimitCheck, MissingPart, NamedParts,
 };
 use ratekeeper_tower::headers::insert_retry_after;
 
@@ -174,7 +174,7 @@ fn respond(
 
 /// The request's checks ([`plan`]); a request no limit applies to is
 /// counted as unmatched.
-fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
+fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<LimitCheck>, ApiError> {
     let checks = plan(engine, request)?;
     // The engine counts requests of descriptors it planned to nothing.
     if checks.is_empty() && request.descriptors.is_none() {
@@ -203,7 +203,7 @@ fn describe(request: &DecisionRequest) -> String {
 
 /// The request's checks: the limits it names, or those matching its method
 /// and path, each with its key.
-fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiError> {
+fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<LimitCheck>, ApiError> {
     within_caps(&engine.request_caps(), request)?;
     let limits = engine.limits();
     let method = match &request.method {
@@ -249,7 +249,7 @@ fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<Check>, ApiErr
         .into_iter()
         .map(|limit| {
             let key = limit.key(&source).map_err(|part| missing(&limit, part))?;
-            Ok(Check::new(limit, key, request.cost))
+            Ok(LimitCheck::new(limit, key, request.cost))
         })
         .collect()
 }

@@ -94,7 +94,7 @@ use thiserror::Error;
 
 use crate::config::KeyPart;
 use crate::engine::headers::verdict_headers;
-use crate::engine::{Check, DecisionDoor, Engine, HttpSource, OrUnknown};
+use crate::engine::{DecisionDoor, Engine, HttpSource, LimitCheck, OrUnknown};
 
 /// `X-Original-URI`: the original request's path and query.
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
@@ -143,7 +143,7 @@ async fn auth(State(engine): State<Engine>, request: Request) -> Response {
         Err(error) => return error.into_response(),
     };
     let limits = engine.limits();
-    let checks: Vec<Check> = limits
+    let checks: Vec<LimitCheck> = limits
         .for_http(&original.method, &original.path)
         .map(|limit| {
             engine.watch_forwarding(limit, &parts.headers, peer, &[X_REAL_IP]);
@@ -157,8 +157,8 @@ async fn auth(State(engine): State<Engine>, request: Request) -> Response {
             // shared "unknown" key is the safe answer if it ever did.
             let key = limit
                 .key(&OrUnknown(source))
-                .unwrap_or_else(|_| crate::engine::UNKNOWN.as_bytes().to_vec());
-            Check::new(limit.clone(), key, 1)
+                .unwrap_or_else(|_| ratekeeper_tower::UNKNOWN_KEY.to_vec());
+            LimitCheck::new(limit.clone(), key, 1)
         })
         .collect();
     if checks.is_empty() {

@@ -55,7 +55,7 @@ use super::body::JsonBody;
 use super::error::ApiError;
 use crate::config::limitador::Descriptors;
 use crate::engine::headers::insert_store_header;
-use crate::engine::{Check, Engine, LimitadorCheck};
+use crate::engine::{Engine, LimitCheck, LimitadorCheck};
 
 /// Limitador's routes.
 pub(super) fn routes() -> Router<Engine> {
@@ -148,7 +148,7 @@ async fn report(State(engine): State<Engine>, body: Body) -> Result<Response, Ap
         .checks(&info.namespace, &descriptors, info.delta);
     let mut answered_by = AnsweredBy::Store;
     for check in applying.into_iter().filter_map(|applying| applying.check) {
-        let fill = Check::new(check.limit.clone(), check.key.clone(), 0);
+        let fill = LimitCheck::new(check.limit.clone(), check.key.clone(), 0);
         let verdict = engine.check(vec![check]).await?;
         answered_by = answered_by.or(verdict.answered_by());
         if verdict.is_allowed() {
@@ -163,7 +163,7 @@ async fn report(State(engine): State<Engine>, body: Body) -> Result<Response, Ap
             .map_or(0, |result| result.decision().remaining());
         if remaining > 0 {
             engine
-                .check(vec![Check::new(fill.limit, fill.key, remaining)])
+                .check(vec![LimitCheck::new(fill.limit, fill.key, remaining)])
                 .await?;
         }
     }
@@ -231,7 +231,7 @@ async fn check_and_report(State(engine): State<Engine>, body: Body) -> Result<Re
 
 /// The checks of the limits that apply, and whether one of them has
 /// `max_value: 0`.
-fn split(applying: Vec<LimitadorCheck<'_>>) -> (Vec<Check>, bool) {
+fn split(applying: Vec<LimitadorCheck<'_>>) -> (Vec<LimitCheck>, bool) {
     let zero = applying.iter().any(|a| a.check.is_none());
     (applying.into_iter().filter_map(|a| a.check).collect(), zero)
 }

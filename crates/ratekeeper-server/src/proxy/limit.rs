@@ -25,7 +25,7 @@ use ratekeeper_tower::headers::{HeaderStyle, ResetStyle};
 use ratekeeper_tower::{RateLimitLayer, ResponseFormat};
 use tower::{Layer, Service};
 
-use crate::engine::{Check, DecisionDoor, Engine, LimitSet, Verdict};
+use crate::engine::{DecisionDoor, Engine, LimitCheck, LimitSet, Verdict};
 
 /// Rate-limits each request by the engine's limits in force.
 #[derive(Clone, Debug)]
@@ -186,19 +186,19 @@ pub(crate) struct EngineStore {
 
 impl EngineStore {
     /// The engine's checks for the layer's.
-    fn checks(&self, checks: &[StoreCheck<'_>]) -> Result<Vec<Check>, StoreError> {
+    fn checks(&self, checks: &[StoreCheck<'_>]) -> Result<Vec<LimitCheck>, StoreError> {
         checks
             .iter()
             .map(|check| self.check(check.limit, check.key, check.cost))
             .collect()
     }
 
-    fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Check, StoreError> {
+    fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<LimitCheck, StoreError> {
         // The layer's rules are made from this set: every name is in it.
         let active = self.limits.get(limit.name()).ok_or_else(|| {
             StoreError::unavailable(format!("limit {} is not configured", limit.name()))
         })?;
-        Ok(Check::new(Arc::clone(active), key.to_vec(), cost))
+        Ok(LimitCheck::new(Arc::clone(active), key.to_vec(), cost))
     }
 }
 

@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinSet;
 
-use crate::config::{Config, ConfigError, TlsError};
+use crate::config::{Config, ConfigError, DoorTlsError};
 use crate::engine::{Engine, SharedClock, StartError};
 use crate::listen::tls::{TlsDoors, TlsListener};
 use crate::listen::{ConnectionStats, Door, Protocol};
@@ -70,7 +70,7 @@ pub enum ServeError {
         door: &'static str,
         /// Why.
         #[source]
-        source: TlsError,
+        source: DoorTlsError,
     },
     /// The proxy's upstream cannot be proxied to.
     #[error(transparent)]
@@ -326,7 +326,7 @@ impl Service {
     /// ones. Files that do not load are refused with the first error and
     /// the running certificates stay (the doors whose files do load still
     /// change).
-    pub fn reload_tls(&self) -> Result<bool, TlsError> {
+    pub fn reload_tls(&self) -> Result<bool, DoorTlsError> {
         self.tls.reload()
     }
 

@@ -20,7 +20,7 @@
 //! Five requests at once under 3 per second, GCRA against a fixed window:
 //!
 //! ```
-//! use ratekeeper_server::simulate::{self, Options, Pattern, SimPolicy, Totals};
+//! use ratekeeper_server::simulate::{self, SimulationOptions, Pattern, SimPolicy, Totals};
 //!
 //! let requests = "burst:5".parse::<Pattern>()?.requests();
 //! let policies: Vec<SimPolicy> = ["gcra:3/s", "fixed_window:3/s"]
@@ -29,7 +29,7 @@
 //!     .collect::<Result<_, _>>()?;
 //!
 //! let mut csv = Vec::new();
-//! let report = simulate::run(&policies, &requests, &Options::default(), Some(&mut csv))?;
+//! let report = simulate::run(&policies, &requests, &SimulationOptions::default(), Some(&mut csv))?;
 //! for totals in report.totals() {
 //!     assert_eq!((totals.offered, totals.admitted, totals.refused), (5, 3, 2));
 //! }
@@ -80,7 +80,7 @@ pub struct Request {
 /// How [`run()`] runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Options {
+pub struct SimulationOptions {
     /// The chart's bucket width; [`auto_bucket`] of the requests' span when
     /// `None`.
     pub bucket: Option<Duration>,
@@ -89,15 +89,15 @@ pub struct Options {
     pub progress: bool,
 }
 
-impl Options {
+impl SimulationOptions {
     /// The options with `bucket` as the bucket width.
-    pub fn with_bucket(mut self, bucket: Duration) -> Options {
+    pub fn with_bucket(mut self, bucket: Duration) -> SimulationOptions {
         self.bucket = Some(bucket);
         self
     }
 
     /// The options with the progress bar on or off.
-    pub fn with_progress(mut self, progress: bool) -> Options {
+    pub fn with_progress(mut self, progress: bool) -> SimulationOptions {
         self.progress = progress;
         self
     }
@@ -192,7 +192,7 @@ impl Report {
 pub fn run(
     policies: &[SimPolicy],
     requests: &[Request],
-    options: &Options,
+    options: &SimulationOptions,
     csv: Option<&mut dyn Write>,
 ) -> Result<Report, SimulateError> {
     if policies.is_empty() {
@@ -233,7 +233,7 @@ pub fn run(
 
 /// A progress bar on stderr for long runs, hidden otherwise (indicatif
 /// draws nothing when stderr is not a terminal).
-fn progress_bar(options: &Options, len: usize) -> indicatif::ProgressBar {
+fn progress_bar(options: &SimulationOptions, len: usize) -> indicatif::ProgressBar {
     if !options.progress || len < PROGRESS_MIN {
         return indicatif::ProgressBar::hidden();
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ratekeeper::clock::UnixClock;
 use ratekeeper_redis::internals::hash_slot;
-use ratekeeper_server::engine::{ActiveLimit, AnyStore, Check, Engine};
+use ratekeeper_server::engine::{ActiveLimit, AnyStore, Engine, LimitCheck};
 use ratekeeper_server::Config;
 use ratekeeper_test_support::redis::RedisCluster;
 
@@ -59,7 +59,7 @@ async fn a_dropped_request_across_cluster_slots_still_gives_back_what_it_took() 
     assert_ne!(slot(wide), slot(narrow), "the test needs two slots");
     assert!(!engine.store().decides_in_one_step());
 
-    let check = |limit: &Arc<_>, cost| Check::new(Arc::clone(limit), b"all".to_vec(), cost);
+    let check = |limit: &Arc<_>, cost| LimitCheck::new(Arc::clone(limit), b"all".to_vec(), cost);
     let remaining =
         |verdict: ratekeeper_server::engine::Verdict| verdict.results[0].decision().remaining();
 
@@ -124,7 +124,7 @@ async fn a_dropped_request_on_sqlite_takes_nothing() {
     assert!(engine.store().decides_in_one_step());
     let limits = engine.limits();
     let (wide, narrow) = (limits.get("wide").unwrap(), limits.get("narrow").unwrap());
-    let check = |limit: &Arc<_>, cost| Check::new(Arc::clone(limit), b"all".to_vec(), cost);
+    let check = |limit: &Arc<_>, cost| LimitCheck::new(Arc::clone(limit), b"all".to_vec(), cost);
     assert!(engine
         .check(vec![check(narrow, 1)])
         .await

@@ -522,7 +522,7 @@ key = ["header:x-user"]
 #[tokio::test]
 async fn fixed_windows_start_on_the_wall_clocks_minutes() {
     use ratekeeper::{clock::UnixClock, Clock};
-    use ratekeeper_server::engine::{Check, Engine, NamedParts, OrUnknown};
+    use ratekeeper_server::engine::{Engine, LimitCheck, NamedParts, OrUnknown};
     let config = ratekeeper_server::Config::from_toml_str(
         "[[limits]]\nname = \"minute\"\nrate = \"5/minute\"\npolicy = \"fixed_window\"\n\
          key = [\"global\"]\n",
@@ -542,7 +542,7 @@ async fn fixed_windows_start_on_the_wall_clocks_minutes() {
         .key(&OrUnknown(NamedParts(&Default::default())))
         .unwrap();
     let verdict = engine
-        .check(vec![Check::new(std::sync::Arc::clone(limit), key, 1)])
+        .check(vec![LimitCheck::new(std::sync::Arc::clone(limit), key, 1)])
         .await
         .unwrap();
     let after = UnixClock.now().as_duration();

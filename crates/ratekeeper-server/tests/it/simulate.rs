@@ -7,8 +7,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use ratekeeper::{policy::PolicyKind, RetryAfter, Timestamp};
 use ratekeeper_server::simulate::{
-    self, parse_trace, Options, Pattern, PatternErrorKind, Phase, Request, SimPolicy, Simulator,
-    TraceErrorKind, MAX_REQUESTS,
+    self, parse_trace, Pattern, PatternErrorKind, Phase, Request, SimPolicy, SimulationOptions,
+    Simulator, TraceErrorKind, MAX_REQUESTS,
 };
 
 fn policies(texts: &[&str]) -> Vec<SimPolicy> {
@@ -27,7 +27,13 @@ fn at_millis(millis: &[u64]) -> Vec<Request> {
 
 fn csv_of(policies: &[SimPolicy], requests: &[Request]) -> String {
     let mut out = Vec::new();
-    simulate::run(policies, requests, &Options::default(), Some(&mut out)).unwrap();
+    simulate::run(
+        policies,
+        requests,
+        &SimulationOptions::default(),
+        Some(&mut out),
+    )
+    .unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -99,7 +105,7 @@ fn fixed_window_admits_double_across_a_boundary_and_sliding_log_does_not() {
         "sliding_log:10/s",
         "sliding_window:10/s",
     ]);
-    let report = simulate::run(&policies, &requests, &Options::default(), None).unwrap();
+    let report = simulate::run(&policies, &requests, &SimulationOptions::default(), None).unwrap();
     let admitted: Vec<u64> = report.totals().iter().map(|t| t.admitted).collect();
     assert_eq!(admitted, [20, 10, 10]);
 
@@ -127,7 +133,7 @@ fn compare_runs_the_five_kinds_and_they_differ() {
         .parse::<Pattern>()
         .unwrap()
         .requests();
-    let report = simulate::run(&compared, &requests, &Options::default(), None).unwrap();
+    let report = simulate::run(&compared, &requests, &SimulationOptions::default(), None).unwrap();
     let admitted: Vec<u64> = report.totals().iter().map(|t| t.admitted).collect();
     // The burst and the steady traffic both start at 0. The buckets admit
     // their burst of 20, then refill 10/s until the last request at 2.95 s
@@ -152,7 +158,7 @@ fn the_svg_parses_and_has_one_series_per_policy() {
     let report = simulate::run(
         &compared,
         &requests,
-        &Options::default().with_bucket(Duration::from_millis(500)),
+        &SimulationOptions::default().with_bucket(Duration::from_millis(500)),
         None,
     )
     .unwrap();
@@ -231,7 +237,7 @@ fn the_svg_parses_and_has_one_series_per_policy() {
 fn different_limits_get_a_dashed_line_each() {
     let policies = policies(&["gcra:5/s", "gcra:2/s"]);
     let requests = at_millis(&[0, 100, 2000]);
-    let report = simulate::run(&policies, &requests, &Options::default(), None).unwrap();
+    let report = simulate::run(&policies, &requests, &SimulationOptions::default(), None).unwrap();
     let svg = report.series().to_svg("two limits");
     let doc = roxmltree::Document::parse(&svg).unwrap();
     let limits = doc
@@ -414,7 +420,7 @@ fn a_bucket_too_short_is_refused() {
     let error = simulate::run(
         &policies(&["1/s"]),
         &requests,
-        &Options::default().with_bucket(Duration::from_millis(1)),
+        &SimulationOptions::default().with_bucket(Duration::from_millis(1)),
         None,
     )
     .unwrap_err();

@@ -16,7 +16,7 @@ use super::key::{Key, WithoutPeer};
 use super::layer::{CostFn, CustomResponse, RateLimitLayer, Shared};
 use super::response::{Refusal, ResponseFormat};
 use super::rule::Rule;
-use super::warnings::ConfigWarning;
+use super::warnings::LayerWarning;
 use super::warnings::{ipv6_allow_key_warnings, warnings_for};
 use crate::headers::{HeaderStyle, ResetStyle};
 
@@ -128,7 +128,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
     /// them: an IPv4 address, an IPv6 client's /64 such as
     /// `2001:db8:1:2::/64`, a header value) are not limited. A key written
     /// as one IPv6 address, which no client key equals, is reported as a
-    /// [`ConfigWarning::Ipv6AllowKey`].
+    /// [`LayerWarning::Ipv6AllowKey`].
     pub fn allow_keys<K: Into<Vec<u8>>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
         self.allow_keys.extend(keys.into_iter().map(Into::into));
         self
@@ -179,7 +179,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
     /// With this opt-in, keys that read headers find the client in them
     /// instead, and such requests are neither logged nor counted;
     /// [`Key::peer`] still needs the peer. Building reports a
-    /// [`ConfigWarning::TrustsHeadersWithoutPeer`] for each limit concerned.
+    /// [`LayerWarning::TrustsHeadersWithoutPeer`] for each limit concerned.
     /// Requests that do carry a peer are unaffected: their headers count
     /// only from a trusted proxy.
     pub fn trust_headers_without_peer(mut self) -> Self {
@@ -194,7 +194,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         self
     }
 
-    /// Builds the layer, logging any [`ConfigWarning`].
+    /// Builds the layer, logging any [`LayerWarning`].
     pub fn build(mut self) -> Result<RateLimitLayer<S>, LayerError> {
         if self.shadow {
             self.rules = self
@@ -212,7 +212,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                 return Err(LayerError::DuplicateLimit(rule.limit().name().to_owned()));
             }
         }
-        let mut warnings: Vec<ConfigWarning> = self
+        let mut warnings: Vec<LayerWarning> = self
             .rules
             .iter()
             .flat_map(|rule| warnings_for(rule, self.without_peer))

@@ -17,7 +17,7 @@ use super::key::WithoutPeer;
 use super::response::{Refusal, ResponseFormat};
 use super::rule::Rule;
 use super::service::RateLimit;
-use super::warnings::ConfigWarning;
+use super::warnings::LayerWarning;
 use crate::headers::{HeaderStyle, ResetStyle};
 
 pub(crate) type CustomResponse = dyn Fn(&Refusal) -> Option<Response<Full<Bytes>>> + Send + Sync;
@@ -58,7 +58,7 @@ pub(crate) struct Shared<S> {
     /// one: the service's shortest path (the usual per-IP limit).
     pub(crate) peer_only: bool,
     /// What looked wrong when the layer was built.
-    pub(crate) warnings: Vec<ConfigWarning>,
+    pub(crate) warnings: Vec<LayerWarning>,
 }
 
 /// A tower [`Layer`] that rate-limits requests through a [`Store`].
@@ -99,7 +99,7 @@ impl<S: Store> RateLimitLayer<S> {
 
 impl<S> RateLimitLayer<S> {
     /// The configuration warnings found when the layer was built.
-    pub fn warnings(&self) -> &[ConfigWarning] {
+    pub fn warnings(&self) -> &[LayerWarning] {
         &self.shared.warnings
     }
 

@@ -19,4 +19,4 @@ pub use layer::RateLimitLayer;
 pub use response::{Refusal, ResponseFormat};
 pub use rule::Rule;
 pub use service::RateLimit;
-pub use warnings::ConfigWarning;
+pub use warnings::LayerWarning;

@@ -5,7 +5,7 @@ use http::Method;
 use ratekeeper::Limit;
 
 use super::key::{Key, WithoutPeer};
-use super::warnings::{warnings_for, ConfigWarning};
+use super::warnings::{warnings_for, LayerWarning};
 
 /// A limit, the [`Key`] it counts requests by, the requests it applies to
 /// (all of them unless it names methods or a path prefix), and whether it
@@ -114,7 +114,7 @@ impl Rule {
     /// What looks wrong in this rule: a proxy network that covers every
     /// address, a key read from a header any client can set. A layer logs
     /// them when it is built; the service's `check` prints them.
-    pub fn warnings(&self) -> Vec<ConfigWarning> {
+    pub fn warnings(&self) -> Vec<LayerWarning> {
         warnings_for(self, WithoutPeer::Unknown)
     }
 }

@@ -12,7 +12,7 @@ use super::rule::Rule;
 /// kept for inspection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ConfigWarning {
+pub enum LayerWarning {
     /// A trusted proxy network covers every address (a /0), so any client
     /// can name its own key in the header the key reads.
     TrustsEveryProxy {
@@ -50,23 +50,23 @@ pub enum ConfigWarning {
     },
 }
 
-impl fmt::Display for ConfigWarning {
+impl fmt::Display for LayerWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigWarning::TrustsEveryProxy { limit, header } => write!(
+            LayerWarning::TrustsEveryProxy { limit, header } => write!(
                 f,
                 "limit {limit} trusts every address as a proxy (a /0 network among its trusted proxies): \
                  any client can choose its own key with {header}"
             ),
-            ConfigWarning::SpoofableHeader { limit, header } => write!(
+            LayerWarning::SpoofableHeader { limit, header } => write!(
                 f,
                 "limit {limit} is keyed by the {header} header, which any client can set unless a proxy overwrites it"
             ),
-            ConfigWarning::Ipv6AllowKey { key, network } => write!(
+            LayerWarning::Ipv6AllowKey { key, network } => write!(
                 f,
                 "allow key {key:?} is one IPv6 address, but IPv6 clients are keyed by their /64: allow-list {network:?} instead"
             ),
-            ConfigWarning::TrustsHeadersWithoutPeer { limit } => write!(
+            LayerWarning::TrustsHeadersWithoutPeer { limit } => write!(
                 f,
                 "limit {limit} believes the forwarding headers of requests without a socket peer (trust_headers_without_peer): any client can choose its key unless the platform's edge strips and sets them"
             ),
@@ -88,8 +88,8 @@ const SPOOFABLE: &[&str] = &[
 
 /// Allow keys written as one IPv6 address, which a client key (an IPv6
 /// client's /64) never equals, sorted so the warnings come in one order.
-pub(crate) fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<ConfigWarning> {
-    let mut warnings: Vec<ConfigWarning> = allow_keys
+pub(crate) fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<LayerWarning> {
+    let mut warnings: Vec<LayerWarning> = allow_keys
         .iter()
         .filter_map(|key| std::str::from_utf8(key).ok())
         .filter_map(|key| {
@@ -97,7 +97,7 @@ pub(crate) fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<Conf
             // A mapped address is keyed as its IPv4 address.
             ip.to_ipv4_mapped()
                 .is_none()
-                .then(|| ConfigWarning::Ipv6AllowKey {
+                .then(|| LayerWarning::Ipv6AllowKey {
                     key: key.to_owned(),
                     network: crate::client::network(ip.into(), 32, DEFAULT_IPV6_PREFIX).to_string(),
                 })
@@ -107,23 +107,23 @@ pub(crate) fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<Conf
     warnings
 }
 
-pub(crate) fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<ConfigWarning> {
+pub(crate) fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<LayerWarning> {
     let limit = rule.limit().name().to_owned();
     let mut warnings = Vec::new();
     if let Some(header) = rule.key().header_trusting_everyone() {
-        warnings.push(ConfigWarning::TrustsEveryProxy {
+        warnings.push(LayerWarning::TrustsEveryProxy {
             limit: limit.clone(),
             header,
         });
     }
     if without_peer == WithoutPeer::TrustHeaders && rule.key().reads_forwarding_headers() {
-        warnings.push(ConfigWarning::TrustsHeadersWithoutPeer {
+        warnings.push(LayerWarning::TrustsHeadersWithoutPeer {
             limit: limit.clone(),
         });
     }
     if let Some(header) = rule.key().spoofable_header() {
         if SPOOFABLE.contains(&header.as_str()) {
-            warnings.push(ConfigWarning::SpoofableHeader {
+            warnings.push(LayerWarning::SpoofableHeader {
                 limit,
                 header: header.as_str().to_owned(),
             });

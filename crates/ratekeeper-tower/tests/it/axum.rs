@@ -14,7 +14,7 @@ use ratekeeper::{
 };
 use ratekeeper_tower::client::{private_networks, ClientIp};
 use ratekeeper_tower::headers::HeaderStyle;
-use ratekeeper_tower::{ConfigWarning, Key, RateLimitLayer, ResponseFormat};
+use ratekeeper_tower::{Key, LayerWarning, RateLimitLayer, ResponseFormat};
 
 fn app() -> Router {
     Router::new()
@@ -345,11 +345,11 @@ async fn custom_refusals_and_config_warnings() {
     assert_eq!(
         layer.warnings(),
         [
-            ConfigWarning::TrustsEveryProxy {
+            LayerWarning::TrustsEveryProxy {
                 limit: "per-ip".into(),
                 header: "X-Forwarded-For".into(),
             },
-            ConfigWarning::SpoofableHeader {
+            LayerWarning::SpoofableHeader {
                 limit: "per-real-ip".into(),
                 header: "x-real-ip".into()
             },

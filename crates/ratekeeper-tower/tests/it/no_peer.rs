@@ -24,7 +24,7 @@ use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
 use ratekeeper::{clock::ManualClock, Gcra, Limit, MemoryStore, Store, Timestamp};
 use ratekeeper_tower::client::{private_networks, ClientIp, X_REAL_IP};
-use ratekeeper_tower::{ConfigWarning, Key, RateLimitLayer, RateLimitLayerBuilder};
+use ratekeeper_tower::{Key, LayerWarning, RateLimitLayer, RateLimitLayerBuilder};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 /// A store on a clock that stands still, so a quota never refills during
@@ -172,7 +172,7 @@ async fn with_the_opt_in_the_forwarding_headers_key_requests_without_a_peer() {
     let layer = readme_layer(|builder| builder.trust_headers_without_peer());
     assert_eq!(
         layer.warnings(),
-        [ConfigWarning::TrustsHeadersWithoutPeer {
+        [LayerWarning::TrustsHeadersWithoutPeer {
             limit: "per-ip".to_owned()
         }]
     );

@@ -364,7 +364,7 @@ fn an_ipv6_address_allow_key_is_reported_with_its_64() {
         .unwrap();
     assert_eq!(
         layer.warnings(),
-        [ratekeeper_tower::ConfigWarning::Ipv6AllowKey {
+        [ratekeeper_tower::LayerWarning::Ipv6AllowKey {
             key: "2001:db8:0:9::1".to_owned(),
             network: "2001:db8:0:9::/64".to_owned(),
         }]

@@ -17,7 +17,8 @@ use super::error::{ConfigError, Locator};
 
 pub(crate) use tokens::fingerprint;
 pub use tokens::{
-    parse_tokens, TokenError, TokenSet, TokenSource, MAX_FILE_BYTES, MAX_TOKENS, MIN_TOKEN_LEN,
+    parse_tokens, TokenError, TokenSet, TokenSource, MAX_TOKENS, MAX_TOKEN_FILE_BYTES,
+    MIN_TOKEN_LEN,
 };
 
 /// Which tokens each door takes; `None` leaves a door open.

@@ -21,7 +21,7 @@ pub const MAX_TOKENS: usize = 64;
 
 /// The largest token file read, in bytes: a token file holds a few lines,
 /// and a path naming something else (`/dev/zero`) must not be read whole.
-pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+pub const MAX_TOKEN_FILE_BYTES: u64 = 64 * 1024;
 
 /// Where a door's tokens come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,8 +74,8 @@ pub enum TokenError {
     /// More than [`MAX_TOKENS`] tokens.
     #[error("holds more than {MAX_TOKENS} tokens")]
     TooMany,
-    /// A file larger than [`MAX_FILE_BYTES`].
-    #[error("is larger than {MAX_FILE_BYTES} bytes; a token file holds a few lines")]
+    /// A file larger than [`MAX_TOKEN_FILE_BYTES`].
+    #[error("is larger than {MAX_TOKEN_FILE_BYTES} bytes; a token file holds a few lines")]
     TooLarge,
     /// A file that is not UTF-8 text.
     #[error("is not UTF-8 text")]
@@ -230,14 +230,14 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
-/// The text of the file at `path`, read up to [`MAX_FILE_BYTES`].
+/// The text of the file at `path`, read up to [`MAX_TOKEN_FILE_BYTES`].
 fn read_capped(path: &Path) -> Result<String, TokenError> {
     let file = std::fs::File::open(path).map_err(|error| TokenError::Read(error.to_string()))?;
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|error| TokenError::Read(error.to_string()))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
+    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
         return Err(TokenError::TooLarge);
     }
     String::from_utf8(bytes).map_err(|_| TokenError::NotText)
@@ -350,7 +350,7 @@ mod tests {
         let set = TokenSet::load(TokenSource::File(path.clone()), &[]).unwrap();
         assert!(set.accepts(A.as_bytes()));
         let before = fingerprint([path.as_path()]);
-        std::fs::write(&path, vec![b'a'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        std::fs::write(&path, vec![b'a'; MAX_TOKEN_FILE_BYTES as usize + 1]).unwrap();
         assert_eq!(
             TokenSet::load(TokenSource::File(path.clone()), &[]).unwrap_err(),
             TokenError::TooLarge

@@ -49,7 +49,7 @@ pub enum EnvoyConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// A file is larger than [`MAX_FILE_BYTES`](super::MAX_FILE_BYTES).
+    /// A file is larger than [`MAX_ENVOY_FILE_BYTES`](super::MAX_ENVOY_FILE_BYTES).
     #[error("{file}: {size} bytes, more than the {max} a configuration file may have")]
     TooLarge {
         /// The file.

@@ -30,8 +30,8 @@ use std::path::Path;
 use super::import_notes::{key_value_matters, level_notes, ImportNote, NoteKind};
 use super::validate::{check_limit, DescriptorSpec, Reader};
 use super::{
-    list_files, yaml, EnvoyConfig, EnvoyConfigError, EnvoyWarning, LoadOptions, Position,
-    RateLimit, Unit,
+    list_files, yaml, EnvoyConfig, EnvoyConfigError, EnvoyWarning, FileRateLimit, LoadOptions,
+    Position, Unit,
 };
 use crate::config::envoy_files::limit_name;
 
@@ -71,7 +71,7 @@ pub struct ImportedLimit {
     /// Its `name`.
     pub name: String,
     /// The place of the `rate_limit` block it was made from: the
-    /// [`RateLimit::at`] that [`Domain::get_limit`](super::Domain::get_limit)
+    /// [`FileRateLimit::at`] that [`Domain::get_limit`](super::Domain::get_limit)
     /// answers with.
     pub at: Position,
     /// Whether it decides differently from `serve --envoy-config` (a
@@ -185,7 +185,7 @@ struct Node<'s> {
     domain: &'s str,
     path: Vec<EntryOut<'s>>,
     spec: &'s DescriptorSpec,
-    limit: RateLimit,
+    limit: FileRateLimit,
 }
 
 impl EntryOut<'_> {

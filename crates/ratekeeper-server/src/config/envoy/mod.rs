@@ -62,7 +62,7 @@
 //!   runtime loader logs and skips it;
 //! - files are taken in a fixed order (see [`EnvoyConfig::load_dir_with`]),
 //!   where it takes them in a Go map's order;
-//! - files larger than [`MAX_FILE_BYTES`], collections nested deeper than
+//! - files larger than [`MAX_ENVOY_FILE_BYTES`], collections nested deeper than
 //!   [`MAX_DEPTH`], and trees of more than [`MAX_NODES`] nodes or (aliases
 //!   expanded) twice the file's length are refused;
 //! - the parser is a YAML 1.2 one with YAML 1.1's scalars (see `yaml.rs`):
@@ -109,13 +109,13 @@ mod import_notes;
 pub use error::{EnvoyConfigError, EnvoyWarning, Position};
 pub use import::{import_dir, import_files, Imported, ImportedLimit};
 pub use import_notes::{ImportNote, NoteKind};
-pub use model::{Metadata, RateLimit, Unit};
+pub use model::{FileRateLimit, Metadata, Unit};
 pub use tree::{CounterKey, Domain, Matched};
 pub use yaml::{MAX_DEPTH, MAX_NODES};
 
 /// The largest file read: far above any real configuration, low enough
 /// that a mistaken path (a log, a dump) is refused before it is parsed.
-pub const MAX_FILE_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_ENVOY_FILE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How a set of files is loaded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -149,7 +149,7 @@ impl LoadOptions {
 pub struct EnvoyConfig {
     domains: HashMap<String, Domain>,
     warnings: Vec<EnvoyWarning>,
-    /// How many limits the domains hold ([`RateLimit::id`]s are below).
+    /// How many limits the domains hold ([`FileRateLimit::id`]s are below).
     limit_count: usize,
     /// What the files held ([`EnvoyConfig::fingerprint`]).
     fingerprint: [u8; 32],
@@ -196,11 +196,11 @@ impl EnvoyConfig {
         let mut config = EnvoyConfig::default();
         let mut specs = Vec::new();
         for (name, text) in files {
-            if text.len() > MAX_FILE_BYTES {
+            if text.len() > MAX_ENVOY_FILE_BYTES {
                 return Err(EnvoyConfigError::TooLarge {
                     file: name.to_owned(),
                     size: text.len() as u64,
-                    max: MAX_FILE_BYTES,
+                    max: MAX_ENVOY_FILE_BYTES,
                 });
             }
             let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -390,7 +390,7 @@ impl EnvoyConfig {
 
     /// Calls `f` with every limit of every domain and its path (see
     /// [`Domain::for_each_limit`]), domains by name: ids in order.
-    pub fn for_each_limit(&self, mut f: impl FnMut(&str, &RateLimit)) {
+    pub fn for_each_limit(&self, mut f: impl FnMut(&str, &FileRateLimit)) {
         let mut domains: Vec<&Domain> = self.domains.values().collect();
         domains.sort_by(|a, b| a.name().cmp(b.name()));
         for domain in domains {
@@ -404,7 +404,7 @@ impl EnvoyConfig {
     }
 }
 
-/// Every file's name and bytes, each at most [`MAX_FILE_BYTES`].
+/// Every file's name and bytes, each at most [`MAX_ENVOY_FILE_BYTES`].
 fn read_files(files: &[PathBuf]) -> Result<Vec<(String, Vec<u8>)>, EnvoyConfigError> {
     let mut read = Vec::with_capacity(files.len());
     for file in files {
@@ -413,11 +413,11 @@ fn read_files(files: &[PathBuf]) -> Result<Vec<(String, Vec<u8>)>, EnvoyConfigEr
             source,
         };
         let size = fs::metadata(file).map_err(failed)?.len();
-        if size > MAX_FILE_BYTES as u64 {
+        if size > MAX_ENVOY_FILE_BYTES as u64 {
             return Err(EnvoyConfigError::TooLarge {
                 file: file.display().to_string(),
                 size,
-                max: MAX_FILE_BYTES,
+                max: MAX_ENVOY_FILE_BYTES,
             });
         }
         // The size read may be stale (the file grows between the two
@@ -426,16 +426,16 @@ fn read_files(files: &[PathBuf]) -> Result<Vec<(String, Vec<u8>)>, EnvoyConfigEr
         fs::File::open(file)
             .and_then(|opened| {
                 std::io::Read::read_to_end(
-                    &mut std::io::Read::take(opened, MAX_FILE_BYTES as u64 + 1),
+                    &mut std::io::Read::take(opened, MAX_ENVOY_FILE_BYTES as u64 + 1),
                     &mut bytes,
                 )
             })
             .map_err(failed)?;
-        if bytes.len() > MAX_FILE_BYTES {
+        if bytes.len() > MAX_ENVOY_FILE_BYTES {
             return Err(EnvoyConfigError::TooLarge {
                 file: file.display().to_string(),
                 size: bytes.len() as u64,
-                max: MAX_FILE_BYTES,
+                max: MAX_ENVOY_FILE_BYTES,
             });
         }
         read.push((file.display().to_string(), bytes));

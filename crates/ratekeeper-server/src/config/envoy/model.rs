@@ -1,4 +1,4 @@
-//! The loaded configuration's public types: [`Unit`], [`RateLimit`] and
+//! The loaded configuration's public types: [`Unit`], [`FileRateLimit`] and
 //! [`Metadata`].
 
 use std::fmt;
@@ -91,7 +91,7 @@ impl fmt::Display for Unit {
 /// (`shadow_mode`, `quota_mode`, `detailed_metric`, `metadata`).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct RateLimit {
+pub struct FileRateLimit {
     /// The unit; `None` only when [`unlimited`](Self::unlimited).
     pub unit: Option<Unit>,
     /// Requests allowed per unit. `0` refuses every request (in
@@ -124,11 +124,11 @@ pub struct RateLimit {
     /// Where the `rate_limit` block is.
     pub at: Position,
     /// The limit's number in its configuration, from 0: see
-    /// [`RateLimit::id`].
+    /// [`FileRateLimit::id`].
     pub(crate) id: usize,
 }
 
-impl RateLimit {
+impl FileRateLimit {
     /// The limit's number in its [`EnvoyConfig`](super::EnvoyConfig),
     /// from 0 up to [`EnvoyConfig::limit_count`](super::EnvoyConfig::limit_count)
     /// (in the order of [`Domain::for_each_limit`](super::Domain::for_each_limit),

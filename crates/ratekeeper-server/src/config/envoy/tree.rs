@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use super::error::{EnvoyConfigError, EnvoyWarning, Position};
-use super::model::RateLimit;
+use super::model::FileRateLimit;
 use super::validate::{check_limit, DescriptorSpec};
 use super::Entry;
 use crate::config::Glob;
@@ -45,7 +45,7 @@ struct Level {
 
 #[derive(Debug)]
 struct Descriptor {
-    limit: Option<RateLimit>,
+    limit: Option<FileRateLimit>,
     share_threshold: bool,
     value_to_metric: bool,
     level: Level,
@@ -88,7 +88,7 @@ impl Wildcard {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Matched<'a> {
     /// The limit that applies.
-    pub limit: &'a RateLimit,
+    pub limit: &'a FileRateLimit,
     /// The counter's key.
     pub counter_key: CounterKey<'a>,
     /// Per entry, for [`Matched::stats_key`].
@@ -233,7 +233,7 @@ impl Domain {
         // Grown on the first match only: most descriptors of a request
         // miss at the first level and should cost no allocation for it.
         let mut metric: Vec<MetricPart<'a>> = Vec::new();
-        let mut found: Option<&'a RateLimit> = None;
+        let mut found: Option<&'a FileRateLimit> = None;
         for (index, entry) in entries.iter().enumerate() {
             let (key, value) = (entry.key(), entry.value());
             composite.clear();
@@ -325,7 +325,7 @@ impl Domain {
     /// (`DOMAIN.KEY_VALUE.KEY`, as envoyproxy/ratelimit names it in its
     /// duplicate errors) and the limit, depth first, each level's
     /// descriptors in the order of their `KEY_VALUE`.
-    pub fn for_each_limit(&self, mut f: impl FnMut(&str, &RateLimit)) {
+    pub fn for_each_limit(&self, mut f: impl FnMut(&str, &FileRateLimit)) {
         let mut path = self.name.clone();
         self.root.for_each_limit(&mut path, &mut f);
     }
@@ -398,7 +398,7 @@ impl Level {
         }
     }
 
-    fn for_each_limit(&self, path: &mut String, f: &mut impl FnMut(&str, &RateLimit)) {
+    fn for_each_limit(&self, path: &mut String, f: &mut impl FnMut(&str, &FileRateLimit)) {
         for (composite, descriptor) in self.sorted() {
             let len = path.len();
             path.push('.');

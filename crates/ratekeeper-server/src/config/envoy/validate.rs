@@ -9,7 +9,7 @@ use std::rc::Rc;
 use ratekeeper::policy::PolicyKind;
 
 use super::error::{EnvoyConfigError, EnvoyWarning, Position};
-use super::model::{Metadata, RateLimit, Unit};
+use super::model::{FileRateLimit, Metadata, Unit};
 use super::yaml::{Node, ScalarKind, Value};
 
 /// Every field name envoyproxy/ratelimit accepts, plus ratekeeper's
@@ -467,7 +467,7 @@ pub(crate) fn check_limit(
     spec: &LimitSpec,
     descriptor: &DescriptorSpec,
     warnings: &mut Vec<EnvoyWarning>,
-) -> Result<RateLimit, EnvoyConfigError> {
+) -> Result<FileRateLimit, EnvoyConfigError> {
     let unit = Unit::parse(&spec.unit);
     let unit_at = || spec.unit_at.clone().unwrap_or_else(|| spec.at.clone());
     if spec.unlimited {
@@ -513,7 +513,7 @@ pub(crate) fn check_limit(
                 })?
         }
     };
-    Ok(RateLimit {
+    Ok(FileRateLimit {
         unit: if spec.unlimited { None } else { unit },
         requests_per_unit: spec.requests_per_unit,
         unlimited: spec.unlimited,

@@ -24,7 +24,7 @@ pub enum LimitadorConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The file is larger than [`MAX_FILE_BYTES`](super::MAX_FILE_BYTES).
+    /// The file is larger than [`MAX_LIMITADOR_FILE_BYTES`](super::MAX_LIMITADOR_FILE_BYTES).
     #[error("{file}: {size} bytes, more than the {max} a limits file may have")]
     TooLarge {
         /// The file.

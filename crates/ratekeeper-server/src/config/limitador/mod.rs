@@ -90,7 +90,7 @@
 //! - An expression that reads a descriptor the request lacks
 //!   (`descriptors[2]` of a request with two) is unresolved here, like a
 //!   missing entry; Limitador fails the request.
-//! - Sizes are capped: [`MAX_FILE_BYTES`], [`MAX_LIMITS`],
+//! - Sizes are capped: [`MAX_LIMITADOR_FILE_BYTES`], [`MAX_LIMITS`],
 //!   [`MAX_EXPRESSIONS`], [`MAX_TEXT_BYTES`], and the caps of [`cel`] and
 //!   of the YAML parser ([`crate::config::envoy::MAX_DEPTH`],
 //!   [`crate::config::envoy::MAX_NODES`]).
@@ -115,7 +115,7 @@ pub use error::{LimitadorConfigError, LimitadorWarning};
 use crate::config::envoy::Position;
 
 /// The largest limits file read.
-pub const MAX_FILE_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_LIMITADOR_FILE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The most limits one file may have.
 pub const MAX_LIMITS: usize = 100_000;
@@ -139,11 +139,11 @@ impl LimitadorConfig {
         text: &str,
         file_name: &str,
     ) -> Result<LimitadorConfig, LimitadorConfigError> {
-        if text.len() > MAX_FILE_BYTES {
+        if text.len() > MAX_LIMITADOR_FILE_BYTES {
             return Err(LimitadorConfigError::TooLarge {
                 file: file_name.to_owned(),
                 size: text.len() as u64,
-                max: MAX_FILE_BYTES,
+                max: MAX_LIMITADOR_FILE_BYTES,
             });
         }
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -186,11 +186,11 @@ impl LimitadorConfig {
         };
         let size = std::fs::metadata(path).map_err(read)?.len();
         let name = path.display().to_string();
-        if size > MAX_FILE_BYTES as u64 {
+        if size > MAX_LIMITADOR_FILE_BYTES as u64 {
             return Err(LimitadorConfigError::TooLarge {
                 file: name,
                 size,
-                max: MAX_FILE_BYTES,
+                max: MAX_LIMITADOR_FILE_BYTES,
             });
         }
         let bytes = std::fs::read(path).map_err(read)?;

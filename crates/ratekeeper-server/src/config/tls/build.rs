@@ -13,7 +13,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{InconsistentKeys, RootCertStore, ServerConfig};
 
-use super::{TlsError, TlsFileKind, TlsFiles};
+use super::{DoorTlsError, TlsFileKind, TlsFiles};
 
 /// The protocols a door offers in ALPN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,9 +48,9 @@ pub(crate) struct TlsContents {
 
 impl TlsContents {
     /// Reads `files` whole.
-    pub(crate) fn read(files: &TlsFiles) -> Result<TlsContents, TlsError> {
+    pub(crate) fn read(files: &TlsFiles) -> Result<TlsContents, DoorTlsError> {
         let read = |file: TlsFileKind, path: &Path| {
-            std::fs::read(path).map_err(|source| TlsError::Read {
+            std::fs::read(path).map_err(|source| DoorTlsError::Read {
                 file,
                 path: path.to_owned(),
                 source,
@@ -69,7 +69,7 @@ impl TlsContents {
 
 /// Reads `files` and builds the configuration, offering `alpn`: what a
 /// listener of the door would serve.
-pub(crate) fn load(files: &TlsFiles, alpn: Alpn) -> Result<ServerConfig, TlsError> {
+pub(crate) fn load(files: &TlsFiles, alpn: Alpn) -> Result<ServerConfig, DoorTlsError> {
     build(files, &TlsContents::read(files)?, alpn)
 }
 
@@ -84,14 +84,14 @@ pub(crate) fn build(
     files: &TlsFiles,
     contents: &TlsContents,
     alpn: Alpn,
-) -> Result<ServerConfig, TlsError> {
+) -> Result<ServerConfig, DoorTlsError> {
     let provider = provider();
     let certs = certificates(TlsFileKind::Cert, &files.cert, &contents.cert)?;
     let key = private_key(&files.key, &contents.key)?;
     let signing_key = provider
         .key_provider
         .load_private_key(key.clone_key())
-        .map_err(|error| TlsError::InvalidKey {
+        .map_err(|error| DoorTlsError::InvalidKey {
             path: files.key.clone(),
             message: error.to_string(),
         })?;
@@ -100,19 +100,19 @@ pub(crate) fn build(
         // handshake instead, as rustls itself does.
         Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
         Err(rustls::Error::InconsistentKeys(_)) => {
-            return Err(TlsError::KeyMismatch {
+            return Err(DoorTlsError::KeyMismatch {
                 cert: files.cert.clone(),
                 key: files.key.clone(),
             })
         }
         Err(error) => {
-            return Err(TlsError::InvalidCertificate {
+            return Err(DoorTlsError::InvalidCertificate {
                 path: files.cert.clone(),
                 message: error.to_string(),
             })
         }
     }
-    let build_error = |error: rustls::Error| TlsError::Build {
+    let build_error = |error: rustls::Error| DoorTlsError::Build {
         cert: files.cert.clone(),
         message: error.to_string(),
     };
@@ -124,7 +124,7 @@ pub(crate) fn build(
             let verifier =
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots(path, pem)?), provider)
                     .build()
-                    .map_err(|error| TlsError::BadCa {
+                    .map_err(|error| DoorTlsError::BadCa {
                         path: path.clone(),
                         message: error.to_string(),
                     })?;
@@ -141,16 +141,16 @@ fn certificates(
     file: TlsFileKind,
     path: &Path,
     pem: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+) -> Result<Vec<CertificateDer<'static>>, DoorTlsError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, pem::Error>>()
-        .map_err(|error| TlsError::Pem {
+        .map_err(|error| DoorTlsError::Pem {
             file,
             path: path.to_owned(),
             message: error.to_string(),
         })?;
     if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
+        return Err(DoorTlsError::NoCertificate {
             file,
             path: path.to_owned(),
         });
@@ -158,12 +158,12 @@ fn certificates(
     Ok(certs)
 }
 
-fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, DoorTlsError> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|error| match error {
-        pem::Error::NoItemsFound => TlsError::NoKey {
+        pem::Error::NoItemsFound => DoorTlsError::NoKey {
             path: path.to_owned(),
         },
-        other => TlsError::Pem {
+        other => DoorTlsError::Pem {
             file: TlsFileKind::Key,
             path: path.to_owned(),
             message: other.to_string(),
@@ -171,10 +171,10 @@ fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsErr
     })
 }
 
-fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
+fn roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, DoorTlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certificates(TlsFileKind::ClientCa, path, pem)? {
-        roots.add(cert).map_err(|error| TlsError::BadCa {
+        roots.add(cert).map_err(|error| DoorTlsError::BadCa {
             path: path.to_owned(),
             message: error.to_string(),
         })?;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-/// Which of a door's files a [`TlsError`] is about.
+/// Which of a door's files a [`DoorTlsError`] is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TlsFileKind {
@@ -42,7 +42,7 @@ impl fmt::Display for TlsFileKind {
 /// names the file.
 #[derive(Debug, Error)]
 #[non_exhaustive]
-pub enum TlsError {
+pub enum DoorTlsError {
     /// A file could not be read.
     #[error("cannot read the {file} file {}: {source}", path.display())]
     Read {
@@ -128,19 +128,21 @@ pub enum TlsError {
     },
 }
 
-impl TlsError {
+impl DoorTlsError {
     /// Which file the error is about, so a configuration check can point at
     /// its field.
     pub fn file(&self) -> TlsFileKind {
         match self {
-            TlsError::Read { file, .. }
-            | TlsError::Pem { file, .. }
-            | TlsError::NoCertificate { file, .. } => *file,
-            TlsError::InvalidCertificate { .. } | TlsError::Build { .. } => TlsFileKind::Cert,
-            TlsError::NoKey { .. } | TlsError::InvalidKey { .. } | TlsError::KeyMismatch { .. } => {
-                TlsFileKind::Key
+            DoorTlsError::Read { file, .. }
+            | DoorTlsError::Pem { file, .. }
+            | DoorTlsError::NoCertificate { file, .. } => *file,
+            DoorTlsError::InvalidCertificate { .. } | DoorTlsError::Build { .. } => {
+                TlsFileKind::Cert
             }
-            TlsError::BadCa { .. } => TlsFileKind::ClientCa,
+            DoorTlsError::NoKey { .. }
+            | DoorTlsError::InvalidKey { .. }
+            | DoorTlsError::KeyMismatch { .. } => TlsFileKind::Key,
+            DoorTlsError::BadCa { .. } => TlsFileKind::ClientCa,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! each front door that serves TLS, checked by loading them as the listener will.
 //!
 //! The pieces: this file (the tables as written and checked), `error`
-//! (what can be wrong with a door's files, [`TlsError`]) and `build` (the
+//! (what can be wrong with a door's files, [`DoorTlsError`]) and `build` (the
 //! files turned into a rustls server configuration, which the listeners,
 //! `listen::tls`, serve).
 
@@ -22,7 +22,7 @@ use super::error::{ConfigError, Locator};
 use super::ListenConfig;
 
 pub(crate) use build::{build, load, Alpn, TlsContents};
-pub use error::{TlsError, TlsFileKind};
+pub use error::{DoorTlsError, TlsFileKind};
 
 /// `[listen.tls]` as written.
 #[derive(Debug, Deserialize)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::key_text::escape_into;
 use super::shown::{RateUnit, Shown};
-use crate::config::envoy::{CounterKey, Domain, Entry, Matched, RateLimit, Unit};
+use crate::config::envoy::{CounterKey, Domain, Entry, FileRateLimit, Matched, Unit};
 
 /// The files' limit of each descriptor (none where `skip` says so: an
 /// honoured override replaces the files there), then without those whose
@@ -59,7 +59,7 @@ fn drop_replaced(matched: &mut [Option<Matched<'_>>]) {
 
 /// A limit of the files as Envoy's `current_limit` shows it: its name
 /// (empty when it has none) and rate, as envoyproxy/ratelimit shows it.
-pub(super) fn shown(limit: &RateLimit) -> Shown {
+pub(super) fn shown(limit: &FileRateLimit) -> Shown {
     let unit = match limit.unit {
         None => RateUnit::Unknown,
         Some(Unit::Second) => RateUnit::Second,
@@ -78,7 +78,7 @@ pub(super) fn shown(limit: &RateLimit) -> Shown {
 }
 
 /// The window of a file's limit (none without a unit).
-pub(super) fn window(limit: &RateLimit) -> Duration {
+pub(super) fn window(limit: &FileRateLimit) -> Duration {
     limit.unit.map_or(Duration::ZERO, |unit| unit.duration())
 }
 

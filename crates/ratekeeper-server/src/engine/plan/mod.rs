@@ -44,7 +44,8 @@ pub use status::DescriptorStatus;
 use super::explain::describe_descriptors;
 use super::matching::{self, DescriptorSource};
 use super::{
-    compose, ActiveLimit, Check, DecisionDoor, Engine, LimitResult, LimitSet, OrUnknown, Verdict,
+    compose, ActiveLimit, DecisionDoor, Engine, LimitCheck, LimitResult, LimitSet, OrUnknown,
+    Verdict,
 };
 use crate::config::envoy::Entry;
 use crate::config::{CapError, Counting, KeyPart};
@@ -214,9 +215,9 @@ pub enum Uncounted {
 /// give back, and what the descriptors no limit counts say.
 #[derive(Debug, Default)]
 pub struct DescriptorPlan {
-    takes: Vec<Check>,
+    takes: Vec<LimitCheck>,
     take_plans: Vec<Planned>,
-    refunds: Vec<Check>,
+    refunds: Vec<LimitCheck>,
     refund_plans: Vec<Planned>,
     /// Per descriptor.
     uncounted: Vec<Option<Uncounted>>,
@@ -225,12 +226,12 @@ pub struct DescriptorPlan {
 }
 
 impl DescriptorPlan {
-    fn take(&mut self, check: Check, plan: Planned) {
+    fn take(&mut self, check: LimitCheck, plan: Planned) {
         self.takes.push(check);
         self.take_plans.push(plan);
     }
 
-    fn push(&mut self, check: Check, plan: Planned) {
+    fn push(&mut self, check: LimitCheck, plan: Planned) {
         if plan.refund {
             self.refunds.push(check);
             self.refund_plans.push(plan);
@@ -247,12 +248,12 @@ impl DescriptorPlan {
     }
 
     /// The checks that take units, in order.
-    pub fn takes(&self) -> &[Check] {
+    pub fn takes(&self) -> &[LimitCheck] {
         &self.takes
     }
 
     /// The checks that take units, in order, owned.
-    pub fn into_takes(self) -> Vec<Check> {
+    pub fn into_takes(self) -> Vec<LimitCheck> {
         self.takes
     }
 }
@@ -382,7 +383,7 @@ impl Engine {
                 match made {
                     overrides::Override::Limit(limit, shown) => {
                         let key = overrides::override_key(domain, descriptor.entries());
-                        plan.push(Check::new(limit, key, hits), planned(shown, false));
+                        plan.push(LimitCheck::new(limit, key, hits), planned(shown, false));
                     }
                     overrides::Override::Zero(shown, window) => {
                         plan.blocked |= hits > 0 && !refund;
@@ -403,7 +404,7 @@ impl Engine {
                 match envoy.limit(limit) {
                     Some(active) => {
                         let key = files::counter_key(&found.counter_key);
-                        let check = Check::new(Arc::clone(active), key, hits);
+                        let check = LimitCheck::new(Arc::clone(active), key, hits);
                         plan.push(check, planned(files::shown(limit), quota));
                     }
                     None if limit.unlimited => plan.uncounted[index] = Some(Uncounted::Unlimited),
@@ -434,7 +435,7 @@ impl Engine {
                 };
                 let key = key.map_err(|part| missing(limit, part))?;
                 plan.push(
-                    Check::new(Arc::clone(limit), key, hits),
+                    LimitCheck::new(Arc::clone(limit), key, hits),
                     planned(configured(limit), false),
                 );
             }

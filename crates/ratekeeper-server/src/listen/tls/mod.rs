@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 
 use crate::config::tls::{build, Alpn, TlsContents};
-use crate::config::{ListenConfig, TlsError, TlsFiles};
+use crate::config::{DoorTlsError, ListenConfig, TlsFiles};
 
 mod handshake;
 
@@ -68,7 +68,7 @@ fn fingerprint(contents: &TlsContents) -> Fingerprint {
 
 impl TlsListener {
     /// Reads `files` and builds the configuration, offering `alpn`.
-    pub(crate) fn load(files: &TlsFiles, alpn: Alpn) -> Result<TlsListener, TlsError> {
+    pub(crate) fn load(files: &TlsFiles, alpn: Alpn) -> Result<TlsListener, DoorTlsError> {
         let contents = TlsContents::read(files)?;
         let config = build(files, &contents, alpn)?;
         let fingerprint = fingerprint(&contents);
@@ -139,7 +139,7 @@ impl TlsListener {
     /// configuration, puts it in force for new connections: `Ok(true)`.
     /// `Ok(false)` when nothing changed, or when the change is one already
     /// refused. On an error the configuration in force stays.
-    pub(crate) fn reload(&self) -> Result<bool, TlsError> {
+    pub(crate) fn reload(&self) -> Result<bool, DoorTlsError> {
         let contents = TlsContents::read(&self.files)?;
         let fingerprint = fingerprint(&contents);
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
@@ -178,7 +178,7 @@ impl TlsDoors {
     pub(crate) fn load(
         listen: &ListenConfig,
         proxy: bool,
-    ) -> Result<TlsDoors, (&'static str, TlsError)> {
+    ) -> Result<TlsDoors, (&'static str, DoorTlsError)> {
         let one = |door, on: bool, files: &Option<TlsFiles>, alpn| match files {
             Some(files) if on => TlsListener::load(files, alpn)
                 .map(|listener| Some(Arc::new(listener)))
@@ -217,7 +217,7 @@ impl TlsDoors {
 
     /// [`TlsListener::reload`] on every door: whether any swapped, or the
     /// first error (every door is tried, whatever another's files hold).
-    pub(crate) fn reload(&self) -> Result<bool, TlsError> {
+    pub(crate) fn reload(&self) -> Result<bool, DoorTlsError> {
         let mut swapped = false;
         let mut first_error = None;
         for (_, listener) in self.each() {
@@ -249,7 +249,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    use super::{Alpn, HandshakeError, TlsError, TlsListener};
+    use super::{Alpn, DoorTlsError, HandshakeError, TlsListener};
     use crate::config::tls::testing::{client, localhost, write, write_leaf, Ca};
     use crate::config::TlsFileKind;
 
@@ -347,7 +347,10 @@ mod tests {
         let key = write(dir.path(), "key.pem", &other.key_pem);
         let files = crate::config::TlsFiles::new(&cert, &key);
         let error = TlsListener::load(&files, Alpn::Http).expect_err("a mismatched key");
-        assert!(matches!(error, TlsError::KeyMismatch { .. }), "{error:?}");
+        assert!(
+            matches!(error, DoorTlsError::KeyMismatch { .. }),
+            "{error:?}"
+        );
         assert_eq!(error.file(), TlsFileKind::Key);
         assert_eq!(
             error.to_string(),
@@ -374,7 +377,7 @@ mod tests {
         assert!(
             matches!(
                 error,
-                TlsError::Read {
+                DoorTlsError::Read {
                     file: TlsFileKind::Cert,
                     ..
                 }
@@ -388,7 +391,7 @@ mod tests {
         assert!(
             matches!(
                 error,
-                TlsError::NoCertificate {
+                DoorTlsError::NoCertificate {
                     file: TlsFileKind::Cert,
                     ..
                 }
@@ -396,7 +399,7 @@ mod tests {
             "{error:?}"
         );
         let error = load(&crate::config::TlsFiles::new(&good.cert, &good.cert));
-        assert!(matches!(error, TlsError::NoKey { .. }), "{error:?}");
+        assert!(matches!(error, DoorTlsError::NoKey { .. }), "{error:?}");
         assert_eq!(error.file(), TlsFileKind::Key);
 
         let torn = write(
@@ -408,7 +411,7 @@ mod tests {
         assert!(
             matches!(
                 error,
-                TlsError::Pem {
+                DoorTlsError::Pem {
                     file: TlsFileKind::Cert,
                     ..
                 }
@@ -423,7 +426,7 @@ mod tests {
         );
         let error = load(&crate::config::TlsFiles::new(&junk, &good.key));
         assert!(
-            matches!(error, TlsError::InvalidCertificate { .. }),
+            matches!(error, DoorTlsError::InvalidCertificate { .. }),
             "{error:?}"
         );
 
@@ -432,7 +435,7 @@ mod tests {
         assert!(
             matches!(
                 error,
-                TlsError::NoCertificate {
+                DoorTlsError::NoCertificate {
                     file: TlsFileKind::ClientCa,
                     ..
                 }
@@ -440,7 +443,7 @@ mod tests {
             "{error:?}"
         );
         let error = load(&good.clone().with_client_ca(&junk));
-        assert!(matches!(error, TlsError::BadCa { .. }), "{error:?}");
+        assert!(matches!(error, DoorTlsError::BadCa { .. }), "{error:?}");
         assert_eq!(error.file(), TlsFileKind::ClientCa);
     }
 
@@ -458,7 +461,10 @@ mod tests {
         let second = ca.server();
         write(dir.path(), "cert.pem", &second.cert_pem);
         let error = tls.reload().expect_err("a certificate without its key");
-        assert!(matches!(error, TlsError::KeyMismatch { .. }), "{error:?}");
+        assert!(
+            matches!(error, DoorTlsError::KeyMismatch { .. }),
+            "{error:?}"
+        );
         assert_eq!(
             handshake(&tls, trusting())
                 .await
@@ -486,7 +492,7 @@ mod tests {
         assert!(
             matches!(
                 error,
-                TlsError::Read {
+                DoorTlsError::Read {
                     file: TlsFileKind::Key,
                     ..
                 }
