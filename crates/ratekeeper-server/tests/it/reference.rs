@@ -345,38 +345,44 @@ fn every_default_is_in_the_reference_with_its_value() {
 }
 
 /// The fields of the configuration file's serde structs (`struct File...`
-/// in src/config/*.rs), by name.
+/// in src/config/ and its folders), by name.
 fn file_fields() -> BTreeSet<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config");
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config")];
     let mut fields = BTreeSet::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|ext| ext != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        let mut inside = false;
-        let mut rename = None;
-        for line in text.lines() {
-            let line = line.trim();
-            if line.starts_with("pub(crate) struct File") || line.starts_with("struct File") {
-                inside = line.ends_with('{');
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
                 continue;
             }
-            if !inside {
+            if path.extension().is_none_or(|ext| ext != "rs") {
                 continue;
             }
-            if line == "}" {
-                inside = false;
-            } else if let Some(name) = line
-                .strip_prefix("#[serde(rename = \"")
-                .and_then(|rest| rest.split('"').next())
-            {
-                rename = Some(name.to_owned());
-            } else if !line.starts_with("//") && !line.starts_with('#') {
-                let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
-                if let Some((name, _)) = line.split_once(": ") {
-                    fields.insert(rename.take().unwrap_or_else(|| name.to_owned()));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut inside = false;
+            let mut rename = None;
+            for line in text.lines() {
+                let line = line.trim();
+                if line.starts_with("pub(crate) struct File") || line.starts_with("struct File") {
+                    inside = line.ends_with('{');
+                    continue;
+                }
+                if !inside {
+                    continue;
+                }
+                if line == "}" {
+                    inside = false;
+                } else if let Some(name) = line
+                    .strip_prefix("#[serde(rename = \"")
+                    .and_then(|rest| rest.split('"').next())
+                {
+                    rename = Some(name.to_owned());
+                } else if !line.starts_with("//") && !line.starts_with('#') {
+                    let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+                    if let Some((name, _)) = line.split_once(": ") {
+                        fields.insert(rename.take().unwrap_or_else(|| name.to_owned()));
+                    }
                 }
             }
         }
