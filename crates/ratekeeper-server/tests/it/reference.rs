@@ -352,8 +352,12 @@ fn file_fields() -> BTreeSet<String> {
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
+            // The foreign formats' folders hold YAML readers, not the TOML's.
+            let foreign = path.ends_with("envoy") || path.ends_with("limitador");
             if path.is_dir() {
-                dirs.push(path);
+                if !foreign {
+                    dirs.push(path);
+                }
                 continue;
             }
             if path.extension().is_none_or(|ext| ext != "rs") {
