@@ -49,15 +49,15 @@ pub use crate::config::access::{
 use crate::config::AccessConfig;
 
 /// The header `/v1/auth` also takes its token from.
-pub const TOKEN_HEADER: &str = "x-ratekeeper-token";
+pub(crate) const TOKEN_HEADER: &str = "x-ratekeeper-token";
 
 /// The paths of the admin port open without a token: the probes, and the
 /// dashboard's page (its data comes from `/v1/stats`, which needs one).
-pub const OPEN_ADMIN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/"];
+pub(crate) const OPEN_ADMIN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/"];
 
 /// The gRPC methods open without a token: the standard health service's
 /// (probes carry no token).
-pub const OPEN_GRPC_PREFIX: &str = "/grpc.health.v1.Health/";
+pub(crate) const OPEN_GRPC_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// A door whose callers may need a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

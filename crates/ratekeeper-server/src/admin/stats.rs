@@ -354,7 +354,7 @@ impl StoreHealth {
 
 impl ServiceStats {
     /// Everything `GET /v1/stats` reports, now.
-    pub async fn gather(engine: &Engine) -> ServiceStats {
+    pub(crate) async fn gather(engine: &Engine) -> ServiceStats {
         let store = StoreHealth::check(engine).await;
         let now = engine.wall_now();
         let metrics = engine.decision_metrics();

@@ -56,7 +56,7 @@ impl Prefixes {
     /// [`key`](Prefixes::key) of a value that a caller gave as text (the
     /// HTTP API's `client_ip`, Envoy's `remote_address`); text that is not
     /// an address is kept as it is.
-    pub fn key_of_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    pub(crate) fn key_of_text<'a>(&self, text: &'a str) -> Cow<'a, str> {
         match text.trim().parse::<IpAddr>() {
             Ok(ip) => Cow::Owned(self.key(ip)),
             Err(_) => Cow::Borrowed(text),

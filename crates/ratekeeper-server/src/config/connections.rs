@@ -68,30 +68,30 @@ pub struct ConnectionConfig {
 
 impl ConnectionConfig {
     /// The default [`ConnectionConfig::max_connections`].
-    pub const DEFAULT_MAX_CONNECTIONS: usize = 3_072;
+    pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 3_072;
     /// The default [`ConnectionConfig::max_admin_connections`].
-    pub const DEFAULT_MAX_ADMIN_CONNECTIONS: usize = 256;
+    pub(crate) const DEFAULT_MAX_ADMIN_CONNECTIONS: usize = 256;
     /// The largest connection cap accepted.
-    pub const LIMIT_MAX_CONNECTIONS: usize = 1 << 20;
+    pub(crate) const LIMIT_MAX_CONNECTIONS: usize = 1 << 20;
     /// The largest `max_header_bytes` accepted.
-    pub const LIMIT_MAX_HEADER_BYTES: usize = 1 << 20;
+    pub(crate) const LIMIT_MAX_HEADER_BYTES: usize = 1 << 20;
     /// The smallest `max_header_bytes` accepted: HTTP/1.1's read buffer
     /// cannot be smaller.
-    pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+    pub(crate) const MIN_HEADER_BYTES: usize = 8 * 1024;
     /// The default [`ConnectionConfig::max_request_bytes_total`]: 16 MiB.
-    pub const DEFAULT_MAX_REQUEST_BYTES_TOTAL: usize = 16 << 20;
+    pub(crate) const DEFAULT_MAX_REQUEST_BYTES_TOTAL: usize = 16 << 20;
     /// The largest `max_request_bytes_total` accepted: 64 GiB.
-    pub const LIMIT_MAX_REQUEST_BYTES_TOTAL: usize = 64 << 30;
+    pub(crate) const LIMIT_MAX_REQUEST_BYTES_TOTAL: usize = 64 << 30;
     /// The default [`ConnectionConfig::backlog`]: 4,096, as Linux's
     /// `net.core.somaxconn` (since 5.4). A flood of connections that the
     /// caps keep out waits in this queue rather than having its SYNs
     /// dropped, and so do the newcomers among it: with 1,024, 6,000
     /// half-finished TLS handshakes left new clients behind 1 s and 3 s SYN
     /// retransmits (scripts/hostile.sh, BENCHMARKS.md).
-    pub const DEFAULT_BACKLOG: u32 = 4_096;
+    pub(crate) const DEFAULT_BACKLOG: u32 = 4_096;
     /// The largest `backlog` accepted (the kernel caps it at
     /// `net.core.somaxconn` anyway).
-    pub const LIMIT_BACKLOG: u32 = 65_535;
+    pub(crate) const LIMIT_BACKLOG: u32 = 65_535;
 }
 
 impl Default for ConnectionConfig {
@@ -145,11 +145,11 @@ pub struct Http2Config {
 
 impl Http2Config {
     /// The largest `max_concurrent_streams` accepted.
-    pub const LIMIT_MAX_CONCURRENT_STREAMS: u32 = 1 << 16;
+    pub(crate) const LIMIT_MAX_CONCURRENT_STREAMS: u32 = 1 << 16;
     /// The default [`Http2Config::max_streams_total`].
-    pub const DEFAULT_MAX_STREAMS_TOTAL: usize = 16_384;
+    pub(crate) const DEFAULT_MAX_STREAMS_TOTAL: usize = 16_384;
     /// The largest `max_streams_total` accepted.
-    pub const LIMIT_MAX_STREAMS_TOTAL: usize = 1 << 24;
+    pub(crate) const LIMIT_MAX_STREAMS_TOTAL: usize = 1 << 24;
 }
 
 impl Default for Http2Config {

@@ -61,7 +61,7 @@ impl LimitConfig {
     }
 
     /// The rate as the file writes it: `0/minute` for a ban.
-    pub fn rate_text(&self) -> String {
+    pub(crate) fn rate_text(&self) -> String {
         let text = self.rate.to_string();
         match (self.ban, text.split_once('/')) {
             (true, Some((_, period))) => format!("0/{period}"),
@@ -71,7 +71,7 @@ impl LimitConfig {
 
     /// Whether the limit applies to HTTP requests at all: its `match`
     /// names no Envoy domain or descriptors.
-    pub fn applies_to_http(&self) -> bool {
+    pub(crate) fn applies_to_http(&self) -> bool {
         self.matcher.reach() == super::Reach::Http
     }
 }
@@ -216,7 +216,7 @@ impl DescriptorMatch {
 
     /// Whether the entry matches more than one value, so that each value is
     /// counted on its own unless [`share_threshold`](Self::share_threshold).
-    pub fn is_wildcard(&self) -> bool {
+    pub(crate) fn is_wildcard(&self) -> bool {
         !matches!(self.value, ValueMatch::Exact(_))
     }
 }

@@ -37,27 +37,27 @@ pub struct RequestCaps {
 
 impl RequestCaps {
     /// The default `max_descriptors`.
-    pub const DEFAULT_MAX_DESCRIPTORS: usize = 256;
+    pub(crate) const DEFAULT_MAX_DESCRIPTORS: usize = 256;
     /// The default `max_entries`.
-    pub const DEFAULT_MAX_ENTRIES: usize = 64;
+    pub(crate) const DEFAULT_MAX_ENTRIES: usize = 64;
     /// The default `max_value_bytes`: room for a large JWT in a header.
-    pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024;
+    pub(crate) const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024;
     /// The default `max_override_rates`: Envoy's overrides come from route
     /// configuration, a few distinct rates in a deployment.
-    pub const DEFAULT_MAX_OVERRIDE_RATES: usize = 32;
+    pub(crate) const DEFAULT_MAX_OVERRIDE_RATES: usize = 32;
     /// The largest `max_override_rates` a configuration may set.
-    pub const LIMIT_MAX_OVERRIDE_RATES: usize = 1024;
+    pub(crate) const LIMIT_MAX_OVERRIDE_RATES: usize = 1024;
     /// The largest `max_descriptors` a configuration may set.
-    pub const LIMIT_MAX_DESCRIPTORS: usize = 65_536;
+    pub(crate) const LIMIT_MAX_DESCRIPTORS: usize = 65_536;
     /// The largest `max_entries` a configuration may set.
-    pub const LIMIT_MAX_ENTRIES: usize = 4_096;
+    pub(crate) const LIMIT_MAX_ENTRIES: usize = 4_096;
     /// The largest `max_value_bytes` a configuration may set.
-    pub const LIMIT_MAX_VALUE_BYTES: usize = 1024 * 1024;
+    pub(crate) const LIMIT_MAX_VALUE_BYTES: usize = 1024 * 1024;
     /// The default `max_body_bytes`: a few hundred descriptors of Envoy's
     /// usual size, or four values at `max_value_bytes`.
-    pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+    pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
     /// The largest `max_body_bytes` a configuration may set.
-    pub const LIMIT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+    pub(crate) const LIMIT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
     /// Refuses more than `max_descriptors` descriptors.
     pub fn descriptors(&self, count: usize) -> Result<(), CapError> {
@@ -109,7 +109,7 @@ impl RequestCaps {
     /// entries: their count, each one's entries, and every key and value.
     /// The count is checked before any descriptor is looked at, so a
     /// request over the cap costs no more than one at it.
-    pub fn check_descriptors<'a, D, E>(&self, descriptors: D) -> Result<(), CapError>
+    pub(crate) fn check_descriptors<'a, D, E>(&self, descriptors: D) -> Result<(), CapError>
     where
         D: ExactSizeIterator<Item = E>,
         E: ExactSizeIterator<Item = (&'a str, &'a str)>,

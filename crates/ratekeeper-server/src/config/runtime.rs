@@ -34,7 +34,7 @@ pub enum WorkerThreads {
 
 impl RuntimeConfig {
     /// The most worker threads a configuration may ask for.
-    pub const LIMIT_WORKER_THREADS: usize = 1024;
+    pub(crate) const LIMIT_WORKER_THREADS: usize = 1024;
 
     /// The number of worker threads to start.
     pub fn worker_threads(&self) -> usize {

@@ -230,17 +230,17 @@ impl Connecting {
     }
 
     /// Whether a connection was made.
-    pub fn is_connected(&self) -> bool {
+    pub(crate) fn is_connected(&self) -> bool {
         self.get().is_some()
     }
 
     /// Whether the store is a Redis Cluster.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         self.cluster
     }
 
     /// What a call answers while not connected; `None` once connected.
-    pub fn not_connected(&self) -> Option<StoreError> {
+    pub(crate) fn not_connected(&self) -> Option<StoreError> {
         self.store().err()
     }
 

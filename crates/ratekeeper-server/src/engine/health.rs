@@ -106,19 +106,19 @@ impl StoreMonitor {
 
 impl Engine {
     /// The store's state as last seen (see [`Engine::probe_store`]).
-    pub fn store_state(&self) -> StoreState {
+    pub(crate) fn store_state(&self) -> StoreState {
         self.inner.monitor.get()
     }
 
     /// The store's state, for a watcher told of every change between up
     /// and down.
-    pub fn watch_store_state(&self) -> watch::Receiver<StoreState> {
+    pub(crate) fn watch_store_state(&self) -> watch::Receiver<StoreState> {
         self.inner.monitor.subscribe()
     }
 
     /// Asks the store whether it answers (waiting at most
     /// [`PROBE_TIMEOUT`]), records it, and returns the state.
-    pub async fn probe_store(&self) -> StoreState {
+    pub(crate) async fn probe_store(&self) -> StoreState {
         let error = match tokio::time::timeout(PROBE_TIMEOUT, self.ready()).await {
             Ok(Ok(())) => None,
             Ok(Err(error)) => Some(error.to_string()),
@@ -143,7 +143,7 @@ impl Engine {
 
     /// Keeps the store's state current until `stopped` turns true (see
     /// the module docs).
-    pub async fn monitor_store(&self, mut stopped: watch::Receiver<bool>) {
+    pub(crate) async fn monitor_store(&self, mut stopped: watch::Receiver<bool>) {
         if !self.store().can_fail() {
             return;
         }

@@ -113,7 +113,7 @@ impl<S: Store + 'static> Leasable<S> {
 
     /// What leasing did so far, over every limit; `None` when it has
     /// never been on.
-    pub fn lease_stats(&self) -> Option<LeaseStats> {
+    pub(crate) fn lease_stats(&self) -> Option<LeaseStats> {
         self.stats_by_limit().map(|each| {
             each.into_iter()
                 .fold(LeaseStats::default(), |mut total, (_, stats)| {

@@ -164,7 +164,7 @@ impl LimitadorLimits {
 
     /// The limits as the engine checks them (those with `max_value: 0`,
     /// which count nothing, left out), in no particular order.
-    pub fn active(&self) -> impl Iterator<Item = &Arc<ActiveLimit>> {
+    pub(crate) fn active(&self) -> impl Iterator<Item = &Arc<ActiveLimit>> {
         self.by_namespace
             .values()
             .flatten()
@@ -177,7 +177,7 @@ impl LimitadorLimits {
     }
 
     /// How many namespaces have limits.
-    pub fn namespace_count(&self) -> usize {
+    pub(crate) fn namespace_count(&self) -> usize {
         self.by_namespace.len()
     }
 

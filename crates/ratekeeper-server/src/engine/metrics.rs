@@ -103,7 +103,7 @@ impl DecisionMetrics {
     /// Records one decision (one call of
     /// [`Engine::check`](crate::engine::Engine::check), whatever the number
     /// of limits it checked) that took `elapsed`.
-    pub fn observe(&self, elapsed: Duration) {
+    pub(crate) fn observe(&self, elapsed: Duration) {
         self.latency.observe(elapsed);
     }
 
@@ -115,7 +115,7 @@ impl DecisionMetrics {
     /// Counts `outcome` for the limit `name` if it allowed the request near
     /// its limit (see [`NEAR_LIMIT_PERCENT`]), or if the store had no room
     /// for its key; does nothing otherwise.
-    pub fn record_outcome(&self, name: &str, outcome: &Outcome) {
+    pub(crate) fn record_outcome(&self, name: &str, outcome: &Outcome) {
         if is_near_limit(outcome) {
             self.near_limit.add(name);
         } else if outcome.is_saturated() {
@@ -125,7 +125,7 @@ impl DecisionMetrics {
 
     /// Counts an answer of the limit `name` that the failure policy made
     /// (`by`) while the store failed; nothing for the store's own.
-    pub fn record_failover(&self, name: &str, by: AnsweredBy) {
+    pub(crate) fn record_failover(&self, name: &str, by: AnsweredBy) {
         match by {
             AnsweredBy::FailOpen => {
                 self.failed_open.add(name);
@@ -146,7 +146,7 @@ impl DecisionMetrics {
     /// Counts a request to the limit `name` whose forwarding header came
     /// from a peer the limit does not trust; whether it is the first (to
     /// log it once).
-    pub fn record_untrusted_forwarding(&self, name: &str) -> bool {
+    pub(crate) fn record_untrusted_forwarding(&self, name: &str) -> bool {
         self.untrusted_forwarding.add(name) == 0
     }
 
@@ -158,25 +158,25 @@ impl DecisionMetrics {
 
     /// Counts an Envoy override ignored because the limit `name` forbids
     /// overrides; whether it is the first (to log it once).
-    pub fn record_override_refused(&self, name: &str) -> bool {
+    pub(crate) fn record_override_refused(&self, name: &str) -> bool {
         self.overrides_refused.add(name) == 0
     }
 
     /// Counts an Envoy request over a limit that `[envoy] shadow_mode`
     /// answered OK.
-    pub fn record_global_shadow(&self) {
+    pub(crate) fn record_global_shadow(&self) {
         self.global_shadow.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Envoy requests over a limit answered OK by `[envoy] shadow_mode`,
     /// since the process started.
-    pub fn global_shadow(&self) -> u64 {
+    pub(crate) fn global_shadow(&self) -> u64 {
         self.global_shadow.load(Ordering::Relaxed)
     }
 
     /// Counts a proxy request answered 503 because the proxy's
     /// `max_upstream_requests` were at the upstream.
-    pub fn record_upstream_overflow(&self) {
+    pub(crate) fn record_upstream_overflow(&self) {
         self.upstream_overflow.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -188,7 +188,7 @@ impl DecisionMetrics {
 
     /// Envoy overrides ignored because the limit `name` forbids them, since
     /// the process started.
-    pub fn overrides_refused(&self, name: &str) -> u64 {
+    pub(crate) fn overrides_refused(&self, name: &str) -> u64 {
         self.overrides_refused.get(name)
     }
 

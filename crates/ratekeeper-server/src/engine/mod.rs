@@ -210,12 +210,12 @@ impl Engine {
 
     /// What one request may hold now (`[requests]`): the front doors
     /// refuse a request over a cap before deciding anything.
-    pub fn request_caps(&self) -> RequestCaps {
+    pub(crate) fn request_caps(&self) -> RequestCaps {
         **self.inner.requests.load()
     }
 
     /// What the Envoy gRPC door adds to its answers now (`[envoy]`).
-    pub fn envoy_door(&self) -> Arc<EnvoyDoorConfig> {
+    pub(crate) fn envoy_door(&self) -> Arc<EnvoyDoorConfig> {
         self.inner.envoy_door.load_full()
     }
 
@@ -224,7 +224,7 @@ impl Engine {
     /// The store cannot change without a restart, but for its leasing
     /// settings ([`Engine::settle_leases`] puts those in force): `false`
     /// says `config` names another store, whose section was ignored.
-    pub fn replace_limits(&self, config: &Config) -> bool {
+    pub(crate) fn replace_limits(&self, config: &Config) -> bool {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
@@ -247,7 +247,7 @@ impl Engine {
     /// gives its units back), and gives back the units leased for limits
     /// whose numbers changed or that went, so that the store counts under
     /// the new numbers only what was spent. Returns the units given back.
-    pub async fn settle_leases(&self, before: &LimitSet, config: &Config) -> u64 {
+    pub(crate) async fn settle_leases(&self, before: &LimitSet, config: &Config) -> u64 {
         let store = &self.inner.store;
         let mut returned = 0;
         if store.lease_settings() != config.store.lease {
@@ -281,7 +281,7 @@ impl Engine {
 
     /// The `[store]` the engine was started with (a reload cannot change
     /// it).
-    pub fn store_config(&self) -> &StoreConfig {
+    pub(crate) fn store_config(&self) -> &StoreConfig {
         &self.inner.store_config
     }
 
@@ -307,7 +307,7 @@ impl Engine {
     /// Counts (and now and then logs) a request of `door` in `domain`
     /// (empty for HTTP requests) that no limit of `limits` applied to,
     /// described by `describe` when it is logged.
-    pub fn record_unmatched(
+    pub(crate) fn record_unmatched(
         &self,
         door: DecisionDoor,
         limits: &LimitSet,
@@ -341,13 +341,13 @@ impl Engine {
     }
 
     /// How long the store's calls took, by operation (SQLite and Redis).
-    pub fn store_latency(&self) -> &StoreLatency {
+    pub(crate) fn store_latency(&self) -> &StoreLatency {
         &self.inner.store_latency
     }
 
     /// What the configuration reloads did (counted by the reloader of
     /// `serve` and `proxy`).
-    pub fn reload_stats(&self) -> &ReloadStats {
+    pub(crate) fn reload_stats(&self) -> &ReloadStats {
         &self.inner.reloads
     }
 
@@ -364,7 +364,7 @@ impl Engine {
     /// [`untrusted_forwarding`]; `also` are more headers the front door
     /// reads, such as nginx's `X-Real-IP`): counts it for `/metrics`, and
     /// logs the first of each limit with the fix.
-    pub fn watch_forwarding(
+    pub(crate) fn watch_forwarding(
         &self,
         limit: &ActiveLimit,
         headers: &http::HeaderMap,
@@ -391,7 +391,7 @@ impl Engine {
     }
 
     /// Now, by the wall clock the statistics follow.
-    pub fn wall_now(&self) -> Timestamp {
+    pub(crate) fn wall_now(&self) -> Timestamp {
         self.inner.wall_clock.now()
     }
 
@@ -423,7 +423,7 @@ impl Engine {
     /// [`Engine::check`], counting as `counting` says: all or nothing, or
     /// each limit on its own, as envoyproxy/ratelimit counts every
     /// descriptor of a request (`[envoy] counting = "each_descriptor"`).
-    pub async fn check_counting(
+    pub(crate) async fn check_counting(
         &self,
         checks: Vec<LimitCheck>,
         counting: Counting,

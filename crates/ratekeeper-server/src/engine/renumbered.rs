@@ -49,12 +49,12 @@ impl ChangedLimit {
     }
 
     /// [`ChangedLimit::before`] for a log line.
-    pub fn before_shown(&self) -> String {
+    pub(crate) fn before_shown(&self) -> String {
         Self::show(&self.before)
     }
 
     /// [`ChangedLimit::after`] for a log line.
-    pub fn after_shown(&self) -> String {
+    pub(crate) fn after_shown(&self) -> String {
         Self::show(&self.after)
     }
 }

@@ -130,13 +130,13 @@ impl AnyStore {
     }
 
     /// Whether the store can fail: all but the in-memory store.
-    pub fn can_fail(&self) -> bool {
+    pub(crate) fn can_fail(&self) -> bool {
         !matches!(self, AnyStore::Memory(_))
     }
 
     /// Why the store does not answer as it is opened: a Redis store not
     /// connected yet (see [`AnyStore::open`]); `None` otherwise.
-    pub fn opening_error(&self) -> Option<StoreError> {
+    pub(crate) fn opening_error(&self) -> Option<StoreError> {
         match self {
             AnyStore::Redis(store) => {
                 let error = store.inner().store().not_connected()?;
@@ -151,7 +151,7 @@ impl AnyStore {
 
     /// Whether decisions are answered without the store while it fails:
     /// the in-memory store (which cannot fail), fail open, or the fallback.
-    pub fn answers_while_down(&self) -> bool {
+    pub(crate) fn answers_while_down(&self) -> bool {
         let policy = match self {
             AnyStore::Memory(_) => return true,
             AnyStore::Sqlite(store) => store.policy(),
@@ -171,7 +171,7 @@ impl AnyStore {
 
     /// What the failure policy has done so far; `None` for the in-memory
     /// store, which cannot fail.
-    pub fn failure_stats(&self) -> Option<ResilientStats> {
+    pub(crate) fn failure_stats(&self) -> Option<ResilientStats> {
         match self {
             AnyStore::Memory(_) => None,
             AnyStore::Sqlite(store) => Some(store.stats()),
@@ -182,7 +182,7 @@ impl AnyStore {
     /// What the Redis store's coalescing of concurrent calls has done;
     /// `None` for the other stores, and for Redis with it off (or Redis
     /// Cluster).
-    pub fn redis_batching(&self) -> Option<BatchStats> {
+    pub(crate) fn redis_batching(&self) -> Option<BatchStats> {
         match self {
             AnyStore::Redis(store) => store.inner().store().get()?.batch_stats(),
             _ => None,
@@ -191,36 +191,36 @@ impl AnyStore {
 
     /// What leasing did so far; `None` when it has never been on (and for
     /// the in-memory store, which has nothing to lease from).
-    pub fn lease_stats(&self) -> Option<LeaseStats> {
+    pub(crate) fn lease_stats(&self) -> Option<LeaseStats> {
         on_leasable!(self, leasable => leasable.lease_stats(), None)
     }
 
     /// What leasing did so far for each limit, by name; `None` as for
     /// [`AnyStore::lease_stats`].
-    pub fn lease_stats_by_limit(&self) -> Option<Vec<(String, LeaseStats)>> {
+    pub(crate) fn lease_stats_by_limit(&self) -> Option<Vec<(String, LeaseStats)>> {
         on_leasable!(self, leasable => leasable.stats_by_limit(), None)
     }
 
     /// The settings leasing runs on now; `None` when it is off.
-    pub fn lease_settings(&self) -> Option<LeaseSettings> {
+    pub(crate) fn lease_settings(&self) -> Option<LeaseSettings> {
         on_leasable!(self, leasable => leasable.settings(), None)
     }
 
     /// Puts `[store]`'s leasing settings in force (a reload): leasing
     /// starts, stops or takes the new settings, a replaced leasing store
     /// giving its units back; returns the units given back.
-    pub async fn apply_lease(&self, settings: Option<LeaseSettings>) -> u64 {
+    pub(crate) async fn apply_lease(&self, settings: Option<LeaseSettings>) -> u64 {
         on_leasable!(self, leasable => leasable.apply(settings).await, 0)
     }
 
     /// Gives back the units of keys unused for a while (leasing); returns
     /// the units given back. The service runs it every second.
-    pub async fn sweep_leases(&self) -> u64 {
+    pub(crate) async fn sweep_leases(&self) -> u64 {
         on_leasable!(self, leasable => leasable.sweep().await, 0)
     }
 
     /// Gives back every unit leased (at shutdown); returns the units.
-    pub async fn give_back_leases(&self) -> u64 {
+    pub(crate) async fn give_back_leases(&self) -> u64 {
         on_leasable!(self, leasable => leasable.give_back_all().await, 0)
     }
 
@@ -240,7 +240,7 @@ impl AnyStore {
 
     /// Keys the in-memory store tracks for the limit called `name`;
     /// `None` for the other stores.
-    pub fn keys_in_memory_of(&self, name: &str) -> Option<usize> {
+    pub(crate) fn keys_in_memory_of(&self, name: &str) -> Option<usize> {
         match self {
             AnyStore::Memory(store) => Some(store.keys_of(name)),
             _ => None,
@@ -264,7 +264,7 @@ impl AnyStore {
     }
 
     /// [`Store::check`], and who answered (see [`AnsweredBy`]).
-    pub async fn check_answered(
+    pub(crate) async fn check_answered(
         &self,
         limit: &Limit,
         key: &[u8],
@@ -280,7 +280,7 @@ impl AnyStore {
     }
 
     /// [`Store::peek`], and who answered (see [`AnsweredBy`]).
-    pub async fn peek_answered(
+    pub(crate) async fn peek_answered(
         &self,
         limit: &Limit,
         key: &[u8],

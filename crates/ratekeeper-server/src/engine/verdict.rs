@@ -144,7 +144,7 @@ impl Verdict {
 
     /// The value of [`SATURATED_HEADER`] (`"a", "b"`): the limits, not in
     /// shadow mode, whose store had no room for the key; `None` when none.
-    pub fn saturated_header(&self) -> Option<String> {
+    pub(crate) fn saturated_header(&self) -> Option<String> {
         let names = self
             .results
             .iter()

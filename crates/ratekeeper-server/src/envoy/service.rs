@@ -72,7 +72,7 @@ impl EnvoyService {
     /// some: a call without one is answered `UNAUTHENTICATED` (see
     /// [`crate::access`]). Other services on the same server (gRPC health)
     /// are not behind it.
-    pub fn into_server(self) -> RequireTokenService<EnvoyServer> {
+    pub(crate) fn into_server(self) -> RequireTokenService<EnvoyServer> {
         let max = self.engine.request_caps().max_body_bytes;
         let access = self.engine.access().layer(access::Door::Grpc);
         access.layer(EnvoyServer::new(self, max))
@@ -128,7 +128,7 @@ impl EnvoyService {
     /// failure policy while it failed (then `response_headers_to_add`
     /// carries `x-ratekeeper-store` too, and the gRPC door sends it as
     /// response metadata).
-    pub async fn decide_answered(
+    pub(crate) async fn decide_answered(
         &self,
         request: &RateLimitRequest,
     ) -> Result<(RateLimitResponse, AnsweredBy), EnvoyError> {

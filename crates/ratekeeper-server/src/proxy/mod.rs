@@ -268,7 +268,7 @@ pub struct ProxyOptions {
 }
 
 /// [`ProxyOptions::max_upstream_requests`]'s default.
-pub const DEFAULT_MAX_UPSTREAM_REQUESTS: usize = 1024;
+pub(crate) const DEFAULT_MAX_UPSTREAM_REQUESTS: usize = 1024;
 
 impl Default for ProxyOptions {
     fn default() -> Self {
@@ -331,7 +331,7 @@ impl Route {
 }
 
 /// [`router`], with `options`.
-pub fn router_with(
+pub(crate) fn router_with(
     engine: Engine,
     upstream: &Uri,
     options: &ProxyOptions,

@@ -6,7 +6,7 @@ use crate::config::RuntimeConfig;
 
 /// The name of the runtime's threads (as `top -H` and
 /// `/proc/PID/task/*/comm` show them).
-pub const THREAD_NAME: &str = "rk-worker";
+pub(crate) const THREAD_NAME: &str = "rk-worker";
 
 /// A multi-threaded runtime with `config`'s worker threads, timers and
 /// I/O.

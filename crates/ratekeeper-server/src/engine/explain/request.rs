@@ -94,7 +94,7 @@ pub enum ExplainError {
 impl ExplainRequest {
     /// The request as a [`Probe`], within `caps` (the same the decision
     /// doors apply).
-    pub fn into_probe(self, caps: &RequestCaps) -> Result<Probe, ExplainError> {
+    pub(crate) fn into_probe(self, caps: &RequestCaps) -> Result<Probe, ExplainError> {
         let http = self.method.is_some()
             || self.path.is_some()
             || !self.headers.is_empty()

@@ -253,7 +253,7 @@ impl DescriptorPlan {
     }
 
     /// The checks that take units, in order, owned.
-    pub fn into_takes(self) -> Vec<LimitCheck> {
+    pub(crate) fn into_takes(self) -> Vec<LimitCheck> {
         self.takes
     }
 }
@@ -309,7 +309,7 @@ impl Engine {
     /// [module](self)). A request no limit applies to is counted as
     /// unmatched. Refused before any work when over a cap of
     /// `[requests]`; the work is linear in the request's size.
-    pub fn plan_descriptors<D: Descriptor>(
+    pub(crate) fn plan_descriptors<D: Descriptor>(
         &self,
         limits: &LimitSet,
         request: &DescriptorRequest<'_, D>,
@@ -454,7 +454,7 @@ impl Engine {
     /// the rest), then the checks that take, as `request.rules` counts;
     /// a limit of zero makes the others only report. Says what each limit
     /// decided and each descriptor's status.
-    pub async fn decide_descriptors<D: Descriptor>(
+    pub(crate) async fn decide_descriptors<D: Descriptor>(
         &self,
         request: &DescriptorRequest<'_, D>,
     ) -> Result<DescriptorVerdict, PlanError> {

@@ -41,7 +41,7 @@ pub enum RateUnit {
 impl RateUnit {
     /// The unit of Envoy's number `number`; `None` for a number Envoy does
     /// not define.
-    pub fn from_number(number: i32) -> Option<RateUnit> {
+    pub(crate) fn from_number(number: i32) -> Option<RateUnit> {
         Some(match number {
             0 => RateUnit::Unknown,
             1 => RateUnit::Second,
