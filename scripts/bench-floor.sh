@@ -46,7 +46,10 @@ measure() {
   "${load_cpu[@]}" "$RLSLOAD" --addr "127.0.0.1:$port" --domain bench --key user \
     --values 10000 --concurrency "$in_flight" --conns 1 --seconds "$seconds" --warmup 1 \
     --server-pid "$pid" --json |
-    python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["server_cpu_us_per_request"])'
+    python3 -c 'import json,sys
+line = [l for l in sys.stdin if l.startswith("JSON ")][-1]
+run = json.loads(line[5:])
+print("%.2f" % (run["server_cores"] / run["rps"] * 1e6))'
 }
 
 start_floor() {

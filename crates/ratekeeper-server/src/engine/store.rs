@@ -274,8 +274,8 @@ impl AnyStore {
             AnyStore::Memory(store) => {
                 Ok((store.check(limit, key, cost).await?, AnsweredBy::Store))
             }
-            AnyStore::Sqlite(store) => store.check_answered(limit, key, cost).await,
-            AnyStore::Redis(store) => store.check_answered(limit, key, cost).await,
+            AnyStore::Sqlite(store) => Box::pin(store.check_answered(limit, key, cost)).await,
+            AnyStore::Redis(store) => Box::pin(store.check_answered(limit, key, cost)).await,
         }
     }
 
@@ -287,8 +287,8 @@ impl AnyStore {
     ) -> Result<(Decision, AnsweredBy), StoreError> {
         match self {
             AnyStore::Memory(store) => Ok((store.peek(limit, key).await?, AnsweredBy::Store)),
-            AnyStore::Sqlite(store) => store.peek_answered(limit, key).await,
-            AnyStore::Redis(store) => store.peek_answered(limit, key).await,
+            AnyStore::Sqlite(store) => Box::pin(store.peek_answered(limit, key)).await,
+            AnyStore::Redis(store) => Box::pin(store.peek_answered(limit, key)).await,
         }
     }
 }
@@ -306,36 +306,40 @@ impl AnyStore {
     }
 }
 
+// The remote stores' futures are boxed: they are kilobytes (a script
+// call, the failure policy, leasing), and unboxed they would make every
+// decision's future as large, copied at each level of every request even
+// on the in-memory store.
 impl Store for AnyStore {
     async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
         match self {
             AnyStore::Memory(store) => store.check(limit, key, cost).await,
-            AnyStore::Sqlite(store) => store.check(limit, key, cost).await,
-            AnyStore::Redis(store) => store.check(limit, key, cost).await,
+            AnyStore::Sqlite(store) => Box::pin(store.check(limit, key, cost)).await,
+            AnyStore::Redis(store) => Box::pin(store.check(limit, key, cost)).await,
         }
     }
 
     async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
         match self {
             AnyStore::Memory(store) => store.peek(limit, key).await,
-            AnyStore::Sqlite(store) => store.peek(limit, key).await,
-            AnyStore::Redis(store) => store.peek(limit, key).await,
+            AnyStore::Sqlite(store) => Box::pin(store.peek(limit, key)).await,
+            AnyStore::Redis(store) => Box::pin(store.peek(limit, key)).await,
         }
     }
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
         match self {
             AnyStore::Memory(store) => store.refund(limit, key, units).await,
-            AnyStore::Sqlite(store) => store.refund(limit, key, units).await,
-            AnyStore::Redis(store) => store.refund(limit, key, units).await,
+            AnyStore::Sqlite(store) => Box::pin(store.refund(limit, key, units)).await,
+            AnyStore::Redis(store) => Box::pin(store.refund(limit, key, units)).await,
         }
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         match self {
             AnyStore::Memory(store) => store.check_all(checks).await,
-            AnyStore::Sqlite(store) => store.check_all(checks).await,
-            AnyStore::Redis(store) => store.check_all(checks).await,
+            AnyStore::Sqlite(store) => Box::pin(store.check_all(checks)).await,
+            AnyStore::Redis(store) => Box::pin(store.check_all(checks)).await,
         }
     }
 
