@@ -41,6 +41,7 @@
 mod ban;
 mod connecting;
 mod describe;
+mod descriptor_index;
 mod envoy_files;
 mod error;
 pub mod explain;
