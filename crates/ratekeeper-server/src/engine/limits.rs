@@ -13,9 +13,11 @@ use ratekeeper::{
 };
 use ratekeeper_tower::Rule;
 
+use super::descriptor_index::DescriptorIndex;
 use super::envoy_files::EnvoyLimits;
 use super::key::{compose, KeySource};
 use super::limitador::LimitadorLimits;
+use super::matching::Entry;
 use crate::config::{EnvoyFiles, KeyPart, LimitConfig, LimitadorSource};
 
 /// One configured limit.
@@ -122,6 +124,10 @@ pub struct LimitSet {
     /// The domains the configuration's limits name: which domains the
     /// service knows, without a walk over every limit per request.
     native_domains: HashSet<Box<str>>,
+    /// The configuration's limits for descriptors, by domain, keys and
+    /// values: what [`matching::applicable`](super::matching::applicable)
+    /// finds them through.
+    descriptors: DescriptorIndex,
 }
 
 /// Counters of each limit's charged-keys summary
@@ -219,12 +225,14 @@ impl LimitSet {
             .filter_map(|limit| limit.config().matcher.domain.as_deref())
             .map(Box::from)
             .collect();
+        let descriptors = DescriptorIndex::new(&limits);
         LimitSet {
             limits,
             by_name,
             envoy: None,
             limitador: LimitadorLimits::default(),
             native_domains,
+            descriptors,
         }
     }
 
@@ -252,6 +260,22 @@ impl LimitSet {
     /// Every limit, in the configuration's order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<ActiveLimit>> {
         self.limits.iter()
+    }
+
+    /// The configuration's limits that may apply to the descriptor
+    /// `entries` of a request in `domain`, in its order: every one that
+    /// does, found through the index without a walk over every limit, and
+    /// some that [`matching::matches`](super::matching::matches) must
+    /// still refuse.
+    pub(super) fn descriptor_candidates<'a, E: Entry>(
+        &'a self,
+        domain: &str,
+        entries: &[E],
+    ) -> impl Iterator<Item = &'a Arc<ActiveLimit>> + 'a {
+        self.descriptors
+            .candidates(domain, entries)
+            .into_iter()
+            .map(move |position| &self.limits[position])
     }
 
     /// Every limit in force: the configuration's, in its order, then

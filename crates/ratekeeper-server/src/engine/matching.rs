@@ -160,7 +160,25 @@ pub fn http_mismatch(
 
 /// The limits among `limits` that apply to the descriptor `entries` of a
 /// request in `domain`, in the configuration's order.
+///
+/// The limits are found through an index built with the set (by domain,
+/// keys and values), so the cost does not grow with the number of limits,
+/// only with the number that could apply (see the engine's
+/// `descriptor_index` for the cases that stay linear); each is then
+/// checked by [`matches()`].
 pub fn applicable<'a, E: Entry>(
+    limits: &'a LimitSet,
+    domain: &'a str,
+    entries: &'a [E],
+) -> impl Iterator<Item = &'a Arc<ActiveLimit>> + 'a {
+    limits
+        .descriptor_candidates(domain, entries)
+        .filter(move |limit| matches(&limit.config().matcher, domain, entries))
+}
+
+/// [`applicable`] by a walk over every limit: what the index must give.
+#[cfg(test)]
+pub(crate) fn applicable_by_walking<'a, E: Entry>(
     limits: &'a LimitSet,
     domain: &'a str,
     entries: &'a [E],

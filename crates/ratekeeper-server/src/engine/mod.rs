@@ -42,6 +42,7 @@ mod ban;
 mod builder;
 mod connecting;
 mod describe;
+mod descriptor_index;
 mod envoy_files;
 mod error;
 pub mod explain;
