@@ -115,7 +115,9 @@ fn setup(runtime: &Runtime, door: Door, size: usize) -> Setup {
     };
     let config = Config::from_toml_str(&text, "bench.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_700_000_000)));
-    let engine = runtime.block_on(Engine::start(&config, clock)).unwrap();
+    let engine = runtime
+        .block_on(Engine::builder(&config).clock(clock).start())
+        .unwrap();
     Setup {
         door,
         envoy: EnvoyService::new(engine.clone()),
