@@ -6,7 +6,9 @@
 //!
 //! - [`config`]: the TOML file of the store, the addresses and named
 //!   limits, environment overrides, and errors that name file, line and
-//!   field;
+//!   field; envoyproxy/ratelimit's and Limitador's files are read by the
+//!   [`ratekeeper_formats`] crate, and `config` makes native limits of
+//!   them;
 //! - [`engine`]: the limits in force and the store, which every front door
 //!   decides through, all or nothing over several limits;
 //! - the front doors: [`http`] (the JSON decision API and nginx

@@ -3,7 +3,7 @@
 //! the responses it proxies (`response_headers_to_add`).
 //!
 //! `config_dir` names a directory of envoyproxy/ratelimit's YAML files
-//! (see [`crate::config::envoy`]), read as its `RUNTIME_WATCH_ROOT=false`
+//! (see [`ratekeeper_formats::envoy`]), read as its `RUNTIME_WATCH_ROOT=false`
 //! reads its app directory, beside the native `[[limits]]`; `merge_domains`
 //! is its `MERGE_DOMAIN_CONFIG`, and `ignore_dot_files` its
 //! `RUNTIME_IGNOREDOTFILES`, on by default here (see

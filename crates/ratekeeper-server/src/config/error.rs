@@ -85,7 +85,7 @@ pub enum ConfigError {
     /// The Limitador limits file named by `limitador.config_file` was
     /// refused; the message names its own file, line and column.
     #[error(transparent)]
-    Limitador(#[from] super::limitador::LimitadorConfigError),
+    Limitador(#[from] ratekeeper_formats::limitador::LimitadorConfigError),
 }
 
 impl ConfigError {

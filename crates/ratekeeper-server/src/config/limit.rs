@@ -2,6 +2,7 @@
 
 use http::{HeaderName, Method};
 use ratekeeper::{Limit, Rate};
+use ratekeeper_formats::Glob;
 use ratekeeper_tower::client::ClientIp;
 use ratekeeper_tower::{Key, Rule};
 
@@ -266,64 +267,5 @@ impl std::fmt::Display for ValueMatch {
             ValueMatch::Exact(value) => f.write_str(value),
             ValueMatch::Glob(glob) => f.write_str(glob.pattern()),
         }
-    }
-}
-
-/// A value pattern with `*`s, each any run of characters (the empty one
-/// too): `/api/*`, `*.png`, `a*b*c`.
-///
-/// Matching is linear in the value's length: with `*` as the only
-/// operator, taking the leftmost occurrence of each fixed piece in turn
-/// never loses a match a later occurrence would give, so there is no
-/// backtracking.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Glob {
-    pattern: String,
-    /// The pattern split on `*`: at least two pieces, as it has a `*`.
-    pieces: Vec<String>,
-    /// The pieces' total length: a shorter text cannot match.
-    fixed: usize,
-}
-
-impl Glob {
-    /// The pattern `pattern`; without a `*`, it matches only itself.
-    pub fn new(pattern: &str) -> Glob {
-        let pieces: Vec<String> = pattern.split('*').map(str::to_owned).collect();
-        Glob {
-            pattern: pattern.to_owned(),
-            fixed: pieces.iter().map(String::len).sum(),
-            pieces,
-        }
-    }
-
-    /// The pattern as written.
-    pub fn pattern(&self) -> &str {
-        &self.pattern
-    }
-
-    /// Whether `text` matches: it starts with the first piece, ends with
-    /// the last, and holds the others in order, without overlaps, between
-    /// them.
-    pub fn matches(&self, text: &str) -> bool {
-        let (first, last) = match (self.pieces.first(), self.pieces.last()) {
-            (Some(first), Some(last)) if self.pieces.len() > 1 => (first, last),
-            _ => return self.pattern == text,
-        };
-        if self.fixed > text.len()
-            || !text.starts_with(first.as_str())
-            || !text.ends_with(last.as_str())
-        {
-            return false;
-        }
-        // `fixed <= len` keeps the first and last pieces from overlapping,
-        // and both end on character boundaries, being matched text.
-        let mut rest = &text[first.len()..text.len() - last.len()];
-        for piece in &self.pieces[1..self.pieces.len() - 1] {
-            match rest.find(piece.as_str()) {
-                Some(found) => rest = &rest[found + piece.len()..],
-                None => return false,
-            }
-        }
-        true
     }
 }

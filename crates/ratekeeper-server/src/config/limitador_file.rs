@@ -1,5 +1,5 @@
 //! `[limitador]`: a Kuadrant Limitador limits file, served beside the
-//! native limits (see [`crate::config::limitador`] for the file).
+//! native limits (see [`ratekeeper_formats::limitador`] for the file).
 //!
 //! ```toml
 //! [limitador]
@@ -13,11 +13,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use ratekeeper_formats::limitador::{LimitadorConfig, LimitadorConfigError};
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::ConfigError;
-use super::limitador::{LimitadorConfig, LimitadorConfigError};
 use super::validate::Checker;
 
 /// `[limitador]` as written.

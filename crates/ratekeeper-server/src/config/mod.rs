@@ -72,7 +72,7 @@
 //! shadow_mode = false        # true: every limit, every door, decides and reports but never refuses
 //!
 //! [limitador]                # optional: Kuadrant Limitador's limits file, beside these limits
-//! config_file = "limits.yaml" # (see config::limitador); reloaded when it changes
+//! config_file = "limits.yaml" # (see ratekeeper_formats::limitador); reloaded when it changes
 //!
 //! [[limits]]
 //! name = "per-ip"
@@ -283,14 +283,14 @@ mod address;
 mod connections;
 mod enforcement;
 mod env;
-pub mod envoy;
 mod envoy_door;
 mod envoy_files;
+#[cfg(test)]
+mod envoy_import_tests;
 mod error;
 mod explain;
 mod file;
 mod limit;
-pub mod limitador;
 mod limitador_file;
 mod listen;
 mod reach;
@@ -314,9 +314,12 @@ pub use envoy_door::{Counting, EnvoyDoorConfig, ResponseHeaders};
 pub(crate) use envoy_files::watched as envoy_watched;
 pub use envoy_files::EnvoyFiles;
 pub use error::{ConfigError, Location};
-pub use limit::{DescriptorMatch, Glob, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
+pub use limit::{DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
 pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
+/// The `*` patterns of descriptor values ([`ValueMatch::Glob`]), shared
+/// with envoyproxy/ratelimit's files.
+pub use ratekeeper_formats::Glob;
 pub use reach::{Reach, Unreachable};
 pub use redact::redact_url;
 pub(crate) use redact::redact_urls;

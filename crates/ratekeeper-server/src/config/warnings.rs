@@ -40,7 +40,7 @@ pub enum ConfigWarning {
         door: String,
     },
     /// What the Limitador limits file says that is likely a mistake.
-    Limitador(super::limitador::LimitadorWarning),
+    Limitador(ratekeeper_formats::limitador::LimitadorWarning),
     /// No request of any door can match the limit.
     Unreachable {
         /// The limit.

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use ratekeeper::stats::Stats;
+use ratekeeper_formats::envoy::{Domain, FileRateLimit};
 
 use super::limits::active_with_stats;
 use super::ActiveLimit;
-use crate::config::envoy::{Domain, FileRateLimit};
 use crate::config::EnvoyFiles;
 
 /// envoyproxy/ratelimit's files, ready to decide.

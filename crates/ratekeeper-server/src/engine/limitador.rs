@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use ratekeeper::stats::Stats;
 use ratekeeper::{FixedWindow, Limit, Rate};
+use ratekeeper_formats::limitador::{Descriptors, LimitadorConfig, LimitadorLimit};
 
 use super::limits::active_with_stats;
 use super::{ActiveLimit, LimitCheck};
-use crate::config::limitador::{Descriptors, LimitadorConfig, LimitadorLimit};
 use crate::config::{KeyPart, LimitConfig, LimitadorSource, Match, OnSaturated};
 
 /// The prefix of every Limitador limit's name.
@@ -20,7 +20,7 @@ pub const NAME_PREFIX: &str = "limitador/";
 /// digits leave this much of ratekeeper's 64 bytes.
 const NAMESPACE_BYTES: usize = 64 - NAME_PREFIX.len() - 1 - 16;
 
-/// Limitador's limits ([`crate::config::limitador`]) as the engine runs
+/// Limitador's limits ([`ratekeeper_formats::limitador`]) as the engine runs
 /// them: each an [`ActiveLimit`] with statistics, checked by the doors that
 /// speak Limitador's language (the Envoy door for a domain that is a
 /// Limitador namespace, and Limitador's HTTP routes).
@@ -38,7 +38,7 @@ const NAMESPACE_BYTES: usize = 64 - NAME_PREFIX.len() - 1 - 16;
 /// ```
 /// use std::sync::Arc;
 /// use ratekeeper::{Timestamp, clock::ManualClock};
-/// use ratekeeper_server::config::limitador::Descriptors;
+/// use ratekeeper_formats::limitador::Descriptors;
 /// use ratekeeper_server::engine::Engine;
 /// use ratekeeper_server::Config;
 ///

@@ -36,7 +36,7 @@ use crate::config::{KeyPart, LimitConfig, Match, Reach, Unreachable};
 /// One entry of a descriptor, as a door received it: the door's own type
 /// (Envoy's protobuf entry, the JSON API's), read without copying; the
 /// same trait envoyproxy/ratelimit's files are matched by.
-pub use crate::config::envoy::Entry;
+pub use ratekeeper_formats::envoy::Entry;
 
 /// The descriptor key of the client's address, as Envoy's
 /// `remote_address` rate limit action sends it.

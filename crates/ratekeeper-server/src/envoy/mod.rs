@@ -24,7 +24,7 @@
 //!
 //! # envoyproxy/ratelimit's files
 //!
-//! With `[envoy] config_dir` (see [`crate::config::envoy`]), a request in
+//! With `[envoy] config_dir` (see [`ratekeeper_formats::envoy`]), a request in
 //! a domain its files define is also matched as envoyproxy/ratelimit
 //! matches it (`GetLimit`: per level the exact value, then the wildcards
 //! in the file's order, then the bare key; a limit only on the node the

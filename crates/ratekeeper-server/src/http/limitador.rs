@@ -49,11 +49,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use http::{HeaderValue, StatusCode};
 use ratekeeper::store::AnsweredBy;
+use ratekeeper_formats::limitador::Descriptors;
 use serde::{Deserialize, Serialize};
 
 use super::body::JsonBody;
 use super::error::ApiError;
-use crate::config::limitador::Descriptors;
 use crate::engine::headers::insert_store_header;
 use crate::engine::{Engine, LimitCheck, LimitadorCheck};
 

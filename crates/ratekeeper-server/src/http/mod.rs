@@ -44,7 +44,7 @@
 //! # Limitador's routes
 //!
 //! For the limits of a Kuadrant Limitador limits file (`[limitador]`, see
-//! [`crate::config::limitador`]), the routes of Limitador's own HTTP API,
+//! [`ratekeeper_formats::limitador`]), the routes of Limitador's own HTTP API,
 //! so that its callers need no change:
 //!
 //! ```text

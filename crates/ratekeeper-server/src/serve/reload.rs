@@ -17,9 +17,9 @@ use std::time::{Duration, SystemTime};
 
 use std::sync::Arc;
 
+use ratekeeper_formats::envoy::EnvoyConfig;
 use tokio::sync::{watch, Mutex};
 
-use crate::config::envoy::EnvoyConfig;
 use crate::config::{envoy_watched, process_vars, Config, ConfigError, DEFAULT_TOML};
 use crate::engine::{changed_limits, ChangedLimit, Engine, KeysAfterChange};
 use crate::listen::tls::TlsDoors;
@@ -282,7 +282,7 @@ fn limitador(engine: &Engine) -> Option<[u8; 32]> {
     match std::fs::metadata(path) {
         // Past the loader's cap, the size and time tell a change: the
         // contents would be refused anyway.
-        Ok(meta) if meta.len() > crate::config::limitador::MAX_LIMITADOR_FILE_BYTES as u64 => {
+        Ok(meta) if meta.len() > ratekeeper_formats::limitador::MAX_LIMITADOR_FILE_BYTES as u64 => {
             hasher.update(meta.len().to_be_bytes());
             hasher.update(format!("{:?}", meta.modified().ok()).as_bytes());
         }

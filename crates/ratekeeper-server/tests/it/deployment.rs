@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::yaml::{documents, Yaml};
 use common::ServeProcess;
-use ratekeeper_server::config::envoy::EnvoyConfig;
+use ratekeeper_formats::envoy::EnvoyConfig;
 use ratekeeper_server::Config;
 
 fn example(path: &str) -> String {

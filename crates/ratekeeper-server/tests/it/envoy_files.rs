@@ -1331,9 +1331,9 @@ fn import_cases() -> Vec<(
 /// them, both on a manual clock.
 async fn files_and_import(yaml: &str) -> (Rls, Rls) {
     let files = start(&[("config.yaml", yaml)]).await;
-    let imported = ratekeeper_server::config::envoy::import_files(
+    let imported = ratekeeper_formats::envoy::import_files(
         [("config.yaml", yaml)],
-        &ratekeeper_server::config::envoy::LoadOptions::default(),
+        &ratekeeper_formats::envoy::LoadOptions::default(),
     )
     .unwrap();
     let config = Config::from_toml_str(&imported.toml, "imported.toml")

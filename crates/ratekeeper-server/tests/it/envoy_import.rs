@@ -8,9 +8,7 @@ use std::process::Command;
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
-use ratekeeper_server::config::envoy::{
-    import_dir, import_files, EnvoyConfig, Imported, LoadOptions,
-};
+use ratekeeper_formats::envoy::{import_dir, import_files, EnvoyConfig, Imported, LoadOptions};
 use ratekeeper_server::engine::matching::{applicable, key_parts, DescriptorSource, Entry};
 use ratekeeper_server::engine::{compose, LimitSet, OrUnknown};
 use ratekeeper_server::Config;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use ratekeeper::{clock::ManualClock, Timestamp};
-use ratekeeper_server::config::envoy::{import_dir, EnvoyConfig, LoadOptions, NoteKind};
+use ratekeeper_formats::envoy::{import_dir, EnvoyConfig, LoadOptions, NoteKind};
 use ratekeeper_server::engine::Engine;
 use ratekeeper_server::envoy::proto::rate_limit_response::rate_limit::Unit;
 use ratekeeper_server::envoy::proto::rate_limit_response::DescriptorStatus;

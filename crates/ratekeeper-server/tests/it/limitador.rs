@@ -22,7 +22,8 @@ const OVER: i32 = Code::OverLimit as i32;
 const NATIVE: &str =
     "[[limits]]\nname = \"native\"\nrate = \"1/second\"\nkey = [\"global\"]\n[limits.match]\ndomain = \"native-only\"\ndescriptors = [{ key = \"k\" }]\n";
 
-/// Limitador's fixtures, found as config::limitador's tests find them.
+/// Limitador's fixtures, found as ratekeeper_formats::limitador's tests
+/// find them.
 pub(crate) fn compat(file: &str) -> PathBuf {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::var_os("RATEKEEPER_COMPAT_DIR")

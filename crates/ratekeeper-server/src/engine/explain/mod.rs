@@ -32,6 +32,8 @@ mod text;
 use std::net::IpAddr;
 
 use http::{HeaderMap, Method};
+use ratekeeper_formats::envoy::Entry;
+use ratekeeper_formats::limitador::Descriptors;
 use serde::Serialize;
 
 pub use reason::Reason;
@@ -40,8 +42,6 @@ pub use text::describe_descriptors;
 
 use super::matching::{self, HttpMismatch, Mismatch};
 use super::{compose, HttpSource, LimitSet, OrUnknown};
-use crate::config::envoy::Entry;
-use crate::config::limitador::Descriptors;
 use crate::config::{Match, Reach, Unreachable};
 
 /// A request to explain: an HTTP request, as the JSON API (by method and

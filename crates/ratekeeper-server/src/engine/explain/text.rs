@@ -2,8 +2,9 @@
 
 use std::fmt;
 
+use ratekeeper_formats::envoy::Entry;
+
 use super::{Explanation, Origin};
-use crate::config::envoy::Entry;
 
 /// A key's bytes as text (keys over 64 bytes are digests elsewhere; here
 /// the whole key is shown, lossily where it is not UTF-8).

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::key_text::escape_into;
 use super::shown::{RateUnit, Shown};
-use crate::config::envoy::{CounterKey, Domain, Entry, FileRateLimit, Matched, Unit};
+use ratekeeper_formats::envoy::{CounterKey, Domain, Entry, FileRateLimit, Matched, Unit};
 
 /// The files' limit of each descriptor (none where `skip` says so: an
 /// honoured override replaces the files there), then without those whose

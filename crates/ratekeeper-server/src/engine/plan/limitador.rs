@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use super::shown::{shown_rate, Shown};
 use super::{Descriptor, DescriptorPlan, Planned, Uncounted};
-use crate::config::envoy::Entry;
-use crate::config::limitador::Descriptors;
 use crate::engine::LimitSet;
+use ratekeeper_formats::envoy::Entry;
+use ratekeeper_formats::limitador::Descriptors;
 
 /// Adds to `plan` the checks of the Limitador limits of `domain` that
 /// apply to `descriptors`; nothing when the domain is no Limitador

@@ -47,8 +47,8 @@ use super::{
     compose, ActiveLimit, DecisionDoor, Engine, LimitCheck, LimitResult, LimitSet, OrUnknown,
     Verdict,
 };
-use crate::config::envoy::Entry;
 use crate::config::{CapError, Counting, KeyPart};
+use ratekeeper_formats::envoy::Entry;
 
 /// One descriptor of a request, read in place from the door's own type.
 pub trait Descriptor {

@@ -17,9 +17,9 @@ use ratekeeper::{FixedWindow, Limit, Rate};
 use super::key_text::escape_into;
 use super::shown::{RateUnit, Shown};
 use super::{PlanError, RateOverride};
-use crate::config::envoy::Entry;
 use crate::config::{CapError, KeyPart, LimitConfig, Match, OnSaturated};
 use crate::engine::ActiveLimit;
+use ratekeeper_formats::envoy::Entry;
 
 /// The override limits made so far, by `(requests_per_unit, unit)`.
 #[derive(Debug, Default)]

@@ -1,6 +1,6 @@
 //! YAML files of the examples (Kubernetes manifests) as plain trees, read
-//! with the event parser the service already uses for envoyproxy/ratelimit's
-//! files, so the tests need no YAML crate of their own.
+//! with the event parser ratekeeper-formats reads envoyproxy/ratelimit's
+//! and Limitador's files with, so the tests need no YAML crate of their own.
 
 use saphyr_parser::{Event, Parser};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ratekeeper::policy::PolicyKind;
 
-use super::error::Position;
+use crate::yaml::Position;
 
 /// A rate limit's unit, as Envoy's RLS API has them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

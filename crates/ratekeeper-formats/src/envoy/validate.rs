@@ -8,9 +8,9 @@ use std::rc::Rc;
 
 use ratekeeper::policy::PolicyKind;
 
-use super::error::{EnvoyConfigError, EnvoyWarning, Position};
+use super::error::{EnvoyConfigError, EnvoyWarning};
 use super::model::{FileRateLimit, Metadata, Unit};
-use super::yaml::{Node, ScalarKind, Value};
+use crate::yaml::{Node, Position, ScalarKind, Value};
 
 /// Every field name envoyproxy/ratelimit accepts, plus ratekeeper's
 /// `policy`.

@@ -63,9 +63,10 @@
 //! - files are taken in a fixed order (see [`EnvoyConfig::load_dir_with`]),
 //!   where it takes them in a Go map's order;
 //! - files larger than [`MAX_ENVOY_FILE_BYTES`], collections nested deeper than
-//!   [`MAX_DEPTH`], and trees of more than [`MAX_NODES`] nodes or (aliases
-//!   expanded) twice the file's length are refused;
-//! - the parser is a YAML 1.2 one with YAML 1.1's scalars (see `yaml.rs`):
+//!   [`MAX_DEPTH`](crate::yaml::MAX_DEPTH), and trees of more than
+//!   [`MAX_NODES`](crate::yaml::MAX_NODES) nodes or (aliases expanded)
+//!   twice the file's length are refused ([`YamlError`]);
+//! - the parser is a YAML 1.2 one with YAML 1.1's scalars (see [`crate::yaml`]):
 //!   syntax where the two versions differ may be read differently, and a
 //!   syntax error may be placed elsewhere (at an unterminated quote's
 //!   start, where yaml.v2 names the end of the stream).
@@ -98,7 +99,6 @@ mod model;
 mod tests;
 mod tree;
 mod validate;
-pub(crate) mod yaml;
 
 use std::collections::HashMap;
 use std::fs;
@@ -106,12 +106,14 @@ use std::path::{Path, PathBuf};
 
 mod import;
 mod import_notes;
-pub use error::{EnvoyConfigError, EnvoyWarning, Position};
+mod names;
+pub use crate::yaml::{Position, YamlError};
+pub use error::{EnvoyConfigError, EnvoyWarning};
 pub use import::{import_dir, import_files, Imported, ImportedLimit};
 pub use import_notes::{ImportNote, NoteKind};
 pub use model::{FileRateLimit, Metadata, Unit};
+pub use names::limit_name;
 pub use tree::{CounterKey, Domain, Matched};
-pub use yaml::{MAX_DEPTH, MAX_NODES};
 
 /// The largest file read: far above any real configuration, low enough
 /// that a mistaken path (a log, a dump) is refused before it is parsed.
@@ -204,7 +206,7 @@ impl EnvoyConfig {
                 });
             }
             let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-            let document = yaml::parse(text, name)?;
+            let document = crate::yaml::parse(text, name)?;
             let mut reader = validate::Reader::new(name);
             let spec = reader.file(document.root.as_ref())?;
             config.warnings.append(&mut reader.warnings);
@@ -322,10 +324,10 @@ impl EnvoyConfig {
                     let valid = std::str::from_utf8(valid).unwrap_or_default();
                     let line = valid.matches('\n').count() + 1;
                     let column = valid.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-                    return Err(EnvoyConfigError::Yaml {
+                    return Err(EnvoyConfigError::Yaml(YamlError::Syntax {
                         at: Position::new(name, line, column),
                         message: "the file is not UTF-8".to_owned(),
-                    });
+                    }));
                 }
             };
             texts.push((name.as_str(), text));

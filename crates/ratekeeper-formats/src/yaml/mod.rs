@@ -1,4 +1,11 @@
-//! YAML text to a tree of [`Node`]s that remember where they start.
+//! The YAML reader both formats share, and belongs to neither: text to a
+//! tree of nodes that remember where they start, with the caps every file
+//! is held to ([`MAX_DEPTH`], [`MAX_NODES`]), the places errors name
+//! ([`Position`]) and the reader's own error ([`YamlError`]).
+//!
+//! The tree itself is the crate's own: [`envoy`](crate::envoy) and
+//! [`limitador`](crate::limitador) read their fields from it, and each
+//! wraps a [`YamlError`] in its own error.
 //!
 //! The parser is [`saphyr_parser`], the event layer of the saphyr project
 //! (the maintained successor of yaml-rust and yaml-rust2): each event
@@ -12,14 +19,19 @@
 //! which resolves plain scalars by YAML 1.1's rules (`yes` and `on` are
 //! booleans, `0x1f` is an integer). saphyr follows YAML 1.2, so this
 //! module resolves plain scalars itself, the way yaml.v2 does, to accept
-//! and refuse the same files.
+//! and refuse the same files. Limitador's reader reads the same tree with
+//! its own rules (see [`limitador`](crate::limitador)).
 
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 
-use super::error::{EnvoyConfigError, Position};
+mod error;
+#[cfg(test)]
+mod tests;
+
+pub use error::{Position, YamlError};
 
 /// Collections nested deeper than this are refused: real configurations
 /// nest descriptors a handful of levels, and a cap keeps every later walk
@@ -151,12 +163,12 @@ enum Open {
 /// through aliases are counted, so that a small file cannot stand for an
 /// exponentially large tree (at most twice the text's length plus a
 /// constant).
-pub(crate) fn parse(text: &str, file: &str) -> Result<Document, EnvoyConfigError> {
+pub(crate) fn parse(text: &str, file: &str) -> Result<Document, YamlError> {
     parse_capped(text, file, MAX_NODES)
 }
 
 /// [`parse`] with a node cap of `max_nodes` instead of [`MAX_NODES`].
-fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, EnvoyConfigError> {
+fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, YamlError> {
     let budget = text
         .len()
         .saturating_mul(2)
@@ -177,7 +189,7 @@ fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, En
             Some(Ok(event)) => event,
             Some(Err(error)) => {
                 let marker = error.marker();
-                return Err(EnvoyConfigError::Yaml {
+                return Err(YamlError::Syntax {
                     at: Position::new(file, marker.line(), marker.col() + 1),
                     message: error.info().to_owned(),
                 });
@@ -189,7 +201,7 @@ fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, En
         ) {
             expanded += 1;
             if expanded > budget {
-                return Err(EnvoyConfigError::TooManyNodes {
+                return Err(YamlError::TooManyNodes {
                     at: at(&span),
                     max: budget,
                 });
@@ -211,7 +223,7 @@ fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, En
             Event::Nothing | Event::StreamStart | Event::DocumentEnd => continue,
             Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
                 if stack.len() >= MAX_DEPTH {
-                    return Err(EnvoyConfigError::TooDeep {
+                    return Err(YamlError::TooDeep {
                         at: at(&span),
                         max: MAX_DEPTH,
                     });
@@ -306,14 +318,14 @@ fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, En
             Event::Alias(anchor) => match anchors.get(&anchor) {
                 Some(node) => {
                     if stack.len() + node.height > MAX_DEPTH {
-                        return Err(EnvoyConfigError::TooDeep {
+                        return Err(YamlError::TooDeep {
                             at: at(&span),
                             max: MAX_DEPTH,
                         });
                     }
                     expanded = expanded.saturating_add(node.size);
                     if expanded > budget {
-                        return Err(EnvoyConfigError::TooManyNodes {
+                        return Err(YamlError::TooManyNodes {
                             at: at(&span),
                             max: budget,
                         });
@@ -321,7 +333,7 @@ fn parse_capped(text: &str, file: &str, max_nodes: usize) -> Result<Document, En
                     Rc::clone(node)
                 }
                 None => {
-                    return Err(EnvoyConfigError::Yaml {
+                    return Err(YamlError::Syntax {
                         at: at(&span),
                         message: "an alias to an anchor that is not defined before it".to_owned(),
                     })
@@ -543,123 +555,4 @@ fn is_float(text: &str) -> bool {
         }
     }
     i == bytes.len()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_scalars_resolve_as_yaml_1_1() {
-        assert_eq!(resolve_plain("yes"), ScalarKind::Bool(true));
-        assert_eq!(resolve_plain("Off"), ScalarKind::Bool(false));
-        assert_eq!(resolve_plain("~"), ScalarKind::Null);
-        assert_eq!(resolve_plain("0x1f"), ScalarKind::Int(31));
-        assert_eq!(resolve_plain("1_000"), ScalarKind::Int(1000));
-        assert_eq!(resolve_plain("-12"), ScalarKind::Int(-12));
-        assert_eq!(resolve_plain("0.25"), ScalarKind::OtherNumber);
-        assert_eq!(resolve_plain("1e3"), ScalarKind::OtherNumber);
-        assert_eq!(
-            resolve_plain("99999999999999999999"),
-            ScalarKind::OtherNumber
-        );
-        assert_eq!(resolve_plain("minute"), ScalarKind::Str);
-        assert_eq!(resolve_plain("1.2.3"), ScalarKind::Str);
-        assert_eq!(resolve_plain("-"), ScalarKind::Str);
-        assert_eq!(resolve_plain(".5"), ScalarKind::OtherNumber);
-        assert_eq!(resolve_plain(".5_0"), ScalarKind::Str);
-        assert_eq!(resolve_plain("_1"), ScalarKind::Str);
-        assert_eq!(resolve_plain("09"), ScalarKind::OtherNumber);
-        assert_eq!(resolve_plain("012"), ScalarKind::Int(10));
-        assert_eq!(resolve_plain("0b101"), ScalarKind::Int(5));
-        assert_eq!(resolve_plain("2001-12-14"), ScalarKind::Str);
-    }
-
-    #[test]
-    fn positions_are_one_based() {
-        let doc = parse("a:\n  b: c\n", "f.yaml").unwrap();
-        let root = doc.root.unwrap();
-        let Value::Map(entries) = &root.value else {
-            panic!("not a map")
-        };
-        let (_, inner) = &entries[0];
-        let Value::Map(inner) = &inner.value else {
-            panic!("not a map")
-        };
-        assert_eq!((inner[0].1.line, inner[0].1.column), (2, 6));
-    }
-
-    #[test]
-    fn aliases_are_counted_not_copied() {
-        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-        for i in 1..30 {
-            let p = i - 1;
-            text.push_str(&format!(
-                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
-            ));
-        }
-        let error = parse(&text, "bomb.yaml").unwrap_err();
-        assert!(
-            matches!(error, EnvoyConfigError::TooManyNodes { .. }),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn node_count_is_capped() {
-        let text = format!("[{}]", "a,".repeat(1_000));
-        assert!(parse_capped(&text, "wide.yaml", 1_001).is_ok());
-        let error = parse_capped(&text, "wide.yaml", 1_000).unwrap_err();
-        assert!(
-            matches!(error, EnvoyConfigError::TooManyNodes { max: 1_000, .. }),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn deep_nesting_is_refused() {
-        // Flow collections: saphyr's own cap may come first; either way an
-        // error, not a stack overflow.
-        let text = "[".repeat(100_000);
-        let error = parse(&text, "deep.yaml").unwrap_err();
-        assert!(
-            matches!(
-                error,
-                EnvoyConfigError::TooDeep { .. } | EnvoyConfigError::Yaml { .. }
-            ),
-            "{error}"
-        );
-        let mut text = String::new();
-        for depth in 0..200 {
-            text.push_str(&" ".repeat(depth));
-            text.push_str("- \n");
-        }
-        let error = parse(&text, "deep.yaml").unwrap_err();
-        assert!(matches!(error, EnvoyConfigError::TooDeep { .. }), "{error}");
-        assert_eq!(error.position().map(|p| p.line), Some(MAX_DEPTH + 1));
-    }
-
-    #[test]
-    fn chained_aliases_cannot_nest_deeper_than_the_cap() {
-        let mut text = String::from("a0: &a0 x\n");
-        for i in 1..200 {
-            text.push_str(&format!("a{i}: &a{i} [[[*a{}]]]\n", i - 1));
-        }
-        let error = parse(&text, "chain.yaml").unwrap_err();
-        assert!(matches!(error, EnvoyConfigError::TooDeep { .. }), "{error}");
-    }
-
-    #[test]
-    fn merge_keys_expand() {
-        let doc = parse("base: &b {x: 1}\nm:\n  <<: *b\n  y: 2\n", "m.yaml").unwrap();
-        let root = doc.root.unwrap();
-        let Value::Map(entries) = &root.value else {
-            panic!()
-        };
-        let Value::Map(m) = &entries[1].1.value else {
-            panic!()
-        };
-        let keys: Vec<_> = m.iter().map(|(k, _)| k.scalar().unwrap().0).collect();
-        assert_eq!(keys, ["x", "y"]);
-    }
 }

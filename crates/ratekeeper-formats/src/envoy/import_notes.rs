@@ -6,7 +6,7 @@
 use std::fmt;
 
 use super::validate::DescriptorSpec;
-use crate::config::Glob;
+use crate::Glob;
 
 /// How a note bears on the decisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

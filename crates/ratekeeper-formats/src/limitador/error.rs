@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use super::cel::CelError;
-use crate::config::envoy::{EnvoyConfigError, Position};
+use crate::yaml::{Position, YamlError};
 
 /// Why a Limitador limits file was refused.
 ///
@@ -35,9 +35,10 @@ pub enum LimitadorConfigError {
         max: usize,
     },
     /// The text is not YAML, is nested too deep, or has too many nodes
-    /// (the same parser and caps as [`crate::config::envoy`]).
+    /// (the reader and caps of [`crate::yaml`], as for envoyproxy/ratelimit's
+    /// files).
     #[error(transparent)]
-    Yaml(#[from] EnvoyConfigError),
+    Yaml(#[from] YamlError),
     /// The file holds a second YAML document, which Limitador refuses.
     #[error("{at}: a second YAML document: the limits file holds one list of limits")]
     SecondDocument {
@@ -171,7 +172,7 @@ impl LimitadorConfigError {
     pub fn position(&self) -> Option<&Position> {
         match self {
             LimitadorConfigError::Read { .. } | LimitadorConfigError::TooLarge { .. } => None,
-            LimitadorConfigError::Yaml(error) => error.position(),
+            LimitadorConfigError::Yaml(error) => Some(error.position()),
             LimitadorConfigError::SecondDocument { at }
             | LimitadorConfigError::NotAList { at, .. }
             | LimitadorConfigError::TooManyLimits { at, .. }

@@ -9,8 +9,7 @@ use ratekeeper::policy::{MAX_PERIOD, MAX_QUOTA};
 use super::cel::{Expr, Type};
 use super::error::{LimitadorConfigError, LimitadorWarning};
 use super::{Expression, LimitadorLimit, MAX_EXPRESSIONS, MAX_LIMITS, MAX_TEXT_BYTES};
-use crate::config::envoy::yaml::{Document, Node, ScalarKind, Value};
-use crate::config::envoy::Position;
+use crate::yaml::{Document, Node, Position, ScalarKind, Value};
 
 /// The fields of a limit, as Limitador's `Limit` deserializes them.
 const FIELDS: [&str; 7] = [

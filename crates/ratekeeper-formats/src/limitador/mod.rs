@@ -14,7 +14,7 @@
 //! ```
 //!
 //! ```
-//! use ratekeeper_server::config::limitador::{Descriptors, LimitadorConfig};
+//! use ratekeeper_formats::limitador::{Descriptors, LimitadorConfig};
 //!
 //! let config = LimitadorConfig::from_yaml_str(
 //!     "- namespace: example.org\n  max_value: 10\n  seconds: 60\n  \
@@ -41,7 +41,7 @@
 //! )
 //! .unwrap_err();
 //! assert!(error.to_string().starts_with("limits.yaml:3:12: `seconds` is 0"));
-//! # Ok::<(), ratekeeper_server::config::limitador::LimitadorConfigError>(())
+//! # Ok::<(), ratekeeper_formats::limitador::LimitadorConfigError>(())
 //! ```
 //!
 //! # Semantics, as Limitador's
@@ -92,9 +92,10 @@
 //!   missing entry; Limitador fails the request.
 //! - Sizes are capped: [`MAX_LIMITADOR_FILE_BYTES`], [`MAX_LIMITS`],
 //!   [`MAX_EXPRESSIONS`], [`MAX_TEXT_BYTES`], and the caps of [`cel`] and
-//!   of the YAML parser ([`crate::config::envoy::MAX_DEPTH`],
-//!   [`crate::config::envoy::MAX_NODES`]).
-//! - The YAML parser is the one of [`crate::config::envoy`]: plain
+//!   of the YAML parser ([`crate::yaml::MAX_DEPTH`],
+//!   [`crate::yaml::MAX_NODES`]).
+//! - The YAML parser is [`crate::yaml`], as for envoyproxy/ratelimit's
+//!   files ([`crate::envoy`]): plain
 //!   scalars such as `yes` are text for the text fields, as in Limitador,
 //!   but numbers follow YAML 1.1 (`0x10` and `1_000` are numbers).
 
@@ -112,7 +113,7 @@ use sha2::{Digest, Sha256};
 pub use cel::{CelError, Descriptors};
 pub use error::{LimitadorConfigError, LimitadorWarning};
 
-use crate::config::envoy::Position;
+pub use crate::yaml::{Position, YamlError};
 
 /// The largest limits file read.
 pub const MAX_LIMITADOR_FILE_BYTES: usize = 16 * 1024 * 1024;
@@ -147,7 +148,7 @@ impl LimitadorConfig {
             });
         }
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let document = crate::config::envoy::yaml::parse(text, file_name)?;
+        let document = crate::yaml::parse(text, file_name)?;
         let mut reader = read::Reader::new(file_name);
         let limits = reader.document(&document)?;
         let mut warnings = reader.warnings;

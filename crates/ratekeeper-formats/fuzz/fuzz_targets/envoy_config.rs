@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratekeeper_server::config::envoy::EnvoyConfig;
+use ratekeeper_formats::envoy::EnvoyConfig;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

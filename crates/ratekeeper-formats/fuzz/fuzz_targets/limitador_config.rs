@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratekeeper_server::config::limitador::{Descriptors, Expression, LimitadorConfig};
+use ratekeeper_formats::limitador::{Descriptors, Expression, LimitadorConfig};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

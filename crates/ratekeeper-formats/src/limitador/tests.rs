@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-/// `shared/compat/limitador`, found as `config::envoy`'s tests find theirs:
+/// `shared/compat/limitador`, found as `envoy`'s tests find theirs:
 /// under `RATEKEEPER_COMPAT_DIR`, above the crate, or in `/work/shared`.
 /// Missing is a failure, not a skip.
 fn compat_dir() -> PathBuf {

@@ -10,11 +10,12 @@
 
 use std::collections::HashMap;
 
-use super::error::{EnvoyConfigError, EnvoyWarning, Position};
+use super::error::{EnvoyConfigError, EnvoyWarning};
 use super::model::FileRateLimit;
 use super::validate::{check_limit, DescriptorSpec};
 use super::Entry;
-use crate::config::Glob;
+use crate::yaml::Position;
+use crate::Glob;
 
 /// One domain's descriptors.
 #[derive(Debug)]

@@ -1,37 +1,12 @@
-//! [`EnvoyConfigError`], [`EnvoyWarning`] and [`Position`]: what is wrong
-//! with a file, and where.
+//! [`EnvoyConfigError`] and [`EnvoyWarning`]: what is wrong with a file,
+//! and where.
 
 use std::fmt;
 use std::path::PathBuf;
 
 use thiserror::Error;
 
-/// A place in a configuration file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Position {
-    /// The file's name, as given to the loader.
-    pub file: String,
-    /// The line, from 1.
-    pub line: usize,
-    /// The column in characters, from 1.
-    pub column: usize,
-}
-
-impl Position {
-    pub(crate) fn new(file: &str, line: usize, column: usize) -> Position {
-        Position {
-            file: file.to_owned(),
-            line: line.max(1),
-            column: column.max(1),
-        }
-    }
-}
-
-impl fmt::Display for Position {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.file, self.line, self.column)
-    }
-}
+use crate::yaml::{Position, YamlError};
 
 /// Why an envoyproxy/ratelimit configuration was refused.
 ///
@@ -59,32 +34,10 @@ pub enum EnvoyConfigError {
         /// The cap.
         max: usize,
     },
-    /// The text is not YAML.
-    #[error("{at}: not valid YAML: {message}")]
-    Yaml {
-        /// Where the parser stopped.
-        at: Position,
-        /// The parser's reason.
-        message: String,
-    },
-    /// Lists and maps nested deeper than [`MAX_DEPTH`](super::MAX_DEPTH).
-    #[error("{at}: nested more than {max} levels deep")]
-    TooDeep {
-        /// The collection that went too deep.
-        at: Position,
-        /// The cap.
-        max: usize,
-    },
-    /// A tree too large: more nodes than
-    /// [`MAX_NODES`](super::MAX_NODES), or than twice the file's length
-    /// once aliases are expanded.
-    #[error("{at}: more than {max} nodes, aliases expanded")]
-    TooManyNodes {
-        /// The node that went past the budget.
-        at: Position,
-        /// The budget.
-        max: usize,
-    },
+    /// The text is not YAML (or not UTF-8), is nested too deep, or has
+    /// too many nodes: the shared reader's error ([`crate::yaml`]).
+    #[error(transparent)]
+    Yaml(#[from] YamlError),
     /// A map key is not one of envoyproxy/ratelimit's field names (a
     /// misspelling, usually).
     #[error("{at}: unknown field `{key}`{}", suggestion(key))]
@@ -206,10 +159,8 @@ impl EnvoyConfigError {
     pub fn position(&self) -> Option<&Position> {
         match self {
             EnvoyConfigError::Read { .. } | EnvoyConfigError::TooLarge { .. } => None,
-            EnvoyConfigError::Yaml { at, .. }
-            | EnvoyConfigError::TooDeep { at, .. }
-            | EnvoyConfigError::TooManyNodes { at, .. }
-            | EnvoyConfigError::UnknownField { at, .. }
+            EnvoyConfigError::Yaml(error) => Some(error.position()),
+            EnvoyConfigError::UnknownField { at, .. }
             | EnvoyConfigError::NonStringKey { at, .. }
             | EnvoyConfigError::NonMapListEntry { at, .. }
             | EnvoyConfigError::WrongType { at, .. }

@@ -160,7 +160,10 @@ fn failing_fixtures_fail_for_envoys_reason_with_a_position() {
     assert_eq!(at(&e), ("bad_limit_unit.yaml".to_owned(), 6, 13));
 
     let e = load_err("test-config/bad_yaml.yaml");
-    assert!(matches!(e, EnvoyConfigError::Yaml { .. }), "{e}");
+    assert!(
+        matches!(e, EnvoyConfigError::Yaml(YamlError::Syntax { .. })),
+        "{e}"
+    );
     // The unterminated quote's start (yaml.v2 names the end of the stream).
     assert_eq!(at(&e), ("bad_yaml.yaml".to_owned(), 1, 1));
     assert!(e.to_string().contains("end of stream"), "{e}");
