@@ -558,10 +558,7 @@ impl Config {
     /// Reads the file at `path`, applies the overrides among `vars` (see
     /// [`Config::from_toml_str_with_env`]) and checks the result. The
     /// service passes [`process_vars`].
-    pub(crate) fn load_with_env<I, K, V>(
-        path: impl AsRef<Path>,
-        vars: I,
-    ) -> Result<Config, ConfigError>
+    pub fn load_with_env<I, K, V>(path: impl AsRef<Path>, vars: I) -> Result<Config, ConfigError>
     where
         I: IntoIterator<Item = (K, V)>,
         K: Into<String>,

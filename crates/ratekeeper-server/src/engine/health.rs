@@ -143,7 +143,7 @@ impl Engine {
 
     /// Keeps the store's state current until `stopped` turns true (see
     /// the module docs).
-    pub(crate) async fn monitor_store(&self, mut stopped: watch::Receiver<bool>) {
+    pub async fn monitor_store(&self, mut stopped: watch::Receiver<bool>) {
         if !self.store().can_fail() {
             return;
         }

@@ -103,7 +103,7 @@ impl DecisionMetrics {
     /// Records one decision (one call of
     /// [`Engine::check`](crate::engine::Engine::check), whatever the number
     /// of limits it checked) that took `elapsed`.
-    pub(crate) fn observe(&self, elapsed: Duration) {
+    pub fn observe(&self, elapsed: Duration) {
         self.latency.observe(elapsed);
     }
 

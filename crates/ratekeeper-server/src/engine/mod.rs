@@ -225,7 +225,7 @@ impl Engine {
     /// The store cannot change without a restart, but for its leasing
     /// settings ([`Engine::settle_leases`] puts those in force): `false`
     /// says `config` names another store, whose section was ignored.
-    pub(crate) fn replace_limits(&self, config: &Config) -> bool {
+    pub fn replace_limits(&self, config: &Config) -> bool {
         self.inner.access.replace(&config.access);
         self.inner.requests.store(Arc::new(config.requests));
         self.inner.envoy_door.store(Arc::new(config.envoy.clone()));
@@ -248,7 +248,7 @@ impl Engine {
     /// gives its units back), and gives back the units leased for limits
     /// whose numbers changed or that went, so that the store counts under
     /// the new numbers only what was spent. Returns the units given back.
-    pub(crate) async fn settle_leases(&self, before: &LimitSet, config: &Config) -> u64 {
+    pub async fn settle_leases(&self, before: &LimitSet, config: &Config) -> u64 {
         let store = &self.inner.store;
         let mut returned = 0;
         if store.lease_settings() != config.store.lease {

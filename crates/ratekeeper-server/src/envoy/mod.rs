@@ -80,7 +80,7 @@
 //! `statuses` has one entry per descriptor, in order: the code, the limit
 //! that refused it or else the one with the least remaining
 //! (`current_limit`, its name and its rate in Envoy's units, see
-//! [`units`]), `limit_remaining` and `duration_until_reset`.
+//! [`RateUnit`](crate::engine::RateUnit)), `limit_remaining` and `duration_until_reset`.
 //! `overall_code` is `OVER_LIMIT` when any status is.
 //! `response_headers_to_add` carries the IETF draft's `RateLimit-Policy`
 //! and `RateLimit` fields for the limits that applied (shadow ones aside),

@@ -72,7 +72,7 @@ impl EnvoyService {
     /// some: a call without one is answered `UNAUTHENTICATED` (see
     /// [`crate::access`]). Other services on the same server (gRPC health)
     /// are not behind it.
-    pub(crate) fn into_server(self) -> RequireTokenService<EnvoyServer> {
+    pub fn into_server(self) -> RequireTokenService<EnvoyServer> {
         let max = self.engine.request_caps().max_body_bytes;
         let access = self.engine.access().layer(access::Door::Grpc);
         access.layer(EnvoyServer::new(self, max))

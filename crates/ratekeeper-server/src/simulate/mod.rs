@@ -66,7 +66,7 @@ pub const MAX_REQUESTS: usize = 10_000_000;
 
 /// Runs of at least this many requests show a progress bar (when asked,
 /// and when stderr is a terminal).
-pub(crate) const PROGRESS_MIN: usize = 200_000;
+pub const PROGRESS_MIN: usize = 200_000;
 
 /// One request: when it comes and what it costs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
