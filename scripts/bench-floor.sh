@@ -10,7 +10,8 @@
 #   RLSLOAD=/path/to/rlsload GRPCFLOOR=/path/to/grpcfloor scripts/bench-floor.sh [seconds] [rounds]
 #
 # Build both from ../shared/tools (each with `cargo build --release`).
-# RATEKEEPER=BINARY runs that build of the service instead of this tree's.
+# RATEKEEPER=BINARY runs that build of the service instead of this tree's;
+# BASELINE=BINARY measures another build too, in the same rounds.
 # The servers run alone on CPU 1 and rlsload on CPU 0: read the ratios,
 # which hold on a noisy machine, rather than the absolute figures.
 set -euo pipefail
@@ -60,6 +61,7 @@ start_floor() {
 }
 
 start_ratekeeper() {
+  local binary="${1:-$RATEKEEPER}"
   port="$(free_port)"
   cat >"$dir/bench.toml" <<TOML
 [listen]
@@ -73,19 +75,26 @@ rate = "1000000/minute"
 key = ["descriptor:user"]
 match = { domain = "bench", descriptors = [{ key = "user" }] }
 TOML
-  "${server_cpu[@]}" "$RATEKEEPER" serve --config "$dir/bench.toml" >/dev/null 2>&1 &
+  "${server_cpu[@]}" "$binary" serve --config "$dir/bench.toml" >/dev/null 2>&1 &
   pid=$!
   wait_port "$port"
 }
 
 stop() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=""; }
 
-printf '%-6s %-9s %10s %10s %7s\n' round in_flight floor_us rk_us ratio
+printf '%-6s %-9s %10s %10s %7s' round in_flight floor_us rk_us ratio
+[ -n "${BASELINE:-}" ] && printf ' %12s %9s' baseline_us ratio
+printf '\n'
+ratio() { python3 -c "print('%.2f' % ($1 / $2))"; }
 for round in $(seq "$rounds"); do
   for in_flight in 64 1; do
     start_floor; floor="$(measure "$port" "$in_flight")"; stop
     start_ratekeeper; rk="$(measure "$port" "$in_flight")"; stop
-    ratio="$(python3 -c "print('%.2f' % ($rk / $floor))")"
-    printf '%-6s %-9s %10s %10s %7s\n' "$round" "$in_flight" "$floor" "$rk" "$ratio"
+    printf '%-6s %-9s %10s %10s %7s' "$round" "$in_flight" "$floor" "$rk" "$(ratio "$rk" "$floor")"
+    if [ -n "${BASELINE:-}" ]; then
+      start_ratekeeper "$BASELINE"; base="$(measure "$port" "$in_flight")"; stop
+      printf ' %12s %9s' "$base" "$(ratio "$base" "$floor")"
+    fi
+    printf '\n'
   done
 done
