@@ -1,6 +1,5 @@
 //! What can go wrong when the engine starts or decides.
 
-use ratekeeper::store::StoreError;
 use thiserror::Error;
 
 /// Why the engine could not start on a configuration.
@@ -25,26 +24,5 @@ pub enum StartError {
         /// Why.
         #[source]
         source: ratekeeper_redis::ConnectError,
-    },
-}
-
-/// Why a request could not be decided.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum DecideError {
-    /// The store failed and the failure policy says fail closed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A named limit does not exist.
-    #[error("no limit is named {0:?}")]
-    UnknownLimit(String),
-    /// A limit's key needs a part the request did not give.
-    #[error("limit {limit:?} needs the key part {part:?}")]
-    MissingPart {
-        /// The limit.
-        limit: String,
-        /// The part, as written in the configuration (`client_ip`,
-        /// `header:x-api-key`, ...).
-        part: String,
     },
 }

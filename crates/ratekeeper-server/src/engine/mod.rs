@@ -80,7 +80,7 @@ pub use builder::EngineBuilder;
 pub use connecting::Connecting;
 pub use describe::{LimitDescription, MatchDescription};
 pub use envoy_files::EnvoyLimits;
-pub use error::{DecideError, StartError};
+pub use error::StartError;
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use health::{StoreState, MONITOR_INTERVAL, PROBE_TIMEOUT};
 pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown};

@@ -96,7 +96,7 @@
 //! client's response.
 //!
 //! A failed store is a gRPC `UNAVAILABLE` error (never `UNKNOWN`), so the
-//! filter's `failure_mode_deny` decides; see [`EnvoyError`].
+//! filter's `failure_mode_deny` decides; see [`PlanError`](crate::engine::PlanError).
 //!
 //! # Health
 //!
@@ -186,8 +186,6 @@ pub mod proto;
 mod response;
 mod service;
 mod unary;
-
-pub use error::EnvoyError;
 
 impl crate::engine::matching::Entry for proto::rate_limit_descriptor::Entry {
     fn key(&self) -> &str {

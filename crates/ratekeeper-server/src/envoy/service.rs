@@ -8,7 +8,6 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 use tower::Layer;
 
-use super::error::EnvoyError;
 use super::proto::rate_limit_descriptor::Entry;
 use super::proto::rate_limit_service_server::RateLimitService;
 use super::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
@@ -17,8 +16,8 @@ use super::unary::EnvoyServer;
 use crate::access::{self, RequireTokenService};
 use crate::config::ConnectionConfig;
 use crate::engine::{
-    DecisionDoor, Descriptor, DescriptorRequest, DoorRules, Engine, MissingPart, RateOverride,
-    STORE_HEADER,
+    DecisionDoor, Descriptor, DescriptorRequest, DoorRules, Engine, MissingPart, PlanError,
+    RateOverride, STORE_HEADER,
 };
 use crate::listen::{Door, Protocol};
 
@@ -111,16 +110,13 @@ impl EnvoyService {
 
     /// Answers one `ShouldRateLimit` request.
     ///
-    /// Errors are a failed store ([`EnvoyError::Store`]), malformed
+    /// Errors are a failed store ([`PlanError::Store`]), malformed
     /// requests (no domain, no descriptors, an override with an unknown
     /// unit) and requests over the engine's
-    /// [`RequestCaps`](crate::config::RequestCaps) ([`EnvoyError::OverCap`]);
+    /// [`RequestCaps`](crate::config::RequestCaps) ([`PlanError::OverCap`]);
     /// whatever the request holds, this never panics, and its work is
     /// linear in the request's size.
-    pub async fn decide(
-        &self,
-        request: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, EnvoyError> {
+    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, PlanError> {
         Ok(self.decide_answered(request).await?.0)
     }
 
@@ -131,7 +127,7 @@ impl EnvoyService {
     pub(crate) async fn decide_answered(
         &self,
         request: &RateLimitRequest,
-    ) -> Result<(RateLimitResponse, AnsweredBy), EnvoyError> {
+    ) -> Result<(RateLimitResponse, AnsweredBy), PlanError> {
         let door = self.engine.envoy_door();
         let asked = DescriptorRequest {
             domain: &request.domain,
@@ -181,7 +177,6 @@ mod tests {
 
     use super::*;
     use crate::config::CapError;
-    use crate::engine::PlanError;
     use crate::envoy::proto::rate_limit_descriptor::RateLimitOverride;
     use crate::envoy::proto::rate_limit_response::Code;
     use crate::envoy::proto::{RateLimitDescriptor, RateLimitUnit};
@@ -203,7 +198,7 @@ mod tests {
             unit: "minute".to_owned(),
             max: 3,
         };
-        let error = EnvoyError::from(PlanError::OverCap(cap));
+        let error = PlanError::OverCap(cap);
         assert_eq!(
             tonic::Status::from(error).code(),
             tonic::Code::ResourceExhausted
