@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::AnsweredBy;
+
 /// When a denied request of the same cost can succeed.
 ///
 /// A decision that allowed its request carries [`RetryAfter::NOW`].
@@ -74,6 +76,8 @@ pub struct Decision {
     reset_nanos: u64,
     /// [`RETRY_NEVER`] for [`RetryAfter::Never`].
     retry_nanos: u64,
+    /// Kept in the padding after `allowed`: the decision is no larger.
+    answered_by: AnsweredBy,
 }
 
 /// `retry_nanos` of a request that can never succeed; a wait is saturated
@@ -113,6 +117,7 @@ impl Decision {
             remaining,
             reset_nanos,
             retry_nanos: 0,
+            answered_by: AnsweredBy::Store,
         }
     }
 
@@ -131,6 +136,7 @@ impl Decision {
             remaining,
             reset_nanos: saturating_nanos(reset, u64::MAX),
             retry_nanos: retry_nanos(retry_after),
+            answered_by: AnsweredBy::Store,
         }
     }
 
@@ -153,6 +159,7 @@ impl Decision {
                 Some(_) => RETRY_NEVER - 1,
                 None => RETRY_NEVER,
             },
+            answered_by: AnsweredBy::Store,
         }
     }
 
@@ -187,18 +194,38 @@ impl Decision {
             wait => RetryAfter::After(Duration::from_nanos(wait)),
         }
     }
+
+    /// Who made the decision: [`AnsweredBy::Store`], unless the failure
+    /// policy of a [`Resilient`](crate::store::Resilient) store answered
+    /// while the store failed (allowed unknowingly, or by the in-memory
+    /// fallback), which front ends tell their clients and count.
+    pub const fn answered_by(&self) -> AnsweredBy {
+        self.answered_by
+    }
+
+    /// This decision, made by `answered_by`.
+    #[must_use]
+    pub const fn with_answered_by(mut self, answered_by: AnsweredBy) -> Self {
+        self.answered_by = answered_by;
+        self
+    }
 }
 
 /// What `Debug` showed when the fields were the accessors' types.
 impl fmt::Debug for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Decision")
+        let mut debug = f.debug_struct("Decision");
+        debug
             .field("allowed", &self.allowed)
             .field("limit", &self.limit)
             .field("remaining", &self.remaining)
             .field("reset", &self.reset())
-            .field("retry_after", &self.retry_after())
-            .finish()
+            .field("retry_after", &self.retry_after());
+        // Shown only when it tells something: most decisions are the store's.
+        if self.answered_by.is_failover() {
+            debug.field("answered_by", &self.answered_by);
+        }
+        debug.finish()
     }
 }
 
@@ -212,6 +239,10 @@ struct DecisionFields {
     remaining: u64,
     reset: Duration,
     retry_after: RetryAfter,
+    /// Written only for a failure policy's answer: the store's decisions
+    /// are written as they always were.
+    #[serde(default, skip_serializing_if = "AnsweredBy::is_store")]
+    answered_by: AnsweredBy,
 }
 
 impl From<Decision> for DecisionFields {
@@ -222,6 +253,7 @@ impl From<Decision> for DecisionFields {
             remaining: decision.remaining,
             reset: decision.reset(),
             retry_after: decision.retry_after(),
+            answered_by: decision.answered_by,
         }
     }
 }
@@ -234,6 +266,7 @@ impl From<DecisionFields> for Decision {
             remaining: fields.remaining,
             reset_nanos: saturating_nanos(fields.reset, u64::MAX),
             retry_nanos: retry_nanos(fields.retry_after),
+            answered_by: fields.answered_by,
         }
     }
 }

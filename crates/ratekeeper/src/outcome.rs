@@ -61,6 +61,17 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// This outcome, its decision made by `answered_by` (a saturated
+    /// outcome has no decision to carry it).
+    pub const fn with_answered_by(self, answered_by: crate::store::AnsweredBy) -> Self {
+        match self {
+            Outcome::Decided(decision) => Outcome::Decided(decision.with_answered_by(answered_by)),
+            saturated => saturated,
+        }
+    }
+}
+
 impl From<Decision> for Outcome {
     fn from(decision: Decision) -> Self {
         Outcome::Decided(decision)

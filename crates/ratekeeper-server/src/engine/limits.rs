@@ -101,14 +101,6 @@ impl ActiveLimit {
             .get_or_init(|| self.config.applies_to_http().then(|| self.config.rule()))
             .as_ref()
     }
-
-    /// Whether the limit applies to an HTTP request with `method` and
-    /// `path`: it has an [`http_rule`](ActiveLimit::http_rule), whose
-    /// methods and path prefix (if any) agree.
-    pub fn matches_http(&self, method: &Method, path: &str) -> bool {
-        self.http_rule()
-            .is_some_and(|rule| rule.applies_to(method, path))
-    }
 }
 
 /// The limits in force: the configuration's, in its order, and those of
@@ -128,6 +120,9 @@ pub struct LimitSet {
     /// values: what [`matching::applicable`](super::matching::applicable)
     /// finds them through.
     descriptors: DescriptorIndex,
+    /// The positions of the configuration's limits for HTTP requests: an
+    /// HTTP request never walks the limits for descriptors.
+    http: Vec<usize>,
 }
 
 /// Counters of each limit's charged-keys summary
@@ -226,6 +221,9 @@ impl LimitSet {
             .map(Box::from)
             .collect();
         let descriptors = DescriptorIndex::new(&limits);
+        let http = (0..limits.len())
+            .filter(|&position| limits[position].config().applies_to_http())
+            .collect();
         LimitSet {
             limits,
             by_name,
@@ -233,6 +231,7 @@ impl LimitSet {
             limitador: LimitadorLimits::default(),
             native_domains,
             descriptors,
+            http,
         }
     }
 
@@ -303,15 +302,18 @@ impl LimitSet {
         self.limits.is_empty()
     }
 
-    /// The limits that apply to an HTTP request (see
-    /// [`ActiveLimit::matches_http`]).
-    pub fn for_http<'a>(
+    /// The configuration's limits that apply to an HTTP request with
+    /// `method` and `path`, either of which may be unknown (a condition on
+    /// something unknown does not hold), in its order. Only the limits for
+    /// HTTP requests are walked, never those for descriptors.
+    pub fn for_http_request<'a>(
         &'a self,
-        method: &'a Method,
-        path: &'a str,
+        method: Option<&'a Method>,
+        path: Option<&'a str>,
     ) -> impl Iterator<Item = &'a Arc<ActiveLimit>> + 'a {
-        self.limits
+        self.http
             .iter()
-            .filter(move |limit| limit.matches_http(method, path))
+            .map(move |&position| &self.limits[position])
+            .filter(move |limit| super::plan::fits(limit, method, path))
     }
 }

@@ -90,6 +90,7 @@ pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
 pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
 #[cfg(test)]
 pub(crate) use plan::work;
+pub(crate) use plan::HttpRequest;
 pub use plan::{
     ban_unit, shown_rate, Descriptor, DescriptorPlan, DescriptorRequest, DescriptorStatus,
     DescriptorVerdict, DoorRules, MissingPart, PlanError, Planned, RateOverride, RateUnit, Shown,
@@ -494,8 +495,8 @@ impl Engine {
             let store = &self.timed_store();
             for index in shadow.into_iter().chain(enforced) {
                 let check = &checks[index];
-                let (decision, by) = store.peek_answered(check.limit.limit(), &check.key).await?;
-                outcomes[index] = Some((Outcome::Decided(decision), by));
+                let decision = store.peek(check.limit.limit(), &check.key).await?;
+                outcomes[index] = Some(answer(Outcome::Decided(decision)));
             }
         } else {
             let allowed = match counting {
@@ -553,12 +554,11 @@ impl Engine {
         for &index in shadow {
             let check = &checks[index];
             let (limit, key) = (check.limit.limit(), &check.key);
-            outcomes[index] = Some(if allowed {
-                store.check_answered(limit, key, check.cost).await?
-            } else {
-                let (decision, by) = store.peek_answered(limit, key).await?;
-                (Outcome::Decided(decision), by)
-            });
+            let outcome = match allowed {
+                true => store.check(limit, key, check.cost).await?,
+                false => Outcome::Decided(store.peek(limit, key).await?),
+            };
+            outcomes[index] = Some(answer(outcome));
         }
         Ok(())
     }
@@ -642,12 +642,12 @@ impl Engine {
         let mut allowed = true;
         for &index in enforced {
             let check = &checks[index];
-            let answer = self
+            let outcome = self
                 .timed_store()
-                .check_answered(check.limit.limit(), &check.key, check.cost)
+                .check(check.limit.limit(), &check.key, check.cost)
                 .await?;
-            allowed &= !refuses(check, &answer.0);
-            outcomes[index] = Some(answer);
+            allowed &= !refuses(check, &outcome);
+            outcomes[index] = Some(answer(outcome));
         }
         Ok(allowed)
     }
@@ -659,11 +659,11 @@ impl Engine {
             let (outcome, answered_by) = if ban::is_ban(&check) {
                 ban::answer(&check)
             } else {
-                let (decision, by) = self
+                let decision = self
                     .timed_store()
-                    .peek_answered(check.limit.limit(), &check.key)
+                    .peek(check.limit.limit(), &check.key)
                     .await?;
-                (Outcome::Decided(decision), by)
+                answer(Outcome::Decided(decision))
             };
             results.push(LimitResult {
                 check,
@@ -688,6 +688,16 @@ impl Engine {
 
 /// A limit's outcome and who decided it.
 type Answer = (Outcome, AnsweredBy);
+
+/// `outcome` and who decided it, as its decision says (a saturated outcome
+/// has none: the in-memory table, which is a store's or the fallback's,
+/// had no room).
+fn answer(outcome: Outcome) -> Answer {
+    let by = outcome
+        .decision()
+        .map_or(AnsweredBy::Store, ratekeeper::Decision::answered_by);
+    (outcome, by)
+}
 
 /// `check` as the store takes it.
 fn store_check(check: &LimitCheck) -> StoreCheck<'_> {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use ratekeeper::{
     store::{
         lease::{LeaseSettings, LeaseStats},
-        AnsweredBy, Check, FailureMode, FailurePolicy, Immediate, MultiOutcome, Resilient,
-        ResilientStats, StoreError,
+        Check, FailureMode, FailurePolicy, Immediate, MultiOutcome, Resilient, ResilientStats,
+        StoreError,
     },
     Clock, Decision, Limit, MemoryStore, Outcome, Store,
 };
@@ -260,35 +260,6 @@ impl AnyStore {
         match (result, self.address()) {
             (Err(error), Some(address)) => Err(error.at(address)),
             (result, _) => result,
-        }
-    }
-
-    /// [`Store::check`], and who answered (see [`AnsweredBy`]).
-    pub(crate) async fn check_answered(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<(Outcome, AnsweredBy), StoreError> {
-        match self {
-            AnyStore::Memory(store) => {
-                Ok((store.check(limit, key, cost).await?, AnsweredBy::Store))
-            }
-            AnyStore::Sqlite(store) => Box::pin(store.check_answered(limit, key, cost)).await,
-            AnyStore::Redis(store) => Box::pin(store.check_answered(limit, key, cost)).await,
-        }
-    }
-
-    /// [`Store::peek`], and who answered (see [`AnsweredBy`]).
-    pub(crate) async fn peek_answered(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-    ) -> Result<(Decision, AnsweredBy), StoreError> {
-        match self {
-            AnyStore::Memory(store) => Ok((store.peek(limit, key).await?, AnsweredBy::Store)),
-            AnyStore::Sqlite(store) => Box::pin(store.peek_answered(limit, key)).await,
-            AnyStore::Redis(store) => Box::pin(store.peek_answered(limit, key)).await,
         }
     }
 }

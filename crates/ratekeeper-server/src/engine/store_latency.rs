@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use ratekeeper::store::{AnsweredBy, Check, Immediate, MultiOutcome, StoreError};
+use ratekeeper::store::{Check, Immediate, MultiOutcome, StoreError};
 use ratekeeper::{Decision, Limit, Outcome, Store};
 
 use super::histogram::{Histogram, LatencyHistogram};
@@ -88,32 +88,6 @@ impl Timed<'_> {
         let result = call.await;
         self.latency.observe(operation, started);
         result
-    }
-}
-
-impl Timed<'_> {
-    /// [`AnyStore::check_answered`], timed as a check.
-    pub(super) async fn check_answered(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<(Outcome, AnsweredBy), StoreError> {
-        self.time(
-            StoreOperation::Check,
-            self.store.check_answered(limit, key, cost),
-        )
-        .await
-    }
-
-    /// [`AnyStore::peek_answered`], timed as a peek.
-    pub(super) async fn peek_answered(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-    ) -> Result<(Decision, AnsweredBy), StoreError> {
-        self.time(StoreOperation::Peek, self.store.peek_answered(limit, key))
-            .await
     }
 }
 

@@ -25,6 +25,7 @@ impl From<PlanError> for tonic::Status {
             | PlanError::NoDescriptors
             | PlanError::InvalidOverride { .. }
             | PlanError::MissingPart { .. }
+            | PlanError::UnknownLimit(_)
             | PlanError::OverCap(_) => tonic::Status::invalid_argument(message),
             PlanError::RefundForbidden { .. } => tonic::Status::permission_denied(message),
             PlanError::Store(_) => tonic::Status::unavailable(message),

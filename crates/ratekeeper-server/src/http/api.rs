@@ -2,7 +2,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -15,12 +14,10 @@ use super::body::JsonBody;
 use super::error::ApiError;
 use super::json::{DecisionRequest, DecisionResponse, DescriptorEntry, RefundResponse, Refunded};
 use crate::config::{CapError, KeyPart, RequestCaps};
-use crate::engine::explain::describe_descriptors;
 use crate::engine::headers::verdict_headers;
-use crate::engine::matching;
 use crate::engine::LimitDescription;
 use crate::engine::{
-    ActiveLimit, DecisionDoor, Descriptor, DescriptorRequest, DescriptorVerdict, DoorRules, Engine,
+    DecisionDoor, Descriptor, DescriptorRequest, DescriptorVerdict, DoorRules, Engine, HttpRequest,
     KeySource, LimitCheck, MissingPart, NamedParts,
 };
 use ratekeeper_tower::headers::insert_retry_after;
@@ -172,40 +169,15 @@ fn respond(
     (headers, content_type, json).into_response()
 }
 
-/// The request's checks ([`plan`]); a request no limit applies to is
-/// counted as unmatched.
+/// The request's checks: those of its descriptors, or of the limits it
+/// names or its method and path match, as the engine plans them.
 fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<LimitCheck>, ApiError> {
-    let checks = plan(engine, request)?;
-    // The engine counts requests of descriptors it planned to nothing.
-    if checks.is_empty() && request.descriptors.is_none() {
-        let domain = request.domain.as_deref().unwrap_or_default();
-        engine.record_unmatched(DecisionDoor::HttpApi, &engine.limits(), domain, || {
-            describe(request)
-        });
-    }
-    Ok(checks)
-}
-
-/// A request in words, for the log of requests no limit applied to.
-fn describe(request: &DecisionRequest) -> String {
-    match &request.descriptors {
-        Some(descriptors) => describe_descriptors(
-            request.domain.as_deref().unwrap_or_default(),
-            descriptors.iter().map(Vec::as_slice),
-        ),
-        None => format!(
-            "{} {}",
-            request.method.as_deref().unwrap_or("(no method)"),
-            request.path.as_deref().unwrap_or("(no path)")
-        ),
-    }
-}
-
-/// The request's checks: the limits it names, or those matching its method
-/// and path, each with its key.
-fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<LimitCheck>, ApiError> {
     within_caps(&engine.request_caps(), request)?;
     let limits = engine.limits();
+    if let Some(descriptors) = &request.descriptors {
+        let asked = descriptor_request(request, descriptors)?;
+        return Ok(engine.plan_descriptors(&limits, &asked)?.into_takes());
+    }
     let method = match &request.method {
         Some(method) => Some(
             Method::from_bytes(method.to_ascii_uppercase().as_bytes())
@@ -213,45 +185,20 @@ fn plan(engine: &Engine, request: &DecisionRequest) -> Result<Vec<LimitCheck>, A
         ),
         None => None,
     };
-    if let Some(descriptors) = &request.descriptors {
-        let asked = descriptor_request(request, descriptors)?;
-        return Ok(engine.plan_descriptors(&limits, &asked)?.into_takes());
-    }
-    let chosen: Vec<Arc<ActiveLimit>> = match &request.limits {
-        Some(names) => names
-            .iter()
-            .map(|name| {
-                limits
-                    .get(name)
-                    .cloned()
-                    .ok_or_else(|| ApiError::UnknownLimit(name.clone()))
-            })
-            .collect::<Result<_, _>>()?,
-        None => limits
-            .iter()
-            .filter(|limit| {
-                matching::http_mismatch(
-                    &limit.config().matcher,
-                    method.as_ref(),
-                    request.path.as_deref(),
-                )
-                .is_none()
-            })
-            .cloned()
-            .collect(),
+    let asked = HttpRequest {
+        door: DecisionDoor::HttpApi,
+        method: method.as_ref(),
+        path: request.path.as_deref(),
+        names: request.limits.as_deref(),
+        cost: request.cost,
+        missing: MissingPart::Refused,
     };
     let source = ApiSource {
         parts: NamedParts(&request.key),
         method: method.as_ref(),
         path: request.path.as_deref(),
     };
-    chosen
-        .into_iter()
-        .map(|limit| {
-            let key = limit.key(&source).map_err(|part| missing(&limit, part))?;
-            Ok(LimitCheck::new(limit, key, request.cost))
-        })
-        .collect()
+    Ok(engine.plan_http(&limits, &asked, |_| source)?)
 }
 
 /// A request of Envoy-style descriptors, as the engine plans it: each
@@ -311,15 +258,9 @@ fn within_caps(caps: &RequestCaps, request: &DecisionRequest) -> Result<(), CapE
     Ok(())
 }
 
-fn missing(limit: &ActiveLimit, part: &KeyPart) -> ApiError {
-    ApiError::MissingPart {
-        limit: limit.name().to_owned(),
-        part: part.to_string(),
-    }
-}
-
 /// Key parts from the body's `key`, and `route` from its method and path
 /// when `key` does not give it.
+#[derive(Clone, Copy)]
 struct ApiSource<'a> {
     parts: NamedParts<'a>,
     method: Option<&'a Method>,

@@ -12,7 +12,7 @@
 //! | `X-Forwarded-For` | the proxies' list (`$proxy_add_x_forwarded_for`) | |
 //!
 //! The limits are those whose `match` fits the original method and path
-//! ([`LimitSet::for_http`](crate::engine::LimitSet::for_http)), each
+//! ([`LimitSet::for_http_request`](crate::engine::LimitSet::for_http_request)), each
 //! keyed from the original request:
 //!
 //! - The original request's peer is `X-Real-IP` when the socket peer,
@@ -94,7 +94,7 @@ use thiserror::Error;
 
 use crate::config::KeyPart;
 use crate::engine::headers::verdict_headers;
-use crate::engine::{DecisionDoor, Engine, HttpSource, LimitCheck, OrUnknown};
+use crate::engine::{DecisionDoor, Engine, HttpRequest, HttpSource, MissingPart};
 
 /// `X-Original-URI`: the original request's path and query.
 const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
@@ -143,29 +143,34 @@ async fn auth(State(engine): State<Engine>, request: Request) -> Response {
         Err(error) => return error.into_response(),
     };
     let limits = engine.limits();
-    let checks: Vec<LimitCheck> = limits
-        .for_http(&original.method, &original.path)
-        .map(|limit| {
-            engine.watch_forwarding(limit, &parts.headers, peer, &[X_REAL_IP]);
-            let source = HttpSource {
-                method: &original.method,
-                path: &original.path,
-                headers: &parts.headers,
-                peer: original_peer(limit.key_parts(), &parts.headers, peer),
-            };
-            // `OrUnknown` gives every part, so `key` cannot fail; the
-            // shared "unknown" key is the safe answer if it ever did.
-            let key = limit
-                .key(&OrUnknown(source))
-                .unwrap_or_else(|_| ratekeeper_tower::UNKNOWN_KEY.to_vec());
-            LimitCheck::new(limit.clone(), key, 1)
-        })
-        .collect();
-    if checks.is_empty() {
-        engine.record_unmatched(DecisionDoor::AuthRequest, &limits, "", || {
-            format!("{} {}", original.method, original.path)
-        });
-    }
+    let asked = HttpRequest {
+        door: DecisionDoor::AuthRequest,
+        method: Some(&original.method),
+        path: Some(&original.path),
+        names: None,
+        cost: 1,
+        // A part that cannot be found is the shared `unknown`: nginx
+        // cannot be asked again.
+        missing: MissingPart::Unknown,
+    };
+    let planned = engine.plan_http(&limits, &asked, |limit| {
+        engine.watch_forwarding(limit, &parts.headers, peer, &[X_REAL_IP]);
+        HttpSource {
+            method: &original.method,
+            path: &original.path,
+            headers: &parts.headers,
+            peer: original_peer(limit.key_parts(), &parts.headers, peer),
+        }
+    });
+    // With `MissingPart::Unknown` and no names, planning cannot fail; if
+    // it ever did, nginx must not let the request through unlimited.
+    let checks = match planned {
+        Ok(checks) => checks,
+        Err(error) => {
+            tracing::error!(%error, "auth_request: the request could not be planned");
+            return (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response();
+        }
+    };
     let verdict = match engine.check(checks).await {
         Ok(verdict) => verdict,
         Err(error) => {

@@ -62,6 +62,7 @@ impl From<crate::engine::PlanError> for ApiError {
         match error {
             PlanError::MissingPart { limit, part } => ApiError::MissingPart { limit, part },
             PlanError::RefundForbidden { limit, .. } => ApiError::RefundForbidden(limit),
+            PlanError::UnknownLimit(name) => ApiError::UnknownLimit(name),
             PlanError::OverCap(cap) => ApiError::OverCap(cap),
             PlanError::Store(store) => ApiError::Store(store),
             // The API has no overrides; an empty domain or list is the

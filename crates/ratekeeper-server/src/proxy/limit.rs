@@ -163,16 +163,9 @@ fn watch_forwarding(engine: &Engine, limits: &LimitSet, request: &Request<Body>)
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
     let (method, path) = (request.method(), request.uri().path());
-    let mut matched = false;
-    for limit in limits.for_http(method, path) {
-        matched = true;
+    engine.observe_http(limits, DecisionDoor::Proxy, method, path, |limit| {
         engine.watch_forwarding(limit, request.headers(), peer, &[]);
-    }
-    if !matched {
-        engine.record_unmatched(DecisionDoor::Proxy, limits, "", || {
-            format!("{method} {path}")
-        });
-    }
+    });
 }
 
 /// The engine as a [`Store`] for the layer: each check goes to the engine

@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 /// [`FailurePolicy`](crate::store::FailurePolicy) of a
 /// [`Resilient`](crate::store::Resilient) store.
 ///
-/// A [`MultiOutcome`](crate::store::MultiOutcome) carries it
+/// Every [`Decision`](crate::Decision) carries it
+/// ([`Decision::answered_by`](crate::Decision::answered_by)), and so does a
+/// [`MultiOutcome`](crate::store::MultiOutcome)
 /// ([`MultiOutcome::answered_by`](crate::store::MultiOutcome::answered_by)),
-/// and [`Resilient::check_answered`](crate::store::Resilient::check_answered)
-/// and [`Resilient::peek_answered`](crate::store::Resilient::peek_answered)
-/// return it beside single answers, so that front ends can tell a client
-/// (and count) that an answer is not the shared store's.
+/// so that front ends can tell a client (and count) that an answer is not
+/// the shared store's.
 ///
 /// ```
 /// use ratekeeper::store::AnsweredBy;
@@ -45,6 +45,11 @@ impl AnsweredBy {
             AnsweredBy::FailOpen => "fail-open",
             AnsweredBy::Fallback => "fallback",
         }
+    }
+
+    /// Whether the store answered (what a serialized decision leaves out).
+    pub(crate) fn is_store(&self) -> bool {
+        *self == AnsweredBy::Store
     }
 
     /// Whether the failure policy answered instead of the store.

@@ -86,9 +86,12 @@ impl MultiOutcome {
 
     /// These outcomes, made by `answered_by` (what a
     /// [`Resilient`](crate::store::Resilient) store says of the answers
-    /// its failure policy made).
+    /// its failure policy made), each decision saying so too.
     pub fn with_answered_by(mut self, answered_by: AnsweredBy) -> Self {
         self.answered_by = answered_by;
+        for outcome in &mut self.outcomes {
+            *outcome = outcome.with_answered_by(answered_by);
+        }
         self
     }
 

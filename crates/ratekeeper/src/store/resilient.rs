@@ -97,9 +97,8 @@ pub struct ResilientStats {
 /// the policy, and the store is left alone for `retry_after`; after that the
 /// next call tries it again, so decisions return to it without a restart.
 ///
-/// An answer the policy made says so: [`MultiOutcome::answered_by`], and
-/// [`Resilient::check_answered`] and [`Resilient::peek_answered`] for
-/// single calls. With [`Resilient::at`], every error it returns or logs
+/// An answer the policy made says so: [`Decision::answered_by`] on every
+/// decision, and [`MultiOutcome::answered_by`]. With [`Resilient::at`], every error it returns or logs
 /// names the store's address.
 ///
 /// ```
@@ -314,28 +313,25 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
             }
         }
     }
+}
 
-    /// [`Store::check`], and who answered: the store, or the failure
-    /// policy while it fails.
-    pub async fn check_answered(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-        cost: u64,
-    ) -> Result<(Outcome, AnsweredBy), StoreError> {
+impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
+    /// The store's outcome; while it fails, the fallback's or the failure
+    /// policy's, its decision saying who answered
+    /// ([`Decision::answered_by`]).
+    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
         match self.attempt(self.store.check(limit, key, cost)).await {
-            Ok(outcome) => Ok((outcome, AnsweredBy::Store)),
+            Ok(outcome) => Ok(outcome),
             Err(error) => {
                 if let Some(fallback) = &self.fallback {
                     self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
                     let outcome = fallback.check(limit, key, cost).await?;
-                    return Ok((outcome, AnsweredBy::Fallback));
+                    return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
                 }
                 match self.policy.mode {
                     FailureMode::Open => {
                         self.failed_open.fetch_add(1, Ordering::Relaxed);
-                        let outcome = Outcome::Decided(unknown_but_allowed(limit));
-                        Ok((outcome, AnsweredBy::FailOpen))
+                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
                     }
                     FailureMode::Closed => {
                         self.failed_closed.fetch_add(1, Ordering::Relaxed);
@@ -346,31 +342,20 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
         }
     }
 
-    /// [`Store::peek`], and who answered: the store, or the failure policy
-    /// while it fails.
-    pub async fn peek_answered(
-        &self,
-        limit: &Limit,
-        key: &[u8],
-    ) -> Result<(Decision, AnsweredBy), StoreError> {
+    /// The store's decision; while it fails, the fallback's or the failure
+    /// policy's, saying who answered ([`Decision::answered_by`]).
+    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
         match self.attempt(self.store.peek(limit, key)).await {
-            Ok(decision) => Ok((decision, AnsweredBy::Store)),
+            Ok(decision) => Ok(decision),
             Err(error) => match (&self.fallback, self.policy.mode) {
-                (Some(fallback), _) => Ok((fallback.peek(limit, key).await?, AnsweredBy::Fallback)),
-                (None, FailureMode::Open) => Ok((unknown_but_allowed(limit), AnsweredBy::FailOpen)),
+                (Some(fallback), _) => Ok(fallback
+                    .peek(limit, key)
+                    .await?
+                    .with_answered_by(AnsweredBy::Fallback)),
+                (None, FailureMode::Open) => Ok(unknown_but_allowed(limit)),
                 (None, FailureMode::Closed) => Err(error),
             },
         }
-    }
-}
-
-impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
-    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
-        Ok(self.check_answered(limit, key, cost).await?.0)
-    }
-
-    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
-        Ok(self.peek_answered(limit, key).await?.0)
     }
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
@@ -420,5 +405,5 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
 /// reported whole because nothing is known.
 fn unknown_but_allowed(limit: &Limit) -> Decision {
     let quota = limit.policy().quota();
-    Decision::allowed(quota, quota, Duration::ZERO)
+    Decision::allowed(quota, quota, Duration::ZERO).with_answered_by(AnsweredBy::FailOpen)
 }

@@ -437,12 +437,13 @@ fn answers_say_who_made_them() {
                 store.check_all(&checks).await.unwrap().answered_by(),
                 AnsweredBy::Store
             );
+            let answered = |outcome: Outcome| outcome.decision().unwrap().answered_by();
             assert_eq!(
-                store.check_answered(&l, b"j", 1).await.unwrap().1,
+                answered(store.check(&l, b"j", 1).await.unwrap()),
                 AnsweredBy::Store
             );
             assert_eq!(
-                store.peek_answered(&l, b"j").await.unwrap().1,
+                store.peek(&l, b"j").await.unwrap().answered_by(),
                 AnsweredBy::Store
             );
             // Down: the policy does, and says so on every kind of call.
@@ -451,8 +452,13 @@ fn answers_say_who_made_them() {
                 store.check_all(&checks).await.unwrap().answered_by(),
                 failover
             );
-            assert_eq!(store.check_answered(&l, b"k", 1).await.unwrap().1, failover);
-            assert_eq!(store.peek_answered(&l, b"k").await.unwrap().1, failover);
+            let multi = store.check_all(&checks).await.unwrap();
+            assert!(multi
+                .outcomes()
+                .iter()
+                .all(|outcome| answered(*outcome) == failover));
+            assert_eq!(answered(store.check(&l, b"k", 1).await.unwrap()), failover);
+            assert_eq!(store.peek(&l, b"k").await.unwrap().answered_by(), failover);
             // Back up.
             store.inner().down.store(false, Ordering::SeqCst);
             assert_eq!(

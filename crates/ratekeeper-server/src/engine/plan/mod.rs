@@ -1,5 +1,5 @@
 //! A request of descriptors (Envoy's `ShouldRateLimit`, the JSON API's
-//! `descriptors`) planned once: which limits apply to each descriptor,
+//! `descriptors`), or an HTTP request ([`http`]), planned once: which limits apply to each descriptor,
 //! under which key and cost, and what the request's answer is.
 //!
 //! A door converts its wire format into a [`DescriptorRequest`] (its
@@ -23,6 +23,7 @@
 //! only report.
 
 mod files;
+mod http;
 mod key_text;
 mod limitador;
 mod overrides;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use ratekeeper::store::{AnsweredBy, StoreError};
 use ratekeeper::{Decision, RetryAfter};
 
+pub(crate) use http::{fits, HttpRequest};
 pub(crate) use overrides::OverrideLimits;
 pub use shown::{ban_unit, shown_rate, RateUnit, Shown};
 #[cfg(test)]
@@ -168,6 +170,9 @@ pub enum PlanError {
         /// The part, as written in the configuration.
         part: String,
     },
+    /// A limit the request names does not exist.
+    #[error("no limit is named {0:?}")]
+    UnknownLimit(String),
     /// The request holds more than `[requests]` allows.
     #[error("{0}")]
     OverCap(#[from] CapError),

@@ -1,0 +1,113 @@
+//! An HTTP request (the JSON API's method, path and key parts, or the
+//! request nginx is about to serve) planned once: the limits it names, or
+//! those whose `match` fits its method and path, each under its key.
+
+use std::sync::Arc;
+
+use http::Method;
+
+use super::{missing, MissingPart, PlanError};
+use crate::engine::{compose, ActiveLimit, DecisionDoor, Engine, KeySource, LimitCheck, LimitSet};
+use crate::engine::{matching, OrUnknown};
+
+/// An HTTP request, as a door received it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HttpRequest<'a> {
+    /// The door asking, for the count of requests no limit applied to.
+    pub door: DecisionDoor,
+    /// The method, when the door knows it (the JSON API's is optional).
+    pub method: Option<&'a Method>,
+    /// The path, without the query, when the door knows it.
+    pub path: Option<&'a str>,
+    /// The limits the request names, instead of those its method and path
+    /// match.
+    pub names: Option<&'a [String]>,
+    /// What the request costs under each limit.
+    pub cost: u64,
+    /// What a key part the request cannot give becomes.
+    pub missing: MissingPart,
+}
+
+impl HttpRequest<'_> {
+    /// The request in words, for the log of requests no limit applied to.
+    fn describe(&self) -> String {
+        let method = self.method.map_or("(no method)", Method::as_str);
+        format!("{method} {}", self.path.unwrap_or("(no path)"))
+    }
+}
+
+impl Engine {
+    /// Plans `request`: the limits it names (each must exist), or every
+    /// limit whose `match` fits its method and path (a condition on a
+    /// method or path the request does not give does not hold), each
+    /// keyed from what `source` gives for that limit. A request no limit
+    /// applies to is counted as unmatched.
+    ///
+    /// `source` is asked once per limit, so that a door may key each limit
+    /// by its own rules (nginx's original peer depends on the limit's
+    /// trusted proxies) and watch what the limit ignores.
+    pub(crate) fn plan_http<S: KeySource>(
+        &self,
+        limits: &LimitSet,
+        request: &HttpRequest<'_>,
+        mut source: impl FnMut(&ActiveLimit) -> S,
+    ) -> Result<Vec<LimitCheck>, PlanError> {
+        let mut key = |limit: &Arc<ActiveLimit>| -> Result<LimitCheck, PlanError> {
+            let parts = limit.key_parts();
+            let from = source(limit);
+            let key = match request.missing {
+                // OrUnknown gives every part, so this cannot fail.
+                MissingPart::Unknown => compose(parts, &OrUnknown(from)),
+                MissingPart::Refused => compose(parts, &from),
+            };
+            let key = key.map_err(|part| missing(limit, part))?;
+            Ok(LimitCheck::new(Arc::clone(limit), key, request.cost))
+        };
+        if let Some(names) = request.names {
+            return names
+                .iter()
+                .map(|name| {
+                    let limit = limits
+                        .get(name)
+                        .ok_or_else(|| PlanError::UnknownLimit(name.clone()))?;
+                    key(limit)
+                })
+                .collect();
+        }
+        let checks = limits
+            .for_http_request(request.method, request.path)
+            .map(&mut key)
+            .collect::<Result<Vec<_>, _>>()?;
+        if checks.is_empty() {
+            self.record_unmatched(request.door, limits, "", || request.describe());
+        }
+        Ok(checks)
+    }
+
+    /// Notes an HTTP request that a door decides by other means (the
+    /// proxy's tower layer): asks `watch` of each limit that applies to
+    /// it, and counts the request as unmatched when none does.
+    pub(crate) fn observe_http(
+        &self,
+        limits: &LimitSet,
+        door: DecisionDoor,
+        method: &Method,
+        path: &str,
+        mut watch: impl FnMut(&ActiveLimit),
+    ) {
+        let mut matched = false;
+        for limit in limits.for_http_request(Some(method), Some(path)) {
+            matched = true;
+            watch(limit);
+        }
+        if !matched {
+            self.record_unmatched(door, limits, "", || format!("{method} {path}"));
+        }
+    }
+}
+
+/// Whether `limit` applies to an HTTP request with `method` and `path`
+/// (either may be unknown).
+pub(crate) fn fits(limit: &ActiveLimit, method: Option<&Method>, path: Option<&str>) -> bool {
+    matching::http_mismatch(&limit.config().matcher, method, path).is_none()
+}
