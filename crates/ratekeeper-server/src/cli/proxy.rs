@@ -11,7 +11,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::proxy::{ProxyDoor, ProxyOptions};
-use crate::serve::{Options, Service};
+use crate::serve::Service;
 use crate::telemetry::LogFormat;
 use crate::Config;
 
@@ -165,17 +165,17 @@ pub(super) fn proxy(args: ProxyArgs) -> ExitCode {
         }
     };
     let upstream = door.upstream.clone();
-    let service_options = Options {
-        config_path: args.config,
-        watch_interval: Some(watch),
-        overrides,
-        proxy: Some(door),
-        ..Options::default()
-    };
     let tls = config.listen.tls.clone();
     let shadow_mode = config.shadow_mode;
+    let mut builder = Service::builder(config)
+        .watch_interval(Some(watch))
+        .overrides(overrides)
+        .proxy(door);
+    if let Some(path) = args.config {
+        builder = builder.config_file(path);
+    }
     let result = runtime.block_on(async move {
-        let service = Service::start(config, service_options).await?;
+        let service = builder.start().await?;
         let addrs = service.addrs();
         let engine = service.engine();
         // Where it listens, on stdout, the proxy first; a closed stdout

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::plural::count;
-use crate::serve::{Options, Service};
+use crate::serve::Service;
 use crate::telemetry::LogFormat;
 use crate::Config;
 
@@ -113,17 +113,17 @@ pub(super) fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("error: --watch takes a number of seconds, not {watch}");
         return ExitCode::from(2);
     };
-    let options = Options {
-        config_path: path,
-        watch_interval: Some(watch),
-        overrides,
-        ..Options::default()
-    };
     let tls = config.listen.tls.clone();
     let threads = runtime_line(&config.runtime, &runtime);
     let shadow_mode = config.shadow_mode;
+    let mut builder = Service::builder(config)
+        .watch_interval(Some(watch))
+        .overrides(overrides);
+    if let Some(path) = path {
+        builder = builder.config_file(path);
+    }
     let result = runtime.block_on(async move {
-        let service = Service::start(config, options).await?;
+        let service = builder.start().await?;
         let addrs = service.addrs();
         let store = service.engine().store().kind();
         // A store the failure policy answers for until it connects.

@@ -2,7 +2,7 @@
 //! (`ratekeeper proxy --upstream http://127.0.0.1:3000 --config FILE`).
 //!
 //! `ratekeeper proxy` runs the service (`serve::Service`) with the proxy
-//! as one of its doors (`serve::Options::proxy`): `[listen] admin` serves
+//! as one of its doors (`serve::ServiceBuilder::proxy`): `[listen] admin` serves
 //! `/healthz`, `/readyz`, `/metrics`, `/v1/stats` and the dashboard behind
 //! the same access tokens as under `serve`, the file reloads on SIGHUP and
 //! when it changes, and the proxy's connections have
@@ -283,7 +283,7 @@ impl Default for ProxyOptions {
     }
 }
 
-/// The proxy as one more door of the service (`serve::Options::proxy`):
+/// The proxy as one more door of the service (`serve::ServiceBuilder::proxy`):
 /// where it listens and what it forwards to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

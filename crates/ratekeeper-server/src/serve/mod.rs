@@ -1,7 +1,7 @@
 //! Running the service: the engine, one listener per front door, reloads
 //! and a graceful shutdown.
 //!
-//! [`Service::start`] binds every address of `[listen]` (port 0 picks a
+//! [`Service::builder`] starts a service: it binds every address of `[listen]` (port 0 picks a
 //! free port; the bound addresses are reported by [`Service::addrs`]),
 //! serves until [`Service::shutdown`] or, in [`Service::run`], SIGTERM or
 //! Ctrl-C, then stops accepting, lets requests in flight finish within
@@ -9,28 +9,28 @@
 //! Every door's connections are served as [`crate::listen`] describes. With a configuration file, SIGHUP or a change of the file
 //! reloads the limits (see [`Service::reload`]).
 //!
-//! With [`Options::proxy`] (what `ratekeeper proxy` runs), the reverse
+//! With [`ServiceBuilder::proxy`] (what `ratekeeper proxy` runs), the reverse
 //! proxy is one more door, on the same engine, connection settings, TLS
 //! (`[listen.tls.proxy]`), metrics, reloads and shutdown as the others.
 
+mod builder;
 mod reload;
 pub mod runtime;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::clock::{MonotonicClock, UnixClock};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinSet;
 
-use crate::config::{Config, ConfigError, DoorTlsError};
-use crate::engine::{Engine, SharedClock, StartError};
+use crate::config::{ConfigError, DoorTlsError};
+use crate::engine::{Engine, StartError};
 use crate::listen::tls::{TlsDoors, TlsListener};
 use crate::listen::{ConnectionStats, Door, Protocol};
+pub use builder::ServiceBuilder;
 use reload::{Reloaded, Reloader};
 
 /// Why the service could not start or stopped with an error.
@@ -96,60 +96,8 @@ pub struct Addrs {
     pub grpc: Option<SocketAddr>,
     /// Health checks.
     pub admin: Option<SocketAddr>,
-    /// The reverse proxy ([`Options::proxy`]).
+    /// The reverse proxy ([`ServiceBuilder::proxy`]).
     pub proxy: Option<SocketAddr>,
-}
-
-/// How to run: where the configuration came from, and the clock.
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct Options {
-    /// The configuration file, if any: reloaded on SIGHUP and when it
-    /// changes.
-    pub config_path: Option<PathBuf>,
-    /// How often the file is checked for changes; `None` or zero: never
-    /// (SIGHUP still reloads).
-    pub watch_interval: Option<Duration>,
-    /// Settings applied over the file and the environment on every
-    /// (re)load, in the environment's form (`("RATEKEEPER_ENVOY__CONFIG_DIR",
-    /// "/etc/ratelimit")`): the command line's flags, such as
-    /// `--envoy-config`. With some, the built-in defaults are reloaded
-    /// like a file when there is none.
-    pub overrides: Vec<(String, String)>,
-    /// The clock of the in-memory store.
-    pub clock: SharedClock,
-    /// The wall clock (Unix time) of the statistics' calendar windows.
-    pub wall_clock: SharedClock,
-    /// The reverse proxy as one more door, if any (`ratekeeper proxy`);
-    /// none by default.
-    pub proxy: Option<crate::proxy::ProxyDoor>,
-}
-
-impl Default for Options {
-    /// No file, a 1 s watch interval, a monotonic clock counting from the
-    /// Unix epoch for the store (so fixed windows start on the wall
-    /// clock's minutes and hours, as on Redis) and the system's clock for
-    /// statistics.
-    fn default() -> Self {
-        Options {
-            config_path: None,
-            watch_interval: Some(Duration::from_secs(1)),
-            overrides: Vec::new(),
-            clock: Arc::new(MonotonicClock::since_unix_epoch()),
-            wall_clock: Arc::new(UnixClock),
-            proxy: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for Options {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Options")
-            .field("config_path", &self.config_path)
-            .field("watch_interval", &self.watch_interval)
-            .field("proxy", &self.proxy)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The running service.
@@ -165,8 +113,10 @@ pub struct Service {
 }
 
 impl Service {
-    /// Opens the store, binds every front door and starts serving.
-    pub async fn start(config: Config, options: Options) -> Result<Service, ServeError> {
+    /// Opens the store, binds every front door and starts serving: what
+    /// [`ServiceBuilder::start`] does.
+    async fn start(options: ServiceBuilder) -> Result<Service, ServeError> {
+        let config = &options.config;
         for warning in config.warnings_when_serving(options.proxy.is_some()) {
             tracing::warn!("{warning}");
         }
@@ -184,7 +134,7 @@ impl Service {
                 Ok::<_, crate::proxy::ProxyError>((door.addr, upstream, &door.options))
             })
             .transpose()?;
-        let engine = Engine::builder(&config)
+        let engine = Engine::builder(config)
             .clock(Arc::clone(&options.clock))
             .wall_clock(Arc::clone(&options.wall_clock))
             .start()
@@ -371,7 +321,7 @@ impl Service {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Serves until SIGTERM or Ctrl-C (caught since [`Service::start`]),
+    /// Serves until SIGTERM or Ctrl-C (caught since [`ServiceBuilder::start`]),
     /// then shuts down gracefully.
     pub async fn run(mut self) -> Result<(), ServeError> {
         let mut stopped = self.stop.subscribe();
@@ -508,7 +458,7 @@ async fn keep_leases(engine: Engine, mut stopped: watch::Receiver<bool>) -> Resu
     Ok(())
 }
 
-/// SIGTERM and Ctrl-C, caught from the moment [`Service::start`] returns:
+/// SIGTERM and Ctrl-C, caught from the moment [`ServiceBuilder::start`] returns:
 /// a signal sent as soon as the service says where it listens is never
 /// missed (nor takes the process down with the default action).
 #[derive(Debug)]

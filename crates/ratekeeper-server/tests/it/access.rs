@@ -16,7 +16,7 @@ use ratekeeper_server::envoy::proto::rate_limit_descriptor::{Entry, RateLimitOve
 use ratekeeper_server::envoy::proto::rate_limit_response::Code;
 use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient;
 use ratekeeper_server::envoy::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitUnit};
-use ratekeeper_server::serve::{Options, Service};
+use ratekeeper_server::serve::Service;
 use ratekeeper_server::Config;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -36,13 +36,13 @@ key = ["header:x-user"]
 /// A service on `config`, with its configuration file at `path` (for
 /// reloads), on a manual clock.
 async fn start(config: Config, path: Option<PathBuf>, watch: Option<Duration>) -> Service {
-    let mut options = Options::default();
-    options.clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    options.config_path = path;
-    options.watch_interval = watch;
-    Service::start(config, options)
-        .await
-        .expect("the service starts")
+    let mut builder = Service::builder(config)
+        .clock(Arc::new(ManualClock::new(Timestamp::from_secs(1_000))))
+        .watch_interval(watch);
+    if let Some(path) = path {
+        builder = builder.config_file(path);
+    }
+    builder.start().await.expect("the service starts")
 }
 
 /// `toml` written to `dir/ratekeeper.toml`, loaded, and the service on it.

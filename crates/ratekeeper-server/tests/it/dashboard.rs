@@ -555,12 +555,10 @@ async fn the_dashboard_says_when_no_limit_is_configured() {
         ratekeeper_server::Config::from_toml_str(&format!("{LISTEN_ANY}{LIMITS}"), "test.toml")
             .expect("a valid config");
     config.limits.clear();
-    let service = ratekeeper_server::serve::Service::start(
-        config,
-        ratekeeper_server::serve::Options::default(),
-    )
-    .await
-    .expect("the service starts");
+    let service = ratekeeper_server::serve::Service::builder(config)
+        .start()
+        .await
+        .expect("the service starts");
     let url = format!("http://{}/", service.addrs().admin.expect("admin is on"));
     let dom = dump_dom(chromium, url).await;
     assert!(dom.contains(r#"data-loaded="true">"#), "{dom}");

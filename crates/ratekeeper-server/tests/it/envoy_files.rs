@@ -1056,7 +1056,7 @@ fn config_map(dir: &Path, version: &str, text: &str) {
 
 #[tokio::test]
 async fn a_config_map_update_is_picked_up_without_a_restart_and_keeps_counts() {
-    use ratekeeper_server::serve::{Options, Service};
+    use ratekeeper_server::serve::Service;
 
     let dir = tempfile::tempdir().unwrap();
     let before = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 3\n";
@@ -1072,11 +1072,13 @@ async fn a_config_map_update_is_picked_up_without_a_restart_and_keeps_counts() {
     std::fs::write(&path, &toml).unwrap();
     let config = Config::from_toml_str(&toml, "test.toml").unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(T0)));
-    let mut options = Options::default();
-    options.clock = clock.clone();
-    options.config_path = Some(path);
-    options.watch_interval = Some(Duration::from_millis(20));
-    let service = Service::start(config, options).await.unwrap();
+    let service = Service::builder(config)
+        .clock(clock.clone())
+        .config_file(path)
+        .watch_interval(Some(Duration::from_millis(20)))
+        .start()
+        .await
+        .unwrap();
     let client = crate::common::rls_client(service.addrs().grpc.unwrap()).await;
     let ask = |pairs: &'static [(&'static str, &'static str)]| {
         let request = request("edge", vec![descriptor(pairs)], 1);

@@ -522,20 +522,21 @@ key = ["header:x-user"]
 #[tokio::test]
 async fn fixed_windows_start_on_the_wall_clocks_minutes() {
     use ratekeeper::{clock::UnixClock, Clock};
-    use ratekeeper_server::engine::{Engine, LimitCheck, NamedParts, OrUnknown};
+    use ratekeeper_server::engine::{LimitCheck, NamedParts, OrUnknown};
     let config = ratekeeper_server::Config::from_toml_str(
-        "[[limits]]\nname = \"minute\"\nrate = \"5/minute\"\npolicy = \"fixed_window\"\n\
-         key = [\"global\"]\n",
+        &format!(
+            "{LISTEN_ANY}[[limits]]\nname = \"minute\"\nrate = \"5/minute\"\n\
+             policy = \"fixed_window\"\nkey = [\"global\"]\n"
+        ),
         "minute.toml",
     )
     .unwrap();
-    let clock = ratekeeper_server::serve::Options::default().clock;
-    let before = UnixClock.now();
-    assert!(
-        clock.now() >= before && clock.now() < before.saturating_add(Duration::from_secs(86_400)),
-        "the store's clock reads Unix time"
-    );
-    let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
+    // The service as `serve` starts it: its default clocks.
+    let service = ratekeeper_server::serve::Service::builder(config)
+        .start()
+        .await
+        .unwrap();
+    let engine = service.engine();
     let limits = engine.limits();
     let limit = limits.get("minute").unwrap();
     let key = limit
@@ -558,4 +559,6 @@ async fn fixed_windows_start_on_the_wall_clocks_minutes() {
         gap < Duration::from_secs(2) || gap > Duration::from_secs(58),
         "reset {reset:?}, the wall clock's minute in {to_the_minute:?}"
     );
+    service.shutdown();
+    service.wait().await.expect("a clean shutdown");
 }

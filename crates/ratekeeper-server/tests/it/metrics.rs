@@ -440,9 +440,9 @@ async fn start_without_limits() -> TestService {
     let clock = std::sync::Arc::new(ratekeeper::clock::ManualClock::new(Timestamp::from_secs(
         1_000,
     )));
-    let mut options = ratekeeper_server::serve::Options::default();
-    options.clock = clock.clone();
-    let service = ratekeeper_server::serve::Service::start(config, options)
+    let service = ratekeeper_server::serve::Service::builder(config)
+        .clock(clock.clone())
+        .start()
         .await
         .expect("the service starts");
     TestService {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::proxy::{ProxyDoor, ProxyOptions};
-use ratekeeper_server::serve::{Options, Service};
+use ratekeeper_server::serve::Service;
 use ratekeeper_server::Config;
 use serde_json::Value;
 
@@ -55,14 +55,14 @@ impl ProxyService {
             upstream.parse().expect("an upstream URI"),
         );
         options(&mut door.options);
-        let mut service_options = Options::default();
-        service_options.clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-        service_options.watch_interval = path.as_ref().map(|_| Duration::from_millis(50));
-        service_options.config_path = path;
-        service_options.proxy = Some(door);
-        let service = Service::start(config, service_options)
-            .await
-            .expect("the service starts");
+        let mut builder = Service::builder(config)
+            .clock(Arc::new(ManualClock::new(Timestamp::from_secs(1_000))))
+            .watch_interval(path.as_ref().map(|_| Duration::from_millis(50)))
+            .proxy(door);
+        if let Some(path) = path {
+            builder = builder.config_file(path);
+        }
+        let service = builder.start().await.expect("the service starts");
         let addrs = service.addrs();
         ProxyService {
             proxy: addrs.proxy.expect("the proxy listens"),
@@ -238,12 +238,15 @@ async fn the_proxys_limits_reload_when_the_file_is_rewritten() {
 #[tokio::test]
 async fn a_service_refuses_a_proxy_upstream_it_cannot_reach_before_binding() {
     let config = Config::from_toml_str(&format!("{LISTEN}{GLOBAL_TWO}"), "t.toml").unwrap();
-    let mut options = Options::default();
-    options.proxy = Some(ProxyDoor::new(
+    let door = ProxyDoor::new(
         "127.0.0.1:0".parse().unwrap(),
         "ftp://example.com".parse().unwrap(),
-    ));
-    let error = Service::start(config, options).await.unwrap_err();
+    );
+    let error = Service::builder(config)
+        .proxy(door)
+        .start()
+        .await
+        .unwrap_err();
     assert!(
         error
             .to_string()

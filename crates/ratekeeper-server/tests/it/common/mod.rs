@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{clock::ManualClock, Timestamp};
-use ratekeeper_server::serve::{Options, Service};
+use ratekeeper_server::serve::Service;
 use ratekeeper_server::Config;
 use serde_json::Value;
 
@@ -58,16 +58,16 @@ impl TestService {
     ) -> TestService {
         let config = Config::from_toml_str(toml, "test.toml").expect("a valid test config");
         let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-        let mut options = Options::default();
-        options.clock = clock.clone();
-        options.config_path = path;
-        options.watch_interval = watch;
-        if let Some(wall_clock) = &wall_clock {
-            options.wall_clock = wall_clock.clone();
+        let mut builder = Service::builder(config)
+            .clock(clock.clone())
+            .watch_interval(watch);
+        if let Some(path) = path {
+            builder = builder.config_file(path);
         }
-        let service = Service::start(config, options)
-            .await
-            .expect("the service starts");
+        if let Some(wall_clock) = &wall_clock {
+            builder = builder.wall_clock(wall_clock.clone());
+        }
+        let service = builder.start().await.expect("the service starts");
         TestService {
             service,
             clock,
