@@ -37,9 +37,7 @@
 //! ([`ratekeeper::key::bounded`]), and the key's `%`, `:`, `{` and `}` are
 //! percent-encoded, so whatever a client sends, its Redis key is at most
 //! 260 bytes past the prefix, chooses no Redis Cluster slot, and no two
-//! (prefix, limit, key) share one (nested prefixes included). Keys of
-//! versions before this one were `{prefix}{name}:{key}`: an upgrade starts
-//! every key fresh, and the old keys expire on their own. The state is one
+//! (prefix, limit, key) share one (nested prefixes included). The state is one
 //! small string: a tag byte and the state's doubles packed with Lua's
 //! `struct`, then the numbers it was made under (GCRA's interval, a token
 //! bucket's unit, full bucket and gain, a window's length; 25 to 41
@@ -47,9 +45,8 @@
 //! its window last. When a limit's numbers change (a reload), the script
 //! carries each key's state to the new ones as
 //! [`Policy::carry`](ratekeeper::Policy::carry) does, on the key's next
-//! request, and writes it then even if the request is refused; values of
-//! earlier versions, which record no numbers, are read as made under the
-//! numbers given (and earlier versions read the new values as fresh).
+//! request, and writes it then even if the request is refused; a value
+//! that records no numbers is read as made under the numbers given.
 //! Each write sets the
 //! key's TTL to the moment its state equals a fresh one (rounded up to the
 //! next millisecond, plus one), so idle keys disappear on their own, and

@@ -44,40 +44,31 @@
 //! # Ok::<(), ratekeeper_formats::limitador::LimitadorConfigError>(())
 //! ```
 //!
-//! # Semantics, as Limitador's
+//! # What the file means, as to Limitador
 //!
 //! - `namespace` is the Envoy request's `domain` (or the `namespace` of
 //!   Limitador's HTTP API).
 //! - A limit applies to a request when every condition holds and every
-//!   variable resolves. Expressions read `descriptors[N]`, the request's
-//!   N-th descriptor as a map from entry key to value: a descriptor
-//!   matches by the entries it has, whatever others it holds and in any
-//!   order (a key given twice counts with its last value).
-//! - One counter per limit and per combination of its variables' values.
-//! - Every limit that applies is checked; the request is refused when one
-//!   of them is over ("the most restrictive applies"), and then counts in
-//!   none of them (Limitador's in-memory and Redis stores check all
-//!   counters before updating any).
+//!   variable resolves ([`LimitadorLimit::applies`]). Expressions read
+//!   `descriptors[N]`, the request's N-th descriptor as a map from entry
+//!   key to value: a descriptor matches by the entries it has, whatever
+//!   others it holds and in any order (a key given twice counts with its
+//!   last value).
+//! - One counter per limit and per combination of its variables' values
+//!   ([`LimitadorLimit::variable_values`]).
 //! - Two limits with the same namespace, window, conditions and variables
 //!   are the same limit to Limitador (its `max_value` and `name` aside):
 //!   the first one is kept, with a [`LimitadorWarning`].
 //!
+//! How the service counts them (windows from a counter's first hit, all
+//! or nothing over the limits that apply, reloads) is its business, not
+//! this crate's: see `docs/migrating-from-limitador.md`.
+//!
 //! The conditions and variables are the part of CEL Limitador's limits
 //! use, parsed here by hand: see [`cel`] for the grammar and why.
 //!
-//! # Differences from Limitador
+//! # Where this reader differs from Limitador's
 //!
-//! - Windows are Limitador's: a counter's window opens at its first hit
-//!   and ends `seconds` later
-//!   ([`FixedWindow::from_first_hit`](ratekeeper::FixedWindow::from_first_hit)),
-//!   on every store; a refused request counts in none, as there. (Listed
-//!   here since ratekeeper's other fixed windows start on the clock's
-//!   epoch.)
-//! - Reloads. Limitador keeps a limit's counters while its namespace,
-//!   window, conditions and variables stay, even when its `max_value`
-//!   changes. Here too, except that a new `max_value` starts the limit's
-//!   counters afresh on the in-memory store (whose counters belong to
-//!   one policy, see `MemoryStore`).
 //! - Refused where Limitador loads: `seconds: 0` (Limitador's counters
 //!   then expire at once and limit nothing), a missing `max_value`
 //!   (Limitador takes 0), an empty namespace, a field it does not know

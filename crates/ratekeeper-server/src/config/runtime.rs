@@ -4,9 +4,8 @@
 //! CPUs of its affinity mask (`taskset`, a container's `cpuset`), or fewer
 //! under a cgroup CPU quota (a Kubernetes CPU limit), as
 //! [`std::thread::available_parallelism`] reads them, never the machine's
-//! core count. On one CPU it runs a single-threaded runtime, which costs
-//! less per request than a multi-threaded one with one worker (see
-//! BENCHMARKS.md).
+//! core count. The runtime is multi-threaded at every size (see
+//! `serve::runtime` for why).
 
 use serde::Deserialize;
 use toml::Spanned;

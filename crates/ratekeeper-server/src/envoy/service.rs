@@ -81,6 +81,8 @@ impl EnvoyService {
     /// `shutdown` completes, then lets the calls in flight finish, with the
     /// default [`ConnectionConfig`](crate::config::ConnectionConfig)'s
     /// timeouts and caps (what `ratekeeper serve` does with its own).
+    /// Its connections are counted by no admin door's `/metrics`: for
+    /// those, run it as a door of `ratekeeper serve`.
     ///
     /// ```no_run
     /// # async fn run(engine: ratekeeper_server::engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
