@@ -16,13 +16,27 @@
 //!   proxy, and [`admin`] (health, readiness, Prometheus metrics, stats as
 //!   JSON and the live dashboard);
 //! - [`access`]: who may ask, the bearer tokens of the doors;
-//! - [`serve`]: the doors on their listeners ([`listen`]: accept loops,
+//! - [`serve`]: the doors on their listeners (`listen`: accept loops,
 //!   caps, timeouts and TLS), reloads on SIGHUP or a changed file, and a
 //!   graceful shutdown;
-//! - [`telemetry`]: logs as text or JSON lines, and OpenTelemetry traces
+//! - `telemetry`: logs as text or JSON lines, and OpenTelemetry traces
 //!   of the decisions exported over OTLP;
 //! - [`simulate`]: policies run offline over a trace or a pattern, with
 //!   the decisions as CSV and an SVG chart (`ratekeeper simulate`).
+//!
+//! # What is public, and for whom
+//!
+//! - An embedding program: [`Config`] (and the types of [`config`]), then
+//!   [`serve::Service::builder`] to run every door as `ratekeeper serve`
+//!   does; or one door on its own ([`http::router`],
+//!   [`envoy::EnvoyService`], [`proxy::router`], [`admin::router`]) over
+//!   an [`engine::Engine`], which can also be asked directly.
+//! - The `ratekeeper` binary: [`cli::run`].
+//! - The tests, benchmarks and fuzz targets: the same, plus Envoy's
+//!   generated types ([`envoy::proto`]) and [`simulate`].
+//!
+//! The listeners (`listen`) and the logs and traces (`telemetry`) are
+//! the service's own: they are started by [`serve`] and the command.
 //!
 //! # Layers
 //!
@@ -35,15 +49,15 @@
 //!    checks load: the TLS files of the doors (and the rustls configuration
 //!    they make) and the access tokens ([`access::TokenSet`] is kept there);
 //! 3. [`access`] (the doors' guard, with the tokens in force) and
-//!    [`telemetry`] (logs and traces, fed plain data: it names no engine
+//!    `telemetry` (logs and traces, fed plain data: it names no engine
 //!    type);
 //! 4. [`engine`] (the limits in force and the store; no listener type) and
-//!    [`listen`] (accept loops, connection caps and counters, TLS on a
+//!    `listen` (accept loops, connection caps and counters, TLS on a
 //!    listener); neither names the other;
 //! 5. the doors: [`http`], [`envoy`], [`proxy`] and [`admin`], none naming
 //!    another;
 //! 6. [`serve`] (which starts the doors, gives them and the admin door one
-//!    [`listen::ConnectionStats`], and reloads) and, beside it, [`simulate`];
+//!    [`admin::ConnectionStats`], and reloads) and, beside it, [`simulate`];
 //! 7. [`cli`], the `ratekeeper` command.
 //!
 //! The test `tests/it/layers.rs` reads the sources and holds the modules
@@ -58,11 +72,11 @@ pub mod engine;
 pub mod envoy;
 mod error_chain;
 pub mod http;
-pub mod listen;
+pub(crate) mod listen;
 pub(crate) mod plural;
 pub mod proxy;
 pub mod serve;
 pub mod simulate;
-pub mod telemetry;
+pub(crate) mod telemetry;
 
 pub use config::{Config, ConfigError};

@@ -47,6 +47,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 
+pub use crate::listen::ConnectionStats;
 pub use dashboard::DASHBOARD_HTML;
 pub use metrics::{render as render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use stats::{
@@ -56,7 +57,6 @@ pub use stats::{
 
 use crate::access::Door;
 use crate::engine::Engine;
-use crate::listen::ConnectionStats;
 
 /// The admin routes on `engine`, behind the engine's `[access.admin]`
 /// tokens when it has some, but for `/healthz`, `/readyz` and the

@@ -19,7 +19,7 @@ pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 /// How a connection ended badly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ConnectionError {
+pub(crate) enum ConnectionError {
     /// The client broke HTTP's rules, or HTTP/2's limits (too many
     /// resets, a flow-control violation): the service closed it.
     Protocol,
@@ -29,10 +29,10 @@ pub enum ConnectionError {
 
 impl ConnectionError {
     /// Every kind, in the order of [`DoorSnapshot::errors`](super::DoorSnapshot::errors).
-    pub const ALL: [ConnectionError; 2] = [ConnectionError::Protocol, ConnectionError::Io];
+    pub(crate) const ALL: [ConnectionError; 2] = [ConnectionError::Protocol, ConnectionError::Io];
 
     /// The label value in `/metrics`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConnectionError::Protocol => "protocol",
             ConnectionError::Io => "io",

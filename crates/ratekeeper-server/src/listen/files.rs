@@ -12,17 +12,17 @@ const RESERVED_SMALL: u64 = 32;
 /// The open-file limit at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     /// The soft limit the process started with.
-    pub before: u64,
+    pub(crate) before: u64,
     /// The soft limit now (the hard limit, if raising it worked).
-    pub now: u64,
+    pub(crate) now: u64,
 }
 
 /// Raises the soft open-file limit to the hard limit, and lowers the caps
 /// (each door's name and cap; the admin port's is named `admin`) so that
 /// together they fit under it with room to spare; says so in the log.
-pub fn fit_open_files(caps: &mut [(&'static str, usize)]) -> OpenFiles {
+pub(crate) fn fit_open_files(caps: &mut [(&'static str, usize)]) -> OpenFiles {
     let files = raise();
     if files.now > files.before {
         tracing::info!(

@@ -69,9 +69,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use accept::serve;
-pub use errors::ConnectionError;
-pub use files::{fit_open_files, OpenFiles};
-pub use stats::{CloseReason, ConnectionStats, DoorSnapshot};
+pub(crate) use files::fit_open_files;
+pub use stats::ConnectionStats;
+pub(crate) use stats::DoorSnapshot;
 
 use crate::config::{ConnectionConfig, Http2Config};
 pub(crate) use body::RequestBody;

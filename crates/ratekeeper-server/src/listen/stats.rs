@@ -9,7 +9,7 @@ use super::errors::{ConnectionError, ErrorLog};
 /// counted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// No request in flight for `idle_timeout`.
     Idle,
     /// A request's head (or a new connection's first request) took longer
@@ -32,7 +32,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, in the order of [`DoorSnapshot::closed`].
-    pub const ALL: [CloseReason; 8] = [
+    pub(crate) const ALL: [CloseReason; 8] = [
         CloseReason::Idle,
         CloseReason::HeaderTimeout,
         CloseReason::Pressure,
@@ -44,7 +44,7 @@ impl CloseReason {
     ];
 
     /// The label value in `/metrics`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CloseReason::Idle => "idle",
             CloseReason::HeaderTimeout => "header_timeout",
@@ -156,7 +156,7 @@ impl ConnectionStats {
     }
 
     /// Every door's counters now, in the order the doors started.
-    pub fn snapshot(&self) -> Vec<DoorSnapshot> {
+    pub(crate) fn snapshot(&self) -> Vec<DoorSnapshot> {
         let doors = self.doors.lock().unwrap_or_else(PoisonError::into_inner);
         doors
             .iter()
@@ -168,34 +168,34 @@ impl ConnectionStats {
 /// One door's connection counters at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct DoorSnapshot {
+pub(crate) struct DoorSnapshot {
     /// The door: `http`, `grpc`, `admin` or `proxy`.
-    pub door: &'static str,
+    pub(crate) door: &'static str,
     /// Connections open now.
-    pub open: u64,
+    pub(crate) open: u64,
     /// Connections accepted since the start.
-    pub accepted: u64,
+    pub(crate) accepted: u64,
     /// Connections the service closed, by reason.
-    pub closed: [(CloseReason, u64); CloseReason::ALL.len()],
+    pub(crate) closed: [(CloseReason, u64); CloseReason::ALL.len()],
     /// Requests reset for taking longer than `request_timeout`.
-    pub request_timeouts: u64,
+    pub(crate) request_timeouts: u64,
     /// Times a new connection found the door at its cap.
-    pub cap_reached: u64,
+    pub(crate) cap_reached: u64,
     /// Failed accepts (out of file descriptors, mostly).
-    pub accept_errors: u64,
+    pub(crate) accept_errors: u64,
     /// HTTP/2 streams refused because the door held
     /// `[listen.http2] max_streams_total`.
-    pub streams_refused: u64,
+    pub(crate) streams_refused: u64,
     /// HTTP/2 streams the door counts now against
     /// `[listen.http2] max_streams_total` (each connection at the most it
     /// has had open at once).
-    pub streams_held: u64,
+    pub(crate) streams_held: u64,
     /// Bytes of requests still arriving (heads and bodies so far), counted now against
     /// `[listen.connections] max_request_bytes_total`.
-    pub request_bytes_held: u64,
+    pub(crate) request_bytes_held: u64,
     /// Requests failed because their body would have taken the door past
     /// `max_request_bytes_total`.
-    pub bodies_refused: u64,
+    pub(crate) bodies_refused: u64,
     /// Connections that ended with an error, by kind.
-    pub errors: [(ConnectionError, u64); ConnectionError::ALL.len()],
+    pub(crate) errors: [(ConnectionError, u64); ConnectionError::ALL.len()],
 }

@@ -1,13 +1,15 @@
 //! Running the service: the engine, one listener per front door, reloads
 //! and a graceful shutdown.
 //!
-//! [`Service::builder`] starts a service: it binds every address of `[listen]` (port 0 picks a
-//! free port; the bound addresses are reported by [`Service::addrs`]),
-//! serves until [`Service::shutdown`] or, in [`Service::run`], SIGTERM or
-//! Ctrl-C, then stops accepting, lets requests in flight finish within
-//! `listen.connections.shutdown_grace`, closes what is left, and returns.
-//! Every door's connections are served as [`crate::listen`] describes. With a configuration file, SIGHUP or a change of the file
-//! reloads the limits (see [`Service::reload`]).
+//! [`Service::builder`] starts a service: it binds every address of
+//! `[listen]` (port 0 picks a free port; the bound addresses are reported
+//! by [`Service::addrs`]), serves until [`Service::shutdown`] or, in
+//! [`Service::run`], SIGTERM or Ctrl-C, then stops accepting, lets
+//! requests in flight finish within `listen.connections.shutdown_grace`,
+//! closes what is left, and returns. Every door's connections have the
+//! caps and timeouts of `[listen.connections]`. With a configuration
+//! file, SIGHUP or a change of the file reloads the limits (see
+//! [`Service::reload`]).
 //!
 //! With [`ServiceBuilder::proxy`] (what `ratekeeper proxy` runs), the reverse
 //! proxy is one more door, on the same engine, connection settings, TLS

@@ -5,7 +5,7 @@ use thiserror::Error;
 /// Why logging or the trace exporter could not start.
 #[derive(Debug, Error)]
 #[non_exhaustive]
-pub enum TelemetryError {
+pub(crate) enum TelemetryError {
     /// `OTEL_TRACES_EXPORTER` names an exporter this service does not have.
     #[error("OTEL_TRACES_EXPORTER={0:?} is not supported: use otlp or none")]
     UnsupportedExporter(String),

@@ -20,7 +20,7 @@ use super::{OtlpProtocol, OtlpSettings, TelemetryError};
 
 /// How long [`Telemetry::shutdown`](super::Telemetry::shutdown) waits for
 /// the spans still queued to be exported before giving up on them.
-pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 
 /// The running exporter: its tracer provider and its thread.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use super::{OtlpSettings, TelemetryError, EXPORTING};
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 #[non_exhaustive]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines (colored on a terminal).
     #[default]
     Text,
@@ -34,20 +34,15 @@ const DEFAULT_FILTER: &str = "info,opentelemetry=warn,opentelemetry_sdk=warn,h2=
 /// export the traces still queued.
 #[derive(Debug)]
 #[must_use = "dropping it stops the trace export"]
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     exporter: Option<Exporter>,
 }
 
 impl Telemetry {
-    /// Whether traces are exported.
-    pub fn is_exporting(&self) -> bool {
-        self.exporter.is_some()
-    }
-
     /// Exports the traces still queued (within
-    /// [`SHUTDOWN_LIMIT`](super::SHUTDOWN_LIMIT)) and stops the exporter.
+    /// [`SHUTDOWN_LIMIT`](super::export::SHUTDOWN_LIMIT)) and stops the exporter.
     /// Blocks: call it outside any async runtime.
-    pub fn shutdown(mut self) {
+    pub(crate) fn shutdown(mut self) {
         if let Some(mut exporter) = self.exporter.take() {
             exporter.shutdown();
         }
@@ -62,7 +57,7 @@ impl Telemetry {
 /// subscriber (and start no exporter). An error is a trace setting the
 /// service does not support, or an exporter that could not start; logs
 /// are then not set up either.
-pub fn init(format: LogFormat) -> Result<Telemetry, TelemetryError> {
+pub(crate) fn init(format: LogFormat) -> Result<Telemetry, TelemetryError> {
     let settings = OtlpSettings::from_env()?;
     let exporter = match &settings {
         Some(settings) => Some(Exporter::start(settings)?),

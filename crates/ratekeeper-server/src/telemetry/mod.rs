@@ -69,10 +69,9 @@ mod settings;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use error::TelemetryError;
-pub use export::SHUTDOWN_LIMIT;
-pub use logging::{init, LogFormat, Telemetry};
-pub use settings::{OtlpProtocol, OtlpSettings};
+pub(crate) use error::TelemetryError;
+pub(crate) use logging::{init, LogFormat, Telemetry};
+pub(crate) use settings::{OtlpProtocol, OtlpSettings};
 
 pub(crate) use decision::{current_span, decision_span, record_verdict, Decided, LimitTrace};
 pub(crate) use propagation::{request_trace, scope_request, RequestScoped};
@@ -82,6 +81,6 @@ static EXPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Whether this process exports traces (see the module's docs): the
 /// decision path asks this before doing any tracing work.
-pub fn is_exporting() -> bool {
+pub(crate) fn is_exporting() -> bool {
     EXPORTING.load(Ordering::Relaxed)
 }

@@ -8,7 +8,7 @@ use super::TelemetryError;
 /// The OTLP transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum OtlpProtocol {
+pub(crate) enum OtlpProtocol {
     /// OTLP/gRPC (`grpc`), by default to port 4317.
     Grpc,
     /// OTLP/HTTP with protobuf bodies (`http/protobuf`), by default to
@@ -18,7 +18,7 @@ pub enum OtlpProtocol {
 
 impl OtlpProtocol {
     /// The protocol as `OTEL_EXPORTER_OTLP_PROTOCOL` names it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             OtlpProtocol::Grpc => "grpc",
             OtlpProtocol::HttpProtobuf => "http/protobuf",
@@ -29,12 +29,12 @@ impl OtlpProtocol {
 /// How to export traces, when the environment turns the exporter on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct OtlpSettings {
+pub(crate) struct OtlpSettings {
     /// The transport.
-    pub protocol: OtlpProtocol,
+    pub(crate) protocol: OtlpProtocol,
     /// The `service.name` to set, when neither `OTEL_SERVICE_NAME` nor
     /// `OTEL_RESOURCE_ATTRIBUTES` names the service: `ratekeeper`.
-    pub default_service_name: Option<&'static str>,
+    pub(crate) default_service_name: Option<&'static str>,
 }
 
 /// The variables that name where traces go.
@@ -55,18 +55,7 @@ impl OtlpSettings {
     /// value this service does not support (an exporter other than `otlp`,
     /// the `http/json` protocol), so that a typo is told at start rather
     /// than found missing in a dashboard.
-    ///
-    /// ```
-    /// use ratekeeper_server::telemetry::{OtlpProtocol, OtlpSettings};
-    ///
-    /// let vars = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
-    ///             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")];
-    /// let settings = OtlpSettings::from_vars(vars)?.expect("on");
-    /// assert_eq!(settings.protocol, OtlpProtocol::Grpc);
-    /// assert_eq!(OtlpSettings::from_vars([("PATH", "/bin")])?, None);
-    /// # Ok::<(), ratekeeper_server::telemetry::TelemetryError>(())
-    /// ```
-    pub fn from_vars<I, K, V>(vars: I) -> Result<Option<OtlpSettings>, TelemetryError>
+    pub(crate) fn from_vars<I, K, V>(vars: I) -> Result<Option<OtlpSettings>, TelemetryError>
     where
         I: IntoIterator<Item = (K, V)>,
         K: AsRef<str>,
@@ -137,7 +126,7 @@ impl OtlpSettings {
 
     /// [`OtlpSettings::from_vars`] on this process's environment (its
     /// variables that are not Unicode are skipped).
-    pub fn from_env() -> Result<Option<OtlpSettings>, TelemetryError> {
+    pub(crate) fn from_env() -> Result<Option<OtlpSettings>, TelemetryError> {
         OtlpSettings::from_vars(std::env::vars_os().filter_map(|(name, value)| {
             Some((name.into_string().ok()?, value.into_string().ok()?))
         }))
@@ -150,6 +139,17 @@ mod tests {
 
     fn settings(vars: &[(&str, &str)]) -> Result<Option<OtlpSettings>, TelemetryError> {
         OtlpSettings::from_vars(vars.iter().copied())
+    }
+
+    #[test]
+    fn the_protocol_variable_chooses_grpc_and_other_variables_are_ignored() {
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ];
+        let on = OtlpSettings::from_vars(vars).unwrap().expect("on");
+        assert_eq!(on.protocol, OtlpProtocol::Grpc);
+        assert_eq!(OtlpSettings::from_vars([("PATH", "/bin")]).unwrap(), None);
     }
 
     #[test]
