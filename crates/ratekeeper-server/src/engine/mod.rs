@@ -481,13 +481,14 @@ impl Engine {
         checks: Vec<LimitCheck>,
         counting: Counting,
     ) -> Result<Verdict, StoreError> {
-        let mut outcomes: Vec<Option<Answer>> = vec![None; checks.len()];
+        // A request meets a few limits: none of these allocate for them.
+        let mut outcomes: SmallVec<[Option<Answer>; 4]> = smallvec::smallvec![None; checks.len()];
         for (check, outcome) in checks.iter().zip(outcomes.iter_mut()) {
             if ban::is_ban(check) {
                 *outcome = Some(ban::answer(check));
             }
         }
-        let (shadow, enforced): (Vec<usize>, Vec<usize>) = (0..checks.len())
+        let (shadow, enforced): (Positions, Positions) = (0..checks.len())
             .filter(|&i| outcomes[i].is_none())
             .partition(|&i| checks[i].limit.is_shadow());
 
@@ -573,7 +574,7 @@ impl Engine {
     async fn check_enforced(
         &self,
         checks: &[LimitCheck],
-        mut active: Vec<usize>,
+        mut active: Positions,
         outcomes: &mut [Option<Answer>],
     ) -> Result<bool, StoreError> {
         let store = &self.timed_store();
@@ -688,6 +689,9 @@ impl Engine {
 
 /// A limit's outcome and who decided it.
 type Answer = (Outcome, AnsweredBy);
+
+/// Positions among a request's checks.
+type Positions = SmallVec<[usize; 4]>;
 
 /// `outcome` and who decided it, as its decision says (a saturated outcome
 /// has none: the in-memory table, which is a store's or the fallback's,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use ratekeeper::store::AnsweredBy;
 use ratekeeper::Decision;
 use ratekeeper_tower::headers::{self, PolicyReport};
+use smallvec::SmallVec;
 
 use super::proto::rate_limit_response::rate_limit::Unit;
 use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
@@ -101,7 +102,7 @@ fn add_headers<'a>(
     /// Up to this many names, finding a name's report by looking through
     /// them costs less than hashing it.
     const SEARCHED: usize = 8;
-    let mut reports: Vec<PolicyReport<'_>> = Vec::new();
+    let mut reports: SmallVec<[PolicyReport<'_>; 4]> = SmallVec::new();
     // Where each name's report is, past SEARCHED names: overrides make as
     // many names as descriptors, so searching them all would be quadratic.
     let mut seen: HashMap<&str, usize> = HashMap::new();

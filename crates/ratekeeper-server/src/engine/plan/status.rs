@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ratekeeper::Decision;
+use smallvec::{smallvec, SmallVec};
 
 use super::{DescriptorVerdict, Planned, Shown, Uncounted};
 use crate::engine::LimitResult;
@@ -25,6 +26,10 @@ pub struct DescriptorStatus {
 /// One result with what it belongs to.
 type Row<'a> = (&'a LimitResult, &'a Planned, &'a Decision);
 
+/// A request's rows, or positions, without allocating for the few
+/// limits most requests meet.
+type Few<T> = SmallVec<[T; 4]>;
+
 /// Each descriptor's status, and whether the request is over its limit:
 /// envoyproxy/ratelimit's rule, over when a descriptor not in quota mode
 /// is, or when every one in quota mode is (before global shadow mode,
@@ -34,7 +39,7 @@ pub(super) fn statuses(
     uncounted: Vec<Option<Uncounted>>,
     shadow_mode: bool,
 ) -> (Vec<DescriptorStatus>, bool) {
-    let rows: Vec<Row<'_>> = verdict.results().collect();
+    let rows: Few<Row<'_>> = verdict.results().collect();
     let mine = by_descriptor(
         uncounted.len(),
         rows.iter().map(|(_, plan, _)| plan.descriptor),
@@ -105,13 +110,13 @@ fn descriptor_status<'a>(
     // In global shadow mode every limit is a shadow limit, and the
     // statuses are what shows which would refuse: they stay as decided.
     let is_shadow = |result: &LimitResult| !shadow_mode && result.check.limit.is_shadow();
-    let mine: Vec<&Row<'a>> = results
+    let mine: Few<&Row<'a>> = results
         .inspect(|_| {
             #[cfg(test)]
             work::step();
         })
         .collect();
-    let enforced: Vec<_> = mine
+    let enforced: Few<_> = mine
         .iter()
         .copied()
         .filter(|(result, _, _)| !is_shadow(result))
@@ -143,10 +148,10 @@ fn descriptor_status<'a>(
 /// way (a counting sort): [`ByDescriptor::of`] gives one descriptor's.
 struct ByDescriptor {
     /// Positions, descriptor by descriptor.
-    order: Vec<usize>,
+    order: Few<usize>,
     /// Where each descriptor's positions start in `order`, and one past
     /// the last descriptor's end.
-    starts: Vec<usize>,
+    starts: Few<usize>,
 }
 
 impl ByDescriptor {
@@ -165,7 +170,7 @@ impl ByDescriptor {
 fn by_descriptor(count: usize, descriptors: impl Iterator<Item = usize> + Clone) -> ByDescriptor {
     // starts[d + 1] counts descriptor d's positions, then the running sum
     // makes starts[d] where d's run begins.
-    let mut starts = vec![0usize; count + 1];
+    let mut starts: Few<usize> = smallvec![0; count + 1];
     for descriptor in descriptors.clone().filter(|&d| d < count) {
         starts[descriptor + 1] += 1;
     }
@@ -173,7 +178,7 @@ fn by_descriptor(count: usize, descriptors: impl Iterator<Item = usize> + Clone)
         starts[index] += starts[index - 1];
     }
     let mut next = starts.clone();
-    let mut order = vec![0usize; starts[count]];
+    let mut order: Few<usize> = smallvec![0; starts[count]];
     for (position, descriptor) in descriptors.enumerate().filter(|&(_, d)| d < count) {
         order[next[descriptor]] = position;
         next[descriptor] += 1;
