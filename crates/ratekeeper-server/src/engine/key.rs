@@ -43,7 +43,10 @@ const GLOBAL: &str = "*";
 /// ([`ratekeeper::key::compose`]: each value's `|` and `\` escaped with
 /// `\`, the values joined by `|`), the rule of the tower layer's keys too:
 /// a layer and the service on one store count a client under one key.
-pub fn compose<'p>(parts: &'p [KeyPart], source: &dyn KeySource) -> Result<Vec<u8>, &'p KeyPart> {
+pub fn compose_key<'p>(
+    parts: &'p [KeyPart],
+    source: &dyn KeySource,
+) -> Result<Vec<u8>, &'p KeyPart> {
     let mut missing = None;
     let key = ratekeeper::key::compose(parts.iter().map_while(|part| {
         let value = match part {
@@ -171,18 +174,24 @@ mod tests {
 
     #[test]
     fn values_are_joined_and_escaped() {
-        let key = compose(&parts(2), &Values(vec!["a|b", "c\\"])).unwrap();
+        let key = compose_key(&parts(2), &Values(vec!["a|b", "c\\"])).unwrap();
         assert_eq!(key, b"a\\|b|c\\\\");
-        assert_eq!(compose(&parts(2), &Values(vec!["a", "b"])).unwrap(), b"a|b");
-        assert_eq!(compose(&parts(1), &Values(vec!["a|b"])).unwrap(), b"a\\|b");
+        assert_eq!(
+            compose_key(&parts(2), &Values(vec!["a", "b"])).unwrap(),
+            b"a|b"
+        );
+        assert_eq!(
+            compose_key(&parts(1), &Values(vec!["a|b"])).unwrap(),
+            b"a\\|b"
+        );
     }
 
     #[test]
     fn a_missing_part_is_named_unless_unknown_is_allowed() {
         let source = Values(vec!["a"]);
         let all = parts(2);
-        assert_eq!(compose(&all, &source), Err(&all[1]));
-        assert_eq!(compose(&all, &OrUnknown(source)).unwrap(), b"a|unknown");
+        assert_eq!(compose_key(&all, &source), Err(&all[1]));
+        assert_eq!(compose_key(&all, &OrUnknown(source)).unwrap(), b"a|unknown");
     }
 
     fn http_part(part: &KeyPart, headers: &HeaderMap, peer: &str) -> Option<String> {
@@ -214,10 +223,13 @@ mod tests {
         };
         let parts = [KeyPart::Header(http::HeaderName::from_static("x-api-key"))];
         assert_eq!(
-            compose(&parts, &source).unwrap(),
+            compose_key(&parts, &source).unwrap(),
             ratekeeper::key::compose([&raw[..]])
         );
-        assert_eq!(compose(&parts, &source).unwrap(), [0xff, b'a', b'\\', b'|']);
+        assert_eq!(
+            compose_key(&parts, &source).unwrap(),
+            [0xff, b'a', b'\\', b'|']
+        );
     }
 
     #[test]
@@ -296,8 +308,8 @@ mod tests {
             let leak = |v: &Vec<String>| -> Vec<&'static str> {
                 v.iter().map(|s| &*Box::leak(s.clone().into_boxed_str())).collect()
             };
-            let ka = compose(&parts(a.len()), &Values(leak(&a))).unwrap();
-            let kb = compose(&parts(b.len()), &Values(leak(&b))).unwrap();
+            let ka = compose_key(&parts(a.len()), &Values(leak(&a))).unwrap();
+            let kb = compose_key(&parts(b.len()), &Values(leak(&b))).unwrap();
             proptest::prop_assert_eq!(ka == kb, a == b);
         }
     }

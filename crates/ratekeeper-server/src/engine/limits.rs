@@ -15,7 +15,7 @@ use ratekeeper_tower::Rule;
 
 use super::descriptor_index::DescriptorIndex;
 use super::envoy_files::EnvoyLimits;
-use super::key::{compose, KeySource};
+use super::key::{compose_key, KeySource};
 use super::limitador::LimitadorLimits;
 use super::matching::Entry;
 use crate::config::{EnvoyFiles, KeyPart, LimitConfig, LimitadorSource};
@@ -90,7 +90,7 @@ impl ActiveLimit {
     /// The key of a request whose parts `source` gives, or the first part
     /// it lacks.
     pub fn key(&self, source: &dyn KeySource) -> Result<Vec<u8>, &KeyPart> {
-        compose(&self.config.key, source)
+        compose_key(&self.config.key, source)
     }
 
     /// The limit as the tower layer's [`Rule`] for HTTP requests

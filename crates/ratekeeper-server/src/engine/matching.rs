@@ -273,7 +273,7 @@ impl<E: Entry> KeySource for DescriptorSource<'_, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{compose, OrUnknown};
+    use crate::engine::{compose_key, OrUnknown};
     use crate::Config;
 
     /// A descriptor entry of the tests.
@@ -397,7 +397,7 @@ mod tests {
     fn key(limit: &LimitConfig, pairs: &[(&str, &str)]) -> String {
         let entries = entries(pairs);
         let parts = key_parts(limit);
-        let key = compose(&parts, &OrUnknown(DescriptorSource(&entries))).unwrap();
+        let key = compose_key(&parts, &OrUnknown(DescriptorSource(&entries))).unwrap();
         String::from_utf8(key).unwrap()
     }
 

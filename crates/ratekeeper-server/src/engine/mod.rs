@@ -83,7 +83,7 @@ pub use envoy_files::EnvoyLimits;
 pub use error::StartError;
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use health::{StoreState, MONITOR_INTERVAL, PROBE_TIMEOUT};
-pub use key::{compose, HttpSource, KeySource, NamedParts, OrUnknown};
+pub use key::{compose_key, HttpSource, KeySource, NamedParts, OrUnknown};
 pub use leasing::Leasable;
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
@@ -92,7 +92,7 @@ pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_P
 pub(crate) use plan::work;
 pub(crate) use plan::HttpRequest;
 pub use plan::{
-    ban_unit, shown_rate, Descriptor, DescriptorPlan, DescriptorRequest, DescriptorStatus,
+    ban_unit, shown_rate, Descriptor, DescriptorAnswer, DescriptorPlan, DescriptorRequest,
     DescriptorVerdict, DoorRules, MissingPart, PlanError, Planned, RateOverride, RateUnit, Shown,
     Uncounted,
 };

@@ -14,8 +14,8 @@ use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::{HeaderValue, RateLimitResponse};
 use crate::config::EnvoyDoorConfig;
 use crate::engine::{
-    DescriptorStatus as Status, DescriptorVerdict, LimitResult, Planned, RateUnit, Shown,
-    SATURATED_HEADER, STORE_HEADER,
+    DescriptorAnswer, DescriptorVerdict, LimitResult, Planned, RateUnit, Shown, SATURATED_HEADER,
+    STORE_HEADER,
 };
 
 /// The engine's verdict as Envoy's response: each descriptor's status,
@@ -65,7 +65,7 @@ fn code(over: bool) -> Code {
 }
 
 /// A descriptor's status as Envoy's.
-fn status(status: Status) -> DescriptorStatus {
+fn status(status: DescriptorAnswer) -> DescriptorStatus {
     DescriptorStatus {
         code: code(status.over) as i32,
         current_limit: status.limit.map(rate_limit),

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use ratekeeper_formats::envoy::{import_dir, import_files, EnvoyConfig, Imported, LoadOptions};
 use ratekeeper_server::engine::matching::{applicable, key_parts, DescriptorSource, Entry};
-use ratekeeper_server::engine::{compose, LimitSet, OrUnknown};
+use ratekeeper_server::engine::{compose_key, LimitSet, OrUnknown};
 use ratekeeper_server::Config;
 
 /// `shared/compat/envoy-ratelimit`: under `RATEKEEPER_COMPAT_DIR`, above
@@ -373,7 +373,7 @@ fn native_side(case: &Case, domain: &str, request: &[(String, String)]) -> Outco
     );
     let limit = limits.first()?;
     let parts = key_parts(limit.config());
-    let key = compose(&parts, &OrUnknown(DescriptorSource(&entries))).unwrap();
+    let key = compose_key(&parts, &OrUnknown(DescriptorSource(&entries))).unwrap();
     Some((
         limit.name().to_owned(),
         String::from_utf8_lossy(&key).into_owned(),

@@ -41,7 +41,7 @@ pub use request::{DescriptorInput, ExplainError, ExplainRequest};
 pub use text::describe_descriptors;
 
 use super::matching::{self, HttpMismatch, Mismatch};
-use super::{compose, HttpSource, LimitSet, OrUnknown};
+use super::{compose_key, HttpSource, LimitSet, OrUnknown};
 use crate::config::{Match, Reach, Unreachable};
 
 /// A request to explain: an HTTP request, as the JSON API (by method and
@@ -305,7 +305,7 @@ fn explain_descriptors(
             verdicts.push(match matching::mismatch(matcher, domain, entries) {
                 None => {
                     let parts = matching::key_parts(limit.config());
-                    let key = compose(&parts, &source).unwrap_or_default();
+                    let key = compose_key(&parts, &source).unwrap_or_default();
                     LimitVerdict::applies(name, Origin::Config, Some(index), text::key(&key))
                 }
                 Some(mismatch) => {

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use http::Method;
 
 use super::{missing, MissingPart, PlanError};
-use crate::engine::{compose, ActiveLimit, DecisionDoor, Engine, KeySource, LimitCheck, LimitSet};
+use crate::engine::{
+    compose_key, ActiveLimit, DecisionDoor, Engine, KeySource, LimitCheck, LimitSet,
+};
 use crate::engine::{matching, OrUnknown};
 
 /// An HTTP request, as a door received it.
@@ -57,8 +59,8 @@ impl Engine {
             let from = source(limit);
             let key = match request.missing {
                 // OrUnknown gives every part, so this cannot fail.
-                MissingPart::Unknown => compose(parts, &OrUnknown(from)),
-                MissingPart::Refused => compose(parts, &from),
+                MissingPart::Unknown => compose_key(parts, &OrUnknown(from)),
+                MissingPart::Refused => compose_key(parts, &from),
             };
             let key = key.map_err(|part| missing(limit, part))?;
             Ok(LimitCheck::new(Arc::clone(limit), key, request.cost))

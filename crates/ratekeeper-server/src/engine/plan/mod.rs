@@ -41,12 +41,12 @@ pub(crate) use overrides::OverrideLimits;
 pub use shown::{ban_unit, shown_rate, RateUnit, Shown};
 #[cfg(test)]
 pub(crate) use status::work;
-pub use status::DescriptorStatus;
+pub use status::DescriptorAnswer;
 
 use super::explain::describe_descriptors;
 use super::matching::{self, DescriptorSource};
 use super::{
-    compose, ActiveLimit, DecisionDoor, Engine, LimitCheck, LimitResult, LimitSet, OrUnknown,
+    compose_key, ActiveLimit, DecisionDoor, Engine, LimitCheck, LimitResult, LimitSet, OrUnknown,
     Verdict,
 };
 use crate::config::{CapError, Counting, KeyPart};
@@ -276,7 +276,7 @@ pub struct DescriptorVerdict {
     /// Each result's decision, in the same order.
     pub decisions: Vec<Decision>,
     /// Each descriptor's status, in the request's order.
-    pub statuses: Vec<DescriptorStatus>,
+    pub statuses: Vec<DescriptorAnswer>,
     /// Whether the request is over its limit (never in shadow mode).
     pub over: bool,
 }
@@ -435,8 +435,10 @@ impl Engine {
                 let parts = matching::key_parts(limit.config());
                 let key = match request.missing {
                     // OrUnknown gives every part, so this cannot fail.
-                    MissingPart::Unknown => compose(&parts, &OrUnknown(DescriptorSource(entries))),
-                    MissingPart::Refused => compose(&parts, &DescriptorSource(entries)),
+                    MissingPart::Unknown => {
+                        compose_key(&parts, &OrUnknown(DescriptorSource(entries)))
+                    }
+                    MissingPart::Refused => compose_key(&parts, &DescriptorSource(entries)),
                 };
                 let key = key.map_err(|part| missing(limit, part))?;
                 plan.push(

@@ -11,7 +11,7 @@ use crate::engine::LimitResult;
 
 /// One descriptor's part of the answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DescriptorStatus {
+pub struct DescriptorAnswer {
     /// Whether the descriptor is over its limit.
     pub over: bool,
     /// The limit shown: the one that refused, else the tightest; `None`
@@ -38,7 +38,7 @@ pub(super) fn statuses(
     verdict: &DescriptorVerdict,
     uncounted: Vec<Option<Uncounted>>,
     shadow_mode: bool,
-) -> (Vec<DescriptorStatus>, bool) {
+) -> (Vec<DescriptorAnswer>, bool) {
     let rows: Few<Row<'_>> = verdict.results().collect();
     let mine = by_descriptor(
         uncounted.len(),
@@ -57,7 +57,7 @@ pub(super) fn statuses(
                     shadow,
                     quota,
                 }) => {
-                    let status = DescriptorStatus {
+                    let status = DescriptorAnswer {
                         over: !shadow,
                         limit: Some(shown),
                         remaining: 0,
@@ -66,9 +66,9 @@ pub(super) fn statuses(
                     (status, quota && !shadow)
                 }
                 Some(Uncounted::Unlimited) if mine.of(index).is_empty() => (
-                    DescriptorStatus {
+                    DescriptorAnswer {
                         remaining: u32::MAX,
-                        ..DescriptorStatus::default()
+                        ..DescriptorAnswer::default()
                     },
                     false,
                 ),
@@ -106,7 +106,7 @@ pub(super) fn statuses(
 fn descriptor_status<'a>(
     results: impl Iterator<Item = &'a Row<'a>>,
     shadow_mode: bool,
-) -> DescriptorStatus {
+) -> DescriptorAnswer {
     // In global shadow mode every limit is a shadow limit, and the
     // statuses are what shows which would refuse: they stay as decided.
     let is_shadow = |result: &LimitResult| !shadow_mode && result.check.limit.is_shadow();
@@ -134,9 +134,9 @@ fn descriptor_status<'a>(
         })
     });
     let Some((_, plan, decision)) = chosen else {
-        return DescriptorStatus::default();
+        return DescriptorAnswer::default();
     };
-    DescriptorStatus {
+    DescriptorAnswer {
         over: refusing.is_some(),
         limit: Some(plan.shown.clone()),
         remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
