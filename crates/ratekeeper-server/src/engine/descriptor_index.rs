@@ -128,6 +128,9 @@ struct Shape {
 /// Limits by the literal start (or end) of their first entry's pattern.
 #[derive(Debug, Default)]
 struct Affixes {
+    /// The limits whose text is empty (a pattern of wildcards only, such
+    /// as a key with no value): they fit every value, without a look-up.
+    empty: Vec<usize>,
     /// The distinct lengths of the texts below, ascending: the look-ups
     /// a value costs.
     lengths: Vec<usize>,
@@ -137,6 +140,10 @@ struct Affixes {
 
 impl Affixes {
     fn insert(&mut self, text: &str, position: usize) {
+        if text.is_empty() {
+            self.empty.push(position);
+            return;
+        }
         if let Err(at) = self.lengths.binary_search(&text.len()) {
             self.lengths.insert(at, text.len());
         }
@@ -146,6 +153,7 @@ impl Affixes {
     /// Adds to `found` the limits whose text starts (`from_end`: ends)
     /// `value`.
     fn find(&self, value: &str, from_end: bool, found: &mut Candidates) {
+        found.extend_from_slice(&self.empty);
         for &length in &self.lengths {
             if length > value.len() {
                 break;

@@ -436,6 +436,10 @@ impl Engine {
         let span = trace::decision_span(self.inner.store.kind(), &checks);
         let verdict = if counting == Counting::AllOrNothing && self.takes_steps(&checks) {
             self.decide_detached(checks).instrument(span.clone()).await
+        } else if span.is_none() {
+            // Without a span to enter, the decision is not wrapped: each
+            // wrapper is one more move of the decision's future.
+            self.decide(checks, counting).await
         } else {
             self.decide(checks, counting).instrument(span.clone()).await
         };
