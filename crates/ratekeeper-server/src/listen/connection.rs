@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::activity::{Activity, Eviction, State};
 use super::stats::CloseReason;
+use super::when_woken::WhenWoken;
 use super::{Door, Protocol};
 
 /// The most a connection asked to close (idle, too old) may take to
@@ -115,9 +116,11 @@ pub(crate) async fn drive<C>(
                 }
                 return;
             }
-            () = &mut sleep => {}
-            () = activity.work_started(), if wake_on_work => {}
-            changed = stop.changed(), if closing.is_none() => {
+            // The other branches are polled only when they woke the
+            // driver, not on each of the connection's wakes.
+            () = WhenWoken::new(sleep.as_mut()) => {}
+            () = WhenWoken::new(activity.work_started()), if wake_on_work => {}
+            changed = WhenWoken::new(stop.changed()), if closing.is_none() => {
                 if changed.is_err() {
                     // The accept loop is gone: nothing will tell this
                     // connection to stop any more; finish as if told.
@@ -126,7 +129,7 @@ pub(crate) async fn drive<C>(
                     closing = Some(Instant::now() + door.shutdown_grace);
                 }
             }
-            how = activity.evicted(), if closing.is_none() => {
+            how = WhenWoken::new(activity.evicted()), if closing.is_none() => {
                 door.stats.closed(CloseReason::Pressure);
                 match how {
                     Eviction::Now => return,

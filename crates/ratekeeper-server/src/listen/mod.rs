@@ -64,6 +64,7 @@ mod socket;
 mod stats;
 mod streams;
 pub(crate) mod tls;
+mod when_woken;
 
 use std::sync::Arc;
 use std::time::Duration;
