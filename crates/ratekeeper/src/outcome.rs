@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::store::AnsweredBy;
 use crate::{Decision, RetryAfter};
 
 /// The answer of a limiter that keeps many keys: the policy's decision, or
@@ -26,6 +27,9 @@ pub enum Outcome {
         /// turns fresh (and at least the gap between two sweeps on
         /// demand), at most until the next background sweep.
         retry_after: Duration,
+        /// Whose table was full: the store's, or the in-memory fallback's
+        /// while a [`Resilient`](crate::store::Resilient) store was down.
+        answered_by: AnsweredBy,
     },
 }
 
@@ -56,18 +60,29 @@ impl Outcome {
     pub const fn retry_after(&self) -> RetryAfter {
         match self {
             Outcome::Decided(decision) => decision.retry_after(),
-            Outcome::Saturated { retry_after } => RetryAfter::After(*retry_after),
+            Outcome::Saturated { retry_after, .. } => RetryAfter::After(*retry_after),
         }
     }
 }
 
 impl Outcome {
-    /// This outcome, its decision made by `answered_by` (a saturated
-    /// outcome has no decision to carry it).
-    pub const fn with_answered_by(self, answered_by: crate::store::AnsweredBy) -> Self {
+    /// Who answered: the store, or a failure policy while it was down
+    /// (see [`AnsweredBy`]).
+    pub const fn answered_by(&self) -> AnsweredBy {
+        match self {
+            Outcome::Decided(decision) => decision.answered_by(),
+            Outcome::Saturated { answered_by, .. } => *answered_by,
+        }
+    }
+
+    /// This outcome, answered by `answered_by`.
+    pub const fn with_answered_by(self, answered_by: AnsweredBy) -> Self {
         match self {
             Outcome::Decided(decision) => Outcome::Decided(decision.with_answered_by(answered_by)),
-            saturated => saturated,
+            Outcome::Saturated { retry_after, .. } => Outcome::Saturated {
+                retry_after,
+                answered_by,
+            },
         }
     }
 }

@@ -236,7 +236,8 @@ mod tests {
         let denied = Outcome::Decided(Decision::denied(3, 0, Duration::ZERO, RetryAfter::NOW));
         assert!(!is_near_limit(&denied));
         assert!(!is_near_limit(&Outcome::Saturated {
-            retry_after: Duration::ZERO
+            retry_after: Duration::ZERO,
+            answered_by: ratekeeper::store::AnsweredBy::Store,
         }));
     }
 

@@ -697,13 +697,9 @@ type Answer = (Outcome, AnsweredBy);
 /// Positions among a request's checks.
 type Positions = SmallVec<[usize; 4]>;
 
-/// `outcome` and who decided it, as its decision says (a saturated outcome
-/// has none: the in-memory table, which is a store's or the fallback's,
-/// had no room).
+/// `outcome` and who answered it, as it says.
 fn answer(outcome: Outcome) -> Answer {
-    let by = outcome
-        .decision()
-        .map_or(AnsweredBy::Store, ratekeeper::Decision::answered_by);
+    let by = outcome.answered_by();
     (outcome, by)
 }
 

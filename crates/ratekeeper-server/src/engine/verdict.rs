@@ -45,7 +45,7 @@ impl LimitResult {
     pub fn decision(&self) -> Decision {
         match self.outcome {
             Outcome::Decided(decision) => decision,
-            Outcome::Saturated { retry_after } => {
+            Outcome::Saturated { retry_after, .. } => {
                 let quota = self.check.limit.limit().policy().quota();
                 if self.check.limit.allows_saturated() {
                     Decision::allowed(quota, 0, retry_after)

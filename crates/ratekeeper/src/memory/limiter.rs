@@ -744,7 +744,10 @@ impl<C> Shared<C> {
         if self.background_sweep {
             wait = wait.min(self.sweep_interval);
         }
-        Outcome::Saturated { retry_after: wait }
+        Outcome::Saturated {
+            retry_after: wait,
+            answered_by: crate::store::AnsweredBy::Store,
+        }
     }
 
     fn sweep_at(&self, now: Timestamp) -> usize {

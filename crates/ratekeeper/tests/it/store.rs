@@ -474,6 +474,37 @@ fn answers_say_who_made_them() {
 }
 
 #[test]
+fn a_full_fallback_table_says_it_was_the_fallback() {
+    use ratekeeper::store::AnsweredBy;
+    block_on(async {
+        let clock = ManualClock::new(Timestamp::from_secs(1_000));
+        let one_key = MemoryStore::builder()
+            .max_keys(1)
+            .clock(clock.clone())
+            .background_sweep(false)
+            .build()
+            .expect("a valid store");
+        let policy = FailurePolicy::new(FailureMode::Closed)
+            .with_fallback(true)
+            .with_retry_after(Duration::ZERO);
+        let store = Resilient::with_fallback_store(Flaky::new(), policy, Some(one_key));
+        let l = limit("l", 2);
+        store.inner().down.store(true, Ordering::SeqCst);
+        let first = store.check(&l, b"a", 1).await.unwrap();
+        assert!(first.is_allowed());
+        assert_eq!(first.answered_by(), AnsweredBy::Fallback);
+        // The fallback's table holds one key: the next is saturated, and
+        // it was still the fallback that answered, not the store.
+        let second = store.check(&l, b"b", 1).await.unwrap();
+        assert!(second.is_saturated(), "{second:?}");
+        assert_eq!(second.answered_by(), AnsweredBy::Fallback);
+        let multi = store.check_all(&[Check::new(&l, b"c", 1)]).await.unwrap();
+        assert!(multi.outcomes()[0].is_saturated());
+        assert_eq!(multi.outcomes()[0].answered_by(), AnsweredBy::Fallback);
+    });
+}
+
+#[test]
 fn errors_name_the_store_and_repeat_the_failure_while_it_is_skipped() {
     block_on(async {
         let store = Resilient::new(
