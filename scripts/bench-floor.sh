@@ -16,6 +16,7 @@
 # which hold on a noisy machine, rather than the absolute figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/floor-common.sh
 seconds="${1:-8}"
 rounds="${2:-3}"
 : "${RLSLOAD:?set RLSLOAD to the rlsload binary}"
@@ -37,9 +38,6 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 # One server's CPU µs per request at `in_flight`.
 measure() {
@@ -63,18 +61,7 @@ start_floor() {
 start_ratekeeper() {
   local binary="${1:-$RATEKEEPER}"
   port="$(free_port)"
-  cat >"$dir/bench.toml" <<TOML
-[listen]
-http = "off"
-grpc = "127.0.0.1:$port"
-admin = "off"
-[[limits]]
-name = "per-user"
-policy = "fixed_window"
-rate = "1000000/minute"
-key = ["descriptor:user"]
-match = { domain = "bench", descriptors = [{ key = "user" }] }
-TOML
+  write_bench_config "$dir/bench.toml" "$port"
   "${server_cpu[@]}" "$binary" serve --config "$dir/bench.toml" >/dev/null 2>&1 &
   pid=$!
   wait_port "$port"

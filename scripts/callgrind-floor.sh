@@ -13,6 +13,7 @@
 # (printed) for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/floor-common.sh
 in_flight="${1:-64}"
 : "${RLSLOAD:?set RLSLOAD to the rlsload binary}"
 : "${GRPCFLOOR:?set GRPCFLOOR to the grpcfloor binary}"
@@ -27,8 +28,6 @@ vpid=""
 cleanup() { [ -n "$vpid" ] && kill "$vpid" 2>/dev/null && wait "$vpid" 2>/dev/null; true; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 load() {
   "$RLSLOAD" --addr "127.0.0.1:$1" --domain bench --key user --values 10000 \
     --concurrency "$in_flight" --conns 1 --seconds "$2" --warmup 0 2>&1
@@ -61,17 +60,6 @@ count() {
 port="$(free_port)"
 count grpcfloor "$port" "$GRPCFLOOR" "127.0.0.1:$port"
 port="$(free_port)"
-cat >"$dir/bench.toml" <<TOML
-[listen]
-http = "off"
-grpc = "127.0.0.1:$port"
-admin = "off"
-[[limits]]
-name = "per-user"
-policy = "fixed_window"
-rate = "1000000/minute"
-key = ["descriptor:user"]
-match = { domain = "bench", descriptors = [{ key = "user" }] }
-TOML
+write_bench_config "$dir/bench.toml" "$port"
 count ratekeeper "$port" "$RATEKEEPER" serve --config "$dir/bench.toml"
 echo "profiles in $dir"

@@ -2,7 +2,6 @@
 //! here, without a store, as envoyproxy/ratelimit decides
 //! `requests_per_unit: 0`.
 
-use ratekeeper::store::AnsweredBy;
 use ratekeeper::{Decision, Outcome, RetryAfter};
 
 use super::LimitCheck;
@@ -14,9 +13,9 @@ pub(super) fn is_ban(check: &LimitCheck) -> bool {
 
 /// A ban's answer: refused, nothing allowed or left, whole again never
 /// (the reset is its window, as Envoy's service reports a zero limit).
-pub(super) fn answer(check: &LimitCheck) -> (Outcome, AnsweredBy) {
+pub(super) fn answer(check: &LimitCheck) -> Outcome {
     let decision = Decision::denied(0, 0, check.limit.window(), RetryAfter::Never);
-    (Outcome::Decided(decision), AnsweredBy::Store)
+    Outcome::Decided(decision)
 }
 
 /// Whether a ban among `checks` refuses the request before any store is

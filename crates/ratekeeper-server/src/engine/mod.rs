@@ -70,7 +70,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use ratekeeper::{
     stats::Stats,
-    store::{AnsweredBy, Check as StoreCheck, StoreError},
+    store::{Check as StoreCheck, StoreError},
     Clock, Decision, Limit, Outcome, Store, Timestamp,
 };
 use smallvec::SmallVec;
@@ -486,7 +486,7 @@ impl Engine {
         counting: Counting,
     ) -> Result<Verdict, StoreError> {
         // A request meets a few limits: none of these allocate for them.
-        let mut outcomes: SmallVec<[Option<Answer>; 4]> = smallvec::smallvec![None; checks.len()];
+        let mut outcomes: SmallVec<[Option<Outcome>; 4]> = smallvec::smallvec![None; checks.len()];
         for (check, outcome) in checks.iter().zip(outcomes.iter_mut()) {
             if ban::is_ban(check) {
                 *outcome = Some(ban::answer(check));
@@ -501,7 +501,7 @@ impl Engine {
             for index in shadow.into_iter().chain(enforced) {
                 let check = &checks[index];
                 let decision = store.peek(check.limit.limit(), &check.key).await?;
-                outcomes[index] = Some(answer(Outcome::Decided(decision)));
+                outcomes[index] = Some(Outcome::Decided(decision));
             }
         } else {
             let allowed = match counting {
@@ -519,13 +519,14 @@ impl Engine {
 
         let now = self.inner.wall_clock.now();
         for (check, answer) in checks.iter().zip(&outcomes) {
-            if let (Some(stats), Some((outcome, by))) = (check.limit.stats(), answer) {
+            if let (Some(stats), Some(outcome)) = (check.limit.stats(), answer) {
                 stats.record(now, !refuses(check, outcome), &check.key);
                 self.inner
                     .metrics
                     .record_outcome(check.limit.name(), outcome);
+                let by = outcome.answered_by();
                 if by.is_failover() {
-                    self.inner.metrics.record_failover(check.limit.name(), *by);
+                    self.inner.metrics.record_failover(check.limit.name(), by);
                 }
             }
         }
@@ -533,11 +534,9 @@ impl Engine {
             .into_iter()
             .zip(outcomes)
             .filter_map(|(check, answer)| {
-                let (outcome, answered_by) = answer?;
                 Some(LimitResult {
                     check,
-                    outcome,
-                    answered_by,
+                    outcome: answer?,
                 })
             })
             .collect();
@@ -553,7 +552,7 @@ impl Engine {
         checks: &[LimitCheck],
         shadow: &[usize],
         allowed: bool,
-        outcomes: &mut [Option<Answer>],
+        outcomes: &mut [Option<Outcome>],
     ) -> Result<(), StoreError> {
         let store = &self.timed_store();
         for &index in shadow {
@@ -563,7 +562,7 @@ impl Engine {
                 true => store.check(limit, key, check.cost).await?,
                 false => Outcome::Decided(store.peek(limit, key).await?),
             };
-            outcomes[index] = Some(answer(outcome));
+            outcomes[index] = Some(outcome);
         }
         Ok(())
     }
@@ -579,7 +578,7 @@ impl Engine {
         &self,
         checks: &[LimitCheck],
         mut active: Positions,
-        outcomes: &mut [Option<Answer>],
+        outcomes: &mut [Option<Outcome>],
     ) -> Result<bool, StoreError> {
         let store = &self.timed_store();
         let passes = |index: usize, outcome: &Outcome| {
@@ -597,7 +596,6 @@ impl Engine {
                 Some(store) => store.check_all_now(&request)?,
                 None => store.check_all(&request).await?,
             };
-            let by = multi.answered_by();
             let results: SmallVec<[(usize, Outcome); 4]> = active
                 .iter()
                 .copied()
@@ -605,7 +603,7 @@ impl Engine {
                 .collect();
             if multi.is_allowed() {
                 for (index, outcome) in results {
-                    outcomes[index] = Some((outcome, by));
+                    outcomes[index] = Some(outcome);
                 }
                 return Ok(true);
             }
@@ -619,14 +617,14 @@ impl Engine {
                     } else {
                         given_back(outcome, checks[index].cost)
                     };
-                    outcomes[index] = Some((outcome, by));
+                    outcomes[index] = Some(outcome);
                 }
                 return Ok(false);
             }
             active.clear();
             for (index, outcome) in results {
                 if passes(index, &outcome) {
-                    outcomes[index] = Some((outcome, by));
+                    outcomes[index] = Some(outcome);
                 } else {
                     active.push(index);
                 }
@@ -642,7 +640,7 @@ impl Engine {
         &self,
         checks: &[LimitCheck],
         enforced: &[usize],
-        outcomes: &mut [Option<Answer>],
+        outcomes: &mut [Option<Outcome>],
     ) -> Result<bool, StoreError> {
         let mut allowed = true;
         for &index in enforced {
@@ -652,7 +650,7 @@ impl Engine {
                 .check(check.limit.limit(), &check.key, check.cost)
                 .await?;
             allowed &= !refuses(check, &outcome);
-            outcomes[index] = Some(answer(outcome));
+            outcomes[index] = Some(outcome);
         }
         Ok(allowed)
     }
@@ -661,20 +659,16 @@ impl Engine {
     pub async fn peek(&self, checks: Vec<LimitCheck>) -> Result<Verdict, StoreError> {
         let mut results = Vec::with_capacity(checks.len());
         for check in checks {
-            let (outcome, answered_by) = if ban::is_ban(&check) {
+            let outcome = if ban::is_ban(&check) {
                 ban::answer(&check)
             } else {
                 let decision = self
                     .timed_store()
                     .peek(check.limit.limit(), &check.key)
                     .await?;
-                answer(Outcome::Decided(decision))
+                Outcome::Decided(decision)
             };
-            results.push(LimitResult {
-                check,
-                outcome,
-                answered_by,
-            });
+            results.push(LimitResult { check, outcome });
         }
         Ok(Verdict { results })
     }
@@ -691,17 +685,8 @@ impl Engine {
     }
 }
 
-/// A limit's outcome and who decided it.
-type Answer = (Outcome, AnsweredBy);
-
 /// Positions among a request's checks.
 type Positions = SmallVec<[usize; 4]>;
-
-/// `outcome` and who answered it, as it says.
-fn answer(outcome: Outcome) -> Answer {
-    let by = outcome.answered_by();
-    (outcome, by)
-}
 
 /// `check` as the store takes it.
 fn store_check(check: &LimitCheck) -> StoreCheck<'_> {
@@ -717,14 +702,17 @@ const MAX_SATURATED_PASSES: usize = 3;
 /// which is nothing.
 fn given_back(outcome: Outcome, cost: u64) -> Outcome {
     match outcome {
-        Outcome::Decided(decision) if decision.is_allowed() => Outcome::Decided(Decision::allowed(
-            decision.limit(),
-            decision
-                .remaining()
-                .saturating_add(cost)
-                .min(decision.limit()),
-            decision.reset(),
-        )),
+        Outcome::Decided(decision) if decision.is_allowed() => Outcome::Decided(
+            Decision::allowed(
+                decision.limit(),
+                decision
+                    .remaining()
+                    .saturating_add(cost)
+                    .min(decision.limit()),
+                decision.reset(),
+            )
+            .with_answered_by(decision.answered_by()),
+        ),
         other => other,
     }
 }

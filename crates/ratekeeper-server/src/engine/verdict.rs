@@ -32,13 +32,17 @@ impl LimitCheck {
 pub struct LimitResult {
     /// The check, as asked.
     pub check: LimitCheck,
-    /// What the store decided.
+    /// What the store decided, and who decided it
+    /// ([`Outcome::answered_by`]).
     pub outcome: Outcome,
-    /// Who decided: the store, or the failure policy while it failed.
-    pub answered_by: AnsweredBy,
 }
 
 impl LimitResult {
+    /// Who decided: the store, or the failure policy while it failed.
+    pub fn answered_by(&self) -> AnsweredBy {
+        self.outcome.answered_by()
+    }
+
     /// The decision; for a saturated store (no room for a new key), nothing
     /// left until room can return: a denial with that retry-after, or for a
     /// limit that allows new keys while saturated, an allowed decision.
@@ -176,7 +180,7 @@ impl Verdict {
     pub fn answered_by(&self) -> AnsweredBy {
         self.results
             .iter()
-            .fold(AnsweredBy::Store, |by, result| by.or(result.answered_by))
+            .fold(AnsweredBy::Store, |by, result| by.or(result.answered_by()))
     }
 
     /// Every result's decision, in order (see [`LimitResult::decision`]),

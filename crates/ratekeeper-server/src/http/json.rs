@@ -142,7 +142,7 @@ impl LimitStatus {
             remaining: decision.remaining(),
             reset_ms: millis(decision.reset()),
             retry_after_ms: decision.retry_after().duration().map(millis),
-            answered_by: result.answered_by,
+            answered_by: result.answered_by(),
         }
     }
 }

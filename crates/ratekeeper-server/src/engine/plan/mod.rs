@@ -305,7 +305,7 @@ impl DescriptorVerdict {
             .results
             .iter()
             .chain(&self.refunded)
-            .fold(AnsweredBy::Store, |by, result| by.or(result.answered_by))
+            .fold(AnsweredBy::Store, |by, result| by.or(result.answered_by()))
     }
 }
 
