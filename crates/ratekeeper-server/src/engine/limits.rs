@@ -314,6 +314,8 @@ impl LimitSet {
         self.http
             .iter()
             .map(move |&position| &self.limits[position])
-            .filter(move |limit| super::plan::fits(limit, method, path))
+            .filter(move |limit| {
+                super::matching::http_mismatch(&limit.config().matcher, method, path).is_none()
+            })
     }
 }

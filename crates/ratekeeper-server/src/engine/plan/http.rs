@@ -6,11 +6,8 @@ use std::sync::Arc;
 
 use http::Method;
 
-use super::{missing, MissingPart, PlanError};
-use crate::engine::{
-    compose_key, ActiveLimit, DecisionDoor, Engine, KeySource, LimitCheck, LimitSet,
-};
-use crate::engine::{matching, OrUnknown};
+use super::{planned_key, MissingPart, PlanError};
+use crate::engine::{ActiveLimit, DecisionDoor, Engine, KeySource, LimitCheck, LimitSet};
 
 /// An HTTP request, as a door received it.
 #[derive(Clone, Copy, Debug)]
@@ -33,9 +30,15 @@ pub(crate) struct HttpRequest<'a> {
 impl HttpRequest<'_> {
     /// The request in words, for the log of requests no limit applied to.
     fn describe(&self) -> String {
-        let method = self.method.map_or("(no method)", Method::as_str);
-        format!("{method} {}", self.path.unwrap_or("(no path)"))
+        describe(self.method, self.path)
     }
+}
+
+/// A method and path in words (`GET /x`), for the log of requests no limit
+/// applied to.
+fn describe(method: Option<&Method>, path: Option<&str>) -> String {
+    let method = method.map_or("(no method)", Method::as_str);
+    format!("{method} {}", path.unwrap_or("(no path)"))
 }
 
 impl Engine {
@@ -55,14 +58,7 @@ impl Engine {
         mut source: impl FnMut(&ActiveLimit) -> S,
     ) -> Result<Vec<LimitCheck>, PlanError> {
         let mut key = |limit: &Arc<ActiveLimit>| -> Result<LimitCheck, PlanError> {
-            let parts = limit.key_parts();
-            let from = source(limit);
-            let key = match request.missing {
-                // OrUnknown gives every part, so this cannot fail.
-                MissingPart::Unknown => compose_key(parts, &OrUnknown(from)),
-                MissingPart::Refused => compose_key(parts, &from),
-            };
-            let key = key.map_err(|part| missing(limit, part))?;
+            let key = planned_key(limit, limit.key_parts(), source(limit), request.missing)?;
             Ok(LimitCheck::new(Arc::clone(limit), key, request.cost))
         };
         if let Some(names) = request.names {
@@ -103,13 +99,7 @@ impl Engine {
             watch(limit);
         }
         if !matched {
-            self.record_unmatched(door, limits, "", || format!("{method} {path}"));
+            self.record_unmatched(door, limits, "", || describe(Some(method), Some(path)));
         }
     }
-}
-
-/// Whether `limit` applies to an HTTP request with `method` and `path`
-/// (either may be unknown).
-pub(crate) fn fits(limit: &ActiveLimit, method: Option<&Method>, path: Option<&str>) -> bool {
-    matching::http_mismatch(&limit.config().matcher, method, path).is_none()
 }

@@ -36,7 +36,7 @@ use std::time::Duration;
 use ratekeeper::store::{AnsweredBy, StoreError};
 use ratekeeper::{Decision, RetryAfter};
 
-pub(crate) use http::{fits, HttpRequest};
+pub(crate) use http::HttpRequest;
 pub(crate) use overrides::OverrideLimits;
 pub use shown::{ban_unit, shown_rate, RateUnit, Shown};
 #[cfg(test)]
@@ -46,8 +46,8 @@ pub use status::DescriptorAnswer;
 use super::explain::describe_descriptors;
 use super::matching::{self, DescriptorSource};
 use super::{
-    compose_key, ActiveLimit, DecisionDoor, Engine, LimitCheck, LimitResult, LimitSet, OrUnknown,
-    Verdict,
+    compose_key, ActiveLimit, DecisionDoor, Engine, KeySource, LimitCheck, LimitResult, LimitSet,
+    OrUnknown, Verdict,
 };
 use crate::config::{CapError, Counting, KeyPart};
 use ratekeeper_formats::envoy::Entry;
@@ -433,14 +433,7 @@ impl Engine {
                     });
                 }
                 let parts = matching::key_parts(limit.config());
-                let key = match request.missing {
-                    // OrUnknown gives every part, so this cannot fail.
-                    MissingPart::Unknown => {
-                        compose_key(&parts, &OrUnknown(DescriptorSource(entries)))
-                    }
-                    MissingPart::Refused => compose_key(&parts, &DescriptorSource(entries)),
-                };
-                let key = key.map_err(|part| missing(limit, part))?;
+                let key = planned_key(limit, &parts, DescriptorSource(entries), request.missing)?;
                 plan.push(
                     LimitCheck::new(Arc::clone(limit), key, hits),
                     planned(configured(limit), false),
@@ -564,6 +557,22 @@ fn configured(limit: &ActiveLimit) -> Shown {
         requests_per_unit,
         unit,
     }
+}
+
+/// `limit`'s key of `parts` from `source`; a part the source lacks is
+/// refused, or is the shared `unknown`, as `missing_part` says.
+fn planned_key<S: KeySource>(
+    limit: &ActiveLimit,
+    parts: &[KeyPart],
+    source: S,
+    missing_part: MissingPart,
+) -> Result<Vec<u8>, PlanError> {
+    let key = match missing_part {
+        // OrUnknown gives every part, so this cannot fail.
+        MissingPart::Unknown => compose_key(parts, &OrUnknown(source)),
+        MissingPart::Refused => compose_key(parts, &source),
+    };
+    key.map_err(|part| missing(limit, part))
 }
 
 fn missing(limit: &ActiveLimit, part: &KeyPart) -> PlanError {
