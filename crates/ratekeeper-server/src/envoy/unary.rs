@@ -259,11 +259,16 @@ mod tests {
     use super::*;
     use http_body_util::Full;
 
-    fn framed(flag: u8, message: &[u8]) -> Full<Bytes> {
+    /// `message` behind gRPC's prefix with the compressed `flag`.
+    fn frame_bytes(flag: u8, message: &[u8]) -> Vec<u8> {
         let mut bytes = vec![flag];
         bytes.extend_from_slice(&(message.len() as u32).to_be_bytes());
         bytes.extend_from_slice(message);
-        Full::new(Bytes::from(bytes))
+        bytes
+    }
+
+    fn framed(flag: u8, message: &[u8]) -> Full<Bytes> {
+        Full::new(Bytes::from(frame_bytes(flag, message)))
     }
 
     #[tokio::test]
@@ -292,10 +297,7 @@ mod tests {
             domain: "a domain long enough to split".to_owned(),
             ..RateLimitRequest::default()
         };
-        let message = request.encode_to_vec();
-        let mut framed = vec![0];
-        framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&message);
+        let framed = frame_bytes(0, &request.encode_to_vec());
         let chunks: Vec<Vec<u8>> = framed.chunks(3).map(<[u8]>::to_vec).collect();
         assert!(chunks.len() > 2);
         let read = read_message(chunked(chunks), 1024).await.unwrap();
