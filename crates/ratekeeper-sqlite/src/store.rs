@@ -264,6 +264,13 @@ impl<C: Clock + 'static> Store for SqliteStore<C> {
             .await
     }
 
+    /// One transaction: the units are counted whatever the limit says.
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        let (limit, key) = (limit.clone(), key.to_vec());
+        self.run(move |inner| inner.report(&limit, &key, units))
+            .await
+    }
+
     /// A transaction of `up_to` when the key has that many left (a leasing
     /// node's usual case), another of what is left otherwise; with the
     /// store clock's time of the take.

@@ -172,6 +172,19 @@ impl<C: Clock> Inner<C> {
         })
     }
 
+    /// Charges `units` whatever the limit says, in one transaction.
+    pub(crate) fn report(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+    ) -> Result<Outcome, StoreError> {
+        self.update(limit, key, |policy, current, now| {
+            let (decision, next) = policy.report(current, now, units);
+            (Outcome::Decided(decision), next)
+        })
+    }
+
     /// Refunds `units` if the store clock, in the transaction, is still
     /// before `deadline`; whether it did.
     pub(crate) fn refund_before(

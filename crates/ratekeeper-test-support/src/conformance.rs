@@ -48,6 +48,10 @@ pub struct Supports {
     /// numbers under the same name (a configuration reload), rather than
     /// read as if the new numbers had made it.
     pub carries_numbers: bool,
+    /// Whether it charges units after the fact ([`Store::report`]), and may
+    /// overdraw; one that does not says so with
+    /// [`StoreError::UnsupportedOperation`].
+    pub reports: bool,
 }
 
 impl Supports {
@@ -57,6 +61,7 @@ impl Supports {
         refunds: true,
         counts_denied: false,
         carries_numbers: true,
+        reports: true,
     };
 
     /// Fixed windows that only count up: what a `WindowCounter` offers.
@@ -65,6 +70,7 @@ impl Supports {
         refunds: false,
         counts_denied: true,
         carries_numbers: false,
+        reports: true,
     };
 
     /// One policy of each kind the store runs, at `amount` per `period`.
@@ -235,6 +241,120 @@ pub async fn refunds_give_units_back<S: Store>(store: &S, supports: &Supports) {
     }
 }
 
+async fn report<S: Store>(store: &S, limit: &Limit, key: &[u8], units: u64) -> Outcome {
+    store
+        .report(limit, key, units)
+        .await
+        .unwrap_or_else(|error| panic!("{}: report failed: {error}", limit.name()))
+}
+
+/// A report counts its units whatever the limit says: within the quota as
+/// a check would; past it, overdrawn, so that checks are refused (with a
+/// wait, not for good) until the overdraft is paid off, here by refunds.
+/// A report of 0 takes nothing; a huge one saturates.
+pub async fn reports_count_past_the_quota<S: Store>(store: &S, supports: &Supports) {
+    for policy in supports.policies(5, PERIOD) {
+        let limit = limit("report", &policy);
+        if !supports.reports {
+            let refused = store.report(&limit, b"k", 1).await;
+            assert!(
+                matches!(refused, Err(StoreError::UnsupportedOperation(_))),
+                "{policy:?}: {refused:?}"
+            );
+            continue;
+        }
+        let nothing = report(store, &limit, b"k", 0).await;
+        assert!(nothing.is_allowed(), "{policy:?}");
+        assert_eq!(remaining(store, &limit, b"k").await, 5, "{policy:?}");
+        let fits = report(store, &limit, b"k", 3).await;
+        assert!(fits.is_allowed(), "{policy:?}");
+        assert_eq!(
+            fits.decision().map(|d| d.remaining()),
+            Some(2),
+            "{policy:?}"
+        );
+        // 4 more than the 2 left: 7 of 5 used.
+        let over = report(store, &limit, b"k", 4).await;
+        assert!(!over.is_allowed(), "{policy:?}: an overdraft is told");
+        assert_eq!(
+            over.decision().map(|d| d.remaining()),
+            Some(0),
+            "{policy:?}"
+        );
+        assert!(
+            matches!(over.retry_after(), RetryAfter::After(wait) if wait > Duration::ZERO),
+            "{policy:?}: {:?}",
+            over.retry_after()
+        );
+        assert!(
+            !check(store, &limit, b"k", 1).await.is_allowed(),
+            "{policy:?}: an overdrawn key is refused"
+        );
+        assert_eq!(remaining(store, &limit, b"k").await, 0, "{policy:?}");
+        // A report past the whole quota is counted too.
+        let past = report(store, &limit, b"other", 6).await;
+        assert!(!past.is_allowed(), "{policy:?}");
+        assert!(!past.retry_after().is_never(), "{policy:?}");
+        assert!(
+            !check(store, &limit, b"other", 1).await.is_allowed(),
+            "{policy:?}"
+        );
+        if supports.refunds {
+            // 7 used: 2 back leaves the key at its quota, still refused;
+            // one more, and one unit fits.
+            store.refund(&limit, b"k", 2).await.unwrap();
+            assert!(
+                !check(store, &limit, b"k", 1).await.is_allowed(),
+                "{policy:?}: 5 of 5 used"
+            );
+            store.refund(&limit, b"k", 1).await.unwrap();
+            assert!(
+                check(store, &limit, b"k", 1).await.is_allowed(),
+                "{policy:?}: 4 of 5 used"
+            );
+        }
+        // No count overflows.
+        let huge = report(store, &limit, b"huge", u64::MAX).await;
+        assert!(!huge.is_allowed(), "{policy:?}");
+        assert!(
+            !check(store, &limit, b"huge", 1).await.is_allowed(),
+            "{policy:?}"
+        );
+        let again = report(store, &limit, b"huge", u64::MAX).await;
+        assert!(!again.is_allowed(), "{policy:?}");
+    }
+}
+
+/// Reports racing for one key from many tasks at once are each counted
+/// once: the key has exactly what they did not take.
+pub async fn racing_reports_count_exactly<S: Store + 'static>(store: Arc<S>, supports: &Supports) {
+    if !supports.reports {
+        return;
+    }
+    const TASKS: u64 = 8;
+    const EACH: u64 = 10;
+    for policy in supports.policies(100, PERIOD) {
+        let limit = Arc::new(limit("race-report", &policy));
+        let barrier = Arc::new(tokio::sync::Barrier::new(TASKS as usize));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..TASKS {
+            let (store, limit, barrier) = (store.clone(), limit.clone(), barrier.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                for _ in 0..EACH {
+                    report(&*store, &limit, b"hot", 1).await;
+                }
+            });
+        }
+        tasks.join_all().await;
+        assert_eq!(
+            remaining(&*store, &limit, b"hot").await,
+            100 - TASKS * EACH,
+            "{policy:?}"
+        );
+    }
+}
+
 /// Several limits at once, all or nothing: a request refused by one limit
 /// is counted by none, and the answer names which refused.
 pub async fn several_limits_count_all_or_nothing<S: Store>(store: &S, supports: &Supports) {
@@ -381,6 +501,8 @@ pub async fn all_on_one_store<S: Store + 'static>(store: Arc<S>, supports: &Supp
     peek_takes_nothing(&*store, supports).await;
     costs_take_several_units(&*store, supports).await;
     refunds_give_units_back(&*store, supports).await;
+    reports_count_past_the_quota(&*store, supports).await;
+    racing_reports_count_exactly(store.clone(), supports).await;
     several_limits_count_all_or_nothing(&*store, supports).await;
     several_limits_take_their_own_costs(&*store, supports).await;
     a_change_of_numbers_carries_each_key(&*store, supports).await;
@@ -416,10 +538,25 @@ macro_rules! store_conformance {
                 peek_takes_nothing,
                 costs_take_several_units,
                 refunds_give_units_back,
+                reports_count_past_the_quota,
                 several_limits_count_all_or_nothing,
                 several_limits_take_their_own_costs,
                 a_change_of_numbers_carries_each_key,
             );
+
+            #[test]
+            fn racing_reports_count_exactly() {
+                $crate::conformance::runtime().block_on(async {
+                    let Some((_guard, store)) = super::$make().await else {
+                        return;
+                    };
+                    $crate::conformance::racing_reports_count_exactly(
+                        ::std::sync::Arc::new(store),
+                        &$supports,
+                    )
+                    .await;
+                });
+            }
 
             #[test]
             fn racing_requests_take_exactly_the_quota() {

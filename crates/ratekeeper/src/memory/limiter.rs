@@ -393,6 +393,64 @@ impl<C: Clock> MemoryLimiter<C> {
         })
     }
 
+    /// Charges `units` to `key` now, whatever its quota says: a cost known
+    /// only after the request ran. It never refuses and may overdraw, so
+    /// that later checks are refused until the policy's time has paid it
+    /// off (see [`Algorithm::report`]); the decision says whether the
+    /// units fitted. [`Outcome::Saturated`] when the key is new and the
+    /// table has no room for it: then nothing was counted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper::{MemoryLimiter, TokenBucket};
+    ///
+    /// // 100 tokens a minute; a response turned out to cost 130.
+    /// let limiter = MemoryLimiter::new(TokenBucket::per_minute(100)?)?;
+    /// let charged = limiter.report("alice", 130);
+    /// assert!(!charged.is_allowed());
+    /// // 30 tokens of debt and one more: 31 tokens' refill, 18.6 s.
+    /// assert_eq!(charged.retry_after().duration(), Some(Duration::from_millis(18_600)));
+    /// assert!(!limiter.check("alice", 1).is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn report(&self, key: impl AsRef<[u8]>, units: u64) -> Outcome {
+        self.report_at(key.as_ref(), self.shared.clock.now(), units)
+    }
+
+    /// Charges `units` to `key` at `now`.
+    pub(crate) fn report_at(&self, key: &[u8], now: Timestamp, units: u64) -> Outcome {
+        let fingerprint = self.shared.hasher.fingerprint(key);
+        self.inherit_at(fingerprint, now);
+        let update = || match &self.shared.table {
+            Table::Slots { policy, slots } => {
+                slots.update(fingerprint, |word| policy.report(word, now, units))
+            }
+            Table::Locked { rows } => rows.update(fingerprint, |state| {
+                let policy = &self.shared.policy;
+                let fresh;
+                let state = match state {
+                    Some(state) => state,
+                    None => {
+                        fresh = policy.fresh();
+                        &fresh
+                    }
+                };
+                let (decision, next) = policy.report(state, now, units);
+                let changed = (next != *state).then_some(next);
+                (decision, changed)
+            }),
+        };
+        if let Update::Done(decision) = update() {
+            return Outcome::Decided(decision);
+        }
+        if self.shared.make_room(now) {
+            if let Update::Done(decision) = update() {
+                return Outcome::Decided(decision);
+            }
+        }
+        self.shared.saturated(now)
+    }
+
     /// Gives `units` back to `key` now, for requests that should not count
     /// after all (a failed call, a cancelled job). The quota never grows
     /// past whole; an untracked key is left alone.

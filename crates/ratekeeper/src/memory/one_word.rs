@@ -57,6 +57,34 @@ impl OneWord {
         }
     }
 
+    /// Charges `units` whatever the quota says (see
+    /// [`Algorithm::report`]); the packed next state when it changed.
+    #[inline]
+    pub(crate) fn report(
+        &self,
+        word: Option<u64>,
+        now: Timestamp,
+        units: u64,
+    ) -> (Decision, Option<u64>) {
+        match self {
+            OneWord::Gcra(gcra) => {
+                let tat = word.unwrap_or(0);
+                let (decision, next) = gcra.report_tat(tat, now.as_nanos(), units);
+                (decision, (next != tat).then_some(next))
+            }
+            OneWord::FixedWindow(window) => {
+                // The packed count saturates at 2^32 - 1, past this
+                // policy's limit: a window over it is over all the same.
+                let state = unpack_window(window, word.unwrap_or(0), now);
+                let (decision, next) = window.report(&state, now, units);
+                (
+                    decision,
+                    (next != state).then(|| pack_window(window, &next)),
+                )
+            }
+        }
+    }
+
     /// Gives `units` back; the packed next state when it changed.
     pub(crate) fn refund(&self, word: Option<u64>, now: Timestamp, units: u64) -> Option<u64> {
         let word = word?;
@@ -162,7 +190,8 @@ fn window_nanos(window: &FixedWindow) -> u64 {
 
 fn pack_window(window: &FixedWindow, state: &FixedWindowState) -> u64 {
     let number = state.start.as_nanos() / window_nanos(window);
-    // count <= limit < 2^32 for any state this policy writes.
+    // count <= limit < 2^32 for any state a check writes; a report's
+    // overdraft saturates below 2^32.
     ((number as u32 as u64) << 32) | state.count.min(u64::from(u32::MAX))
 }
 

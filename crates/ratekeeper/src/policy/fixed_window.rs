@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_no_burst, check_period, check_quota, Algorithm};
+use super::{check_no_burst, check_period, check_quota, Algorithm, MAX_SCALED};
 use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 
 /// At most `limit` units in each window of `window`, the windows aligned to
@@ -248,6 +248,32 @@ impl Algorithm for FixedWindow {
             start,
             count: count.saturating_sub(units),
         }
+    }
+
+    /// Counts `units` in the current window past the limit when it has
+    /// fewer left: every check is refused until the window ends, and the
+    /// next window starts from nothing, whatever the overdraft was (a
+    /// window forgets; a [`TokenBucket`](crate::TokenBucket) or
+    /// [`Gcra`](crate::Gcra) carries debt across). The count saturates at
+    /// 2^62.
+    fn report(
+        &self,
+        state: &FixedWindowState,
+        now: Timestamp,
+        units: u64,
+    ) -> (Decision, FixedWindowState) {
+        let (decision, next) = self.decide(state, now, units);
+        if decision.is_allowed() || units == 0 {
+            return (decision, next);
+        }
+        let (count, start, _) = self.current(state, now);
+        let until_end = self.until_end(start, now);
+        let next = FixedWindowState {
+            start,
+            count: count.saturating_add(units).min(MAX_SCALED),
+        };
+        let retry = RetryAfter::After(until_end);
+        (Decision::denied(self.limit, 0, until_end, retry), next)
     }
 
     fn expires_at(&self, state: &FixedWindowState) -> Timestamp {

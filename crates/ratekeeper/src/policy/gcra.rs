@@ -167,6 +167,24 @@ impl Gcra {
         }
     }
 
+    /// [`report`](Algorithm::report) on the TAT and `now` in nanoseconds:
+    /// the decision and the next TAT, as [`decide_tat`](Gcra::decide_tat).
+    #[inline]
+    pub(crate) fn report_tat(&self, tat: u64, now: u64, units: u64) -> (Decision, u64) {
+        let (decision, next) = self.decide_tat(tat, now, units);
+        if decision.is_allowed() || units == 0 {
+            return (decision, next);
+        }
+        // Refused, so the units do not fit: `ahead` is past the tolerance.
+        let ahead = tat
+            .saturating_sub(now)
+            .saturating_add(units.saturating_mul(self.interval))
+            .min(self.tolerance + MAX_SCALED);
+        let retry = ahead - self.tolerance + self.interval;
+        let decision = Decision::denied_nanos(self.burst, 0, ahead, Some(retry));
+        (decision, now.saturating_add(ahead))
+    }
+
     /// The state of a key that `old` left in `state`, carried into this
     /// policy at `now` (a configuration reload that changed the numbers):
     /// the units the key has outstanding at `now` stay outstanding.
@@ -233,6 +251,22 @@ impl Algorithm for Gcra {
         // Never move the TAT before now: that would bank quota past whole.
         let tat = state.tat.saturating_sub(back).max(now.min(state.tat));
         GcraState { tat }
+    }
+
+    /// Moves the TAT past the tolerance when the key has fewer units
+    /// left: a check of `n` is refused until the TAT is no more than the
+    /// tolerance less `n` intervals ahead. An overdraft of `d` units blocks
+    /// every check for `d` emission intervals (`d x period / limit`), and
+    /// the key is whole again `burst + d` intervals after it. The TAT runs
+    /// at most 2^62 ns past the tolerance.
+    fn report(&self, state: &GcraState, now: Timestamp, units: u64) -> (Decision, GcraState) {
+        let (decision, tat) = self.report_tat(state.tat.as_nanos(), now.as_nanos(), units);
+        (
+            decision,
+            GcraState {
+                tat: Timestamp::from_nanos(tat),
+            },
+        )
     }
 
     fn expires_at(&self, state: &GcraState) -> Timestamp {

@@ -91,6 +91,20 @@ pub trait Algorithm {
     /// never grows past whole.
     fn refund(&self, state: &Self::State, now: Timestamp, units: u64) -> Self::State;
 
+    /// Charges `units` to the key whatever its quota says: a cost known
+    /// only after the request ran (the tokens a model answered with, the
+    /// rows a query returned). It never refuses, and it may overdraw: an
+    /// overdrawn key is refused until the policy's time has paid the
+    /// overdraft off, as each policy's `report` says.
+    ///
+    /// The decision is the one a check of `units` would have had, except
+    /// that the units are counted either way: allowed when they fitted what
+    /// the key had left; denied when they overdrew it, with nothing
+    /// remaining and a wait until a check of one unit will be allowed.
+    /// Counts and debts saturate rather than overflow, so any `units` is
+    /// safe. A report of 0 units is a [`peek`](Algorithm::peek).
+    fn report(&self, state: &Self::State, now: Timestamp, units: u64) -> (Decision, Self::State);
+
     /// When `state` becomes the same as [`fresh`](Algorithm::fresh), so a
     /// store may forget the key. A state that is already fresh may answer any
     /// time not after the moment it became fresh.
@@ -427,6 +441,13 @@ impl Algorithm for Policy {
 
     fn refund(&self, state: &State, now: Timestamp, units: u64) -> State {
         with_state!(self, state, |p, s| p.refund(s, now, units).into_state())
+    }
+
+    fn report(&self, state: &State, now: Timestamp, units: u64) -> (Decision, State) {
+        with_state!(self, state, |p, s| {
+            let (decision, next) = p.report(s, now, units);
+            (decision, next.into_state())
+        })
     }
 
     fn expires_at(&self, state: &State) -> Timestamp {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_no_burst, check_period, check_quota, Algorithm};
+use super::{check_no_burst, check_period, check_quota, Algorithm, MAX_SCALED};
 use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 
 /// At most `limit` units in **any** interval of length `window`.
@@ -214,6 +214,57 @@ impl Algorithm for SlidingLog {
             hits.pop();
         }
         SlidingLogState { hits }
+    }
+
+    /// Logs `units` past the limit when the window has fewer left: a
+    /// check of `n` is refused until enough of the oldest hits have left
+    /// the window for the rest and `n` to fit, so an overdraft blocks until
+    /// the hits before it leave, and then the report's own, `window` after
+    /// it. A key already at its limit adds a report to its newest hit,
+    /// moved to now (counted no shorter than logged apart), so reports
+    /// never grow the log past one hit more than the limit allows. A hit's
+    /// cost saturates at 2^62.
+    fn report(
+        &self,
+        state: &SlidingLogState,
+        now: Timestamp,
+        units: u64,
+    ) -> (Decision, SlidingLogState) {
+        let (decision, next) = self.decide(state, now, units);
+        if decision.is_allowed() || units == 0 {
+            return (decision, next);
+        }
+        let (live, at, used) = self.live(state, now);
+        let now = now.as_nanos();
+        let mut hits = live.to_vec();
+        match hits.last_mut() {
+            Some(last) if last.at.as_nanos() == at || used >= self.limit => {
+                last.at = Timestamp::from_nanos(at);
+                last.cost = last.cost.saturating_add(units).min(MAX_SCALED);
+            }
+            _ => hits.push(Hit {
+                at: Timestamp::from_nanos(at),
+                cost: units.min(MAX_SCALED),
+            }),
+        }
+        // Refused, so more than the limit is used now: walk the oldest hits
+        // out until one unit fits.
+        let used = used.saturating_add(units);
+        let excess = used - (self.limit - 1);
+        let mut freed = 0u64;
+        let leaves = hits
+            .iter()
+            .find(|h| {
+                freed = freed.saturating_add(h.cost);
+                freed >= excess
+            })
+            .map_or(now, |h| self.leaves(h));
+        let retry = RetryAfter::After(Duration::from_nanos(leaves.saturating_sub(now)));
+        let reset = self.reset(&hits, now);
+        (
+            Decision::denied(self.limit, 0, reset, retry),
+            SlidingLogState { hits },
+        )
     }
 
     fn expires_at(&self, state: &SlidingLogState) -> Timestamp {

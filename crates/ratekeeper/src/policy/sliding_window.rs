@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_no_burst, check_period, check_quota, Algorithm};
+use super::{check_no_burst, check_period, check_quota, Algorithm, MAX_SCALED};
 use crate::{policy::PolicyError, Decision, Rate, RetryAfter, Timestamp};
 
 /// About `limit` units per sliding `window`, kept in two counters.
@@ -281,6 +281,39 @@ impl Algorithm for SlidingWindow {
             previous: c.previous - from_previous,
             current: c.current - from_current,
         }
+    }
+
+    /// Counts `units` in the current window past the limit when the
+    /// estimate has fewer left: checks are refused while the estimate (the
+    /// current count and the previous one weighted by how much of it the
+    /// sliding window still covers) is over the limit, which is within the
+    /// next window at the latest. An overdraft is forgotten two windows
+    /// after the window it was counted in began, as every count is. The
+    /// count saturates at 2^62.
+    fn report(
+        &self,
+        state: &SlidingWindowState,
+        now: Timestamp,
+        units: u64,
+    ) -> (Decision, SlidingWindowState) {
+        let (decision, next) = self.decide(state, now, units);
+        if decision.is_allowed() || units == 0 {
+            return (decision, next);
+        }
+        let c = self.counts(state, now);
+        let now = now.as_nanos();
+        let after = Counts {
+            current: c.current.saturating_add(units).min(MAX_SCALED),
+            ..c
+        };
+        let retry = RetryAfter::After(self.retry(&after, 1, now));
+        let reset = self.reset(&after, after.current, now);
+        let next = SlidingWindowState {
+            start: Timestamp::from_nanos(after.start),
+            previous: after.previous,
+            current: after.current,
+        };
+        (Decision::denied(self.limit, 0, reset, retry), next)
     }
 
     fn expires_at(&self, state: &SlidingWindowState) -> Timestamp {

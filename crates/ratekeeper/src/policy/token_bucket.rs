@@ -392,6 +392,38 @@ impl Algorithm for TokenBucket {
         self.state_with_deficit(deficit.saturating_sub(back), now)
     }
 
+    /// Takes `units` into debt when the bucket has fewer: the level goes
+    /// below zero, and a check of `n` is refused until the bucket has
+    /// refilled the debt and `n` tokens more. An overdraft of `d` tokens
+    /// blocks every check for `d` tokens' refill time (`d x period /
+    /// rate`), and the bucket is full again `burst + d` tokens' refill
+    /// time after it. Debt saturates at 2^62 internal units, as a
+    /// [reservation](TokenBucket::reserve)'s does.
+    fn report(
+        &self,
+        state: &TokenBucketState,
+        now: Timestamp,
+        units: u64,
+    ) -> (Decision, TokenBucketState) {
+        let (decision, next) = self.decide(state, now, units);
+        if decision.is_allowed() || units == 0 {
+            return (decision, next);
+        }
+        let (deficit, at) = self.deficit_at(state, now);
+        let skew = at.as_nanos() - now.as_nanos();
+        let wait =
+            |units: u64| Duration::from_nanos(self.nanos_to_gain(units).saturating_add(skew));
+        // Refused, so the units do not fit: `after` is past full.
+        let after = deficit
+            .saturating_add(units.saturating_mul(self.unit))
+            .min(self.full + MAX_SCALED);
+        let retry = RetryAfter::After(wait(after - self.full + self.unit));
+        (
+            Decision::denied(self.burst, 0, wait(after), retry),
+            self.state_with_deficit(after, at),
+        )
+    }
+
     fn expires_at(&self, state: &TokenBucketState) -> Timestamp {
         let (deficit, at) = self.deficit_at(state, state.at);
         at + Duration::from_nanos(self.nanos_to_gain(deficit))

@@ -333,6 +333,10 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
         self.with_limiter(limit, |limiter| limiter.refund(key, units))
     }
 
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        self.with_limiter(limit, |limiter| limiter.report(key, units))
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.decide_all(checks)
     }

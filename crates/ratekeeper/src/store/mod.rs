@@ -76,6 +76,43 @@ pub trait Store: Send + Sync {
         units: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Charges `units` to `key` under `limit` whatever the limit says: a
+    /// cost known only after the request ran (the tokens a model answered
+    /// with, a failed login counted once its answer is known). It never
+    /// refuses and may overdraw: the key's checks are then refused until
+    /// the policy's time has paid the overdraft off
+    /// ([`Algorithm::report`](crate::policy::Algorithm::report) says how
+    /// long, per policy). The decision says whether the units fitted what
+    /// the key had left; [`Outcome::Saturated`] means nothing was counted.
+    ///
+    /// The default refuses with [`StoreError::UnsupportedOperation`]: a
+    /// store must count it atomically, as it does a check.
+    ///
+    /// ```
+    /// use ratekeeper::{Limit, MemoryStore, Store, TokenBucket};
+    ///
+    /// # futures_executor::block_on(async {
+    /// let store = MemoryStore::new();
+    /// let tokens = Limit::new("llm-tokens", TokenBucket::per_minute(10_000)?)?;
+    /// // The answer is known: 12,000 tokens, 2,000 more than were left.
+    /// let charged = store.report(&tokens, b"key-1", 12_000).await?;
+    /// assert!(!charged.is_allowed());
+    /// assert!(!store.check(&tokens, b"key-1", 1).await?.is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    fn report(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        let _ = (limit, key, units);
+        std::future::ready(Err(StoreError::UnsupportedOperation(
+            "charge units after the fact (report)",
+        )))
+    }
+
     /// Decides one request against several limits, all or nothing: it is
     /// recorded in every limit if each allows it, and in none otherwise.
     /// Each limit takes its own check's cost.
@@ -203,6 +240,15 @@ impl<S: Store> Store for Arc<S> {
         units: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         S::refund(self, limit, key, units)
+    }
+
+    fn report(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        S::report(self, limit, key, units)
     }
 
     fn check_all(

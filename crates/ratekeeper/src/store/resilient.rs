@@ -370,6 +370,32 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
         }
     }
 
+    /// The store's outcome; while it fails, the fallback's, or the failure
+    /// policy's: failing open, the units are not counted anywhere (the
+    /// decision says [`AnsweredBy::FailOpen`]); failing closed, the error.
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        match self.attempt(self.store.report(limit, key, units)).await {
+            Ok(outcome) => Ok(outcome),
+            Err(error) => {
+                if let Some(fallback) = &self.fallback {
+                    self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+                    let outcome = fallback.report(limit, key, units).await?;
+                    return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
+                }
+                match self.policy.mode {
+                    FailureMode::Open => {
+                        self.failed_open.fetch_add(1, Ordering::Relaxed);
+                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
+                    }
+                    FailureMode::Closed => {
+                        self.failed_closed.fetch_add(1, Ordering::Relaxed);
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         match self.attempt(self.store.check_all(checks)).await {
             Ok(outcome) => Ok(outcome),

@@ -47,6 +47,10 @@ pub trait WindowCounter: Send + Sync {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
+/// The most units one report adds to a [`WindowCounter`]: past the
+/// largest limit a policy takes, and an integer a double holds exactly.
+const MAX_REPORT: u64 = 1 << 42;
+
 /// A [`Store`] for fixed-window limits on any [`WindowCounter`].
 ///
 /// Keys are `{limit}:{key}` (the key's bytes as lossy UTF-8, a key over 64
@@ -86,7 +90,15 @@ impl<W: WindowCounter, C: Clock> CounterStore<W, C> {
         &self.counter
     }
 
-    async fn count(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Decision, StoreError> {
+    /// A check of `cost`, or with `report` a charge counted whatever the
+    /// limit says.
+    async fn count(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        cost: u64,
+        report: bool,
+    ) -> Result<Decision, StoreError> {
         // A counter per numbered window: windows on the epoch's multiples
         // only, not from each key's first hit.
         let Policy::FixedWindow(window) = limit.policy().clone() else {
@@ -108,7 +120,7 @@ impl<W: WindowCounter, C: Clock> CounterStore<W, C> {
             String::from_utf8_lossy(&bounded(key))
         );
         let limit_units = window.limit();
-        if cost > limit_units {
+        if cost > limit_units && !report {
             let used = self.counter.increment(&name, number, 0, end).await?;
             let remaining = limit_units.saturating_sub(used);
             return Ok(Decision::denied(
@@ -124,6 +136,14 @@ impl<W: WindowCounter, C: Clock> CounterStore<W, C> {
                 limit_units,
                 limit_units - count,
                 reset(count, until_end),
+            ))
+        } else if report {
+            // Counted over the limit: refused until the window ends.
+            Ok(Decision::denied(
+                limit_units,
+                0,
+                until_end,
+                RetryAfter::After(until_end),
             ))
         } else {
             let before = count.saturating_sub(cost);
@@ -148,11 +168,22 @@ fn reset(count: u64, until_end: Duration) -> Duration {
 
 impl<W: WindowCounter, C: Clock> Store for CounterStore<W, C> {
     async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
-        self.count(limit, key, cost).await.map(Outcome::Decided)
+        self.count(limit, key, cost, false)
+            .await
+            .map(Outcome::Decided)
     }
 
     async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
-        self.count(limit, key, 0).await
+        self.count(limit, key, 0, false).await
+    }
+
+    /// Counts `units` in the key's window whatever the limit says, at most
+    /// 2^42 a call (past any limit, and far from overflowing a counter that
+    /// adds them up).
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        self.count(limit, key, units.min(MAX_REPORT), true)
+            .await
+            .map(Outcome::Decided)
     }
 
     async fn refund(&self, limit: &Limit, _key: &[u8], _units: u64) -> Result<(), StoreError> {

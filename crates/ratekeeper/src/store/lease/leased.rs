@@ -740,6 +740,40 @@ impl<S: Store + 'static> Store for Leased<S> {
         shared.store.peek(limit, key).await
     }
 
+    /// Spends what this node holds for the key first (units the store
+    /// counts already), and reports the rest to the store: the units are
+    /// counted once, exactly, wherever they were.
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let id = table::id(limit.name(), key);
+        let rest = {
+            let mut shard = shared.table.lock(&id);
+            match shard.get_mut(&id[..]) {
+                Some(a) if a.limit.as_ref() == Some(limit) => {
+                    let here = a.usable(now).min(units);
+                    let spent = if here > 0 && a.spend(now, here) {
+                        here
+                    } else {
+                        0
+                    };
+                    if spent == units {
+                        if let Some(decision) = a.local_decision(now) {
+                            return Ok(Outcome::Decided(decision));
+                        }
+                    }
+                    units - spent
+                }
+                _ => units,
+            }
+        };
+        if rest == 0 {
+            // Spent here, with no answer of the store's to tell from.
+            return shared.store.peek(limit, key).await.map(Outcome::Decided);
+        }
+        shared.store.report(limit, key, rest).await
+    }
+
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
         let shared = &self.shared;
         let id = table::id(limit.name(), key);
