@@ -342,7 +342,8 @@ pub async fn racing_reports_count_exactly<S: Store + 'static>(store: Arc<S>, sup
             tasks.spawn(async move {
                 barrier.wait().await;
                 for _ in 0..EACH {
-                    report(&*store, &limit, b"hot", 1).await;
+                    let outcome = report(&*store, &limit, b"hot", 1).await;
+                    assert!(!outcome.is_saturated(), "{outcome:?}");
                 }
             });
         }

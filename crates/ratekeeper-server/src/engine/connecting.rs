@@ -323,6 +323,10 @@ impl Store for Connecting {
         self.store()?.refund(limit, key, units).await
     }
 
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        self.store()?.report(limit, key, units).await
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.store()?.check_all(checks).await
     }

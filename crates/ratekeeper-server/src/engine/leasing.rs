@@ -158,6 +158,13 @@ impl<S: Store + 'static> Store for Leasable<S> {
         }
     }
 
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        match self.leased.load().as_ref() {
+            None => self.store.report(limit, key, units).await,
+            Some(leased) => leased.report(limit, key, units).await,
+        }
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         match self.leased.load().as_ref() {
             None => self.store.check_all(checks).await,

@@ -306,6 +306,14 @@ impl Store for AnyStore {
         }
     }
 
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.report(limit, key, units).await,
+            AnyStore::Sqlite(store) => Box::pin(store.report(limit, key, units)).await,
+            AnyStore::Redis(store) => Box::pin(store.report(limit, key, units)).await,
+        }
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         match self {
             AnyStore::Memory(store) => store.check_all(checks).await,

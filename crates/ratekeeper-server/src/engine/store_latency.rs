@@ -25,15 +25,18 @@ pub enum StoreOperation {
     Refund,
     /// A state read ([`Store::peek`]).
     Peek,
+    /// Units charged after the fact ([`Store::report`]).
+    Report,
 }
 
 impl StoreOperation {
     /// Every operation, in the order of [`StoreLatency::snapshot`].
-    pub const ALL: [StoreOperation; 4] = [
+    pub const ALL: [StoreOperation; 5] = [
         StoreOperation::Check,
         StoreOperation::CheckAll,
         StoreOperation::Refund,
         StoreOperation::Peek,
+        StoreOperation::Report,
     ];
 
     /// The `operation` label.
@@ -43,6 +46,7 @@ impl StoreOperation {
             StoreOperation::CheckAll => "check_all",
             StoreOperation::Refund => "refund",
             StoreOperation::Peek => "peek",
+            StoreOperation::Report => "report",
         }
     }
 }
@@ -104,6 +108,11 @@ impl Store for Timed<'_> {
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
         self.time(StoreOperation::Refund, self.store.refund(limit, key, units))
+            .await
+    }
+
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        self.time(StoreOperation::Report, self.store.report(limit, key, units))
             .await
     }
 

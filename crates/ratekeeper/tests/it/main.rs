@@ -20,6 +20,7 @@ mod multi;
 mod policy;
 mod properties;
 mod rate;
+mod report;
 mod seeds;
 mod sharded;
 mod sliding_log;

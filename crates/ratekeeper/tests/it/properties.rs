@@ -33,7 +33,7 @@ const SEC: u64 = 1_000_000_000;
 const MAX_PERIOD_NANOS: u64 = 1 << 62;
 
 /// `cases` cases, without writing regression files next to the tests.
-fn config(cases: u32) -> ProptestConfig {
+pub(crate) fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
         failure_persistence: None,
@@ -150,14 +150,14 @@ pub(crate) fn extreme_policy() -> impl Strategy<Value = Policy> {
 
 /// A policy and a non-decreasing sequence of `(time, cost)` requests.
 #[derive(Clone, Debug)]
-struct Scenario {
-    policy: Policy,
-    requests: Vec<(Timestamp, u64)>,
+pub(crate) struct Scenario {
+    pub(crate) policy: Policy,
+    pub(crate) requests: Vec<(Timestamp, u64)>,
 }
 
 /// One request of a history: the state before it, the decision and the
 /// state after it.
-struct Step {
+pub(crate) struct Step {
     now: Timestamp,
     cost: u64,
     before: State,
@@ -167,12 +167,12 @@ struct Step {
 
 impl Scenario {
     /// The time of the last request, or zero for an empty history.
-    fn last(&self) -> Timestamp {
+    pub(crate) fn last(&self) -> Timestamp {
         self.requests.last().map_or(Timestamp::ZERO, |r| r.0)
     }
 
     /// Runs the history from a fresh state.
-    fn run(&self) -> (Vec<Step>, State) {
+    pub(crate) fn run(&self) -> (Vec<Step>, State) {
         let mut state = self.policy.fresh();
         let mut steps = Vec::with_capacity(self.requests.len());
         for &(now, cost) in &self.requests {
@@ -252,12 +252,12 @@ fn scenario_of(
 }
 
 /// Histories of small and everyday policies, away from the end of time.
-fn scenario() -> impl Strategy<Value = Scenario> {
+pub(crate) fn scenario() -> impl Strategy<Value = Scenario> {
     scenario_of(small_policy(), false, 40)
 }
 
 /// Histories of small, everyday and extreme policies, at any time.
-fn wild_scenario() -> impl Strategy<Value = Scenario> {
+pub(crate) fn wild_scenario() -> impl Strategy<Value = Scenario> {
     scenario_of(
         prop_oneof![2 => small_policy(), 1 => extreme_policy()],
         true,
@@ -604,7 +604,7 @@ proptest! {
 // 7. No input panics.
 // ---------------------------------------------------------------------------
 
-fn any_u64() -> impl Strategy<Value = u64> {
+pub(crate) fn any_u64() -> impl Strategy<Value = u64> {
     prop_oneof![
         Just(0u64),
         Just(1u64),
@@ -709,7 +709,7 @@ fn shape(state: &State) -> PolicyKind {
 
 /// A policy and an arbitrary state: usually of its own shape, sometimes of
 /// another policy's (which counts as fresh).
-fn policy_and_any_state() -> impl Strategy<Value = (Policy, State)> {
+pub(crate) fn policy_and_any_state() -> impl Strategy<Value = (Policy, State)> {
     prop_oneof![2 => extreme_policy(), 1 => small_policy()].prop_flat_map(|policy| {
         let own = any_state_of(policy.kind());
         let other = any_kind().prop_flat_map(any_state_of);
