@@ -3,7 +3,9 @@
 -- KEYS: one state key per limit.
 -- ARGV[1]: packed with struct: '<Bdd', the op (1 check, all or nothing over
 --          KEYS; 2 peek; 3 refund; 5 refund before a deadline, which
---          takes the number of keys's place, in us), the number of keys, and 0 to use
+--          takes the number of keys's place, in us; 6 report, one key: the
+--          units counted whatever the limit says, replied as a check's),
+--          the number of keys, and 0 to use
 --          Redis's clock (TIME) or a pinned time in us (a test hook: keys
 --          written then live at least an hour); then '<Bdddd' per key: the
 --          limit's kind (1 token bucket, 2 GCRA, 3 fixed window, 4 sliding
@@ -54,7 +56,8 @@
 local sunpack, pack, call, floor, ceil = struct.unpack, struct.pack, redis.call, math.floor, math.ceil
 local arg = ARGV[1]
 local code, calls, now, kind, a, b, c, cost = sunpack('<BddBdddd', arg)
--- code: 1 check, 2 peek, 3 refund, 4 a batch (calls: how many calls)
+-- code: 1 check, 2 peek, 3 refund, 4 a batch (calls: how many calls),
+-- 6 report
 local pinned = now ~= 0
 if not pinned then
   local t = call('TIME')
@@ -212,7 +215,7 @@ for call_index = 1, calls do
           us = us - us % 1
           local q = (tol - ahead) / interval
           remaining, rs, rsn = q - q % 1, us, ahead - us * 1000
-          if cost > 0 and code == 1 then
+          if cost > 0 and (code == 1 or code == 6) then
             -- fresh again by now + us + 1
             if now + us < e then
               new, ttl = pack('<Bddd', 2, e, ahead - (e - now) * 1000, interval), -1
@@ -229,6 +232,23 @@ for call_index = 1, calls do
               new, ttl = pack('<Bddd', 2, e, ahead - slack * 1000, interval), slack
             end
           end
+          break
+        end
+        if code == 6 and cost > 0 then
+          -- A report past the tolerance: counted all the same, the TAT at
+          -- most 2^53 ns ahead; refused until one interval fits again.
+          if ahead > 9007199254740992 then
+            ahead = 9007199254740992
+          end
+          local us = floor(ahead / 1000)
+          local over = ahead - tol + interval
+          if over < 0 then
+            over = 0
+          end
+          local over_us = floor(over / 1000)
+          allowed, remaining, rs, rsn = 0, 0, us, ahead - us * 1000
+          rt, rtn = over_us, over - over_us * 1000
+          new, ttl = pack('<Bddd', 2, now, ahead, interval), ceil(ahead / 1000)
           break
         end
         local left = tol - current
@@ -353,12 +373,31 @@ for call_index = 1, calls do
           us = us - us % 1
           local q = (full - after) / unit
           remaining, rs, rsn = q - q % 1, us, w - us * 1000
-          if cost > 0 and code == 1 then
+          if cost > 0 and (code == 1 or code == 6) then
             new = pack('<Bddddd', 1, full - after, at2, unit, full, gain)
             local t = fill / 1000
             local whole = t - t % 1
             ttl = at2 - now + (whole < t and whole + 1 or whole)
           end
+          break
+        end
+        if code == 6 and cost > 0 then
+          -- A report past a full bucket's worth: the bucket goes into debt
+          -- (at most 2^53 units), refused until the debt and a token more
+          -- have refilled.
+          if after > 9007199254740992 then
+            after = 9007199254740992
+          end
+          local fill = gain == 1 and after or ceil(after / gain)
+          local w = fill + skew
+          local us = floor(w / 1000)
+          local over = after - full + unit
+          local retry = (gain == 1 and over or ceil(over / gain)) + skew
+          local retry_us = floor(retry / 1000)
+          allowed, remaining, rs, rsn = 0, 0, us, w - us * 1000
+          rt, rtn = retry_us, retry - retry_us * 1000
+          new = pack('<Bddddd', 1, full - after, at2, unit, full, gain)
+          ttl = at2 - now + ceil(fill / 1000)
           break
         end
         -- ns to refill the deficit, from now
@@ -371,7 +410,8 @@ for call_index = 1, calls do
         reset = reset + skew
         local reset_us = reset / 1000
         reset_us = reset_us - reset_us % 1
-        local left = (full - deficit) / unit
+        -- (a bucket in debt, from a report, has nothing left)
+        local left = deficit < full and (full - deficit) / unit or 0
         left = left - left % 1
         allowed, remaining, rs, rsn = 0, left, reset_us, reset - reset_us * 1000
         if cost > full / unit then
@@ -448,12 +488,23 @@ for call_index = 1, calls do
         end
         if cost <= room then
           remaining, rs = room - cost, (c == 1 and count + cost == 0) and 0 or until_end
-          if cost > 0 and code == 1 then
+          if cost > 0 and (code == 1 or code == 6) then
             new = pack('<Bdddd', 3, start, count + cost, window, c)
             -- the key already expires at this window's end: keep its TTL
             -- (unless its state was just carried from another window)
             ttl = (start == st and cnt > 0 and not moved) and -1 or start + window - now
           end
+          break
+        end
+        if code == 6 and cost > 0 then
+          -- A report past the limit: counted (at most 2^53), refused until
+          -- the window ends.
+          local total = count + cost
+          if total > 9007199254740992 then
+            total = 9007199254740992
+          end
+          allowed, remaining, rs, rt = 0, 0, until_end, until_end
+          new, ttl = pack('<Bdddd', 3, start, total, window, c), start + window - now
           break
         end
         allowed, remaining, rs = 0, room, (c == 1 and count == 0) and 0 or until_end
@@ -548,7 +599,7 @@ for call_index = 1, calls do
         end
         if cost <= room then
           remaining, rs = room - cost, reset
-          if cost > 0 and code == 1 then
+          if cost > 0 and (code == 1 or code == 6) then
             new = pack('<Bdddd', 5, start, prev, cur + cost, window)
             -- a key whose current window counts already expires with it
             -- (unless its state was just carried from another window)
@@ -557,6 +608,19 @@ for call_index = 1, calls do
           break
         end
         allowed, remaining, rs = 0, room, reset
+        if code == 6 and cost > 0 then
+          -- A report past the limit: counted in the current window (at
+          -- most 2^53 / window, so products stay exact); the wait is for
+          -- one unit to fit.
+          local most = floor(9007199254740992 / window)
+          cur = cur + cost
+          if cur > most then
+            cur = most
+          end
+          remaining, rs = 0, start + 2 * window - now
+          new, ttl = pack('<Bdddd', 5, start, prev, cur, window), start + 2 * window - now
+          cost = 1
+        end
         if cost > limit then
           rt = NEVER
           break
@@ -732,7 +796,42 @@ for call_index = 1, calls do
             remaining, rs = room, reset
             break
           end
-          if cost > room then
+          if cost > room and code == 6 then
+            -- A report past the limit: logged all the same (at most 2^50
+            -- units live), added to the newest record, moved to now, when
+            -- the key was at its limit already (no record more).
+            local total = used + cost
+            if total > 1125899906842624 then
+              total = 1125899906842624
+            end
+            upto = (j <= records and (last_at == at2 or used >= limit)) and records - 1 or records
+            wat, wcm, ttl = at2, before + total, at2 + window - now
+            -- the wait until one unit fits: the oldest hits out until the
+            -- rest and it fit
+            local need = before + total - (limit - 1)
+            local fit = wat
+            if upto >= j then
+              local _, top = sunpack('<dd', v, upto * 16 - 6)
+              if top >= need then
+                lo, hi = j, upto
+                while lo < hi do
+                  local mid = floor((lo + hi) / 2)
+                  local _, cm = sunpack('<dd', v, mid * 16 - 6)
+                  if cm >= need then
+                    hi = mid
+                  else
+                    lo = mid + 1
+                  end
+                end
+                fit = sunpack('<d', v, lo * 16 - 6)
+              end
+            end
+            local retry = fit + window - now
+            if retry < 0 then
+              retry = 0
+            end
+            allowed, remaining, rs, rt = 0, 0, wat + window - now, retry
+          elseif cost > room then
             allowed, remaining, rs = 0, room, reset
             if cost > limit then
               rt = NEVER
@@ -757,13 +856,15 @@ for call_index = 1, calls do
             rt = retry
             break
           end
-          remaining, rs = room - cost, at2 + window - now
-          if code ~= 1 then
-            break
+          if allowed == 1 then
+            remaining, rs = room - cost, at2 + window - now
+            if code ~= 1 and code ~= 6 then
+              break
+            end
+            -- hits at the newest record's instant join it
+            upto = (j <= records and last_at == at2) and records - 1 or records
+            wat, wcm, ttl = at2, last + cost, at2 + window - now
           end
-          -- hits at the newest record's instant join it
-          upto = (j <= records and last_at == at2) and records - 1 or records
-          wat, wcm, ttl = at2, last + cost, at2 + window - now
         end
         if before > 1125899906842624 then
           -- past 2^50: rebase the cumulative costs on zero
@@ -785,7 +886,7 @@ for call_index = 1, calls do
         error('ratekeeper: unknown policy kind ' .. tostring(kind))
       end
     until true
-    if new == nil and carried and code == 1 then
+    if new == nil and carried and (code == 1 or code == 6) then
       new, ttl = carried, carried_ttl
     end
 

@@ -195,6 +195,8 @@ pub(crate) const PEEK: u8 = 2;
 pub(crate) const REFUND: u8 = 3;
 /// A refund applied only before a deadline on Redis's clock.
 pub(crate) const REFUND_BEFORE: u8 = 5;
+/// Units counted whatever the limit says.
+pub(crate) const REPORT: u8 = 6;
 
 /// The pinned time (µs) of a test hook, or Redis's clock.
 pub(crate) type Now = Option<u64>;
@@ -324,6 +326,19 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let prepared = [self.prepare(limit, key, units)?];
         self.run(REFUND, &prepared, now).await.map(|_| ())
+    }
+
+    async fn report_at(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        now: Now,
+    ) -> Result<Outcome, StoreError> {
+        let prepared = [self.prepare(limit, key, units)?];
+        let reply = self.run(REPORT, &prepared, now).await?;
+        let (outcomes, _, _) = parse(&prepared, &reply)?;
+        Ok(outcomes[0])
     }
 
     async fn check_all_at(
@@ -500,6 +515,12 @@ impl Store for RedisStore {
         self.refund_at(limit, key, units, None).await
     }
 
+    /// One script, on Redis's clock: the units are counted whatever the
+    /// limit says (past 2^53, they count as 2^53).
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        self.report_at(limit, key, units, None).await
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.check_all_at(checks, None).await
     }
@@ -545,6 +566,12 @@ impl Store for Pinned<'_> {
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
         self.store
             .refund_at(limit, key, units, Some(self.now_us))
+            .await
+    }
+
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        self.store
+            .report_at(limit, key, units, Some(self.now_us))
             .await
     }
 

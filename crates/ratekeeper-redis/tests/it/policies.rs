@@ -1,5 +1,6 @@
 //! Every policy's decisions through Redis equal the pure core's for the same
-//! sequence of requests, peeks and refunds at the same (whole-µs) times.
+//! sequence of requests, peeks, refunds and reports at the same (whole-µs)
+//! times.
 
 use crate::unhurried;
 use ratekeeper_test_support::redis as harness;
@@ -77,6 +78,18 @@ async fn every_policy_matches_the_core() {
                     let units = 1 + rng.below(quota);
                     state = policy.refund(&state, at, units);
                     pinned.refund(&limit, b"k", units).await.unwrap();
+                }
+                2 | 3 if rng.below(2) == 0 => {
+                    // A report: counted whatever the limit says.
+                    let units = 1 + rng.below(quota + 2);
+                    let (expected, next) = policy.report(&state, at, units);
+                    state = next;
+                    let outcome = pinned.report(&limit, b"k", units).await.unwrap();
+                    assert_eq!(
+                        outcome,
+                        Outcome::Decided(expected),
+                        "{context} report {units}"
+                    );
                 }
                 r => {
                     let cost = match r {
