@@ -759,6 +759,7 @@ impl<S: Store + 'static> Store for Leased<S> {
                     };
                     if spent == units {
                         if let Some(decision) = a.local_decision(now) {
+                            Counters::add(&shared.counters.of(limit.name()).decided_here, 1);
                             return Ok(Outcome::Decided(decision));
                         }
                     }
@@ -767,11 +768,14 @@ impl<S: Store + 'static> Store for Leased<S> {
                 _ => units,
             }
         };
+        Counters::add(&shared.counters.of(limit.name()).store_calls, 1);
         if rest == 0 {
             // Spent here, with no answer of the store's to tell from.
             return shared.store.peek(limit, key).await.map(Outcome::Decided);
         }
-        shared.store.report(limit, key, rest).await
+        let outcome = shared.store.report(limit, key, rest).await;
+        shared.store_answered(outcome.is_ok());
+        outcome
     }
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {

@@ -17,7 +17,8 @@ pub struct LeaseStats {
     /// cost a moment before and said it would until later (at most
     /// [`LeaseSettings::lifetime`](super::LeaseSettings::lifetime)).
     pub refused_here: u64,
-    /// Calls to the store: takes of a chunk, prefetches and plain checks.
+    /// Calls to the store: takes of a chunk, prefetches, plain checks and
+    /// reports.
     pub store_calls: u64,
     /// Of the calls, those made in the background, ahead of the requests
     /// (prefetches of the next chunk).

@@ -351,6 +351,43 @@ fn units_given_back_are_there_for_the_next_node() {
     });
 }
 
+#[test]
+fn a_report_spends_what_the_node_holds_and_counts_the_rest_at_the_store() {
+    let (clock, store) = manual_store();
+    let node = Leased::builder(store.clone())
+        .clock(clock.clone())
+        .settings(settings())
+        .build();
+    let limit = Limit::new(
+        "reported",
+        crate::FixedWindow::new(1_000, Duration::from_secs(60)).unwrap(),
+    )
+    .unwrap();
+    block_on(async {
+        for _ in 0..200 {
+            assert!(node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        }
+        let held = node.held();
+        assert!(held > 0);
+        // What the node holds: spent here, no store call.
+        let calls = node.stats().store_calls;
+        assert!(node.report(&limit, b"k", held).await.unwrap().is_allowed());
+        assert_eq!(node.stats().store_calls, calls);
+        assert_eq!(node.held(), 0);
+        // Nothing held: counted at the store.
+        assert!(node.report(&limit, b"k", 50).await.unwrap().is_allowed());
+        assert_eq!(node.stats().store_calls, calls + 1);
+        // Every unit counted once: 200 checks and held + 50 reported.
+        node.give_back_all().await;
+        let left = store.peek(&limit, b"k").await.unwrap().remaining();
+        assert_eq!(left, 1_000 - 200 - held - 50);
+        // Past what is left: counted all the same, and then refused.
+        let over = node.report(&limit, b"k", left + 10).await.unwrap();
+        assert!(!over.is_allowed());
+        assert!(!node.check(&limit, b"k", 1).await.unwrap().is_allowed());
+    });
+}
+
 /// A store whose calls wait until a gate opens.
 struct Gated {
     store: MemoryStore<ManualClock>,
