@@ -46,7 +46,7 @@ pub use gcra::{Gcra, GcraState};
 pub use rate::{ParseRateError, Rate};
 pub use sliding_log::{Hit, SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
-pub use token_bucket::{Reservation, ReserveError, TokenBucket, TokenBucketState};
+pub use token_bucket::{BucketReservation, BucketReserveError, TokenBucket, TokenBucketState};
 
 /// The largest quota (rate, burst or window limit) a policy accepts: 2^40,
 /// about 1.1 trillion units.

@@ -69,13 +69,13 @@ pub struct TokenBucketState {
 
 /// Tokens reserved ahead by [`TokenBucket::reserve`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Reservation {
+pub struct BucketReservation {
     cost: u64,
     act_at: Timestamp,
     delay: Duration,
 }
 
-impl Reservation {
+impl BucketReservation {
     /// How many tokens were reserved.
     pub const fn cost(&self) -> u64 {
         self.cost
@@ -94,7 +94,7 @@ impl Reservation {
 
 /// Why [`TokenBucket::reserve`] reserved nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
-pub enum ReserveError {
+pub enum BucketReserveError {
     /// The tokens would be there only after `wait`, longer than the maximum.
     #[error("the tokens would take {wait:?}, longer than the maximum wait")]
     TooLong {
@@ -192,7 +192,7 @@ impl TokenBucket {
 
     /// Reserves `cost` tokens ahead, letting the bucket go into debt, when
     /// they will be there within `max_wait`; the caller then waits
-    /// [`Reservation::delay`] before acting. As x/time/rate's `ReserveN` with
+    /// [`BucketReservation::delay`] before acting. As x/time/rate's `ReserveN` with
     /// a deadline. When refused, nothing is reserved and the state is
     /// unchanged.
     pub fn reserve(
@@ -201,24 +201,24 @@ impl TokenBucket {
         now: Timestamp,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<(Reservation, TokenBucketState), ReserveError> {
+    ) -> Result<(BucketReservation, TokenBucketState), BucketReserveError> {
         if cost > self.burst {
-            return Err(ReserveError::Never);
+            return Err(BucketReserveError::Never);
         }
         let (deficit, now) = self.deficit_at(state, now);
         let need = cost * self.unit;
         let owed = deficit.saturating_add(need).saturating_sub(self.full);
         // Debt is bounded by 2^62 units, so the level always fits an i64.
         if owed > MAX_SCALED {
-            return Err(ReserveError::TooLong {
+            return Err(BucketReserveError::TooLong {
                 wait: Duration::from_nanos(u64::MAX),
             });
         }
         let wait = Duration::from_nanos(self.nanos_to_gain(owed));
         if wait > max_wait {
-            return Err(ReserveError::TooLong { wait });
+            return Err(BucketReserveError::TooLong { wait });
         }
-        let reservation = Reservation {
+        let reservation = BucketReservation {
             cost,
             act_at: now + wait,
             delay: wait,
@@ -235,7 +235,7 @@ impl TokenBucket {
     pub fn cancel(
         &self,
         state: &TokenBucketState,
-        reservation: &Reservation,
+        reservation: &BucketReservation,
         now: Timestamp,
     ) -> TokenBucketState {
         if reservation.act_at <= now || reservation.cost == 0 {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use ratekeeper::{
-    policy::{Algorithm, PolicyError, ReserveError},
+    policy::{Algorithm, PolicyError, BucketReserveError},
     RetryAfter, Timestamp, TokenBucket,
 };
 use ratekeeper_test_support::ms;
@@ -158,13 +158,13 @@ fn reserve_goes_into_debt_within_the_max_wait() {
     let refused = b.reserve(&state, ms(0), 1, Duration::from_millis(299));
     assert_eq!(
         refused,
-        Err(ReserveError::TooLong {
+        Err(BucketReserveError::TooLong {
             wait: Duration::from_millis(300)
         })
     );
     assert_eq!(
         b.reserve(&state, ms(0), 6, Duration::MAX),
-        Err(ReserveError::Never)
+        Err(BucketReserveError::Never)
     );
     assert_eq!(b.wait(&state, ms(0), 6), RetryAfter::Never);
 }
