@@ -27,7 +27,10 @@ use std::time::Duration;
 
 use ratekeeper::{
     policy::PolicyKind,
-    store::{Check, StoreError},
+    store::{
+        reservation::{ReservationError, ReservationId, MAX_OPEN_RESERVATIONS},
+        Check, Reservation, StoreError,
+    },
     Limit, Outcome, Policy, Rate, RetryAfter, Store,
 };
 
@@ -52,6 +55,10 @@ pub struct Supports {
     /// overdraw; one that does not says so with
     /// [`StoreError::UnsupportedOperation`].
     pub reports: bool,
+    /// Whether it keeps reservations ([`Store::reserve`], `commit`,
+    /// `cancel`); one that does not says so with
+    /// [`StoreError::UnsupportedOperation`].
+    pub reservations: bool,
 }
 
 impl Supports {
@@ -62,6 +69,7 @@ impl Supports {
         counts_denied: false,
         carries_numbers: true,
         reports: true,
+        reservations: true,
     };
 
     /// Fixed windows that only count up: what a `WindowCounter` offers.
@@ -71,6 +79,7 @@ impl Supports {
         counts_denied: true,
         carries_numbers: false,
         reports: true,
+        reservations: false,
     };
 
     /// One policy of each kind the store runs, at `amount` per `period`.
@@ -356,6 +365,182 @@ pub async fn racing_reports_count_exactly<S: Store + 'static>(store: Arc<S>, sup
     }
 }
 
+/// The ttl of the suite's reservations: long enough never to pass while
+/// a test runs.
+const TTL: Duration = Duration::from_secs(3_000);
+
+async fn reserve<S: Store>(
+    store: &S,
+    limit: &Limit,
+    key: &[u8],
+    estimate: u64,
+) -> Option<Reservation> {
+    let reserved = store
+        .reserve(limit, key, estimate, TTL)
+        .await
+        .unwrap_or_else(|error| panic!("{}: reserve failed: {error}", limit.name()));
+    assert_eq!(
+        reserved.outcome.is_allowed(),
+        reserved.reservation.is_some(),
+        "{}: a reservation exactly when allowed",
+        limit.name()
+    );
+    reserved.reservation
+}
+
+fn is_unknown(result: &Result<impl std::fmt::Debug, StoreError>) -> bool {
+    matches!(
+        result.as_ref().map_err(StoreError::without_store),
+        Err(StoreError::Reservation(ReservationError::Unknown))
+    )
+}
+
+/// A reservation holds its estimate as a check takes it; a commit charges
+/// the actual units instead (giving back, or charging the excess past the
+/// quota), a cancel gives all back, each once; a refused estimate holds
+/// nothing; forged, foreign and badly timed reservations are refused.
+pub async fn reservations_hold_then_settle<S: Store>(store: &S, supports: &Supports) {
+    for policy in supports.policies(10, PERIOD) {
+        let limit = limit("reserve", &policy);
+        if !supports.reservations {
+            let refused = store.reserve(&limit, b"k", 1, TTL).await;
+            assert!(
+                matches!(refused, Err(StoreError::UnsupportedOperation(_))),
+                "{policy:?}: {refused:?}"
+            );
+            continue;
+        }
+        let held = reserve(store, &limit, b"k", 4).await.expect("4 of 10");
+        assert_eq!(remaining(store, &limit, b"k").await, 6, "{policy:?}");
+        let settled = store.commit(&limit, &held, 1).await.unwrap();
+        assert!(settled.is_allowed(), "{policy:?}");
+        assert_eq!(
+            remaining(store, &limit, b"k").await,
+            9,
+            "{policy:?}: 3 back"
+        );
+        assert!(
+            is_unknown(&store.commit(&limit, &held, 1).await),
+            "{policy:?}"
+        );
+        assert!(is_unknown(&store.cancel(&limit, &held).await), "{policy:?}");
+        assert_eq!(remaining(store, &limit, b"k").await, 9, "{policy:?}");
+
+        // More than the estimate: the excess is charged.
+        let held = reserve(store, &limit, b"k", 4).await.expect("4 of 9");
+        assert!(store.commit(&limit, &held, 7).await.unwrap().is_allowed());
+        assert_eq!(
+            remaining(store, &limit, b"k").await,
+            2,
+            "{policy:?}: 7 more"
+        );
+        // Cancelled: all back.
+        let held = reserve(store, &limit, b"k", 2).await.expect("2 of 2");
+        assert_eq!(remaining(store, &limit, b"k").await, 0, "{policy:?}");
+        store.cancel(&limit, &held).await.unwrap();
+        assert_eq!(remaining(store, &limit, b"k").await, 2, "{policy:?}");
+        // Refused: nothing held.
+        assert!(
+            reserve(store, &limit, b"k", 3).await.is_none(),
+            "{policy:?}"
+        );
+        assert_eq!(remaining(store, &limit, b"k").await, 2, "{policy:?}");
+        // Past the quota: counted, and the key refused.
+        let held = reserve(store, &limit, b"k", 2).await.expect("2 of 2");
+        let over = store.commit(&limit, &held, 20).await.unwrap();
+        assert!(!over.is_allowed(), "{policy:?}: an overdraft is told");
+        assert!(
+            !check(store, &limit, b"k", 1).await.is_allowed(),
+            "{policy:?}"
+        );
+
+        // Forged: the right limit and key, an id never given.
+        let forged = Reservation::new(limit.name(), b"k", ReservationId::random());
+        assert!(
+            is_unknown(&store.commit(&limit, &forged, 1).await),
+            "{policy:?}"
+        );
+        // Another key's id under this key.
+        let other = reserve(store, &limit, b"other", 1).await.expect("1 of 10");
+        let moved = Reservation::new(limit.name(), b"k", other.id());
+        assert!(
+            is_unknown(&store.cancel(&limit, &moved).await),
+            "{policy:?}"
+        );
+        // Another limit.
+        let elsewhere = Limit::new("elsewhere", policy.clone()).unwrap();
+        assert!(matches!(
+            store.cancel(&elsewhere, &other).await,
+            Err(StoreError::Reservation(ReservationError::OtherLimit { .. }))
+        ));
+        store.cancel(&limit, &other).await.unwrap();
+        // Ttls of nothing and of more than an hour.
+        for ttl in [Duration::ZERO, Duration::from_secs(3_601)] {
+            assert!(matches!(
+                store.reserve(&limit, b"k2", 1, ttl).await,
+                Err(StoreError::Reservation(ReservationError::Ttl { .. }))
+            ));
+        }
+        assert_eq!(remaining(store, &limit, b"k2").await, 10, "{policy:?}");
+    }
+}
+
+/// A key holds at most [`MAX_OPEN_RESERVATIONS`] open; settling one makes
+/// room for another.
+pub async fn reservations_per_key_are_bounded<S: Store>(store: &S, supports: &Supports) {
+    if !supports.reservations {
+        return;
+    }
+    let policy = supports.policies(10, PERIOD).remove(0);
+    let limit = limit("reserve-bound", &policy);
+    let mut open = Vec::new();
+    for _ in 0..MAX_OPEN_RESERVATIONS {
+        open.push(reserve(store, &limit, b"k", 0).await.expect("nothing held"));
+    }
+    let refused = store.reserve(&limit, b"k", 0, TTL).await;
+    assert!(
+        matches!(
+            refused.as_ref().map_err(StoreError::without_store),
+            Err(StoreError::Reservation(ReservationError::TooMany))
+        ),
+        "{refused:?}"
+    );
+    // Another key is not bound by this one's.
+    assert!(reserve(store, &limit, b"j", 0).await.is_some());
+    store.cancel(&limit, &open[0]).await.unwrap();
+    assert!(reserve(store, &limit, b"k", 0).await.is_some());
+}
+
+/// Commits racing for one reservation from many tasks: exactly one
+/// settles it.
+pub async fn racing_commits_settle_once<S: Store + 'static>(store: Arc<S>, supports: &Supports) {
+    if !supports.reservations {
+        return;
+    }
+    const TASKS: usize = 8;
+    for policy in supports.policies(100, PERIOD) {
+        let limit = Arc::new(limit("race-commit", &policy));
+        let held = reserve(&*store, &limit, b"hot", 50)
+            .await
+            .expect("50 of 100");
+        let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..TASKS {
+            let (store, limit, barrier, held) =
+                (store.clone(), limit.clone(), barrier.clone(), held.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                let result = store.commit(&limit, &held, 10).await;
+                assert!(result.is_ok() || is_unknown(&result), "{result:?}");
+                result.is_ok()
+            });
+        }
+        let settled = tasks.join_all().await.into_iter().filter(|ok| *ok).count();
+        assert_eq!(settled, 1, "{policy:?}");
+        assert_eq!(remaining(&*store, &limit, b"hot").await, 90, "{policy:?}");
+    }
+}
+
 /// Several limits at once, all or nothing: a request refused by one limit
 /// is counted by none, and the answer names which refused.
 pub async fn several_limits_count_all_or_nothing<S: Store>(store: &S, supports: &Supports) {
@@ -504,6 +689,9 @@ pub async fn all_on_one_store<S: Store + 'static>(store: Arc<S>, supports: &Supp
     refunds_give_units_back(&*store, supports).await;
     reports_count_past_the_quota(&*store, supports).await;
     racing_reports_count_exactly(store.clone(), supports).await;
+    reservations_hold_then_settle(&*store, supports).await;
+    reservations_per_key_are_bounded(&*store, supports).await;
+    racing_commits_settle_once(store.clone(), supports).await;
     several_limits_count_all_or_nothing(&*store, supports).await;
     several_limits_take_their_own_costs(&*store, supports).await;
     a_change_of_numbers_carries_each_key(&*store, supports).await;
@@ -540,10 +728,26 @@ macro_rules! store_conformance {
                 costs_take_several_units,
                 refunds_give_units_back,
                 reports_count_past_the_quota,
+                reservations_hold_then_settle,
+                reservations_per_key_are_bounded,
                 several_limits_count_all_or_nothing,
                 several_limits_take_their_own_costs,
                 a_change_of_numbers_carries_each_key,
             );
+
+            #[test]
+            fn racing_commits_settle_once() {
+                $crate::conformance::runtime().block_on(async {
+                    let Some((_guard, store)) = super::$make().await else {
+                        return;
+                    };
+                    $crate::conformance::racing_commits_settle_once(
+                        ::std::sync::Arc::new(store),
+                        &$supports,
+                    )
+                    .await;
+                });
+            }
 
             #[test]
             fn racing_reports_count_exactly() {

@@ -11,4 +11,9 @@ async fn sqlite() -> Option<(tempfile::TempDir, SqliteStore)> {
     Some((dir, store))
 }
 
-ratekeeper_test_support::store_conformance!(sqlite, Supports::EVERYTHING);
+const SUPPORTS: Supports = Supports {
+    reservations: false,
+    ..Supports::EVERYTHING
+};
+
+ratekeeper_test_support::store_conformance!(sqlite, SUPPORTS);

@@ -62,6 +62,9 @@ pub enum StoreError {
     /// can only count up).
     #[error("this store cannot {0}")]
     UnsupportedOperation(&'static str),
+    /// A reservation could not be made or settled.
+    #[error(transparent)]
+    Reservation(#[from] crate::store::reservation::ReservationError),
     /// The store answered with something that is not a valid state or
     /// reply.
     #[error("the rate-limit store returned an invalid reply: {}", Chain(.0.as_ref()))]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
+use super::reservation::{Ledger, ReservationError, ReservationId};
 use super::{Check, Immediate, Limit, PreparedLimit, Store, StoreError, Taken};
 use crate::{
     clock::MonotonicClock,
@@ -56,6 +57,8 @@ struct Inner<C> {
     max_keys: usize,
     clock: C,
     background_sweep: bool,
+    /// Open reservations ([`Store::reserve`]).
+    reservations: Ledger,
 }
 
 /// The embedded default store: each limit's keys in a [`MemoryLimiter`] of
@@ -192,6 +195,7 @@ impl<C: Clock + Clone + 'static> MemoryStoreBuilder<C> {
                 max_keys: check_max_keys(self.max_keys)?,
                 clock: self.clock,
                 background_sweep: self.background_sweep,
+                reservations: Ledger::default(),
             }),
         })
     }
@@ -246,6 +250,12 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             .load()
             .get(name)
             .map_or(0, |entry| entry.limiter.len())
+    }
+
+    /// How many reservations are open ([`Store::reserve`]), over every
+    /// limit and key.
+    pub fn open_reservations(&self) -> usize {
+        self.inner.reservations.len(self.inner.clock.now())
     }
 
     /// Whether no key is tracked.
@@ -335,6 +345,54 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
 
     async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
         self.with_limiter(limit, |limiter| limiter.report(key, units))
+    }
+
+    /// Under the lock of the key's reservations: its count, the check and
+    /// the new reservation are one step for every other reservation of
+    /// the key.
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let now = self.inner.clock.now();
+        let ledger = &self.inner.reservations;
+        let owner = ledger.owner(limit.name(), key);
+        let mut open = ledger.shard(owner, now);
+        open.room(owner)?;
+        let outcome = self.with_limiter(limit, |limiter| limiter.check(key, units))?;
+        if outcome.is_allowed() {
+            open.insert(owner, id, units, now.saturating_add(ttl));
+        }
+        Ok(outcome)
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let now = self.inner.clock.now();
+        let ledger = &self.inner.reservations;
+        let owner = ledger.owner(limit.name(), key);
+        let held = ledger
+            .shard(owner, now)
+            .take(owner, id)
+            .ok_or(ReservationError::Unknown)?;
+        self.with_limiter(limit, |limiter| {
+            let actual = actual.unwrap_or(0);
+            if actual > held {
+                limiter.report(key, actual - held)
+            } else {
+                limiter.refund(key, held - actual);
+                Outcome::Decided(limiter.peek(key))
+            }
+        })
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {

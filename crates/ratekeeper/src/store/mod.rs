@@ -21,6 +21,7 @@ pub mod lease;
 mod limit;
 mod memory_store;
 pub(crate) mod multi;
+pub mod reservation;
 mod resilient;
 mod take;
 mod window_counter;
@@ -37,8 +38,10 @@ pub use take::{take_by, Taken};
 pub use window_counter::{CounterStore, WindowCounter};
 
 pub use multi::{check_shadow, Check, MultiOutcome};
+pub use reservation::{Reservation, Reserved};
 
 use multi::{all_or_nothing, StoreSteps};
+use reservation::{ReservationError, ReservationId};
 
 use crate::{Decision, Outcome, Timestamp};
 
@@ -111,6 +114,112 @@ pub trait Store: Send + Sync {
         std::future::ready(Err(StoreError::UnsupportedOperation(
             "charge units after the fact (report)",
         )))
+    }
+
+    /// Decides `estimate` units for `key` under `limit` as a check does
+    /// and, when allowed, holds them as an open [`Reservation`] until
+    /// [`commit`](Store::commit) or [`cancel`](Store::cancel) settles it,
+    /// or `ttl` passes (it is then settled at its estimate). See the
+    /// [`reservation`] module.
+    ///
+    /// Errors: a `ttl` of zero or over an hour, a key over 4 KiB, or a key
+    /// with [`MAX_OPEN_RESERVATIONS`](reservation::MAX_OPEN_RESERVATIONS)
+    /// open ([`ReservationError`]); a store that keeps no reservations
+    /// ([`StoreError::UnsupportedOperation`]).
+    fn reserve(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        estimate: u64,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<Reserved, StoreError>> + Send {
+        async move {
+            reservation::check_ttl(ttl)?;
+            if key.len() > reservation::MAX_RESERVATION_KEY {
+                return Err(ReservationError::KeyTooLong.into());
+            }
+            let id = ReservationId::random();
+            let outcome = self.hold(limit, key, estimate, id, ttl).await?;
+            let reservation = outcome
+                .is_allowed()
+                .then(|| Reservation::new(limit.name(), key, id));
+            Ok(Reserved {
+                outcome,
+                reservation,
+            })
+        }
+    }
+
+    /// Settles `reservation` at `actual` units: what the estimate held
+    /// over it is given back, what `actual` is over the estimate is
+    /// charged as a [report](Store::report) (so it may overdraw). The
+    /// outcome is the key's status after it (the report's, when there was
+    /// an excess). [`ReservationError::Unknown`] when it is not open (never
+    /// made, settled already, or expired).
+    fn commit(
+        &self,
+        limit: &Limit,
+        reservation: &Reservation,
+        actual: u64,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        async move {
+            same_limit(limit, reservation)?;
+            self.settle(limit, reservation.key(), reservation.id(), Some(actual))
+                .await
+        }
+    }
+
+    /// Gives all of `reservation`'s units back and closes it; errors as
+    /// [`commit`](Store::commit).
+    fn cancel(
+        &self,
+        limit: &Limit,
+        reservation: &Reservation,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async move {
+            same_limit(limit, reservation)?;
+            self.settle(limit, reservation.key(), reservation.id(), None)
+                .await
+                .map(|_| ())
+        }
+    }
+
+    /// The store's half of [`reserve`](Store::reserve), which a store
+    /// implements: in one atomic step, refuse when `key` holds
+    /// [`MAX_OPEN_RESERVATIONS`](reservation::MAX_OPEN_RESERVATIONS) open
+    /// (after forgetting those past their expiry), else decide `units` as
+    /// a check and, when allowed, remember reservation `id` of `units`
+    /// until `ttl` from now on the store's clock.
+    ///
+    /// The default refuses with [`StoreError::UnsupportedOperation`].
+    fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        let _ = (limit, key, units, id, ttl);
+        std::future::ready(Err(StoreError::UnsupportedOperation("keep reservations")))
+    }
+
+    /// The store's half of [`commit`](Store::commit) and
+    /// [`cancel`](Store::cancel), which a store implements: in one atomic
+    /// step, forget reservation `id` of `key` (or fail with
+    /// [`ReservationError::Unknown`] when it is not open), and charge
+    /// `actual` units instead of the ones it held (`None`: none).
+    ///
+    /// The default refuses with [`StoreError::UnsupportedOperation`].
+    fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        let _ = (limit, key, id, actual);
+        std::future::ready(Err(StoreError::UnsupportedOperation("keep reservations")))
     }
 
     /// Decides one request against several limits, all or nothing: it is
@@ -213,6 +322,19 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// A reservation is settled under the limit it was made under.
+fn same_limit(limit: &Limit, reservation: &Reservation) -> Result<(), StoreError> {
+    if reservation.limit() == limit.name() {
+        Ok(())
+    } else {
+        Err(ReservationError::OtherLimit {
+            reserved: reservation.limit().to_owned(),
+            given: limit.name().to_owned(),
+        }
+        .into())
+    }
+}
+
 /// A store shared behind an [`Arc`] is the store itself: one value that
 /// several owners (a wrapper that may be replaced, tasks) decide through.
 impl<S: Store> Store for Arc<S> {
@@ -249,6 +371,27 @@ impl<S: Store> Store for Arc<S> {
         units: u64,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
         S::report(self, limit, key, units)
+    }
+
+    fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: std::time::Duration,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        S::hold(self, limit, key, units, id, ttl)
+    }
+
+    fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        S::settle(self, limit, key, id, actual)
     }
 
     fn check_all(

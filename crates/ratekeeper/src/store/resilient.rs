@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::reservation::ReservationId;
 use super::{AnsweredBy, Check, Limit, MemoryStore, Store, StoreError};
 use crate::{
     clock::MonotonicClock, policy::Algorithm, store::MultiOutcome, Clock, Decision, Outcome,
@@ -306,6 +307,12 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
                 self.recovered();
                 Ok(value)
             }
+            // The store answered: about a reservation, not for want of
+            // being there.
+            Err(error) if is_reservation(&error) => {
+                self.recovered();
+                Err(error)
+            }
             Err(error) => {
                 let error = self.located(error);
                 self.failed(&error);
@@ -396,6 +403,71 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
         }
     }
 
+    /// The store's outcome; while it fails, the fallback's (which then
+    /// keeps the reservation), or the failure policy's: failing open, the
+    /// estimate is allowed and held nowhere; failing closed, the error.
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        match self
+            .attempt(self.store.hold(limit, key, units, id, ttl))
+            .await
+        {
+            Ok(outcome) => Ok(outcome),
+            Err(error) if is_reservation(&error) => Err(error),
+            Err(error) => {
+                if let Some(fallback) = &self.fallback {
+                    self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+                    let outcome = fallback.hold(limit, key, units, id, ttl).await?;
+                    return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
+                }
+                match self.policy.mode {
+                    FailureMode::Open => {
+                        self.failed_open.fetch_add(1, Ordering::Relaxed);
+                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
+                    }
+                    FailureMode::Closed => {
+                        self.failed_closed.fetch_add(1, Ordering::Relaxed);
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The store's outcome; while it fails, the fallback's (where a
+    /// reservation made while the store was down is), or failing open, an
+    /// unknown but allowed answer (the settle is lost: the estimate
+    /// stands); failing closed, the error.
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        match self
+            .attempt(self.store.settle(limit, key, id, actual))
+            .await
+        {
+            Ok(outcome) => Ok(outcome),
+            Err(error) if is_reservation(&error) => Err(error),
+            Err(error) => match (&self.fallback, self.policy.mode) {
+                (Some(fallback), _) => Ok(fallback
+                    .settle(limit, key, id, actual)
+                    .await?
+                    .with_answered_by(AnsweredBy::Fallback)),
+                (None, FailureMode::Open) => Ok(Outcome::Decided(unknown_but_allowed(limit))),
+                (None, FailureMode::Closed) => Err(error),
+            },
+        }
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         match self.attempt(self.store.check_all(checks)).await {
             Ok(outcome) => Ok(outcome),
@@ -425,6 +497,12 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
             }
         }
     }
+}
+
+/// A reservation the store answered about (unknown, too many): an
+/// answer, not a failure of the store.
+fn is_reservation(error: &StoreError) -> bool {
+    matches!(error.without_store(), StoreError::Reservation(_))
 }
 
 /// The decision of a store that failed open: allowed, with the quota

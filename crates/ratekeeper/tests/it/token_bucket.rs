@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use ratekeeper::{
-    policy::{Algorithm, PolicyError, BucketReserveError},
+    policy::{Algorithm, BucketReserveError, PolicyError},
     RetryAfter, Timestamp, TokenBucket,
 };
 use ratekeeper_test_support::ms;

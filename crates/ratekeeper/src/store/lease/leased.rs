@@ -15,6 +15,7 @@ use super::hold::Hold;
 use super::stats::{ByLimit, Counters, LeaseStats};
 use super::table::{self, Table};
 use crate::clock::MonotonicClock;
+use crate::store::reservation::ReservationId;
 use crate::store::{Limit, Store, StoreError, Taken};
 use crate::{Clock, Decision, Outcome, Policy, Timestamp};
 
@@ -776,6 +777,33 @@ impl<S: Store + 'static> Store for Leased<S> {
         let outcome = shared.store.report(limit, key, rest).await;
         shared.store_answered(outcome.is_ok());
         outcome
+    }
+
+    /// At the store: a reservation's units are held there, not on a node.
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let shared = &self.shared;
+        Counters::add(&shared.counters.of(limit.name()).store_calls, 1);
+        shared.store.hold(limit, key, units, id, ttl).await
+    }
+
+    /// At the store, where the reservation is.
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let shared = &self.shared;
+        Counters::add(&shared.counters.of(limit.name()).store_calls, 1);
+        shared.store.settle(limit, key, id, actual).await
     }
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {

@@ -1,0 +1,181 @@
+//! The in-memory store's open reservations: by id, counted per key, and
+//! forgotten in order of expiry.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use super::{ReservationError, ReservationId, MAX_OPEN_RESERVATIONS};
+use crate::Timestamp;
+
+/// Shards, so that keys far apart do not wait for one lock.
+const SHARDS: usize = 16;
+
+/// Open reservations, each in the shard of its limit and key.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+}
+
+/// One reservation, open until `expires_at`.
+#[derive(Debug)]
+struct Open {
+    /// Its limit and key, as a digest: a settle must name the same.
+    owner: u64,
+    units: u64,
+    expires_at: Timestamp,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Shard {
+    open: HashMap<ReservationId, Open>,
+    /// How many each limit and key hold (by digest).
+    per_key: HashMap<u64, usize>,
+    by_expiry: BTreeSet<(Timestamp, ReservationId)>,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl Ledger {
+    /// The digest of `limit` and `key`.
+    pub(crate) fn owner(&self, limit: &str, key: &[u8]) -> u64 {
+        self.hasher.hash_one((limit, key))
+    }
+
+    /// The shard of `owner`, with what expired by `now` forgotten.
+    pub(crate) fn shard(&self, owner: u64, now: Timestamp) -> MutexGuard<'_, Shard> {
+        let mut shard = self.shards[owner as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        shard.expire(now);
+        shard
+    }
+
+    /// How many reservations are open at `now`, over every key.
+    pub(crate) fn len(&self, now: Timestamp) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard.expire(now);
+                shard.open.len()
+            })
+            .sum()
+    }
+}
+
+impl Shard {
+    /// Whether `owner` may open one more.
+    pub(crate) fn room(&self, owner: u64) -> Result<(), ReservationError> {
+        match self.per_key.get(&owner) {
+            Some(&open) if open >= MAX_OPEN_RESERVATIONS => Err(ReservationError::TooMany),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn insert(
+        &mut self,
+        owner: u64,
+        id: ReservationId,
+        units: u64,
+        expires_at: Timestamp,
+    ) {
+        let open = Open {
+            owner,
+            units,
+            expires_at,
+        };
+        if let Some(old) = self.open.insert(id, open) {
+            // 128 random bits met twice: keep the counts right all the same.
+            self.forget(id, &old);
+        }
+        *self.per_key.entry(owner).or_default() += 1;
+        self.by_expiry.insert((expires_at, id));
+    }
+
+    /// Removes `owner`'s reservation `id` and returns its units.
+    pub(crate) fn take(&mut self, owner: u64, id: ReservationId) -> Option<u64> {
+        if self.open.get(&id)?.owner != owner {
+            return None;
+        }
+        let open = self.open.remove(&id)?;
+        self.forget(id, &open);
+        Some(open.units)
+    }
+
+    /// Forgets every reservation that expired by `now`: settled at its
+    /// estimate, which stays taken.
+    fn expire(&mut self, now: Timestamp) {
+        while let Some(&(at, id)) = self.by_expiry.first() {
+            if at > now {
+                break;
+            }
+            self.by_expiry.pop_first();
+            if let Some(open) = self.open.remove(&id) {
+                self.uncount(open.owner);
+            }
+        }
+    }
+
+    fn forget(&mut self, id: ReservationId, open: &Open) {
+        self.by_expiry.remove(&(open.expires_at, id));
+        self.uncount(open.owner);
+    }
+
+    fn uncount(&mut self, owner: u64) {
+        if let Some(count) = self.per_key.get_mut(&owner) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_key.remove(&owner);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_expire_in_order_and_free_their_key() {
+        let ledger = Ledger::default();
+        let owner = ledger.owner("llm", b"k");
+        let t = Timestamp::from_secs;
+        let (a, b) = (ReservationId::random(), ReservationId::random());
+        {
+            let mut shard = ledger.shard(owner, t(0));
+            shard.insert(owner, a, 5, t(10));
+            shard.insert(owner, b, 7, t(20));
+        }
+        assert_eq!(ledger.len(t(1)), 2);
+        // Another key cannot settle it.
+        let other = ledger.owner("llm", b"j");
+        assert_eq!(ledger.shard(other, t(1)).take(other, a), None);
+        assert_eq!(ledger.shard(owner, t(1)).take(owner, a), Some(5));
+        assert_eq!(ledger.shard(owner, t(1)).take(owner, a), None);
+        // Past its expiry: forgotten.
+        assert_eq!(ledger.shard(owner, t(20)).take(owner, b), None);
+        assert_eq!(ledger.len(t(20)), 0);
+        assert!(ledger.shard(owner, t(20)).per_key.is_empty());
+    }
+
+    #[test]
+    fn a_key_holds_a_bounded_number() {
+        let ledger = Ledger::default();
+        let owner = ledger.owner("llm", b"k");
+        let mut shard = ledger.shard(owner, Timestamp::ZERO);
+        for _ in 0..MAX_OPEN_RESERVATIONS {
+            shard.room(owner).unwrap();
+            shard.insert(owner, ReservationId::random(), 1, Timestamp::from_secs(60));
+        }
+        assert_eq!(shard.room(owner), Err(ReservationError::TooMany));
+    }
+}
