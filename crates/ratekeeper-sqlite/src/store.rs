@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::{
     clock::UnixClock,
     store::{take_by, Check, MultiOutcome, StoreError, Taken},
@@ -268,6 +269,34 @@ impl<C: Clock + 'static> Store for SqliteStore<C> {
     async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
         let (limit, key) = (limit.clone(), key.to_vec());
         self.run(move |inner| inner.report(&limit, &key, units))
+            .await
+    }
+
+    /// One transaction: the key's open reservations counted, the check,
+    /// and the reservation written beside the state.
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let (limit, key) = (limit.clone(), key.to_vec());
+        self.run(move |inner| inner.hold(&limit, &key, units, id, ttl))
+            .await
+    }
+
+    /// One transaction: the reservation taken and the state charged.
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let (limit, key) = (limit.clone(), key.to_vec());
+        self.run(move |inner| inner.settle(&limit, &key, id, actual))
             .await
     }
 

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use ratekeeper::{
     policy::{Algorithm, State},
+    store::reservation::{settle_state, ReservationError, ReservationId, MAX_OPEN_RESERVATIONS},
     store::{Check, MultiOutcome, StoreError},
     Clock, Decision, Limit, Outcome, Policy, Timestamp,
 };
 use rusqlite::types::ValueRef;
-use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use ratekeeper::key::bounded;
 
@@ -28,6 +29,14 @@ pub(crate) struct Sql {
     pub(crate) delete: String,
     pub(crate) count: String,
     pub(crate) purge: String,
+    /// Reservations (`{table}_reservations`): those of a key past their
+    /// expiry forgotten; a key's open ones counted; one added; one taken
+    /// (deleted, its units returned) while open; expired ones purged.
+    pub(crate) reservations_expire: String,
+    pub(crate) reservations_count: String,
+    pub(crate) reservation_insert: String,
+    pub(crate) reservation_take: String,
+    pub(crate) reservations_purge: String,
 }
 
 impl Sql {
@@ -42,7 +51,18 @@ impl Sql {
                     expires_at INTEGER NOT NULL,
                     PRIMARY KEY (name, key)
                  ) WITHOUT ROWID;
-                 CREATE INDEX IF NOT EXISTS \"{table}_expires_at\" ON \"{table}\" (expires_at);"
+                 CREATE INDEX IF NOT EXISTS \"{table}_expires_at\" ON \"{table}\" (expires_at);
+                 CREATE TABLE IF NOT EXISTS \"{table}_reservations\" (
+                    id BLOB NOT NULL PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    key BLOB NOT NULL,
+                    units INTEGER NOT NULL,
+                    expires_at INTEGER NOT NULL
+                 ) WITHOUT ROWID;
+                 CREATE INDEX IF NOT EXISTS \"{table}_reservations_key\"
+                    ON \"{table}_reservations\" (name, key, expires_at);
+                 CREATE INDEX IF NOT EXISTS \"{table}_reservations_expires_at\"
+                    ON \"{table}_reservations\" (expires_at);"
             ),
             select: format!("SELECT state FROM \"{table}\" WHERE name = ?1 AND key = ?2"),
             upsert: format!(
@@ -56,17 +76,42 @@ impl Sql {
                 "DELETE FROM \"{table}\" WHERE (name, key) IN
                  (SELECT name, key FROM \"{table}\" WHERE expires_at <= ?1 LIMIT ?2)"
             ),
+            reservations_expire: format!(
+                "DELETE FROM \"{table}_reservations\"
+                 WHERE name = ?1 AND key = ?2 AND expires_at <= ?3"
+            ),
+            reservations_count: format!(
+                "SELECT COUNT(*) FROM \"{table}_reservations\" WHERE name = ?1 AND key = ?2"
+            ),
+            reservation_insert: format!(
+                "INSERT INTO \"{table}_reservations\" (id, name, key, units, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)"
+            ),
+            reservation_take: format!(
+                "DELETE FROM \"{table}_reservations\"
+                 WHERE id = ?1 AND name = ?2 AND key = ?3 AND expires_at > ?4
+                 RETURNING units"
+            ),
+            reservations_purge: format!(
+                "DELETE FROM \"{table}_reservations\" WHERE id IN
+                 (SELECT id FROM \"{table}_reservations\" WHERE expires_at <= ?1 LIMIT ?2)"
+            ),
         }
     }
 
     /// The statements decisions run, prepared at open to check the table.
-    pub(crate) fn statements(&self) -> [&str; 5] {
+    pub(crate) fn statements(&self) -> [&str; 10] {
         [
             &self.select,
             &self.upsert,
             &self.delete,
             &self.count,
             &self.purge,
+            &self.reservations_expire,
+            &self.reservations_count,
+            &self.reservation_insert,
+            &self.reservation_take,
+            &self.reservations_purge,
         ]
     }
 }
@@ -89,6 +134,8 @@ enum Failure {
     Sql(rusqlite::Error),
     Unreadable(UnreadableState),
     Encode(serde_json::Error),
+    /// An answer about a reservation (unknown, too many): nothing written.
+    Reservation(ReservationError),
 }
 
 impl From<rusqlite::Error> for Failure {
@@ -108,6 +155,7 @@ impl Failure {
             },
             Failure::Unreadable(error) => StoreError::invalid_reply(error),
             Failure::Encode(error) => StoreError::unavailable(error),
+            Failure::Reservation(error) => StoreError::Reservation(error),
         }
     }
 }
@@ -212,6 +260,24 @@ impl<C: Clock> Inner<C> {
         key: &[u8],
         change: impl FnOnce(&Policy, &State, ratekeeper::Timestamp) -> (R, State),
     ) -> Result<R, StoreError> {
+        self.update_with(limit, key, |_, policy, current, now| {
+            Ok(change(policy, current, now))
+        })
+    }
+
+    /// [`update`](Self::update), with `change` given the transaction too
+    /// (for the key's reservations) and able to fail, writing nothing.
+    fn update_with<R>(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        change: impl FnOnce(
+            &rusqlite::Transaction<'_>,
+            &Policy,
+            &State,
+            ratekeeper::Timestamp,
+        ) -> Result<(R, State), Failure>,
+    ) -> Result<R, StoreError> {
         let key = &*bounded(key);
         self.with_conn(|conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -227,7 +293,7 @@ impl<C: Clock> Inner<C> {
                     &fresh
                 }
             };
-            let (result, next) = change(policy, current, now);
+            let (result, next) = change(&tx, policy, current, now)?;
             write(
                 &tx,
                 &self.sql,
@@ -239,6 +305,73 @@ impl<C: Clock> Inner<C> {
             )?;
             tx.commit()?;
             Ok(result)
+        })
+    }
+
+    /// In one transaction: the key's expired reservations forgotten, its
+    /// open ones counted, `units` decided as a check, and when allowed the
+    /// reservation `id` added until `ttl` from now.
+    pub(crate) fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let bounded_key = bounded(key);
+        self.update_with(limit, key, |tx, policy, current, now| {
+            let owner = params![limit.name(), &*bounded_key];
+            tx.prepare_cached(&self.sql.reservations_expire)?
+                .execute(params![limit.name(), &*bounded_key, sql_time(now)])?;
+            let open: i64 = tx
+                .prepare_cached(&self.sql.reservations_count)?
+                .query_row(owner, |row| row.get(0))?;
+            if usize::try_from(open).unwrap_or(usize::MAX) >= MAX_OPEN_RESERVATIONS {
+                return Err(Failure::Reservation(ReservationError::TooMany));
+            }
+            let (decision, next) = policy.decide(current, now, units);
+            if decision.is_allowed() {
+                tx.prepare_cached(&self.sql.reservation_insert)?
+                    .execute(params![
+                        &id.to_bytes()[..],
+                        limit.name(),
+                        &*bounded_key,
+                        i64::try_from(units).unwrap_or(i64::MAX),
+                        sql_time(now.saturating_add(ttl)),
+                    ])?;
+            }
+            Ok((Outcome::Decided(decision), next))
+        })
+    }
+
+    /// In one transaction: reservation `id` of the key taken while open,
+    /// and `actual` units charged instead of the ones it held.
+    pub(crate) fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let bounded_key = bounded(key);
+        self.update_with(limit, key, |tx, policy, current, now| {
+            let held: Option<i64> = tx
+                .prepare_cached(&self.sql.reservation_take)?
+                .query_row(
+                    params![
+                        &id.to_bytes()[..],
+                        limit.name(),
+                        &*bounded_key,
+                        sql_time(now)
+                    ],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let held = held.ok_or(Failure::Reservation(ReservationError::Unknown))?;
+            let held = u64::try_from(held).unwrap_or(0);
+            let (decision, next) = settle_state(policy, current, now, held, actual);
+            Ok((Outcome::Decided(decision), next))
         })
     }
 
@@ -368,8 +501,11 @@ impl<C: Clock> Inner<C> {
             // One batch per transaction and per hold of the mutex.
             let deleted = self.with_conn(|conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let deleted = tx
+                let mut deleted = tx
                     .prepare_cached(&self.sql.purge)?
+                    .execute(params![sql_time(now), PURGE_BATCH])?;
+                deleted += tx
+                    .prepare_cached(&self.sql.reservations_purge)?
                     .execute(params![sql_time(now), PURGE_BATCH])?;
                 tx.commit()?;
                 Ok(deleted)

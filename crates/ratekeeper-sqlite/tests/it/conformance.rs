@@ -11,9 +11,4 @@ async fn sqlite() -> Option<(tempfile::TempDir, SqliteStore)> {
     Some((dir, store))
 }
 
-const SUPPORTS: Supports = Supports {
-    reservations: false,
-    ..Supports::EVERYTHING
-};
-
-ratekeeper_test_support::store_conformance!(sqlite, SUPPORTS);
+ratekeeper_test_support::store_conformance!(sqlite, Supports::EVERYTHING);

@@ -13,3 +13,4 @@ mod maintenance;
 mod opening;
 mod policies;
 mod processes;
+mod reservations;

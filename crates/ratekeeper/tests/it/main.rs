@@ -21,6 +21,7 @@ mod policy;
 mod properties;
 mod rate;
 mod report;
+mod reservations;
 mod seeds;
 mod sharded;
 mod sliding_log;
