@@ -40,7 +40,9 @@ fn a_reservation_outlives_the_store_that_made_it() {
         block_on(second.peek(&limit, b"k")).unwrap().remaining(),
         700
     );
-    block_on(second.commit(&limit, &reservation, 100)).unwrap();
+    assert!(block_on(second.commit(&limit, &reservation, 100))
+        .unwrap()
+        .is_allowed());
     assert_eq!(
         block_on(second.peek(&limit, b"k")).unwrap().remaining(),
         900

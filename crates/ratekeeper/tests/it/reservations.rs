@@ -36,7 +36,9 @@ fn an_expired_reservation_stays_at_its_estimate() {
     // The other one is open still, and settles from its token.
     let token = second.reservation.unwrap().to_token();
     let second = Reservation::from_token(&token).unwrap();
-    block_on(store.commit(&limit, &second, 5)).unwrap();
+    assert!(block_on(store.commit(&limit, &second, 5))
+        .unwrap()
+        .is_allowed());
     assert_eq!(block_on(store.peek(&limit, b"k")).unwrap().remaining(), 65);
     assert_eq!(store.open_reservations(), 0);
 }
