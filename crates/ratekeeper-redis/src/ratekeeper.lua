@@ -4,7 +4,8 @@
 -- ARGV[1]: packed with struct: '<Bdd', the op (1 check, all or nothing over
 --          KEYS; 2 peek; 3 refund; 5 refund before a deadline, which
 --          takes the number of keys's place, in us; 6 report, one key: the
---          units counted whatever the limit says, replied as a check's),
+--          units counted whatever the limit says, replied as a check's;
+--          7 hold and 8 settle a reservation, see below),
 --          the number of keys, and 0 to use
 --          Redis's clock (TIME) or a pinned time in us (a test hook: keys
 --          written then live at least an hour); then '<Bdddd' per key: the
@@ -14,6 +15,15 @@
 --          Or a batch of independent calls: '<Bdd' 4, the number of calls,
 --          the time as above; then per call '<Bd' its op and number of keys
 --          (its own, in order in KEYS) and '<Bdddd' per key.
+-- A reservation (7 hold, 8 settle) has two KEYS, the limit's key and its
+-- reservations' hash (in the same slot: field, the id's 16 bytes; value
+-- '<dd' its units and expiry in us), and after the limit '<c16dd': the
+-- id, then the ttl in us (hold) or the actual units (settle; -1 cancels),
+-- then the most a key holds open. A hold that finds the key full replies
+-- -4 alone (after forgetting the expired); a settle of an id not open
+-- replies -5 alone. Otherwise a hold replies as a check (and keeps the
+-- reservation when allowed); a settle, as a report of the excess over
+-- the units held, or as a peek after giving back the rest.
 -- Numbers travel as doubles (exact integers below 2^53), in and out: one
 -- unpack instead of a tonumber per number, one string instead of a table
 -- for the reply.
@@ -75,6 +85,11 @@ if code == 5 then
 end
 local NEVER = -1
 local n = #KEYS
+-- A reservation's hash, and for a hold its id and expiry (us).
+local registry, holding, hold_until
+if code == 7 or code == 8 then
+  n, registry = 1, KEYS[2]
+end
 
 -- A batch runs independent calls one after another, each as if alone
 -- (each sees the states the calls before it left), and writes each key
@@ -93,6 +108,46 @@ else
 end
 if batch or n ~= 1 then
   parts, order, wv, wt = parts or {}, {}, {}, {}
+end
+if registry then
+  local id, extra, most = sunpack('<c16dd', arg, 51)
+  if code == 7 then
+    -- Full: forget the expired, and refuse if it still is.
+    local open = call('HLEN', registry)
+    if open >= most then
+      local all = call('HGETALL', registry)
+      for f = 1, #all, 2 do
+        local _, until_us = sunpack('<dd', all[f + 1])
+        if until_us <= now then
+          call('HDEL', registry, all[f])
+          open = open - 1
+        end
+      end
+      if open >= most then
+        return pack('<d', -4)
+      end
+    end
+    code, holding, hold_until = 1, id, now + extra
+  else
+    local held = call('HGET', registry, id)
+    if not held then
+      return pack('<d', -5)
+    end
+    call('HDEL', registry, id)
+    local units, until_us = sunpack('<dd', held)
+    if until_us <= now then
+      return pack('<d', -5)
+    end
+    local actual = extra < 0 and 0 or extra
+    if actual > units then
+      code, cost = 6, actual - units
+    elseif actual < units then
+      -- give back, then read the key as a peek in a second pass
+      code, cost, calls = 3, units - actual, 2
+    else
+      code, cost = 2, 0
+    end
+  end
 end
 
 for call_index = 1, calls do
@@ -912,13 +967,22 @@ for call_index = 1, calls do
           call('PSETEX', key, ms, new)
         end
       end
-      if code == 3 then
-        return pack('<d', now)
+      if holding and allowed == 1 then
+        call('HSET', registry, holding, pack('<dd', cost, hold_until))
+        local ms = ceil((hold_until - now) / 1000) + 1
+        if call('PTTL', registry) < ms then
+          call('PEXPIRE', registry, ms)
+        end
       end
-      return pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
-    end
-
-    if n == 1 then
+      if code == 3 and call_index < calls then
+        -- a settle that gave units back: now the key's status
+        code, cost = 2, 0
+      elseif code == 3 then
+        return pack('<d', now)
+      else
+        return pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
+      end
+    elseif n == 1 then
       -- one key in a batch
       if code ~= 3 then
         parts[call_index] = pack('<dddddddd', allowed, remaining, rs, rsn, rt, rtn, 1 - allowed, now)
@@ -1001,7 +1065,9 @@ for call_index = 1, calls do
   elseif code == 3 then
     parts[call_index] = pack('<d', now)
   end
-  kb, kp = kb + n, kp + n * 33
+  if batch then
+    kb, kp = kb + n, kp + n * 33
+  end
 end
 
 -- the writes, one per key

@@ -7,6 +7,29 @@ pub(crate) fn hash_slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key).unwrap_or(key)) % 16_384
 }
 
+/// A hash tag for `slot`: a key that begins `{tag}` is in that slot,
+/// whatever follows. The tags are the shortest decimal numbers of each
+/// slot, found once.
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags: Vec<Option<String>> = vec![None; 16_384];
+        let mut left = tags.len();
+        let mut n = 0u64;
+        while left > 0 {
+            let tag = n.to_string();
+            let slot = usize::from(crc16(tag.as_bytes()) % 16_384);
+            if tags[slot].is_none() {
+                tags[slot] = Some(tag);
+                left -= 1;
+            }
+            n += 1;
+        }
+        tags.into_iter().map(Option::unwrap_or_default).collect()
+    });
+    &tags[usize::from(slot % 16_384)]
+}
+
 fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     let open = key.iter().position(|&b| b == b'{')?;
     let close = key[open + 1..].iter().position(|&b| b == b'}')?;
@@ -31,6 +54,14 @@ fn crc16(data: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_slot_has_a_tag() {
+        for slot in [0, 1, 12_182, 16_383] {
+            let key = format!("{{{}}}anything{{else}}", slot_tag(slot));
+            assert_eq!(hash_slot(key.as_bytes()), slot);
+        }
+    }
 
     #[test]
     fn known_slots() {

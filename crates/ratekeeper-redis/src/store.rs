@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratekeeper::store::reservation::{ReservationError, ReservationId, MAX_OPEN_RESERVATIONS};
 use ratekeeper::{
     policy::Algorithm,
     store::{take_by, Check, MultiOutcome, StoreError, Taken},
@@ -23,7 +24,7 @@ use crate::reply::{numbers, parse, ReplyError};
 use crate::script::{
     function_missing, function_name, functions_unavailable, library, script_arg, script_cmd, SCRIPT,
 };
-use crate::slot::hash_slot;
+use crate::slot::{hash_slot, slot_tag};
 
 #[derive(Clone)]
 pub(crate) enum Connection {
@@ -197,6 +198,10 @@ pub(crate) const REFUND: u8 = 3;
 pub(crate) const REFUND_BEFORE: u8 = 5;
 /// Units counted whatever the limit says.
 pub(crate) const REPORT: u8 = 6;
+/// A reservation decided and kept.
+const HOLD: u8 = 7;
+/// A reservation settled.
+const SETTLE: u8 = 8;
 
 /// The pinned time (µs) of a test hook, or Redis's clock.
 pub(crate) type Now = Option<u64>;
@@ -339,6 +344,51 @@ impl RedisStore {
         let reply = self.run(REPORT, &prepared, now).await?;
         let (outcomes, _, _) = parse(&prepared, &reply)?;
         Ok(outcomes[0])
+    }
+
+    /// The key of `state_key`'s reservations: in its hash slot (a tag of
+    /// that slot first), and apart from every state key (which begins with
+    /// the prefix, never a brace).
+    fn reservations_key(state_key: &[u8]) -> Vec<u8> {
+        let tag = slot_tag(hash_slot(state_key));
+        let mut key = Vec::with_capacity(tag.len() + state_key.len() + 16);
+        key.push(b'{');
+        key.extend_from_slice(tag.as_bytes());
+        key.push(b'}');
+        key.extend_from_slice(state_key);
+        key.extend_from_slice(b":reservations");
+        key
+    }
+
+    /// A hold (`extra`: the ttl in µs) or a settle (`extra`: the actual
+    /// units, -1 to cancel) of reservation `id`; never batched, as its
+    /// arguments are its own.
+    async fn reservation_at(
+        &self,
+        op: u8,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        extra: f64,
+        now: Now,
+    ) -> Result<Outcome, StoreError> {
+        let prepared = [self.prepare(limit, key, units)?];
+        let mut arg = script_arg(op, &prepared, now);
+        arg.extend_from_slice(&id.to_bytes());
+        arg.extend_from_slice(&extra.to_le_bytes());
+        arg.extend_from_slice(&(MAX_OPEN_RESERVATIONS as f64).to_le_bytes());
+        let registry = Self::reservations_key(&prepared[0].key);
+        let keys = [&prepared[0].key[..], &registry[..]];
+        let reply = self.inner.caller.call(&keys, &arg).await?;
+        match reply[..] {
+            [-4] => Err(ReservationError::TooMany.into()),
+            [-5] => Err(ReservationError::Unknown.into()),
+            _ => {
+                let (outcomes, _, _) = parse(&prepared, &reply)?;
+                Ok(outcomes[0])
+            }
+        }
     }
 
     async fn check_all_at(
@@ -521,6 +571,35 @@ impl Store for RedisStore {
         self.report_at(limit, key, units, None).await
     }
 
+    /// One script: the key's open reservations (a hash beside its state,
+    /// in its slot) counted, the check, and the reservation kept with its
+    /// expiry on Redis's clock.
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let ttl_us = ttl.as_micros().min(u128::from(MAX_EXACT)) as f64;
+        self.reservation_at(HOLD, limit, key, units, id, ttl_us, None)
+            .await
+    }
+
+    /// One script: the reservation taken while open and the state charged.
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let actual = actual.map_or(-1.0, |units| units.min(MAX_EXACT) as f64);
+        self.reservation_at(SETTLE, limit, key, 0, id, actual, None)
+            .await
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.check_all_at(checks, None).await
     }
@@ -572,6 +651,35 @@ impl Store for Pinned<'_> {
     async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
         self.store
             .report_at(limit, key, units, Some(self.now_us))
+            .await
+    }
+
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let ttl_us = ttl.as_micros().min(u128::from(MAX_EXACT)) as f64;
+        let now = Some(self.now_us);
+        self.store
+            .reservation_at(HOLD, limit, key, units, id, ttl_us, now)
+            .await
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let actual = actual.map_or(-1.0, |units| units.min(MAX_EXACT) as f64);
+        let now = Some(self.now_us);
+        self.store
+            .reservation_at(SETTLE, limit, key, 0, id, actual, now)
             .await
     }
 

@@ -13,14 +13,7 @@ mod single {
         Some((server, store))
     }
 
-    // Reservations are not in the Redis script yet: the suite checks that
-    // the store says so.
-    const SUPPORTS: Supports = Supports {
-        reservations: false,
-        ..Supports::EVERYTHING
-    };
-
-    ratekeeper_test_support::store_conformance!(redis, SUPPORTS);
+    ratekeeper_test_support::store_conformance!(redis, Supports::EVERYTHING);
 }
 
 mod cluster {
@@ -37,10 +30,5 @@ mod cluster {
     }
 
     // Three servers and a cluster join per store: one store for the suite.
-    const SUPPORTS: Supports = Supports {
-        reservations: false,
-        ..Supports::EVERYTHING
-    };
-
-    ratekeeper_test_support::store_conformance!(cluster, SUPPORTS, one store);
+    ratekeeper_test_support::store_conformance!(cluster, Supports::EVERYTHING, one store);
 }

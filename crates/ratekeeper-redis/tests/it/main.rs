@@ -12,5 +12,6 @@ mod faults;
 mod leasing;
 mod multi;
 mod policies;
+mod reservations;
 mod tls;
 mod unhurried;

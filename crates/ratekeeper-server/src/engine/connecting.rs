@@ -12,6 +12,7 @@
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check, MultiOutcome, StoreError, Taken};
 use ratekeeper::{Decision, Limit, Outcome, Store, Timestamp};
 use ratekeeper_redis::{ConnectError, RedisStore};
@@ -325,6 +326,27 @@ impl Store for Connecting {
 
     async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
         self.store()?.report(limit, key, units).await
+    }
+
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        self.store()?.hold(limit, key, units, id, ttl).await
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        self.store()?.settle(limit, key, id, actual).await
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {

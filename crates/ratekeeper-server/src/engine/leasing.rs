@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use ratekeeper::store::lease::{LeaseSettings, LeaseStats, Leased};
+use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check, Limit, MultiOutcome, StoreError};
 use ratekeeper::{Decision, Outcome, Store};
 
@@ -162,6 +164,33 @@ impl<S: Store + 'static> Store for Leasable<S> {
         match self.leased.load().as_ref() {
             None => self.store.report(limit, key, units).await,
             Some(leased) => leased.report(limit, key, units).await,
+        }
+    }
+
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        match self.leased.load().as_ref() {
+            None => self.store.hold(limit, key, units, id, ttl).await,
+            Some(leased) => leased.hold(limit, key, units, id, ttl).await,
+        }
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        match self.leased.load().as_ref() {
+            None => self.store.settle(limit, key, id, actual).await,
+            Some(leased) => leased.settle(limit, key, id, actual).await,
         }
     }
 

@@ -5,6 +5,9 @@
 //! call, no boxing on the decision path.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::store::reservation::ReservationId;
 
 use ratekeeper::{
     store::{
@@ -311,6 +314,35 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.report(limit, key, units).await,
             AnyStore::Sqlite(store) => Box::pin(store.report(limit, key, units)).await,
             AnyStore::Redis(store) => Box::pin(store.report(limit, key, units)).await,
+        }
+    }
+
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.hold(limit, key, units, id, ttl).await,
+            AnyStore::Sqlite(store) => Box::pin(store.hold(limit, key, units, id, ttl)).await,
+            AnyStore::Redis(store) => Box::pin(store.hold(limit, key, units, id, ttl)).await,
+        }
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.settle(limit, key, id, actual).await,
+            AnyStore::Sqlite(store) => Box::pin(store.settle(limit, key, id, actual)).await,
+            AnyStore::Redis(store) => Box::pin(store.settle(limit, key, id, actual)).await,
         }
     }
 

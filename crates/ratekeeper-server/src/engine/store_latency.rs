@@ -5,8 +5,9 @@
 //! well under the first bucket (1 µs), so its histogram would say nothing
 //! the decision latency does not, at two clock reads a call.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check, Immediate, MultiOutcome, StoreError};
 use ratekeeper::{Decision, Limit, Outcome, Store};
 
@@ -27,16 +28,22 @@ pub enum StoreOperation {
     Peek,
     /// Units charged after the fact ([`Store::report`]).
     Report,
+    /// Units decided and held as a reservation ([`Store::hold`]).
+    Hold,
+    /// A reservation settled ([`Store::settle`]).
+    Settle,
 }
 
 impl StoreOperation {
     /// Every operation, in the order of [`StoreLatency::snapshot`].
-    pub const ALL: [StoreOperation; 5] = [
+    pub const ALL: [StoreOperation; 7] = [
         StoreOperation::Check,
         StoreOperation::CheckAll,
         StoreOperation::Refund,
         StoreOperation::Peek,
         StoreOperation::Report,
+        StoreOperation::Hold,
+        StoreOperation::Settle,
     ];
 
     /// The `operation` label.
@@ -47,6 +54,8 @@ impl StoreOperation {
             StoreOperation::Refund => "refund",
             StoreOperation::Peek => "peek",
             StoreOperation::Report => "report",
+            StoreOperation::Hold => "hold",
+            StoreOperation::Settle => "settle",
         }
     }
 }
@@ -114,6 +123,35 @@ impl Store for Timed<'_> {
     async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
         self.time(StoreOperation::Report, self.store.report(limit, key, units))
             .await
+    }
+
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        self.time(
+            StoreOperation::Hold,
+            self.store.hold(limit, key, units, id, ttl),
+        )
+        .await
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        self.time(
+            StoreOperation::Settle,
+            self.store.settle(limit, key, id, actual),
+        )
+        .await
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
