@@ -203,6 +203,14 @@ const HOLD: u8 = 7;
 /// A reservation settled.
 const SETTLE: u8 = 8;
 
+/// What is done to a reservation.
+enum ReservationOp {
+    /// `units` decided and kept for `ttl`.
+    Hold { units: u64, ttl: Duration },
+    /// Settled at `actual` units (`None`: cancelled).
+    Settle { actual: Option<u64> },
+}
+
 /// The pinned time (µs) of a test hook, or Redis's clock.
 pub(crate) type Now = Option<u64>;
 
@@ -360,19 +368,28 @@ impl RedisStore {
         key
     }
 
-    /// A hold (`extra`: the ttl in µs) or a settle (`extra`: the actual
-    /// units, -1 to cancel) of reservation `id`; never batched, as its
+    /// A hold or a settle of reservation `id`; never batched, as its
     /// arguments are its own.
     async fn reservation_at(
         &self,
-        op: u8,
+        op: ReservationOp,
         limit: &Limit,
         key: &[u8],
-        units: u64,
         id: ReservationId,
-        extra: f64,
         now: Now,
     ) -> Result<Outcome, StoreError> {
+        // After the limit: the ttl in µs (hold), or the actual units (-1
+        // cancels).
+        let (op, units, extra) = match op {
+            ReservationOp::Hold { units, ttl } => {
+                let ttl_us = ttl.as_micros().min(u128::from(MAX_EXACT)) as f64;
+                (HOLD, units, ttl_us)
+            }
+            ReservationOp::Settle { actual } => {
+                let actual = actual.map_or(-1.0, |units| units.min(MAX_EXACT) as f64);
+                (SETTLE, 0, actual)
+            }
+        };
         let prepared = [self.prepare(limit, key, units)?];
         let mut arg = script_arg(op, &prepared, now);
         arg.extend_from_slice(&id.to_bytes());
@@ -582,9 +599,8 @@ impl Store for RedisStore {
         id: ReservationId,
         ttl: Duration,
     ) -> Result<Outcome, StoreError> {
-        let ttl_us = ttl.as_micros().min(u128::from(MAX_EXACT)) as f64;
-        self.reservation_at(HOLD, limit, key, units, id, ttl_us, None)
-            .await
+        let hold = ReservationOp::Hold { units, ttl };
+        self.reservation_at(hold, limit, key, id, None).await
     }
 
     /// One script: the reservation taken while open and the state charged.
@@ -595,9 +611,8 @@ impl Store for RedisStore {
         id: ReservationId,
         actual: Option<u64>,
     ) -> Result<Outcome, StoreError> {
-        let actual = actual.map_or(-1.0, |units| units.min(MAX_EXACT) as f64);
-        self.reservation_at(SETTLE, limit, key, 0, id, actual, None)
-            .await
+        let settle = ReservationOp::Settle { actual };
+        self.reservation_at(settle, limit, key, id, None).await
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
@@ -662,11 +677,9 @@ impl Store for Pinned<'_> {
         id: ReservationId,
         ttl: Duration,
     ) -> Result<Outcome, StoreError> {
-        let ttl_us = ttl.as_micros().min(u128::from(MAX_EXACT)) as f64;
+        let hold = ReservationOp::Hold { units, ttl };
         let now = Some(self.now_us);
-        self.store
-            .reservation_at(HOLD, limit, key, units, id, ttl_us, now)
-            .await
+        self.store.reservation_at(hold, limit, key, id, now).await
     }
 
     async fn settle(
@@ -676,11 +689,9 @@ impl Store for Pinned<'_> {
         id: ReservationId,
         actual: Option<u64>,
     ) -> Result<Outcome, StoreError> {
-        let actual = actual.map_or(-1.0, |units| units.min(MAX_EXACT) as f64);
+        let settle = ReservationOp::Settle { actual };
         let now = Some(self.now_us);
-        self.store
-            .reservation_at(SETTLE, limit, key, 0, id, actual, now)
-            .await
+        self.store.reservation_at(settle, limit, key, id, now).await
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
