@@ -129,6 +129,7 @@ fn limit_config(
         on_saturated: OnSaturated::Deny,
         allow_overrides: true,
         allow_refunds: true,
+        allow_reports: true,
         matcher: Match::default(),
     }))
 }

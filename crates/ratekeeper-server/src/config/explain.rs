@@ -279,6 +279,9 @@ impl Config {
             if !limit.allow_refunds {
                 out.push_str(" (refunds refused)");
             }
+            if !limit.allow_reports {
+                out.push_str(" (reports refused)");
+            }
             out.push('\n');
             match limit.matcher.reach() {
                 super::Reach::Nowhere(why) => {

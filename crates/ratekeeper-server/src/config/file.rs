@@ -91,6 +91,7 @@ pub(crate) struct FileLimit {
     pub(crate) on_saturated: Option<Spanned<String>>,
     pub(crate) allow_overrides: Option<Spanned<bool>>,
     pub(crate) allow_refunds: Option<Spanned<bool>>,
+    pub(crate) allow_reports: Option<Spanned<bool>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

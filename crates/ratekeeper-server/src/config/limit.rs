@@ -34,6 +34,10 @@ pub struct LimitConfig {
     /// Whether callers may give units back (`/v1/refund`, Envoy's
     /// `is_negative_hits`; `allow_refunds`, default `true`).
     pub allow_refunds: bool,
+    /// Whether callers may charge units after the fact, past the limit
+    /// (`/v1/report`, Limitador's `/report`; `allow_reports`, default
+    /// `true`).
+    pub allow_reports: bool,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }

@@ -88,6 +88,7 @@
 //! on_saturated = "deny"      # a new key while the store is full: "deny" (default) or "allow"
 //! allow_overrides = true     # Envoy descriptor `limit` overrides may replace it (default true)
 //! allow_refunds = true       # callers may give units back: /v1/refund, is_negative_hits (default true)
+//! allow_reports = true       # callers may charge units after the fact, past the limit: /v1/report (default true)
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
 //! descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
@@ -415,6 +416,9 @@ on_saturated = "deny"
 # or restore a quota. false ignores overrides, refuses refunds.
 allow_overrides = true
 allow_refunds = true
+# Units charged after the fact (/v1/report: an LLM's tokens, known when
+# its answer ends) may overdraw the limit; false refuses such reports.
+allow_reports = true
 
 # Who may ask: anyone who reaches a port, by default. Tokens come from a file
 # (one per line) or an environment variable, never from this file:

@@ -30,6 +30,8 @@ pub struct LimitDescription {
     pub allow_overrides: bool,
     /// Whether refunds are accepted.
     pub allow_refunds: bool,
+    /// Whether reports (units charged after the fact) are accepted.
+    pub allow_reports: bool,
     /// Which requests it applies to.
     #[serde(rename = "match")]
     pub matcher: MatchDescription,
@@ -84,6 +86,7 @@ impl LimitDescription {
             shadow: config.shadow,
             allow_overrides: config.allow_overrides,
             allow_refunds: config.allow_refunds,
+            allow_reports: config.allow_reports,
             matcher: MatchDescription {
                 domain: config.matcher.domain.clone(),
                 descriptors,

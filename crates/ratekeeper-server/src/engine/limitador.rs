@@ -265,6 +265,8 @@ fn build(
         on_saturated: OnSaturated::default(),
         allow_overrides: false,
         allow_refunds: false,
+        // Limitador's `/report`.
+        allow_reports: true,
         matcher: Match {
             domain: Some(limit.namespace().to_owned()),
             ..Match::default()

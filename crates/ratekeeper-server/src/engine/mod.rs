@@ -59,6 +59,7 @@ mod metrics;
 mod plan;
 mod reloads;
 mod renumbered;
+mod reservations;
 mod store;
 mod store_latency;
 mod trace;
@@ -519,15 +520,8 @@ impl Engine {
 
         let now = self.inner.wall_clock.now();
         for (check, answer) in checks.iter().zip(&outcomes) {
-            if let (Some(stats), Some(outcome)) = (check.limit.stats(), answer) {
-                stats.record(now, !refuses(check, outcome), &check.key);
-                self.inner
-                    .metrics
-                    .record_outcome(check.limit.name(), outcome);
-                let by = outcome.answered_by();
-                if by.is_failover() {
-                    self.inner.metrics.record_failover(check.limit.name(), by);
-                }
+            if let Some(outcome) = answer {
+                self.record(now, check, outcome);
             }
         }
         let results = checks
@@ -541,6 +535,22 @@ impl Engine {
             })
             .collect();
         Ok(Verdict { results })
+    }
+
+    /// Counts what `check` was answered in its limit's statistics and the
+    /// decision metrics.
+    fn record(&self, now: Timestamp, check: &LimitCheck, outcome: &Outcome) {
+        let Some(stats) = check.limit.stats() else {
+            return;
+        };
+        stats.record(now, !refuses(check, outcome), &check.key);
+        self.inner
+            .metrics
+            .record_outcome(check.limit.name(), outcome);
+        let by = outcome.answered_by();
+        if by.is_failover() {
+            self.inner.metrics.record_failover(check.limit.name(), by);
+        }
     }
 
     /// Decides the shadow checks (those at `shadow`) once the others have:
@@ -667,6 +677,29 @@ impl Engine {
                     .peek(check.limit.limit(), &check.key)
                     .await?;
                 Outcome::Decided(decision)
+            };
+            results.push(LimitResult { check, outcome });
+        }
+        Ok(Verdict { results })
+    }
+
+    /// Charges each check's cost to its key whatever its limit says: a
+    /// cost known only after the request ran ([`Store::report`]). Each
+    /// limit on its own, none refused; each result is allowed when the
+    /// units fitted what the key had left, refused (overdrawn, with the
+    /// wait until a unit fits) when they did not. A ban answers as it does
+    /// a check, counting nothing. Not a request: the limits' statistics
+    /// count it as none.
+    pub async fn report(&self, checks: Vec<LimitCheck>) -> Result<Verdict, StoreError> {
+        let store = &self.timed_store();
+        let mut results = Vec::with_capacity(checks.len());
+        for check in checks {
+            let outcome = if ban::is_ban(&check) {
+                ban::answer(&check)
+            } else {
+                store
+                    .report(check.limit.limit(), &check.key, check.cost)
+                    .await?
             };
             results.push(LimitResult { check, outcome });
         }

@@ -1,4 +1,5 @@
-//! `POST /v1/check`, `/v1/peek`, `/v1/refund` and `GET /v1/limits`.
+//! `POST /v1/check`, `/v1/peek`, `/v1/refund`, `/v1/report`,
+//! `/v1/reserve`, `/v1/commit`, `/v1/cancel` and `GET /v1/limits`.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -8,11 +9,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::Method;
 
+use ratekeeper::store::Reservation;
 use ratekeeper::RetryAfter;
 
 use super::body::JsonBody;
 use super::error::ApiError;
-use super::json::{DecisionRequest, DecisionResponse, DescriptorEntry, RefundResponse, Refunded};
+use super::json::{
+    DecisionRequest, DecisionResponse, DescriptorEntry, RefundResponse, Refunded, SettleRequest,
+    DEFAULT_RESERVATION_TTL,
+};
 use crate::config::{CapError, KeyPart, RequestCaps};
 use crate::engine::headers::verdict_headers;
 use crate::engine::LimitDescription;
@@ -89,6 +94,99 @@ pub(super) async fn refund(
         })
         .collect();
     Ok(Json(RefundResponse { refunded }))
+}
+
+/// Charges `cost` units to the request's key under each limit whatever
+/// they have left: a cost known after the fact. Each limit on its own; the
+/// answer is `/v1/check`'s, refused where a limit was overdrawn.
+pub(super) async fn report(State(engine): State<Engine>, body: Body) -> Result<Response, ApiError> {
+    let request = read(&engine, body)?;
+    let checks = checks(&engine, &request)?;
+    // All or nothing: a report one limit forbids charges nothing.
+    if let Some(check) = checks.iter().find(|c| !c.limit.config().allow_reports) {
+        return Err(ApiError::ReportForbidden(check.limit.name().to_owned()));
+    }
+    let verdict = engine.report(checks).await?;
+    Ok(answer(&verdict))
+}
+
+/// Decides `cost` units as `/v1/check` does and holds them for `ttl` as a
+/// reservation, all or nothing; the answer is `/v1/check`'s with the
+/// reservation when allowed.
+pub(super) async fn reserve(
+    State(engine): State<Engine>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request = read(&engine, body)?;
+    let ttl = match &request.ttl {
+        Some(text) => ratekeeper::duration::parse(text)
+            .map_err(|error| ApiError::Body(format!("invalid ttl {text:?}: {error}")))?,
+        None => DEFAULT_RESERVATION_TTL,
+    };
+    let checks = checks(&engine, &request)?;
+    let (verdict, held) = engine.reserve(checks, ttl).await?;
+    let mut body = DecisionResponse::new(&verdict, BTreeMap::new());
+    if !held.is_empty() {
+        let tokens: Vec<String> = held.iter().map(|r| r.to_token()).collect();
+        body.reservation = Some(tokens.join(TOKEN_SEPARATOR));
+    }
+    Ok(respond(&verdict, verdict_headers(&verdict), Some(body)))
+}
+
+/// Settles a reservation at the request's real `cost`.
+pub(super) async fn commit(
+    State(engine): State<Engine>,
+    body: Result<JsonBody<SettleRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let request = read_settle(&engine, body)?;
+    let Some(cost) = request.cost else {
+        return Err(ApiError::Body("a commit needs \"cost\"".to_owned()));
+    };
+    let reservations = reservations(&engine, &request.reservation)?;
+    let verdict = engine.settle(&reservations, Some(cost)).await?;
+    Ok(answer(&verdict))
+}
+
+/// Gives a reservation's units back and closes it.
+pub(super) async fn cancel(
+    State(engine): State<Engine>,
+    body: Result<JsonBody<SettleRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let request = read_settle(&engine, body)?;
+    if request.cost.is_some() {
+        return Err(ApiError::Body("a cancel takes no \"cost\"".to_owned()));
+    }
+    let reservations = reservations(&engine, &request.reservation)?;
+    let verdict = engine.settle(&reservations, None).await?;
+    Ok(answer(&verdict))
+}
+
+/// Between the tokens of a reservation over several limits (never in a
+/// token).
+const TOKEN_SEPARATOR: &str = ".";
+
+fn read_settle(
+    engine: &Engine,
+    body: Result<JsonBody<SettleRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<SettleRequest, ApiError> {
+    match body {
+        Ok(JsonBody(request)) => Ok(request),
+        Err(rejection) => Err(ApiError::from_json(
+            rejection,
+            engine.request_caps().max_body_bytes,
+        )),
+    }
+}
+
+/// The reservations a `/v1/reserve` answer named, one per limit, at most
+/// as many as a request may name limits.
+fn reservations(engine: &Engine, text: &str) -> Result<Vec<Reservation>, ApiError> {
+    let tokens: Vec<&str> = text.split(TOKEN_SEPARATOR).collect();
+    engine.request_caps().limit_names(tokens.len())?;
+    Ok(tokens
+        .into_iter()
+        .map(Reservation::from_token)
+        .collect::<Result<_, _>>()?)
 }
 
 /// Every limit in force.

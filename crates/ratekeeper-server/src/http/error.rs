@@ -2,6 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ratekeeper::store::reservation::ReservationError;
 use ratekeeper::store::StoreError;
 use thiserror::Error;
 
@@ -28,6 +29,13 @@ pub enum ApiError {
     /// A refund of a limit that accepts none (`allow_refunds = false`).
     #[error("limit {0:?} accepts no refunds (allow_refunds = false); nothing was given back")]
     RefundForbidden(String),
+    /// A report to a limit that accepts none (`allow_reports = false`).
+    #[error("limit {0:?} accepts no reports (allow_reports = false); nothing was charged")]
+    ReportForbidden(String),
+    /// A reservation could not be made or settled: unknown (never made,
+    /// settled, expired), too many open, a bad ttl or token.
+    #[error("{0}")]
+    Reservation(#[from] ReservationError),
     /// The request holds more than `[requests]` allows.
     #[error("{0}")]
     OverCap(#[from] CapError),
@@ -39,7 +47,18 @@ pub enum ApiError {
     },
     /// The store failed and fails closed.
     #[error("the rate-limit store failed: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+/// The store's answers about reservations are the caller's to fix; the
+/// rest, the store's failures.
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match error.without_store() {
+            StoreError::Reservation(reservation) => ApiError::Reservation(reservation.clone()),
+            _ => ApiError::Store(error),
+        }
+    }
 }
 
 impl ApiError {
@@ -48,7 +67,12 @@ impl ApiError {
         match self {
             ApiError::Body(_) | ApiError::MissingPart { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownLimit(_) => StatusCode::NOT_FOUND,
-            ApiError::RefundForbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::RefundForbidden(_) | ApiError::ReportForbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Reservation(error) => match error {
+                ReservationError::Unknown => StatusCode::NOT_FOUND,
+                ReservationError::TooMany => StatusCode::TOO_MANY_REQUESTS,
+                _ => StatusCode::BAD_REQUEST,
+            },
             ApiError::OverCap(_) | ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -64,7 +88,7 @@ impl From<crate::engine::PlanError> for ApiError {
             PlanError::RefundForbidden { limit, .. } => ApiError::RefundForbidden(limit),
             PlanError::UnknownLimit(name) => ApiError::UnknownLimit(name),
             PlanError::OverCap(cap) => ApiError::OverCap(cap),
-            PlanError::Store(store) => ApiError::Store(store),
+            PlanError::Store(store) => ApiError::from(store),
             // The API has no overrides; an empty domain or list is the
             // body's fault.
             other => ApiError::Body(other.to_string()),

@@ -46,10 +46,32 @@ pub struct DecisionRequest {
     /// `client_ip`, `route`, `header:NAME` (lower case), `descriptor:KEY`.
     #[serde(default)]
     pub key: HashMap<String, String>,
-    /// The units the request takes (check), or gives back (refund); 1 by
-    /// default; 0 only reports.
+    /// The units the request takes (check), gives back (refund), charges
+    /// after the fact (report) or holds (reserve); 1 by default; 0 only
+    /// reads (a check).
     #[serde(default = "one")]
     pub cost: u64,
+    /// For `/v1/reserve`: how long the reservation stays open unless
+    /// settled, in the configuration's duration grammar (`"30s"`, `"5m"`);
+    /// [`DEFAULT_RESERVATION_TTL`] when absent, at most an hour.
+    #[serde(default)]
+    pub ttl: Option<String>,
+}
+
+/// A reservation's ttl when `/v1/reserve` names none: a minute.
+pub const DEFAULT_RESERVATION_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The body of `POST /v1/commit` and `/v1/cancel`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SettleRequest {
+    /// The reservation, as `/v1/reserve` answered it.
+    pub reservation: String,
+    /// For `/v1/commit`, the units the request really cost (required);
+    /// `/v1/cancel` takes none.
+    #[serde(default)]
+    pub cost: Option<u64>,
 }
 
 /// One entry of a descriptor.
@@ -96,6 +118,11 @@ pub struct DecisionResponse {
     /// The response headers an HTTP server would add: the IETF draft's
     /// `RateLimit-Policy` and `RateLimit`, and `Retry-After` when refused.
     pub headers: BTreeMap<String, String>,
+    /// For `/v1/reserve`, when allowed: the reservation, to settle with
+    /// `/v1/commit` or `/v1/cancel` (a token nobody can guess; whoever
+    /// holds it can settle it, once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 /// One limit's decision.
@@ -167,6 +194,7 @@ impl DecisionResponse {
             limits: verdict.results.iter().map(LimitStatus::new).collect(),
             answered_by: verdict.answered_by(),
             headers,
+            reservation: None,
         }
     }
 }

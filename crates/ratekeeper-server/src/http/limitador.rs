@@ -15,7 +15,8 @@
 //!   with the text `Too many requests` when a limit that applies has less
 //!   than `delta` left;
 //! - `/report` adds `delta` to every limit that applies, whatever they
-//!   have left, and answers 200 `null`;
+//!   have left (a counter may pass its `max_value`, and then refuses until
+//!   its window ends, as Limitador's does), and answers 200 `null`;
 //! - `/check_and_report` adds `delta` to every limit that applies when
 //!   none of them is over, and to none when one is; it answers 200 `null`
 //!   or 429 `null`, with `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
@@ -34,12 +35,6 @@
 //! routes are behind the same `[access.decisions]` tokens. A body that is
 //! not this JSON is answered 400 as the other routes answer it (problem
 //! details, where Limitador answers a text).
-//!
-//! Where ratekeeper counts differently: a counter never holds more than
-//! its `max_value` (its fixed window counts only what it allows), so
-//! `/report` of more than is left fills the counter to `max_value`, which
-//! refuses the same requests afterwards as Limitador's overfull counter
-//! does.
 
 use std::collections::HashMap;
 
@@ -143,32 +138,16 @@ async fn report(State(engine): State<Engine>, body: Body) -> Result<Response, Ap
     let info = read(&engine, body)?;
     let limits = engine.limits();
     let descriptors = descriptors(&info);
-    let applying = limits
+    let checks: Vec<LimitCheck> = limits
         .limitador()
-        .checks(&info.namespace, &descriptors, info.delta);
-    let mut answered_by = AnsweredBy::Store;
-    for check in applying.into_iter().filter_map(|applying| applying.check) {
-        let fill = LimitCheck::new(check.limit.clone(), check.key.clone(), 0);
-        let verdict = engine.check(vec![check]).await?;
-        answered_by = answered_by.or(verdict.answered_by());
-        if verdict.is_allowed() {
-            continue;
-        }
-        // More than is left: fill the counter, as close as a counter that
-        // never passes its limit comes to Limitador's overfull one.
-        let left = engine.peek(vec![fill.clone()]).await?;
-        let remaining = left
-            .results
-            .first()
-            .map_or(0, |result| result.decision().remaining());
-        if remaining > 0 {
-            engine
-                .check(vec![LimitCheck::new(fill.limit, fill.key, remaining)])
-                .await?;
-        }
-    }
+        .checks(&info.namespace, &descriptors, info.delta)
+        .into_iter()
+        .filter_map(|applying| applying.check)
+        .collect();
+    // Each limit charged whatever it has left, past its max_value.
+    let verdict = engine.report(checks).await?;
     let mut response = ok_null();
-    insert_store_header(response.headers_mut(), answered_by);
+    insert_store_header(response.headers_mut(), verdict.answered_by());
     Ok(response)
 }
 

@@ -95,6 +95,7 @@ use axum::Router;
 pub use error::ApiError;
 pub use json::{
     DecisionRequest, DecisionResponse, DescriptorEntry, LimitStatus, RefundResponse, Refunded,
+    SettleRequest, DEFAULT_RESERVATION_TTL,
 };
 
 use crate::access::Door;
@@ -119,6 +120,10 @@ pub(crate) fn routes() -> Router<Engine> {
         .route("/v1/check", post(api::check))
         .route("/v1/peek", post(api::peek))
         .route("/v1/refund", post(api::refund))
+        .route("/v1/report", post(api::report))
+        .route("/v1/reserve", post(api::reserve))
+        .route("/v1/commit", post(api::commit))
+        .route("/v1/cancel", post(api::cancel))
         .route("/v1/limits", get(api::limits))
         .merge(auth::routes())
         .merge(limitador::routes())

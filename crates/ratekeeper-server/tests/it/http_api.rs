@@ -286,6 +286,7 @@ descriptors = [{ key = "remote_address" }, { key = "path", value = "/api*" }]
             "shadow": false,
             "allow_overrides": true,
             "allow_refunds": true,
+            "allow_reports": true,
             "match": {
                 "domain": "edge",
                 "descriptors": [{"key": "remote_address"}, {"key": "path", "value": "/api*"}],

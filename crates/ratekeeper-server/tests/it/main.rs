@@ -19,6 +19,7 @@ mod envoy_files;
 mod envoy_import;
 mod explain;
 mod grafana;
+mod http_after_the_fact;
 mod http_api;
 mod http_api_descriptors;
 mod import_exact;

@@ -53,6 +53,7 @@ impl Checker<'_> {
             on_saturated,
             allow_overrides: limit.allow_overrides.as_ref().is_none_or(|a| *a.get_ref()),
             allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
+            allow_reports: limit.allow_reports.as_ref().is_none_or(|a| *a.get_ref()),
             matcher,
         })
     }

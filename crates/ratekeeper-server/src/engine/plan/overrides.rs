@@ -112,6 +112,7 @@ pub(super) fn override_limit(
             on_saturated: OnSaturated::default(),
             allow_overrides: true,
             allow_refunds: true,
+            allow_reports: true,
             matcher: Match::default(),
         })))
     })?;

@@ -22,10 +22,11 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ratekeeper::{Limit, MemoryStore, Store, TokenBucket};
+//! use ratekeeper::{clock::ManualClock, Limit, MemoryStore, Store, Timestamp, TokenBucket};
 //!
 //! # futures_executor::block_on(async {
-//! let store = MemoryStore::new();
+//! // A clock that stands still: the bucket refills nothing meanwhile.
+//! let store = MemoryStore::builder().clock(ManualClock::new(Timestamp::ZERO)).build()?;
 //! let tokens = Limit::new("llm-tokens", TokenBucket::per_minute(10_000)?)?;
 //! // Before the call: hold 1,000 tokens, the usual answer's size.
 //! let reserved = store.reserve(&tokens, b"key-1", 1_000, Duration::from_secs(60)).await?;

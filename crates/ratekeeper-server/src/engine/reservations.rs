@@ -1,0 +1,123 @@
+//! Reservations through the engine: a request's estimate held on every
+//! limit it meets, all or nothing, and settled later from the
+//! reservations' tokens ([`ratekeeper::store::reservation`]).
+
+use std::time::Duration;
+
+use ratekeeper::store::{Reservation, StoreError};
+use ratekeeper::{Outcome, Store};
+
+use super::verdict::refuses;
+use super::{ban, given_back, Engine, LimitCheck, LimitResult, PlanError, Verdict};
+
+impl Engine {
+    /// Reserves each check's cost for `ttl` ([`Store::reserve`]), all or
+    /// nothing: when one limit refuses, the reservations already made are
+    /// cancelled, the limits after it only read, and the verdict says
+    /// which refused. Returns the verdict and the reservations, one per
+    /// limit in the order of the checks (none when refused).
+    pub async fn reserve(
+        &self,
+        checks: Vec<LimitCheck>,
+        ttl: Duration,
+    ) -> Result<(Verdict, Vec<Reservation>), StoreError> {
+        let started = std::time::Instant::now();
+        let store = &self.timed_store();
+        let mut results = Vec::with_capacity(checks.len());
+        let mut held = Vec::with_capacity(checks.len());
+        let mut refused = false;
+        for check in checks {
+            let (limit, key) = (check.limit.limit(), &check.key[..]);
+            let outcome = if refused {
+                Outcome::Decided(store.peek(limit, key).await?)
+            } else if ban::is_ban(&check) {
+                ban::answer(&check)
+            } else {
+                let reserved = store.reserve(limit, key, check.cost, ttl).await?;
+                held.extend(reserved.reservation);
+                reserved.outcome
+            };
+            refused |= refuses(&check, &outcome);
+            results.push(LimitResult { check, outcome });
+        }
+        if refused {
+            for reservation in held.drain(..) {
+                let Some(result) = results
+                    .iter_mut()
+                    .find(|result| result.check.limit.name() == reservation.limit())
+                else {
+                    continue;
+                };
+                // A cancel that fails leaves the units held until the ttl:
+                // stricter, never looser.
+                if store
+                    .cancel(result.check.limit.limit(), &reservation)
+                    .await
+                    .is_ok()
+                {
+                    result.outcome = given_back(result.outcome, result.check.cost);
+                }
+            }
+        }
+        let now = self.inner.wall_clock.now();
+        for result in &results {
+            self.record(now, &result.check, &result.outcome);
+        }
+        self.inner.metrics.observe(started.elapsed());
+        Ok((Verdict { results }, held))
+    }
+
+    /// Settles `reservations` at `actual` units each (`None`: cancels
+    /// them, giving their estimates back): what the estimate held over
+    /// `actual` is given back, what `actual` is over it is charged as a
+    /// report. The verdict is each key's status after it (a report's
+    /// refusal when the excess overdrew it).
+    ///
+    /// Every reservation is settled that can be; the first that could not
+    /// (its limit gone in a reload: [`PlanError::UnknownLimit`]; not open:
+    /// the store's [`ReservationError::Unknown`](ratekeeper::store::reservation::ReservationError::Unknown))
+    /// is the error.
+    pub async fn settle(
+        &self,
+        reservations: &[Reservation],
+        actual: Option<u64>,
+    ) -> Result<Verdict, PlanError> {
+        let limits = self.limits();
+        let store = &self.timed_store();
+        let mut results = Vec::with_capacity(reservations.len());
+        let mut failed = None;
+        for reservation in reservations {
+            let Some(limit) = limits.get(reservation.limit()) else {
+                failed.get_or_insert(PlanError::UnknownLimit(reservation.limit().to_owned()));
+                continue;
+            };
+            let settled = match actual {
+                Some(units) => store.commit(limit.limit(), reservation, units).await,
+                None => store
+                    .cancel(limit.limit(), reservation)
+                    .await
+                    .and(store.peek(limit.limit(), reservation.key()).await)
+                    .map(Outcome::Decided),
+            };
+            match settled {
+                Ok(outcome) => {
+                    // Not a request: the statistics counted its
+                    // reservation already.
+                    let check = LimitCheck::new(
+                        std::sync::Arc::clone(limit),
+                        reservation.key().to_vec(),
+                        actual.unwrap_or(0),
+                    );
+                    results.push(LimitResult { check, outcome });
+                }
+                Err(error) => {
+                    failed.get_or_insert(PlanError::Store(error));
+                }
+            }
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(Verdict { results }),
+        }
+    }
+}
