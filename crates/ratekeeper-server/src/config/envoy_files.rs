@@ -130,6 +130,7 @@ fn limit_config(
         allow_overrides: true,
         allow_refunds: true,
         allow_reports: true,
+        count_refused: false,
         matcher: Match::default(),
     }))
 }

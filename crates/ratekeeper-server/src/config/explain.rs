@@ -282,6 +282,9 @@ impl Config {
             if !limit.allow_reports {
                 out.push_str(" (reports refused)");
             }
+            if limit.count_refused {
+                out.push_str(" (refused hits counted)");
+            }
             out.push('\n');
             match limit.matcher.reach() {
                 super::Reach::Nowhere(why) => {

@@ -92,6 +92,7 @@ pub(crate) struct FileLimit {
     pub(crate) allow_overrides: Option<Spanned<bool>>,
     pub(crate) allow_refunds: Option<Spanned<bool>>,
     pub(crate) allow_reports: Option<Spanned<bool>>,
+    pub(crate) count_refused: Option<Spanned<bool>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

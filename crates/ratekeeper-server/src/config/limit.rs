@@ -38,6 +38,12 @@ pub struct LimitConfig {
     /// (`/v1/report`, Limitador's `/report`; `allow_reports`, default
     /// `true`).
     pub allow_reports: bool,
+    /// Whether the hits of a request of descriptors (Envoy's gRPC door,
+    /// the JSON API's `descriptors`) are counted even when refused: each
+    /// is a report, charged past the limit if need be, as
+    /// envoyproxy/ratelimit counts every hit it is sent (`count_refused`,
+    /// default `false`: a limit counts what it lets through).
+    pub count_refused: bool,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }

@@ -89,6 +89,7 @@
 //! allow_overrides = true     # Envoy descriptor `limit` overrides may replace it (default true)
 //! allow_refunds = true       # callers may give units back: /v1/refund, is_negative_hits (default true)
 //! allow_reports = true       # callers may charge units after the fact, past the limit: /v1/report (default true)
+//! count_refused = false      # Envoy's hits are counted even when refused, as envoyproxy/ratelimit counts them (default false)
 //! [limits.match]
 //! domain = "edge"            # Envoy's domain
 //! descriptors = [{ key = "remote_address" }, { key = "path", value = "/login" }]
@@ -419,6 +420,10 @@ allow_refunds = true
 # Units charged after the fact (/v1/report: an LLM's tokens, known when
 # its answer ends) may overdraw the limit; false refuses such reports.
 allow_reports = true
+# A limit counts what it lets through. true counts Envoy's hits even when
+# refused, as envoyproxy/ratelimit does: what Envoy's apply_on_stream_done
+# token limits need (the count sent when the stream ends is charged).
+count_refused = false
 
 # Who may ask: anyone who reaches a port, by default. Tokens come from a file
 # (one per line) or an environment variable, never from this file:

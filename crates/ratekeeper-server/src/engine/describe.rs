@@ -32,6 +32,8 @@ pub struct LimitDescription {
     pub allow_refunds: bool,
     /// Whether reports (units charged after the fact) are accepted.
     pub allow_reports: bool,
+    /// Whether refused hits of descriptors are counted too.
+    pub count_refused: bool,
     /// Which requests it applies to.
     #[serde(rename = "match")]
     pub matcher: MatchDescription,
@@ -87,6 +89,7 @@ impl LimitDescription {
             allow_overrides: config.allow_overrides,
             allow_refunds: config.allow_refunds,
             allow_reports: config.allow_reports,
+            count_refused: config.count_refused,
             matcher: MatchDescription {
                 domain: config.matcher.domain.clone(),
                 descriptors,

@@ -267,6 +267,7 @@ fn build(
         allow_refunds: false,
         // Limitador's `/report`.
         allow_reports: true,
+        count_refused: false,
         matcher: Match {
             domain: Some(limit.namespace().to_owned()),
             ..Match::default()

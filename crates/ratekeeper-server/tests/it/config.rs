@@ -332,7 +332,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),

@@ -287,6 +287,7 @@ descriptors = [{ key = "remote_address" }, { key = "path", value = "/api*" }]
             "allow_overrides": true,
             "allow_refunds": true,
             "allow_reports": true,
+            "count_refused": false,
             "match": {
                 "domain": "edge",
                 "descriptors": [{"key": "remote_address"}, {"key": "path", "value": "/api*"}],

@@ -17,6 +17,7 @@ mod deployment;
 mod envoy;
 mod envoy_files;
 mod envoy_import;
+mod envoy_stream_done;
 mod explain;
 mod grafana;
 mod http_after_the_fact;

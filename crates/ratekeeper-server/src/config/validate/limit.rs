@@ -54,6 +54,7 @@ impl Checker<'_> {
             allow_overrides: limit.allow_overrides.as_ref().is_none_or(|a| *a.get_ref()),
             allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
             allow_reports: limit.allow_reports.as_ref().is_none_or(|a| *a.get_ref()),
+            count_refused: limit.count_refused.as_ref().is_some_and(|c| *c.get_ref()),
             matcher,
         })
     }

@@ -478,13 +478,14 @@ impl Engine {
             true => Counting::EachDescriptor,
             false => rules.counting,
         };
-        // A zero limit refuses the request: the others only report (in
-        // global shadow mode, where nothing refuses, they count).
-        let taken = if blocked && !rules.shadow_mode {
-            self.peek(takes).await?
-        } else {
-            self.check_counting(takes, counting).await?
-        };
+        let taken = self
+            .take_or_report(
+                takes,
+                blocked && !rules.shadow_mode,
+                counting,
+                rules.shadow_mode,
+            )
+            .await?;
         let refunded = match refunds.is_empty() {
             true => Vec::new(),
             false => self.peek(refunds).await?.results,
@@ -513,6 +514,53 @@ impl Engine {
             self.decision_metrics().record_global_shadow();
         }
         Ok(verdict)
+    }
+
+    /// Decides a request's takes: the hits of limits that count refused
+    /// hits (`count_refused`) first, each charged by a report whatever it
+    /// says; then the others as `counting` says, or only read when the
+    /// request is refused already (`blocked` by a limit of zero, or a
+    /// report that overdrew, unless in global shadow mode). The results
+    /// keep the order of `takes`.
+    async fn take_or_report(
+        &self,
+        takes: Vec<LimitCheck>,
+        blocked: bool,
+        counting: Counting,
+        shadow_mode: bool,
+    ) -> Result<Verdict, StoreError> {
+        let reports = |check: &LimitCheck| check.limit.config().count_refused && check.cost > 0;
+        if !takes.iter().any(reports) {
+            // A zero limit refuses the request: the others only report (in
+            // global shadow mode, where nothing refuses, they count).
+            return match blocked {
+                true => self.peek(takes).await,
+                false => self.check_counting(takes, counting).await,
+            };
+        }
+        let (reported_at, checked_at): (Vec<usize>, Vec<usize>) =
+            (0..takes.len()).partition(|&i| reports(&takes[i]));
+        let mut slots: Vec<Option<LimitCheck>> = takes.into_iter().map(Some).collect();
+        let mut pick = |at: &[usize]| -> Vec<LimitCheck> {
+            at.iter().filter_map(|&i| slots[i].take()).collect()
+        };
+        let (to_report, to_check) = (pick(&reported_at), pick(&checked_at));
+        let reported = self.report(to_report).await?;
+        let overdrawn = !shadow_mode && reported.results.iter().any(LimitResult::refused);
+        let checked = match blocked || overdrawn {
+            true => self.peek(to_check).await?,
+            false => self.check_counting(to_check, counting).await?,
+        };
+        let mut results: Vec<Option<LimitResult>> = (0..slots.len()).map(|_| None).collect();
+        for (at, result) in reported_at.iter().zip(reported.results) {
+            results[*at] = Some(result);
+        }
+        for (at, result) in checked_at.iter().zip(checked.results) {
+            results[*at] = Some(result);
+        }
+        Ok(Verdict {
+            results: results.into_iter().flatten().collect(),
+        })
     }
 
     /// Whether a descriptor's override may replace the limits it matches:

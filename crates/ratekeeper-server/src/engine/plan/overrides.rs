@@ -113,6 +113,7 @@ pub(super) fn override_limit(
             allow_overrides: true,
             allow_refunds: true,
             allow_reports: true,
+            count_refused: false,
             matcher: Match::default(),
         })))
     })?;
