@@ -30,6 +30,10 @@ pub enum LayerError {
     /// Two limits have the same name (their headers would be ambiguous).
     #[error("two limits are named {0:?}")]
     DuplicateLimit(String),
+    /// A reservation's ttl of zero or over an hour
+    /// ([`ResponseCostLayerBuilder::estimate`](crate::ResponseCostLayerBuilder::estimate)).
+    #[error("a reservation's ttl must be more than 0 and at most an hour, not {0:?}")]
+    ReservationTtl(std::time::Duration),
 }
 
 /// Builds a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].

@@ -11,6 +11,7 @@ mod hyper;
 mod no_peer;
 mod peer_key;
 mod readme;
+mod response_cost;
 mod rules;
 mod same_moment;
 mod tonic;
