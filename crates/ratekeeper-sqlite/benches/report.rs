@@ -1,0 +1,63 @@
+//! A report against a check on SQLite (one process, a file in a temporary
+//! directory): the allowed path and a report that overdraws.
+//! `cargo bench -p ratekeeper-sqlite --bench report`.
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use futures_executor::block_on;
+use ratekeeper::policy::PolicyKind;
+use ratekeeper::{Limit, Policy, Rate, Store};
+use ratekeeper_sqlite::SqliteStore;
+
+const KEYS: usize = 1_000;
+
+fn limit(kind: PolicyKind, amount: u64) -> Limit {
+    let rate = Rate::new(amount, Duration::from_secs(3_600)).unwrap();
+    Limit::new(
+        format!("{kind}-{amount}"),
+        Policy::new(kind, &rate).unwrap(),
+    )
+    .unwrap()
+}
+
+fn benches(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::builder(dir.path().join("report.db"))
+        .open()
+        .unwrap();
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("user-{i}")).collect();
+    for kind in [PolicyKind::Gcra, PolicyKind::FixedWindow] {
+        let roomy = limit(kind, 1 << 40);
+        let tight = limit(kind, 10);
+        for key in &keys {
+            let charged = block_on(store.report(&tight, key.as_bytes(), 1_000)).unwrap();
+            assert!(!charged.is_allowed());
+        }
+        let mut group = c.benchmark_group(format!("sqlite report/{kind}"));
+        group.throughput(Throughput::Elements(1));
+        let mut i = 0;
+        group.bench_function("check", |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                block_on(store.check(&roomy, keys[i].as_bytes(), 1)).unwrap()
+            })
+        });
+        group.bench_function("report", |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                block_on(store.report(&roomy, keys[i].as_bytes(), 1)).unwrap()
+            })
+        });
+        group.bench_function("report overdrawn", |b| {
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                block_on(store.report(&tight, keys[i].as_bytes(), 1)).unwrap()
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(report, benches);
+criterion_main!(report);
