@@ -8,6 +8,10 @@
 //! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
 //! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
 //! | `ratekeeper_overrides_refused_total` | counter | `limit` | Envoy descriptor `limit` overrides ignored because a limit the descriptor matches has `allow_overrides = false` (the limit decided instead) |
+//! | `ratekeeper_reports_total` | counter | `limit` | reports: units charged after the fact (`/v1/report`, Limitador's `/report`, the hits of a limit with `count_refused`, a commit's excess is not one) |
+//! | `ratekeeper_report_units_total` | counter | `limit` | the units those reports charged |
+//! | `ratekeeper_overdrafts_total` | counter | `limit` | reports that charged more than the key had left: it is refused until the debt is paid off |
+//! | `ratekeeper_reservations_total` | counter | `limit`, `outcome` (`held`, `committed`, `cancelled`, `unknown`: asked to settle when no longer open, settled already or past its ttl, which settled it at its estimate) | reservations (`/v1/reserve`) and what became of them |
 //! | `ratekeeper_proxy_upstream_overflow_total` | counter | | proxy requests answered `503` because `max_upstream_requests` (1,024 by default) were at the upstream |
 //! | `ratekeeper_envoy_shadow_mode_passes_total` | counter | | Envoy requests over a limit answered `OK` only because `[envoy] shadow_mode` is on |
 //! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
@@ -40,7 +44,7 @@
 //! | `ratekeeper_config_reloads_total` | counter | `result` (`applied`, `refused`) | configuration reloads (SIGHUP, a changed file, `Service::reload`) put in force, or refused with the running configuration kept; an unchanged file is neither, and a file that stays broken or unreadable is one refusal |
 //! | `ratekeeper_config_last_reload_successful` | gauge | | 1 when the last reload (or the start, before any) was applied, 0 when it was refused |
 //! | `ratekeeper_config_last_reload_success_timestamp_seconds` | gauge | | when the configuration in force was loaded (Unix time): the start, or the last reload applied |
-//! | `ratekeeper_store_operation_duration_seconds` | histogram | `store` (`sqlite`, `redis`), `operation` (`check`, `check_all`, `refund`, `peek`) | time the store took to answer one call, failed calls included, from 1 µs to 1 s (not for the in-memory store, whose calls take less than the first bucket: see the decision duration) |
+//! | `ratekeeper_store_operation_duration_seconds` | histogram | `store` (`sqlite`, `redis`), `operation` (`check`, `check_all`, `refund`, `peek`, `report`, `hold`, `settle`) | time the store took to answer one call, failed calls included, from 1 µs to 1 s (not for the in-memory store, whose calls take less than the first bucket: see the decision duration) |
 //! | `ratekeeper_redis_calls_total` | counter | `path` (`at_once`, `queued`) | Redis store calls sent as soon as made, or after waiting for a running script (Redis with batching on only) |
 //! | `ratekeeper_redis_batches_total` | counter | | scripts that decided calls that had waited |
 //! | `ratekeeper_redis_batched_calls_total` | counter | | calls those scripts decided (divided by the batches: calls per script) |
@@ -73,8 +77,8 @@ use prometheus_client::registry::Registry;
 
 use super::stats::{LeaseCounts, StoreHealth};
 use crate::access::Door;
-use crate::engine::LatencyHistogram;
 use crate::engine::{DecisionDoor, Engine};
+use crate::engine::{LatencyHistogram, Reservations};
 use crate::listen::{ConnectionStats, DoorSnapshot};
 
 /// The `Content-Type` of `/metrics`.
@@ -90,6 +94,10 @@ struct LimitCounts {
     untrusted_forwarding: u64,
     saturated: u64,
     overrides_refused: u64,
+    /// Reports, their units, and those that overdrew.
+    reports: (u64, u64, u64),
+    /// Reservations, by [`Reservations::ALL`]'s outcomes.
+    reservations: [u64; Reservations::ALL.len()],
     /// Keys the in-memory store holds for it; `None` on the others.
     keys_in_memory: Option<usize>,
 }
@@ -194,6 +202,8 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
             untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
             saturated: metrics.saturated(limit.name()),
             overrides_refused: metrics.overrides_refused(limit.name()),
+            reports: metrics.reports(limit.name()),
+            reservations: Reservations::ALL.map(|what| metrics.reservations(limit.name(), what)),
             keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
         })
         .collect();
@@ -332,6 +342,41 @@ impl Collector for Scrape {
             self.limits
                 .iter()
                 .map(|limit| ([("limit", limit.name.as_str())], limit.overrides_refused)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_reports",
+            "Reports: units charged after the fact, whatever the limit had left.",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.reports.0)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_report_units",
+            "Units the reports charged.",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.reports.1)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_overdrafts",
+            "Reports that charged more than the key had left (it waits for the debt).",
+            self.limits
+                .iter()
+                .map(|limit| ([("limit", limit.name.as_str())], limit.reports.2)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_reservations",
+            "Reservations held, committed, cancelled, and asked to settle when no longer open.",
+            self.limits.iter().flat_map(|limit| {
+                Reservations::ALL.into_iter().map(move |what| {
+                    let labels = [("limit", limit.name.as_str()), ("outcome", what.as_str())];
+                    (labels, limit.reservations[what as usize])
+                })
+            }),
         )?;
         let no_labels: [(&str, &str); 0] = [];
         counter(

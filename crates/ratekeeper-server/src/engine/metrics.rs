@@ -61,6 +61,48 @@ pub struct DecisionMetrics {
     /// name: allowed unlimited (fail open), and decided in memory.
     failed_open: NamedCounters,
     fallback: NamedCounters,
+    /// Reports (units charged after the fact), the units they charged, and
+    /// those that overdrew their limit, by limit name.
+    reports: NamedCounters,
+    report_units: NamedCounters,
+    overdrafts: NamedCounters,
+    /// Reservations made, and settled (committed, cancelled, or asked for
+    /// when no longer open), by limit name.
+    reservations: [NamedCounters; Reservations::ALL.len()],
+}
+
+/// What became of reservations, as `/metrics` labels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservations {
+    /// Made: an estimate held.
+    Held,
+    /// Settled at the request's cost.
+    Committed,
+    /// Given back.
+    Cancelled,
+    /// Asked to settle when not open: settled already, or past its ttl
+    /// (which settled it at its estimate).
+    Unknown,
+}
+
+impl Reservations {
+    /// Every outcome, in the order of the counters.
+    pub const ALL: [Reservations; 4] = [
+        Reservations::Held,
+        Reservations::Committed,
+        Reservations::Cancelled,
+        Reservations::Unknown,
+    ];
+
+    /// The `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reservations::Held => "held",
+            Reservations::Committed => "committed",
+            Reservations::Cancelled => "cancelled",
+            Reservations::Unknown => "unknown",
+        }
+    }
 }
 
 /// Counters by limit name, kept for the life of the process. The names
@@ -72,17 +114,22 @@ struct NamedCounters(RwLock<HashMap<Box<str>, AtomicU64>>);
 impl NamedCounters {
     /// Adds one to `name`'s counter; its value before.
     fn add(&self, name: &str) -> u64 {
+        self.add_n(name, 1)
+    }
+
+    /// Adds `n` to `name`'s counter; its value before.
+    fn add_n(&self, name: &str, n: u64) -> u64 {
         {
             let counters = self.0.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(counter) = counters.get(name) {
-                return counter.fetch_add(1, Ordering::Relaxed);
+                return counter.fetch_add(n, Ordering::Relaxed);
             }
         }
         let mut counters = self.0.write().unwrap_or_else(PoisonError::into_inner);
         counters
             .entry(name.into())
             .or_default()
-            .fetch_add(1, Ordering::Relaxed)
+            .fetch_add(n, Ordering::Relaxed)
     }
 
     fn get(&self, name: &str) -> u64 {
@@ -95,6 +142,35 @@ impl NamedCounters {
 }
 
 impl DecisionMetrics {
+    /// A report of `units` to limit `name`, which it overdrew or not.
+    pub(crate) fn record_report(&self, name: &str, units: u64, overdrew: bool) {
+        self.reports.add(name);
+        self.report_units.add_n(name, units);
+        if overdrew {
+            self.overdrafts.add(name);
+        }
+    }
+
+    /// Reports to limit `name`: how many, the units they charged, and how
+    /// many overdrew it.
+    pub fn reports(&self, name: &str) -> (u64, u64, u64) {
+        (
+            self.reports.get(name),
+            self.report_units.get(name),
+            self.overdrafts.get(name),
+        )
+    }
+
+    /// A reservation of limit `name` that became `what`.
+    pub(crate) fn record_reservation(&self, name: &str, what: Reservations) {
+        self.reservations[what as usize].add(name);
+    }
+
+    /// Reservations of limit `name` that became `what`.
+    pub fn reservations(&self, name: &str, what: Reservations) -> u64 {
+        self.reservations[what as usize].get(name)
+    }
+
     /// Nothing recorded yet.
     pub fn new() -> DecisionMetrics {
         DecisionMetrics::default()

@@ -88,7 +88,9 @@ pub use key::{compose_key, HttpSource, KeySource, NamedParts, OrUnknown};
 pub use leasing::Leasable;
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
-pub use metrics::{is_near_limit, DecisionMetrics, LatencyHistogram, NEAR_LIMIT_PERCENT};
+pub use metrics::{
+    is_near_limit, DecisionMetrics, LatencyHistogram, Reservations, NEAR_LIMIT_PERCENT,
+};
 #[cfg(test)]
 pub(crate) use plan::work;
 pub(crate) use plan::HttpRequest;
@@ -697,9 +699,14 @@ impl Engine {
             let outcome = if ban::is_ban(&check) {
                 ban::answer(&check)
             } else {
-                store
+                let outcome = store
                     .report(check.limit.limit(), &check.key, check.cost)
-                    .await?
+                    .await?;
+                let overdrew = refuses(&check, &outcome);
+                self.inner
+                    .metrics
+                    .record_report(check.limit.name(), check.cost, overdrew);
+                outcome
             };
             results.push(LimitResult { check, outcome });
         }

@@ -8,7 +8,15 @@ use ratekeeper::store::{Reservation, StoreError};
 use ratekeeper::{Outcome, Store};
 
 use super::verdict::refuses;
-use super::{ban, given_back, Engine, LimitCheck, LimitResult, PlanError, Verdict};
+use super::{ban, given_back, Engine, LimitCheck, LimitResult, PlanError, Reservations, Verdict};
+
+/// A reservation the store says is not open.
+fn is_unknown(error: &StoreError) -> bool {
+    matches!(
+        error.without_store(),
+        StoreError::Reservation(ratekeeper::store::reservation::ReservationError::Unknown)
+    )
+}
 
 impl Engine {
     /// Reserves each check's cost for `ttl` ([`Store::reserve`]), all or
@@ -34,6 +42,11 @@ impl Engine {
                 ban::answer(&check)
             } else {
                 let reserved = store.reserve(limit, key, check.cost, ttl).await?;
+                if reserved.reservation.is_some() {
+                    self.inner
+                        .metrics
+                        .record_reservation(check.limit.name(), Reservations::Held);
+                }
                 held.extend(reserved.reservation);
                 reserved.outcome
             };
@@ -55,6 +68,9 @@ impl Engine {
                     .await
                     .is_ok()
                 {
+                    self.inner
+                        .metrics
+                        .record_reservation(result.check.limit.name(), Reservations::Cancelled);
                     result.outcome = given_back(result.outcome, result.check.cost);
                 }
             }
@@ -99,6 +115,15 @@ impl Engine {
                     .and(store.peek(limit.limit(), reservation.key()).await)
                     .map(Outcome::Decided),
             };
+            let what = match (&settled, actual) {
+                (Ok(_), Some(_)) => Some(Reservations::Committed),
+                (Ok(_), None) => Some(Reservations::Cancelled),
+                (Err(error), _) if is_unknown(error) => Some(Reservations::Unknown),
+                (Err(_), _) => None,
+            };
+            if let Some(what) = what {
+                self.inner.metrics.record_reservation(limit.name(), what);
+            }
             match settled {
                 Ok(outcome) => {
                     // Not a request: the statistics counted its

@@ -179,3 +179,44 @@ async fn concurrent_reservations_cannot_pass_the_budget_together() {
     assert_eq!(answer["limits"][0]["retry_after_ms"], 6_006);
     service.stop().await;
 }
+
+#[tokio::test]
+async fn reports_and_reservations_are_counted_in_the_metrics() {
+    let service = TestService::start(&format!("{LISTEN_ANY}{TOKENS}")).await;
+    service.post("/v1/report", tokens(4_000)).await;
+    service.post("/v1/report", tokens(9_000)).await;
+    let (_, _, answer) = service.post("/v1/reserve", tokens(1)).await;
+    // The key is in debt: refused, nothing held.
+    assert_eq!(answer["allowed"], false);
+    service.clock.advance(Duration::from_secs(60));
+    let (_, _, answer) = service.post("/v1/reserve", tokens(10)).await;
+    let reservation = answer["reservation"].as_str().unwrap().to_owned();
+    let commit = json!({"reservation": reservation, "cost": 5});
+    service.post("/v1/commit", commit.clone()).await;
+    service.post("/v1/commit", commit).await;
+
+    let metrics = common::metrics(&service).await;
+    let sample = |series: &str| common::sample(&metrics, series);
+    assert_eq!(
+        sample("ratekeeper_reports_total{limit=\"llm-tokens\"}"),
+        Some(2)
+    );
+    assert_eq!(
+        sample("ratekeeper_report_units_total{limit=\"llm-tokens\"}"),
+        Some(13_000)
+    );
+    assert_eq!(
+        sample("ratekeeper_overdrafts_total{limit=\"llm-tokens\"}"),
+        Some(1)
+    );
+    let reservations = |outcome: &str| {
+        sample(&format!(
+            "ratekeeper_reservations_total{{limit=\"llm-tokens\",outcome=\"{outcome}\"}}"
+        ))
+    };
+    assert_eq!(reservations("held"), Some(1));
+    assert_eq!(reservations("committed"), Some(1));
+    assert_eq!(reservations("cancelled"), Some(0));
+    assert_eq!(reservations("unknown"), Some(1));
+    service.stop().await;
+}
