@@ -44,7 +44,7 @@ fn benches(c: &mut Criterion) {
             if kind == PolicyKind::SlidingLog {
                 100_000
             } else {
-                1 << 40
+                1_000_000
             },
         );
         let tight = limit(kind, 10);

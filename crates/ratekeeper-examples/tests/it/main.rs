@@ -4,6 +4,7 @@
 //! one per file.
 
 mod axum_middleware;
+mod llm_tokens;
 mod named_actions;
 mod service_requirements;
 mod sqlite_shared_file;
