@@ -1441,3 +1441,15 @@ fn start_wait_ms_is_read_and_bounded() {
         "{error}"
     );
 }
+
+#[test]
+fn counting_refused_hits_needs_reports() {
+    let error = err(
+        "[[limits]]\nname = \"t\"\nrate = \"10/minute\"\nkey = [\"global\"]\nallow_reports = false\ncount_refused = true\n",
+    );
+    assert!(
+        error.starts_with("ratekeeper.toml:6:17: limits[0].count_refused:"),
+        "{error}"
+    );
+    assert!(error.contains("allow_reports = false"), "{error}");
+}

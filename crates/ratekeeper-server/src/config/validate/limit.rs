@@ -44,6 +44,16 @@ impl Checker<'_> {
                 }
             },
         };
+        let allow_reports = limit.allow_reports.as_ref().is_none_or(|a| *a.get_ref());
+        if let Some(count) = limit.count_refused.as_ref().filter(|c| *c.get_ref()) {
+            if !allow_reports {
+                return self.fail(
+                    count.span(),
+                    field("count_refused"),
+                    "count_refused = true charges refused hits as reports, which allow_reports = false forbids; drop one of them",
+                );
+            }
+        }
         Ok(LimitConfig {
             limit: named,
             rate,
@@ -53,7 +63,7 @@ impl Checker<'_> {
             on_saturated,
             allow_overrides: limit.allow_overrides.as_ref().is_none_or(|a| *a.get_ref()),
             allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
-            allow_reports: limit.allow_reports.as_ref().is_none_or(|a| *a.get_ref()),
+            allow_reports,
             count_refused: limit.count_refused.as_ref().is_some_and(|c| *c.get_ref()),
             matcher,
         })

@@ -311,3 +311,35 @@ mod tests {
         assert!(check_ttl(MAX_RESERVATION_TTL).is_ok());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Any text: read or refused, never a panic, and what is read is
+        /// written back the same.
+        #[test]
+        fn any_text_is_read_or_refused(text in ".{0,80}", prefix in prop::bool::ANY) {
+            let text = if prefix { format!("{TOKEN_PREFIX}{text}") } else { text };
+            if let Ok(reservation) = Reservation::from_token(&text) {
+                prop_assert_eq!(Reservation::from_token(&reservation.to_token()), Ok(reservation));
+            }
+        }
+
+        /// Every reservation's token reads back as it.
+        #[test]
+        fn every_token_reads_back(
+            name in "[a-z][a-z0-9_-]{0,63}",
+            key in prop::collection::vec(any::<u8>(), 0..200),
+            id in any::<[u8; 16]>(),
+        ) {
+            let reservation = Reservation::new(&name, &key, ReservationId::from_bytes(id));
+            prop_assert_eq!(Reservation::from_token(&reservation.to_token()), Ok(reservation));
+        }
+    }
+}
