@@ -275,35 +275,49 @@ impl<C: Clock> Now<'_, C> {
     }
 }
 
-/// A GCRA check of `cost` at `now` on the lock-free table.
-struct GcraCheck<'a, 'c, C> {
+/// What an update does: a check (`REPORT` false), which takes `cost` when
+/// it fits, or a report, which takes it whatever the limit says
+/// ([`Algorithm::report`]). One const parameter, so that each is its own
+/// specialized update loop.
+const CHECK: bool = false;
+const REPORT: bool = true;
+
+/// A GCRA check (or report) of `cost` at `now` on the lock-free table.
+struct GcraCheck<'a, 'c, C, const OP: bool> {
     gcra: &'a Gcra,
     now: &'a mut Now<'c, C>,
     cost: u64,
 }
 
-impl<C: Clock> Decide for GcraCheck<'_, '_, C> {
+impl<C: Clock, const OP: bool> Decide for GcraCheck<'_, '_, C, OP> {
     type Result = Decision;
 
     #[inline(always)]
     fn decide(&mut self, word: Option<u64>) -> (Decision, Option<u64>) {
-        one_word::decide_gcra(self.gcra, word, self.now.get(), self.cost)
+        match OP {
+            CHECK => one_word::decide_gcra(self.gcra, word, self.now.get(), self.cost),
+            REPORT => one_word::report_gcra(self.gcra, word, self.now.get(), self.cost),
+        }
     }
 }
 
-/// A fixed-window check of `cost` at `now` on the lock-free table.
-struct WindowCheck<'a, 'c, C> {
+/// A fixed-window check (or report) of `cost` at `now` on the lock-free
+/// table.
+struct WindowCheck<'a, 'c, C, const OP: bool> {
     window: &'a FixedWindow,
     now: &'a mut Now<'c, C>,
     cost: u64,
 }
 
-impl<C: Clock> Decide for WindowCheck<'_, '_, C> {
+impl<C: Clock, const OP: bool> Decide for WindowCheck<'_, '_, C, OP> {
     type Result = Decision;
 
     #[inline(always)]
     fn decide(&mut self, word: Option<u64>) -> (Decision, Option<u64>) {
-        one_word::decide_window(self.window, word, self.now.get(), self.cost)
+        match OP {
+            CHECK => one_word::decide_window(self.window, word, self.now.get(), self.cost),
+            REPORT => one_word::report_window(self.window, word, self.now.get(), self.cost),
+        }
     }
 }
 
@@ -316,13 +330,19 @@ impl<C: Clock> MemoryLimiter<C> {
 
     #[inline]
     fn decide(&self, key: &[u8], now: &mut Now<'_, C>, cost: u64) -> Outcome {
+        self.decide_op::<CHECK>(key, now, cost)
+    }
+
+    /// A check (`OP` [`CHECK`]) or a report ([`REPORT`]) of `cost`.
+    #[inline(always)]
+    fn decide_op<const OP: bool>(&self, key: &[u8], now: &mut Now<'_, C>, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key);
         if self.shared.inheriting.load(Ordering::Relaxed) {
             self.inherit(fingerprint, now.get());
         }
-        match self.update_at(fingerprint, now, cost) {
+        match self.update_at::<OP>(fingerprint, now, cost) {
             Update::Done(decision) => Outcome::Decided(decision),
-            Update::Saturated => self.decide_when_full(fingerprint, now, cost),
+            Update::Saturated => self.decide_when_full::<OP>(fingerprint, now, cost),
         }
     }
 
@@ -331,9 +351,14 @@ impl<C: Clock> MemoryLimiter<C> {
     /// into every check's path, and not a second time here.
     #[cold]
     #[inline(never)]
-    fn decide_when_full(&self, fingerprint: u64, now: &mut Now<'_, C>, cost: u64) -> Outcome {
+    fn decide_when_full<const OP: bool>(
+        &self,
+        fingerprint: u64,
+        now: &mut Now<'_, C>,
+        cost: u64,
+    ) -> Outcome {
         if self.shared.make_room(now.get()) {
-            if let Update::Done(decision) = self.update_at(fingerprint, now, cost) {
+            if let Update::Done(decision) = self.update_at::<OP>(fingerprint, now, cost) {
                 return Outcome::Decided(decision);
             }
         }
@@ -347,7 +372,12 @@ impl<C: Clock> MemoryLimiter<C> {
     /// Always inlined into `decide`, so that the time read once and the
     /// decision stay in registers; the locked table's path is a call.
     #[inline(always)]
-    fn update_at(&self, fingerprint: u64, now: &mut Now<'_, C>, cost: u64) -> Update<Decision> {
+    fn update_at<const OP: bool>(
+        &self,
+        fingerprint: u64,
+        now: &mut Now<'_, C>,
+        cost: u64,
+    ) -> Update<Decision> {
         match &self.shared.table {
             // One update loop for each one-word policy, each with its
             // arithmetic inlined, rather than one loop matching on the
@@ -355,12 +385,12 @@ impl<C: Clock> MemoryLimiter<C> {
             Table::Slots {
                 policy: OneWord::Gcra(gcra),
                 slots,
-            } => slots.update(fingerprint, GcraCheck { gcra, now, cost }),
+            } => slots.update(fingerprint, GcraCheck::<C, OP> { gcra, now, cost }),
             Table::Slots {
                 policy: OneWord::FixedWindow(window),
                 slots,
-            } => slots.update(fingerprint, WindowCheck { window, now, cost }),
-            Table::Locked { rows } => self.update_locked(rows, fingerprint, now, cost),
+            } => slots.update(fingerprint, WindowCheck::<C, OP> { window, now, cost }),
+            Table::Locked { rows } => self.update_locked::<OP>(rows, fingerprint, now, cost),
         }
     }
 
@@ -368,7 +398,7 @@ impl<C: Clock> MemoryLimiter<C> {
     /// whose decisions take a lock: out of line, as a call costs them
     /// little and keeps the one-word policies' path short.
     #[inline(never)]
-    fn update_locked(
+    fn update_locked<const OP: bool>(
         &self,
         rows: &LockedTable,
         fingerprint: u64,
@@ -378,14 +408,18 @@ impl<C: Clock> MemoryLimiter<C> {
         rows.update(fingerprint, |state| {
             let policy = &self.shared.policy;
             let now = now.get();
+            let decide = |state: &State| match OP {
+                CHECK => policy.decide(state, now, cost),
+                REPORT => policy.report(state, now, cost),
+            };
             let (decision, next) = match state {
                 Some(state) => {
-                    let (decision, next) = policy.decide(state, now, cost);
+                    let (decision, next) = decide(state);
                     (decision, (next != *state).then_some(next))
                 }
                 None => {
                     let fresh = policy.fresh();
-                    let (decision, next) = policy.decide(&fresh, now, cost);
+                    let (decision, next) = decide(&fresh);
                     (decision, (next != fresh).then_some(next))
                 }
             };
@@ -414,41 +448,8 @@ impl<C: Clock> MemoryLimiter<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn report(&self, key: impl AsRef<[u8]>, units: u64) -> Outcome {
-        self.report_at(key.as_ref(), self.shared.clock.now(), units)
-    }
-
-    /// Charges `units` to `key` at `now`.
-    pub(crate) fn report_at(&self, key: &[u8], now: Timestamp, units: u64) -> Outcome {
-        let fingerprint = self.shared.hasher.fingerprint(key);
-        self.inherit_at(fingerprint, now);
-        let update = || match &self.shared.table {
-            Table::Slots { policy, slots } => {
-                slots.update(fingerprint, |word| policy.report(word, now, units))
-            }
-            Table::Locked { rows } => rows.update(fingerprint, |state| {
-                let policy = &self.shared.policy;
-                let fresh;
-                let state = match state {
-                    Some(state) => state,
-                    None => {
-                        fresh = policy.fresh();
-                        &fresh
-                    }
-                };
-                let (decision, next) = policy.report(state, now, units);
-                let changed = (next != *state).then_some(next);
-                (decision, changed)
-            }),
-        };
-        if let Update::Done(decision) = update() {
-            return Outcome::Decided(decision);
-        }
-        if self.shared.make_room(now) {
-            if let Update::Done(decision) = update() {
-                return Outcome::Decided(decision);
-            }
-        }
-        self.shared.saturated(now)
+        // The check's own path, specialized for a report: as cheap.
+        self.decide_op::<REPORT>(key.as_ref(), &mut Now::Unread(&self.shared.clock), units)
     }
 
     /// Gives `units` back to `key` now, for requests that should not count

@@ -57,34 +57,6 @@ impl OneWord {
         }
     }
 
-    /// Charges `units` whatever the quota says (see
-    /// [`Algorithm::report`]); the packed next state when it changed.
-    #[inline]
-    pub(crate) fn report(
-        &self,
-        word: Option<u64>,
-        now: Timestamp,
-        units: u64,
-    ) -> (Decision, Option<u64>) {
-        match self {
-            OneWord::Gcra(gcra) => {
-                let tat = word.unwrap_or(0);
-                let (decision, next) = gcra.report_tat(tat, now.as_nanos(), units);
-                (decision, (next != tat).then_some(next))
-            }
-            OneWord::FixedWindow(window) => {
-                // The packed count saturates at 2^32 - 1, past this
-                // policy's limit: a window over it is over all the same.
-                let state = unpack_window(window, word.unwrap_or(0), now);
-                let (decision, next) = window.report(&state, now, units);
-                (
-                    decision,
-                    (next != state).then(|| pack_window(window, &next)),
-                )
-            }
-        }
-    }
-
     /// Gives `units` back; the packed next state when it changed.
     pub(crate) fn refund(&self, word: Option<u64>, now: Timestamp, units: u64) -> Option<u64> {
         let word = word?;
@@ -178,6 +150,38 @@ pub(crate) fn decide_window(
 ) -> (Decision, Option<u64>) {
     let state = unpack_window(window, word.unwrap_or(0), now);
     let (decision, next) = window.decide(&state, now, cost);
+    (
+        decision,
+        (next != state).then(|| pack_window(window, &next)),
+    )
+}
+
+/// [`Algorithm::report`] on a packed GCRA state; the packed next state
+/// when it changed.
+#[inline(always)]
+pub(crate) fn report_gcra(
+    gcra: &Gcra,
+    word: Option<u64>,
+    now: Timestamp,
+    units: u64,
+) -> (Decision, Option<u64>) {
+    let tat = word.unwrap_or(0);
+    let (decision, next) = gcra.report_tat(tat, now.as_nanos(), units);
+    (decision, (next != tat).then_some(next))
+}
+
+/// [`Algorithm::report`] on a packed fixed window. The packed count
+/// saturates at 2^32 - 1, past this policy's limit: a window over it is
+/// over all the same.
+#[inline]
+pub(crate) fn report_window(
+    window: &FixedWindow,
+    word: Option<u64>,
+    now: Timestamp,
+    units: u64,
+) -> (Decision, Option<u64>) {
+    let state = unpack_window(window, word.unwrap_or(0), now);
+    let (decision, next) = window.report(&state, now, units);
     (
         decision,
         (next != state).then(|| pack_window(window, &next)),
