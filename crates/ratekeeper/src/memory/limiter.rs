@@ -447,6 +447,7 @@ impl<C: Clock> MemoryLimiter<C> {
     /// assert!(!limiter.check("alice", 1).is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn report(&self, key: impl AsRef<[u8]>, units: u64) -> Outcome {
         // The check's own path, specialized for a report: as cheap.
         self.decide_op::<REPORT>(key.as_ref(), &mut Now::Unread(&self.shared.clock), units)

@@ -256,6 +256,7 @@ impl Algorithm for FixedWindow {
     /// window forgets; a [`TokenBucket`](crate::TokenBucket) or
     /// [`Gcra`](crate::Gcra) carries debt across). The count saturates at
     /// 2^62.
+    #[inline]
     fn report(
         &self,
         state: &FixedWindowState,
@@ -266,14 +267,7 @@ impl Algorithm for FixedWindow {
         if decision.is_allowed() || units == 0 {
             return (decision, next);
         }
-        let (count, start, _) = self.current(state, now);
-        let until_end = self.until_end(start, now);
-        let next = FixedWindowState {
-            start,
-            count: count.saturating_add(units).min(MAX_SCALED),
-        };
-        let retry = RetryAfter::After(until_end);
-        (Decision::denied(self.limit, 0, until_end, retry), next)
+        overdraw(self, state, now, units)
     }
 
     fn expires_at(&self, state: &FixedWindowState) -> Timestamp {
@@ -291,4 +285,24 @@ impl Algorithm for FixedWindow {
     fn window(&self) -> Duration {
         Duration::from_nanos(self.window)
     }
+}
+
+/// [`Algorithm::report`] past what the key has: out of line, so that a
+/// report that fits costs what a check does.
+#[cold]
+#[inline(never)]
+fn overdraw(
+    policy: &FixedWindow,
+    state: &FixedWindowState,
+    now: Timestamp,
+    units: u64,
+) -> (Decision, FixedWindowState) {
+    let (count, start, _) = policy.current(state, now);
+    let until_end = policy.until_end(start, now);
+    let next = FixedWindowState {
+        start,
+        count: count.saturating_add(units).min(MAX_SCALED),
+    };
+    let retry = RetryAfter::After(until_end);
+    (Decision::denied(policy.limit, 0, until_end, retry), next)
 }

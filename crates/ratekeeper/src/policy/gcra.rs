@@ -169,12 +169,20 @@ impl Gcra {
 
     /// [`report`](Algorithm::report) on the TAT and `now` in nanoseconds:
     /// the decision and the next TAT, as [`decide_tat`](Gcra::decide_tat).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn report_tat(&self, tat: u64, now: u64, units: u64) -> (Decision, u64) {
         let (decision, next) = self.decide_tat(tat, now, units);
         if decision.is_allowed() || units == 0 {
             return (decision, next);
         }
+        self.overdraw_tat(tat, now, units)
+    }
+
+    /// [`report_tat`](Gcra::report_tat) past the tolerance: out of line,
+    /// so that a report that fits costs what a check does.
+    #[cold]
+    #[inline(never)]
+    fn overdraw_tat(&self, tat: u64, now: u64, units: u64) -> (Decision, u64) {
         // Refused, so the units do not fit: `ahead` is past the tolerance.
         let ahead = tat
             .saturating_sub(now)

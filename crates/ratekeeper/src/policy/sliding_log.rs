@@ -224,6 +224,7 @@ impl Algorithm for SlidingLog {
     /// moved to now (counted no shorter than logged apart), so reports
     /// never grow the log past one hit more than the limit allows. A hit's
     /// cost saturates at 2^62.
+    #[inline]
     fn report(
         &self,
         state: &SlidingLogState,
@@ -234,37 +235,7 @@ impl Algorithm for SlidingLog {
         if decision.is_allowed() || units == 0 {
             return (decision, next);
         }
-        let (live, at, used) = self.live(state, now);
-        let now = now.as_nanos();
-        let mut hits = live.to_vec();
-        match hits.last_mut() {
-            Some(last) if last.at.as_nanos() == at || used >= self.limit => {
-                last.at = Timestamp::from_nanos(at);
-                last.cost = last.cost.saturating_add(units).min(MAX_SCALED);
-            }
-            _ => hits.push(Hit {
-                at: Timestamp::from_nanos(at),
-                cost: units.min(MAX_SCALED),
-            }),
-        }
-        // Refused, so more than the limit is used now: walk the oldest hits
-        // out until one unit fits.
-        let used = used.saturating_add(units);
-        let excess = used - (self.limit - 1);
-        let mut freed = 0u64;
-        let leaves = hits
-            .iter()
-            .find(|h| {
-                freed = freed.saturating_add(h.cost);
-                freed >= excess
-            })
-            .map_or(now, |h| self.leaves(h));
-        let retry = RetryAfter::After(Duration::from_nanos(leaves.saturating_sub(now)));
-        let reset = self.reset(&hits, now);
-        (
-            Decision::denied(self.limit, 0, reset, retry),
-            SlidingLogState { hits },
-        )
+        overdraw(self, state, now, units)
     }
 
     fn expires_at(&self, state: &SlidingLogState) -> Timestamp {
@@ -281,4 +252,47 @@ impl Algorithm for SlidingLog {
     fn window(&self) -> Duration {
         Duration::from_nanos(self.window)
     }
+}
+
+/// [`Algorithm::report`] past what the key has: out of line, so that a
+/// report that fits costs what a check does.
+#[cold]
+#[inline(never)]
+fn overdraw(
+    policy: &SlidingLog,
+    state: &SlidingLogState,
+    now: Timestamp,
+    units: u64,
+) -> (Decision, SlidingLogState) {
+    let (live, at, used) = policy.live(state, now);
+    let now = now.as_nanos();
+    let mut hits = live.to_vec();
+    match hits.last_mut() {
+        Some(last) if last.at.as_nanos() == at || used >= policy.limit => {
+            last.at = Timestamp::from_nanos(at);
+            last.cost = last.cost.saturating_add(units).min(MAX_SCALED);
+        }
+        _ => hits.push(Hit {
+            at: Timestamp::from_nanos(at),
+            cost: units.min(MAX_SCALED),
+        }),
+    }
+    // Refused, so more than the limit is used now: walk the oldest hits
+    // out until one unit fits.
+    let used = used.saturating_add(units);
+    let excess = used - (policy.limit - 1);
+    let mut freed = 0u64;
+    let leaves = hits
+        .iter()
+        .find(|h| {
+            freed = freed.saturating_add(h.cost);
+            freed >= excess
+        })
+        .map_or(now, |h| policy.leaves(h));
+    let retry = RetryAfter::After(Duration::from_nanos(leaves.saturating_sub(now)));
+    let reset = policy.reset(&hits, now);
+    (
+        Decision::denied(policy.limit, 0, reset, retry),
+        SlidingLogState { hits },
+    )
 }

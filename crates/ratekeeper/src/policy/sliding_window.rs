@@ -290,6 +290,7 @@ impl Algorithm for SlidingWindow {
     /// next window at the latest. An overdraft is forgotten two windows
     /// after the window it was counted in began, as every count is. The
     /// count saturates at 2^62.
+    #[inline]
     fn report(
         &self,
         state: &SlidingWindowState,
@@ -300,20 +301,7 @@ impl Algorithm for SlidingWindow {
         if decision.is_allowed() || units == 0 {
             return (decision, next);
         }
-        let c = self.counts(state, now);
-        let now = now.as_nanos();
-        let after = Counts {
-            current: c.current.saturating_add(units).min(MAX_SCALED),
-            ..c
-        };
-        let retry = RetryAfter::After(self.retry(&after, 1, now));
-        let reset = self.reset(&after, after.current, now);
-        let next = SlidingWindowState {
-            start: Timestamp::from_nanos(after.start),
-            previous: after.previous,
-            current: after.current,
-        };
-        (Decision::denied(self.limit, 0, reset, retry), next)
+        overdraw(self, state, now, units)
     }
 
     fn expires_at(&self, state: &SlidingWindowState) -> Timestamp {
@@ -334,4 +322,30 @@ impl Algorithm for SlidingWindow {
     fn window(&self) -> Duration {
         Duration::from_nanos(self.window)
     }
+}
+
+/// [`Algorithm::report`] past what the key has: out of line, so that a
+/// report that fits costs what a check does.
+#[cold]
+#[inline(never)]
+fn overdraw(
+    policy: &SlidingWindow,
+    state: &SlidingWindowState,
+    now: Timestamp,
+    units: u64,
+) -> (Decision, SlidingWindowState) {
+    let c = policy.counts(state, now);
+    let now = now.as_nanos();
+    let after = Counts {
+        current: c.current.saturating_add(units).min(MAX_SCALED),
+        ..c
+    };
+    let retry = RetryAfter::After(policy.retry(&after, 1, now));
+    let reset = policy.reset(&after, after.current, now);
+    let next = SlidingWindowState {
+        start: Timestamp::from_nanos(after.start),
+        previous: after.previous,
+        current: after.current,
+    };
+    (Decision::denied(policy.limit, 0, reset, retry), next)
 }

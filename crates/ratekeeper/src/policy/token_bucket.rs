@@ -399,6 +399,7 @@ impl Algorithm for TokenBucket {
     /// rate`), and the bucket is full again `burst + d` tokens' refill
     /// time after it. Debt saturates at 2^62 internal units, as a
     /// [reservation](TokenBucket::reserve)'s does.
+    #[inline]
     fn report(
         &self,
         state: &TokenBucketState,
@@ -409,19 +410,7 @@ impl Algorithm for TokenBucket {
         if decision.is_allowed() || units == 0 {
             return (decision, next);
         }
-        let (deficit, at) = self.deficit_at(state, now);
-        let skew = at.as_nanos() - now.as_nanos();
-        let wait =
-            |units: u64| Duration::from_nanos(self.nanos_to_gain(units).saturating_add(skew));
-        // Refused, so the units do not fit: `after` is past full.
-        let after = deficit
-            .saturating_add(units.saturating_mul(self.unit))
-            .min(self.full + MAX_SCALED);
-        let retry = RetryAfter::After(wait(after - self.full + self.unit));
-        (
-            Decision::denied(self.burst, 0, wait(after), retry),
-            self.state_with_deficit(after, at),
-        )
+        overdraw(self, state, now, units)
     }
 
     fn expires_at(&self, state: &TokenBucketState) -> Timestamp {
@@ -453,4 +442,28 @@ pub(crate) const fn gcd(mut a: u64, mut b: u64) -> u64 {
         b = r;
     }
     a
+}
+
+/// [`Algorithm::report`] past what the key has: out of line, so that a
+/// report that fits costs what a check does.
+#[cold]
+#[inline(never)]
+fn overdraw(
+    policy: &TokenBucket,
+    state: &TokenBucketState,
+    now: Timestamp,
+    units: u64,
+) -> (Decision, TokenBucketState) {
+    let (deficit, at) = policy.deficit_at(state, now);
+    let skew = at.as_nanos() - now.as_nanos();
+    let wait = |units: u64| Duration::from_nanos(policy.nanos_to_gain(units).saturating_add(skew));
+    // Refused, so the units do not fit: `after` is past full.
+    let after = deficit
+        .saturating_add(units.saturating_mul(policy.unit))
+        .min(policy.full + MAX_SCALED);
+    let retry = RetryAfter::After(wait(after - policy.full + policy.unit));
+    (
+        Decision::denied(policy.burst, 0, wait(after), retry),
+        policy.state_with_deficit(after, at),
+    )
 }
