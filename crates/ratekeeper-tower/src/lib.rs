@@ -56,9 +56,10 @@
 //!   reports (shadow mode).
 //! - [`Key`]: what a request is counted under; [`client`]: finding the
 //!   client behind proxies ([`client::ClientIp`]).
-//! - [`ResponseCostLayer`]: limits by what responses cost, charged once
-//!   known (an LLM's tokens from a header or a trailer, or only failed
-//!   responses), with an estimate held before each request.
+//! - [`response_cost`]: limits by what responses cost, charged once known
+//!   (an LLM's tokens from a header or a trailer, or only failed
+//!   responses), with an estimate held before each request
+//!   ([`ResponseCostLayer`]).
 //! - [`headers`]: the rate-limit response headers, for other front ends.
 //! - The stores: [`ratekeeper::MemoryStore`] here, `ratekeeper-sqlite` and
 //!   `ratekeeper-redis` for limits shared by several processes.
@@ -66,15 +67,13 @@
 pub mod client;
 pub mod headers;
 mod limit;
-mod response_cost;
+pub mod response_cost;
 
 pub use limit::{
     Key, LayerError, LayerWarning, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
     Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
 };
-pub use response_cost::{
-    Cost, CostedBody, ResponseCost, ResponseCostFuture, ResponseCostLayer, ResponseCostLayerBuilder,
-};
+pub use response_cost::{Cost, ResponseCostLayer};
 
 /// Compiles and runs the examples of the workspace's README.md (the core's
 /// and this crate's, which only this crate has the dependencies for).

@@ -31,7 +31,7 @@ pub enum LayerError {
     #[error("two limits are named {0:?}")]
     DuplicateLimit(String),
     /// A reservation's ttl of zero or over an hour
-    /// ([`ResponseCostLayerBuilder::estimate`](crate::ResponseCostLayerBuilder::estimate)).
+    /// ([`ResponseCostLayerBuilder::estimate`](crate::response_cost::ResponseCostLayerBuilder::estimate)).
     #[error("a reservation's ttl must be more than 0 and at most an hour, not {0:?}")]
     ReservationTtl(std::time::Duration),
 }
