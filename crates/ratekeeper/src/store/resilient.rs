@@ -293,6 +293,39 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
         }
     }
 
+    /// `outcome` when the store answered (or answered about a
+    /// reservation); while it fails, the `fallback` call's (the same call on
+    /// the in-memory fallback, if there is one: a future, run only then),
+    /// or the failure policy's: failing open an unknown but allowed answer,
+    /// failing closed the error. Each answer says who made it.
+    async fn or_by_policy(
+        &self,
+        limit: &Limit,
+        outcome: Result<Outcome, StoreError>,
+        fallback: Option<impl std::future::Future<Output = Result<Outcome, StoreError>>>,
+    ) -> Result<Outcome, StoreError> {
+        let error = match outcome {
+            Ok(outcome) => return Ok(outcome),
+            Err(error) if is_reservation(&error) => return Err(error),
+            Err(error) => error,
+        };
+        if let Some(call) = fallback {
+            self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+            let outcome = call.await?;
+            return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
+        }
+        match self.policy.mode {
+            FailureMode::Open => {
+                self.failed_open.fetch_add(1, Ordering::Relaxed);
+                Ok(Outcome::Decided(unknown_but_allowed(limit)))
+            }
+            FailureMode::Closed => {
+                self.failed_closed.fetch_add(1, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
     /// Runs `call` on the store unless it is down; an error means decide
     /// by the failure policy, with the error to fail closed with.
     async fn attempt<T>(
@@ -327,26 +360,10 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
     /// policy's, its decision saying who answered
     /// ([`Decision::answered_by`]).
     async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
-        match self.attempt(self.store.check(limit, key, cost)).await {
-            Ok(outcome) => Ok(outcome),
-            Err(error) => {
-                if let Some(fallback) = &self.fallback {
-                    self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
-                    let outcome = fallback.check(limit, key, cost).await?;
-                    return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
-                }
-                match self.policy.mode {
-                    FailureMode::Open => {
-                        self.failed_open.fetch_add(1, Ordering::Relaxed);
-                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
-                    }
-                    FailureMode::Closed => {
-                        self.failed_closed.fetch_add(1, Ordering::Relaxed);
-                        Err(error)
-                    }
-                }
-            }
-        }
+        let outcome = self.attempt(self.store.check(limit, key, cost)).await;
+        let fallback = self.fallback.as_ref();
+        let fallback = fallback.map(|store| store.check(limit, key, cost));
+        self.or_by_policy(limit, outcome, fallback).await
     }
 
     /// The store's decision; while it fails, the fallback's or the failure
@@ -381,26 +398,10 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
     /// policy's: failing open, the units are not counted anywhere (the
     /// decision says [`AnsweredBy::FailOpen`]); failing closed, the error.
     async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
-        match self.attempt(self.store.report(limit, key, units)).await {
-            Ok(outcome) => Ok(outcome),
-            Err(error) => {
-                if let Some(fallback) = &self.fallback {
-                    self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
-                    let outcome = fallback.report(limit, key, units).await?;
-                    return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
-                }
-                match self.policy.mode {
-                    FailureMode::Open => {
-                        self.failed_open.fetch_add(1, Ordering::Relaxed);
-                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
-                    }
-                    FailureMode::Closed => {
-                        self.failed_closed.fetch_add(1, Ordering::Relaxed);
-                        Err(error)
-                    }
-                }
-            }
-        }
+        let outcome = self.attempt(self.store.report(limit, key, units)).await;
+        let fallback = self.fallback.as_ref();
+        let fallback = fallback.map(|store| store.report(limit, key, units));
+        self.or_by_policy(limit, outcome, fallback).await
     }
 
     /// The store's outcome; while it fails, the fallback's (which then
@@ -414,30 +415,12 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
         id: ReservationId,
         ttl: Duration,
     ) -> Result<Outcome, StoreError> {
-        match self
+        let outcome = self
             .attempt(self.store.hold(limit, key, units, id, ttl))
-            .await
-        {
-            Ok(outcome) => Ok(outcome),
-            Err(error) if is_reservation(&error) => Err(error),
-            Err(error) => {
-                if let Some(fallback) = &self.fallback {
-                    self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
-                    let outcome = fallback.hold(limit, key, units, id, ttl).await?;
-                    return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
-                }
-                match self.policy.mode {
-                    FailureMode::Open => {
-                        self.failed_open.fetch_add(1, Ordering::Relaxed);
-                        Ok(Outcome::Decided(unknown_but_allowed(limit)))
-                    }
-                    FailureMode::Closed => {
-                        self.failed_closed.fetch_add(1, Ordering::Relaxed);
-                        Err(error)
-                    }
-                }
-            }
-        }
+            .await;
+        let fallback = self.fallback.as_ref();
+        let fallback = fallback.map(|store| store.hold(limit, key, units, id, ttl));
+        self.or_by_policy(limit, outcome, fallback).await
     }
 
     /// The store's outcome; while it fails, the fallback's (where a
