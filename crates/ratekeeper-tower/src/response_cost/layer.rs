@@ -7,6 +7,8 @@ use ratekeeper::store::reservation::MAX_RESERVATION_TTL;
 use ratekeeper::Limit;
 use tower::Layer;
 
+use crate::Rule;
+
 use super::cost::Cost;
 use super::service::ResponseCost;
 use crate::limit::key::WithoutPeer;
@@ -29,7 +31,7 @@ impl<S> Clone for ResponseCostLayer<S> {
 impl<S> std::fmt::Debug for ResponseCostLayer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseCostLayer")
-            .field("limits", &self.shared.limits.len())
+            .field("rules", &self.shared.rules.len())
             .field("cost", &self.shared.cost)
             .finish_non_exhaustive()
     }
@@ -38,7 +40,7 @@ impl<S> std::fmt::Debug for ResponseCostLayer<S> {
 /// What the layer's services share.
 pub(super) struct Shared<S> {
     pub(super) store: S,
-    pub(super) limits: Vec<(Limit, Key)>,
+    pub(super) rules: Vec<Rule>,
     pub(super) cost: Cost,
     pub(super) estimate: Estimate,
     pub(super) format: ResponseFormat,
@@ -63,7 +65,7 @@ impl<S> ResponseCostLayer<S> {
     pub fn builder(store: S) -> ResponseCostLayerBuilder<S> {
         ResponseCostLayerBuilder {
             store,
-            limits: Vec::new(),
+            rules: Vec::new(),
             cost: None,
             estimate: DEFAULT_ESTIMATE,
             format: ResponseFormat::default(),
@@ -83,7 +85,7 @@ impl<Inner, S> Layer<Inner> for ResponseCostLayer<S> {
 #[must_use = "a builder does nothing until built"]
 pub struct ResponseCostLayerBuilder<S> {
     store: S,
-    limits: Vec<(Limit, Key)>,
+    rules: Vec<Rule>,
     cost: Option<Cost>,
     estimate: Estimate,
     format: ResponseFormat,
@@ -91,8 +93,15 @@ pub struct ResponseCostLayerBuilder<S> {
 
 impl<S> ResponseCostLayerBuilder<S> {
     /// Charges `limit`, keyed by `key`, what each response cost.
-    pub fn limit(mut self, limit: Limit, key: Key) -> Self {
-        self.limits.push((limit, key));
+    pub fn limit(self, limit: Limit, key: Key) -> Self {
+        self.rule(Rule::new(limit, key))
+    }
+
+    /// Charges `rule`'s limit what each response it applies to cost (its
+    /// methods and path); a shadow rule holds and charges as the others,
+    /// and never refuses.
+    pub fn rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
         self
     }
 
@@ -128,15 +137,16 @@ impl<S> ResponseCostLayerBuilder<S> {
     /// The layer; an error without a limit, with two limits of one name,
     /// or with an estimate's ttl of zero or over an hour.
     pub fn build(self) -> Result<ResponseCostLayer<S>, LayerError> {
-        if self.limits.is_empty() {
+        if self.rules.is_empty() {
             return Err(LayerError::NoLimits);
         }
-        for (index, (limit, _)) in self.limits.iter().enumerate() {
-            if self.limits[..index]
+        for (index, rule) in self.rules.iter().enumerate() {
+            let name = rule.limit().name();
+            if self.rules[..index]
                 .iter()
-                .any(|(other, _)| other.name() == limit.name())
+                .any(|other| other.limit().name() == name)
             {
-                return Err(LayerError::DuplicateLimit(limit.name().to_owned()));
+                return Err(LayerError::DuplicateLimit(name.to_owned()));
             }
         }
         let ttl = self.estimate.ttl;
@@ -146,7 +156,7 @@ impl<S> ResponseCostLayerBuilder<S> {
         Ok(ResponseCostLayer {
             shared: Arc::new(Shared {
                 store: self.store,
-                limits: self.limits,
+                rules: self.rules,
                 cost: self.cost.unwrap_or(Cost::Status(|_| true)),
                 estimate: self.estimate,
                 format: self.format,

@@ -75,13 +75,23 @@ where
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let keys: Vec<Vec<u8>> = shared
-                .limits
+            let (method, path) = (&parts.method, parts.uri.path());
+            let rules: Vec<usize> = (0..shared.rules.len())
+                .filter(|&i| shared.rules[i].applies_to(method, path))
+                .collect();
+            if rules.is_empty() {
+                let response = inner.call(Request::from_parts(parts, body)).await?;
+                return Ok(response.map(CostedBody::passed));
+            }
+            let keys: Vec<Vec<u8>> = rules
                 .iter()
-                .map(|(_, key)| key.extract(&parts, shared.without_peer).key.to_vec())
+                .map(|&i| {
+                    let key = shared.rules[i].key();
+                    key.extract(&parts, shared.without_peer).key.to_vec()
+                })
                 .collect();
             let grpc = is_grpc(&parts.headers);
-            let held = match before(&shared, &keys).await {
+            let held = match before(&shared, &rules, &keys).await {
                 Ok(Ok(held)) => held,
                 Ok(Err(refusal)) | Err(refusal) => {
                     let response = refusal_response(&refusal, shared.format, grpc);
@@ -89,13 +99,15 @@ where
                 }
             };
             let response = inner.call(Request::from_parts(parts, body)).await?;
-            let charge = Charge { shared, keys, held };
+            let charge = Charge {
+                shared,
+                rules,
+                keys,
+                held,
+            };
             let otherwise = charge.shared.estimate.units;
-            match charge
-                .shared
-                .cost
-                .read_head(response.status(), response.headers(), otherwise)
-            {
+            let head = (response.status(), response.headers());
+            match charge.shared.cost.read_head(head.0, head.1, otherwise) {
                 Some(units) => {
                     charge.settle(units).await;
                     Ok(response.map(CostedBody::passed))
@@ -109,82 +121,92 @@ where
     }
 }
 
-/// Before the request: the estimate held on every limit, all or none. The
-/// reservations held; a refusal; or the store's failure as a refusal (503).
+/// Before the request: the estimate held on every rule that applies, all
+/// or none (a shadow rule refuses nothing: it holds nothing then). The
+/// reservations held, one per rule; a refusal; or the store's failure as a
+/// refusal (503).
 async fn before<S: Store>(
     shared: &Shared<S>,
+    rules: &[usize],
     keys: &[Vec<u8>],
-) -> Result<Result<Vec<Reservation>, Refusal>, Refusal> {
+) -> Result<Result<Vec<Option<Reservation>>, Refusal>, Refusal> {
     let store = &shared.store;
-    let failed = |error: StoreError| Refusal::StoreUnavailable {
-        reason: error.to_string(),
-    };
+    let estimate = shared.estimate;
     let mut held = Vec::with_capacity(keys.len());
-    for ((limit, _), key) in shared.limits.iter().zip(keys) {
-        let estimate = shared.estimate;
-        let outcome = match store
+    for (&index, key) in rules.iter().zip(keys) {
+        let rule = &shared.rules[index];
+        let limit = rule.limit();
+        let refusal = match store
             .reserve(limit, key, estimate.units, estimate.ttl)
             .await
         {
-            Ok(reserved) => {
-                held.extend(reserved.reservation);
-                Ok(reserved.outcome)
+            Ok(reserved) if reserved.outcome.is_allowed() || rule.is_shadow() => {
+                held.push(reserved.reservation);
+                continue;
             }
-            Err(error) => Err(error),
-        };
-        let refusal = match outcome {
-            Ok(outcome) if outcome.is_allowed() => continue,
-            Ok(outcome) => Refusal::Limited {
+            Ok(reserved) => Ok(Refusal::Limited {
                 violated: vec![limit.name().to_owned()],
-                retry_after: outcome.retry_after(),
-            },
-            Err(error) => failed(error),
+                retry_after: reserved.outcome.retry_after(),
+            }),
+            Err(error) => Err(Refusal::StoreUnavailable {
+                reason: error.to_string(),
+            }),
         };
-        // All or none: what the limits before it hold goes back.
+        // All or none: what the rules before it hold goes back.
         cancel(shared, &held).await;
-        return match refusal {
-            refusal @ Refusal::Limited { .. } => Ok(Err(refusal)),
-            failure => Err(failure),
-        };
+        return refusal.map(Err);
     }
     Ok(Ok(held))
 }
 
-async fn cancel<S: Store>(shared: &Shared<S>, held: &[Reservation]) {
-    for (reservation, (limit, _)) in held.iter().zip(&shared.limits) {
-        // A cancel that fails leaves the units held until the ttl:
-        // stricter, never looser.
-        let _ = shared.store.cancel(limit, reservation).await;
+async fn cancel<S: Store>(shared: &Shared<S>, held: &[Option<Reservation>]) {
+    for reservation in held.iter().flatten() {
+        let found = shared
+            .rules
+            .iter()
+            .find(|rule| rule.limit().name() == reservation.limit());
+        if let Some(rule) = found {
+            // A cancel that fails leaves the units held until the ttl:
+            // stricter, never looser.
+            let _ = shared.store.cancel(rule.limit(), reservation).await;
+        }
     }
 }
 
 /// What a request's response is charged, once its cost is known.
 pub(crate) struct Charge<S> {
     shared: Arc<Shared<S>>,
+    /// The rules that applied (their places in the layer), with their keys.
+    rules: Vec<usize>,
     keys: Vec<Vec<u8>>,
-    /// One reservation per limit.
-    held: Vec<Reservation>,
+    /// One reservation per rule; none where a shadow rule was refused.
+    held: Vec<Option<Reservation>>,
 }
 
 impl<S: Store + 'static> Charge<S> {
-    /// Charges `units` to every limit, settling its reservation at them.
-    /// A reservation its ttl settled already (at the estimate) is charged
-    /// the difference. A store that fails leaves the estimate in place,
-    /// which its ttl settles; it is logged, not answered.
+    /// Charges `units` to every rule, settling its reservation at them. A
+    /// reservation its ttl settled already (at the estimate) is charged
+    /// the difference; a shadow rule that held none is charged a report. A
+    /// store that fails leaves the estimate in place, which its ttl
+    /// settles; it is logged, not answered.
     pub(crate) async fn settle(self, units: u64) {
         let store = &self.shared.store;
         let estimate = self.shared.estimate.units;
-        for ((reservation, (limit, _)), key) in
-            self.held.iter().zip(&self.shared.limits).zip(&self.keys)
-        {
-            let result = match store.commit(limit, reservation, units).await {
-                Err(error) if is_unknown(&error) && units > estimate => {
-                    store.report(limit, key, units - estimate).await.map(|_| ())
-                }
-                Err(error) if is_unknown(&error) => {
-                    store.refund(limit, key, estimate - units).await
-                }
-                other => other.map(|_| ()),
+        let charges = self.held.iter().zip(&self.rules).zip(&self.keys);
+        for ((reservation, &index), key) in charges {
+            let limit = self.shared.rules[index].limit();
+            let result = match reservation {
+                None if units == 0 => continue,
+                None => store.report(limit, key, units).await.map(|_| ()),
+                Some(reservation) => match store.commit(limit, reservation, units).await {
+                    Err(error) if is_unknown(&error) && units > estimate => {
+                        store.report(limit, key, units - estimate).await.map(|_| ())
+                    }
+                    Err(error) if is_unknown(&error) => {
+                        store.refund(limit, key, estimate - units).await
+                    }
+                    other => other.map(|_| ()),
+                },
             };
             if let Err(error) = result {
                 tracing::warn!(limit = limit.name(), %error, "a response's cost could not be charged");

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use ratekeeper::{clock::ManualClock, Clock, Limit, MemoryStore, Store, Timestamp, TokenBucket};
 use ratekeeper_tower::{Cost, Key, ResponseCostLayer};
-use tower::{service_fn, Layer, ServiceExt};
+use tower::{service_fn, Layer, Service, ServiceExt};
 
 fn clocked_store() -> (ManualClock, MemoryStore<ManualClock>) {
     let clock = ManualClock::new(Timestamp::from_secs(1_000));
@@ -250,4 +250,56 @@ fn bad_layers_are_refused() {
     assert!(ResponseCostLayer::builder(MemoryStore::new())
         .build()
         .is_err());
+}
+
+#[tokio::test]
+async fn a_rule_charges_only_the_requests_it_applies_to_and_a_shadow_rule_never_refuses() {
+    let (_, store) = clocked_store();
+    let one = Limit::new("one-a-minute", TokenBucket::per_minute(1).unwrap()).unwrap();
+    let watched = Limit::new("watched", TokenBucket::per_minute(1).unwrap()).unwrap();
+    let layer = ResponseCostLayer::builder(store.clone())
+        .rule(ratekeeper_tower::Rule::new(one.clone(), api_key()).path_prefix("/v1/chat"))
+        .rule(ratekeeper_tower::Rule::new(watched.clone(), api_key()).shadow(true))
+        .build()
+        .unwrap();
+    let ok = service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::new())))
+    });
+    let mut service = layer.layer(ok);
+    let request = |path: &str| {
+        Request::builder()
+            .uri(path)
+            .header("x-api-key", "k-4")
+            .body(())
+            .unwrap()
+    };
+    let status = |response: Response<_>| response.status();
+    // Outside the rule's path: the shadow rule only.
+    for _ in 0..3 {
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(request("/health"))
+            .await;
+        assert_eq!(status(response.unwrap()), StatusCode::OK);
+    }
+    let response = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request("/v1/chat"))
+        .await;
+    assert_eq!(status(response.unwrap()), StatusCode::OK);
+    let response = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request("/v1/chat"))
+        .await;
+    assert_eq!(status(response.unwrap()), StatusCode::TOO_MANY_REQUESTS);
+    // Each charged one unit; the shadow limit is overdrawn by the requests
+    // it never refused.
+    assert_eq!(store.peek(&one, b"k-4").await.unwrap().remaining(), 0);
+    assert!(!store.peek(&watched, b"k-4").await.unwrap().is_allowed());
 }
