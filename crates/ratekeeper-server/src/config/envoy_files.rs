@@ -131,6 +131,7 @@ fn limit_config(
         allow_refunds: true,
         allow_reports: true,
         count_refused: false,
+        after_response: None,
         matcher: Match::default(),
     }))
 }

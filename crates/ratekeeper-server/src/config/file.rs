@@ -93,6 +93,7 @@ pub(crate) struct FileLimit {
     pub(crate) allow_refunds: Option<Spanned<bool>>,
     pub(crate) allow_reports: Option<Spanned<bool>>,
     pub(crate) count_refused: Option<Spanned<bool>>,
+    pub(crate) after_response: Option<Spanned<FileAfterResponse>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }
@@ -135,6 +136,15 @@ impl<'de> Visitor<'de> for TrustVisitor {
         }
         Ok(FileTrust::List(list))
     }
+}
+
+/// `[limits.after_response]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileAfterResponse {
+    pub(crate) cost: Spanned<String>,
+    pub(crate) estimate: Option<Spanned<u64>>,
+    pub(crate) ttl: Option<Spanned<String>>,
 }
 
 /// `[limits.match]`.

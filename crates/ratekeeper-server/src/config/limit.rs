@@ -44,6 +44,9 @@ pub struct LimitConfig {
     /// envoyproxy/ratelimit counts every hit it is sent (`count_refused`,
     /// default `false`: a limit counts what it lets through).
     pub count_refused: bool,
+    /// For the proxy: charge what each response cost, once known
+    /// (`after_response`), rather than one unit before the request.
+    pub after_response: Option<AfterResponse>,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }
@@ -276,6 +279,45 @@ impl std::fmt::Display for ValueMatch {
             ValueMatch::Any => f.write_str("*"),
             ValueMatch::Exact(value) => f.write_str(value),
             ValueMatch::Glob(glob) => f.write_str(glob.pattern()),
+        }
+    }
+}
+
+/// `after_response`: what the proxy charges a limit, read from each
+/// response ([`ratekeeper_tower::response_cost`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AfterResponse {
+    /// Where the cost is read.
+    pub cost: CostSource,
+    /// The units held before each request, as a reservation (1 by
+    /// default).
+    pub estimate: u64,
+    /// How long the reservation stays open (60 s by default, at most an
+    /// hour).
+    pub ttl: std::time::Duration,
+}
+
+/// `after_response.cost`: where a response says what it cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CostSource {
+    /// `"header:NAME"`: a response header holding a whole number.
+    Header(http::HeaderName),
+    /// `"trailer:NAME"`: a trailer, read when the body ends.
+    Trailer(http::HeaderName),
+    /// `"failures"`: one unit per response with a status of 400 and above.
+    Failures,
+    /// `"successes"`: one unit per response with a status below 400.
+    Successes,
+}
+
+impl CostSource {
+    /// The tower layer's [`Cost`](ratekeeper_tower::Cost) of it.
+    pub fn to_cost(&self) -> ratekeeper_tower::Cost {
+        match self {
+            CostSource::Header(name) => ratekeeper_tower::Cost::header(name.clone()),
+            CostSource::Trailer(name) => ratekeeper_tower::Cost::trailer(name.clone()),
+            CostSource::Failures => ratekeeper_tower::Cost::failures(),
+            CostSource::Successes => ratekeeper_tower::Cost::successes(),
         }
     }
 }

@@ -316,7 +316,10 @@ pub use envoy_door::{Counting, EnvoyDoorConfig, ResponseHeaders};
 pub(crate) use envoy_files::watched as envoy_watched;
 pub use envoy_files::EnvoyFiles;
 pub use error::{ConfigError, Location};
-pub use limit::{DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated, ValueMatch};
+pub use limit::{
+    AfterResponse, CostSource, DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated,
+    ValueMatch,
+};
 pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
 /// The `*` patterns of descriptor values ([`ValueMatch::Glob`]), shared

@@ -268,6 +268,7 @@ fn build(
         // Limitador's `/report`.
         allow_reports: true,
         count_refused: false,
+        after_response: None,
         matcher: Match {
             domain: Some(limit.namespace().to_owned()),
             ..Match::default()

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Reservation, StoreError};
 use ratekeeper::{Outcome, Store};
 
@@ -81,6 +82,57 @@ impl Engine {
         }
         self.inner.metrics.observe(started.elapsed());
         Ok((Verdict { results }, held))
+    }
+
+    /// Holds `check`'s cost as reservation `id` for `ttl` on the engine's
+    /// store ([`Store::hold`]): a request's decision, counted in its
+    /// limit's statistics; for a front end that makes its own ids (the
+    /// proxy's tower layer).
+    pub(crate) async fn hold(
+        &self,
+        check: &LimitCheck,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let (limit, key) = (check.limit.limit(), &check.key[..]);
+        let outcome = if ban::is_ban(check) {
+            ban::answer(check)
+        } else {
+            let held = self
+                .timed_store()
+                .hold(limit, key, check.cost, id, ttl)
+                .await?;
+            if held.is_allowed() {
+                self.inner
+                    .metrics
+                    .record_reservation(check.limit.name(), Reservations::Held);
+            }
+            held
+        };
+        self.record(self.inner.wall_clock.now(), check, &outcome);
+        Ok(outcome)
+    }
+
+    /// Settles reservation `id` of `check`'s key at `actual` units
+    /// (`None`: cancels it) on the engine's store ([`Store::settle`]).
+    pub(crate) async fn settle_one(
+        &self,
+        check: &LimitCheck,
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let (limit, key) = (check.limit.limit(), &check.key[..]);
+        let settled = self.timed_store().settle(limit, key, id, actual).await;
+        let what = match (&settled, actual) {
+            (Ok(_), Some(_)) => Some(Reservations::Committed),
+            (Ok(_), None) => Some(Reservations::Cancelled),
+            (Err(error), _) if is_unknown(error) => Some(Reservations::Unknown),
+            (Err(_), _) => None,
+        };
+        if let Some(what) = what {
+            self.inner.metrics.record_reservation(limit.name(), what);
+        }
+        settled
     }
 
     /// Settles `reservations` at `actual` units each (`None`: cancels

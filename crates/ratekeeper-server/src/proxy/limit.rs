@@ -1,5 +1,7 @@
 //! The proxy's rate limit: the tower layer's [`RateLimitLayer`] over the
-//! engine's rules, rebuilt when a reload replaces them.
+//! engine's rules, and its [`ResponseCostLayer`]s over those with an
+//! `after_response` (charged what each response cost), rebuilt when a
+//! reload replaces them.
 //!
 //! The layer keys each request, picks the rules that apply to it, decides
 //! (shadow rules after the others), and answers with its refusals and
@@ -14,16 +16,21 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
+use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check as StoreCheck, MultiOutcome, StoreError};
 use ratekeeper::{Decision, Limit, Outcome, Store};
 use ratekeeper_tower::headers::{HeaderStyle, ResetStyle};
-use ratekeeper_tower::{RateLimitLayer, ResponseFormat};
-use tower::{Layer, Service};
+use ratekeeper_tower::{RateLimitLayer, ResponseCostLayer, ResponseFormat};
+use tower::util::BoxCloneService;
+use tower::{Layer, Service, ServiceExt};
+
+use crate::config::AfterResponse;
 
 use crate::engine::{DecisionDoor, Engine, LimitCheck, LimitSet, Verdict};
 
@@ -39,6 +46,9 @@ struct Current {
     limits: Arc<LimitSet>,
     /// `None` when no limit applies to HTTP requests.
     layer: Option<RateLimitLayer<EngineStore>>,
+    /// The limits charged after the response, one layer per way of
+    /// charging (their `after_response` alike), innermost first.
+    charged: Vec<ResponseCostLayer<EngineStore>>,
 }
 
 impl std::fmt::Debug for Current {
@@ -76,14 +86,39 @@ impl LimitLayer {
 
 impl Current {
     fn of(engine: &Engine, limits: Arc<LimitSet>) -> Current {
-        let rules: Vec<_> = limits
-            .iter()
-            .filter_map(|limit| limit.http_rule().cloned())
-            .collect();
-        let store = EngineStore {
+        let store = || EngineStore {
             engine: engine.clone(),
             limits: Arc::clone(&limits),
         };
+        let mut rules = Vec::new();
+        let mut charged: Vec<(AfterResponse, Vec<ratekeeper_tower::Rule>)> = Vec::new();
+        for limit in limits.iter() {
+            let Some(rule) = limit.http_rule().cloned() else {
+                continue;
+            };
+            match &limit.config().after_response {
+                None => rules.push(rule),
+                Some(after) => match charged.iter_mut().find(|(alike, _)| alike == after) {
+                    Some((_, rules)) => rules.push(rule),
+                    None => charged.push((after.clone(), vec![rule])),
+                },
+            }
+        }
+        let charged = charged
+            .into_iter()
+            .filter_map(|(after, rules)| {
+                let mut builder = ResponseCostLayer::builder(store())
+                    .cost(after.cost.to_cost())
+                    .estimate(after.estimate, after.ttl)
+                    .response_format(ResponseFormat::Text);
+                for rule in rules {
+                    builder = builder.rule(rule);
+                }
+                // Names are unique and the ttl checked: it builds.
+                builder.build().ok()
+            })
+            .collect();
+        let store = store();
         let mut builder = RateLimitLayer::builder(store)
             .headers(HeaderStyle::Draft)
             .reset_style(ResetStyle::DeltaSeconds)
@@ -99,6 +134,7 @@ impl Current {
         Current {
             layer: builder.build().ok(),
             limits,
+            charged,
         }
     }
 }
@@ -146,9 +182,22 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let current = self.layer.current();
         watch_forwarding(&self.layer.engine, &current.limits, &request);
+        if current.charged.is_empty() {
+            return match &current.layer {
+                Some(layer) => Box::pin(Service::call(&mut layer.layer(inner), request)),
+                None => Box::pin(inner.call(request)),
+            };
+        }
+        let mut service = BoxCloneService::new(inner);
+        for layer in &current.charged {
+            let charged = layer
+                .layer(service)
+                .map_response(|response| response.map(Body::new));
+            service = BoxCloneService::new(charged);
+        }
         match &current.layer {
-            Some(layer) => Box::pin(Service::call(&mut layer.layer(inner), request)),
-            None => Box::pin(inner.call(request)),
+            Some(layer) => Box::pin(Service::call(&mut layer.layer(service), request)),
+            None => Box::pin(service.call(request)),
         }
     }
 }
@@ -241,5 +290,38 @@ impl Store for EngineStore {
     async fn check_all(&self, checks: &[StoreCheck<'_>]) -> Result<MultiOutcome, StoreError> {
         let checks = self.checks(checks)?;
         Ok(multi_outcome(self.engine.check(checks).await?))
+    }
+
+    async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
+        let check = EngineStore::check(self, limit, key, units)?;
+        let verdict = self.engine.report(vec![check]).await?;
+        verdict
+            .results
+            .first()
+            .map(|result| result.outcome)
+            .ok_or_else(|| StoreError::unavailable("the engine decided no limit"))
+    }
+
+    async fn hold(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        units: u64,
+        id: ReservationId,
+        ttl: Duration,
+    ) -> Result<Outcome, StoreError> {
+        let check = EngineStore::check(self, limit, key, units)?;
+        self.engine.hold(&check, id, ttl).await
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &[u8],
+        id: ReservationId,
+        actual: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        let check = EngineStore::check(self, limit, key, 0)?;
+        self.engine.settle_one(&check, id, actual).await
     }
 }

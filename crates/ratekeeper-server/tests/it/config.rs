@@ -332,7 +332,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `after_response`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),
@@ -1452,4 +1452,45 @@ fn counting_refused_hits_needs_reports() {
         "{error}"
     );
     assert!(error.contains("allow_reports = false"), "{error}");
+}
+
+#[test]
+fn after_response_is_read_and_checked() {
+    let limit = |after: &str| {
+        format!("[[limits]]\nname = \"t\"\nrate = \"10/minute\"\nkey = [\"global\"]\nafter_response = {after}\n")
+    };
+    let config = Config::from_toml_str(
+        &limit(r#"{ cost = "trailer:x-llm-tokens", estimate = 500, ttl = "5m" }"#),
+        "t.toml",
+    )
+    .unwrap();
+    let after = config.limits[0].after_response.clone().unwrap();
+    assert_eq!(
+        after.cost,
+        ratekeeper_server::config::CostSource::Trailer(http::HeaderName::from_static(
+            "x-llm-tokens"
+        ))
+    );
+    assert_eq!(
+        (after.estimate, after.ttl),
+        (500, std::time::Duration::from_secs(300))
+    );
+    let defaults = Config::from_toml_str(&limit(r#"{ cost = "failures" }"#), "t.toml").unwrap();
+    let after = defaults.limits[0].after_response.clone().unwrap();
+    assert_eq!(
+        (after.estimate, after.ttl),
+        (1, std::time::Duration::from_secs(60))
+    );
+    for (bad, field) in [
+        (r#"{ cost = "tokens" }"#, "cost"),
+        (r#"{ cost = "header:bad name" }"#, "cost"),
+        (r#"{ cost = "failures", ttl = "0s" }"#, "ttl"),
+        (r#"{ cost = "failures", ttl = "2h" }"#, "ttl"),
+    ] {
+        let error = err(&limit(bad));
+        assert!(
+            error.contains(&format!("limits[0].after_response.{field}")),
+            "{bad}: {error}"
+        );
+    }
 }

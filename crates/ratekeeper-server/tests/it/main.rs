@@ -32,6 +32,7 @@ mod nginx;
 mod operations;
 mod phone_frame;
 mod proxy;
+mod proxy_after_response;
 mod proxy_service;
 mod proxy_tls;
 mod proxy_upgrade;

@@ -45,6 +45,10 @@ impl Checker<'_> {
             },
         };
         let allow_reports = limit.allow_reports.as_ref().is_none_or(|a| *a.get_ref());
+        let after_response = match &limit.after_response {
+            None => None,
+            Some(after) => Some(self.after_response(index, after.get_ref())?),
+        };
         if let Some(count) = limit.count_refused.as_ref().filter(|c| *c.get_ref()) {
             if !allow_reports {
                 return self.fail(
@@ -65,7 +69,64 @@ impl Checker<'_> {
             allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
             allow_reports,
             count_refused: limit.count_refused.as_ref().is_some_and(|c| *c.get_ref()),
+            after_response,
             matcher,
+        })
+    }
+
+    /// `limits[index].after_response`.
+    fn after_response(
+        &self,
+        index: usize,
+        after: &FileAfterResponse,
+    ) -> Result<AfterResponse, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].after_response.{name}");
+        let text = after.cost.get_ref().trim();
+        let header = |name: &str| {
+            http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                self.at.invalid(
+                    after.cost.span(),
+                    field("cost"),
+                    format!("{name:?} is not a header name"),
+                )
+            })
+        };
+        let cost = if let Some(name) = text.strip_prefix("header:") {
+            CostSource::Header(header(name)?)
+        } else if let Some(name) = text.strip_prefix("trailer:") {
+            CostSource::Trailer(header(name)?)
+        } else if text == "failures" {
+            CostSource::Failures
+        } else if text == "successes" {
+            CostSource::Successes
+        } else {
+            return self.fail(
+                after.cost.span(),
+                field("cost"),
+                format!("unknown cost {text:?}; expected \"header:NAME\", \"trailer:NAME\", \"failures\" or \"successes\""),
+            );
+        };
+        let ttl = match &after.ttl {
+            None => std::time::Duration::from_secs(60),
+            Some(ttl) => match ratekeeper::duration::parse(ttl.get_ref()) {
+                Ok(ttl) if !ttl.is_zero() && ttl <= MAX_RESERVATION_TTL => ttl,
+                Ok(_) => {
+                    return self.fail(
+                        ttl.span(),
+                        field("ttl"),
+                        "a ttl is more than 0 and at most an hour",
+                    )
+                }
+                Err(error) => return self.fail(ttl.span(), field("ttl"), error.to_string()),
+            },
+        };
+        Ok(AfterResponse {
+            cost,
+            estimate: after
+                .estimate
+                .as_ref()
+                .map_or(1, |estimate| *estimate.get_ref()),
+            ttl,
         })
     }
 

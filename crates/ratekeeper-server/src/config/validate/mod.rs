@@ -10,8 +10,8 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 use ipnet::IpNet;
 use ratekeeper::{
-    memory::MAX_KEYS, policy::PolicyKind, store::lease::LeaseSettings, store::FailureMode, Limit,
-    Policy, Rate,
+    memory::MAX_KEYS, policy::PolicyKind, store::lease::LeaseSettings,
+    store::reservation::MAX_RESERVATION_TTL, store::FailureMode, Limit, Policy, Rate,
 };
 use ratekeeper_tower::client::{private_networks, ClientIp};
 use serde::Deserialize;
@@ -20,15 +20,15 @@ use toml::Spanned;
 
 use super::error::{ConfigError, Locator};
 use super::file::{
-    FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests, FileStore,
-    FileTrust,
+    FileAfterResponse, FileConfig, FileDescriptor, FileLimit, FileListen, FileMatch, FileRequests,
+    FileStore, FileTrust,
 };
 use super::tls;
 use super::{env, store_tls};
 use super::{
-    redact_url, Backend, Config, DescriptorMatch, DoorTls, KeyPart, LimitConfig, ListenConfig,
-    Match, OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch, DEFAULT_IPV4_PREFIX,
-    DEFAULT_IPV6_PREFIX,
+    redact_url, AfterResponse, Backend, Config, CostSource, DescriptorMatch, DoorTls, KeyPart,
+    LimitConfig, ListenConfig, Match, OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch,
+    DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.

@@ -114,6 +114,7 @@ pub(super) fn override_limit(
             allow_refunds: true,
             allow_reports: true,
             count_refused: false,
+            after_response: None,
             matcher: Match::default(),
         })))
     })?;
