@@ -51,8 +51,8 @@ pub use crate::listen::ConnectionStats;
 pub use dashboard::DASHBOARD_HTML;
 pub use metrics::{render as render_metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use stats::{
-    FailureCounts, LimitReport, ReloadReport, ServiceStats, StoreHealth, UnmatchedReport,
-    MAX_KEYS_SHOWN, MAX_LIMITS_SHOWN, READY_TIMEOUT,
+    AfterTheFact, FailureCounts, LimitReport, ReloadReport, ServiceStats, StoreHealth,
+    UnmatchedReport, MAX_KEYS_SHOWN, MAX_LIMITS_SHOWN, READY_TIMEOUT,
 };
 
 use crate::access::Door;

@@ -29,6 +29,8 @@
 //!              "history": [{"start_unix_secs": ..., "requests": 0, "denied": 0}, ...],
 //!              "top_denied": [{"key": "alice", "count": 4, "error": 0}, ...],
 //!              "top_charged": [{"key": "alice", "count": 10, "error": 0}, ...],
+//!              "after_the_fact": {"reports": 2, "units": 13000, "overdrafts": 1,
+//!                                 "reservations_held": 1, ...},
 //!              "keys_tracked": 2, "untracked_denials": 0}],
 //!  "limits_not_shown": 0,
 //!  "unmatched": [{"door": "grpc", "requests": 3,
@@ -301,6 +303,46 @@ impl From<ResilientStats> for FailureCounts {
     }
 }
 
+/// What a limit was charged after the fact, since the service started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct AfterTheFact {
+    /// Reports (`/v1/report`, Limitador's `/report`, the hits of a limit
+    /// with `count_refused`).
+    pub reports: u64,
+    /// The units they charged.
+    pub units: u64,
+    /// Reports that charged more than the key had left.
+    pub overdrafts: u64,
+    /// Reservations held.
+    pub reservations_held: u64,
+    /// Reservations settled at the request's cost.
+    pub reservations_committed: u64,
+    /// Reservations given back.
+    pub reservations_cancelled: u64,
+    /// Settles of reservations no longer open (settled already, or past
+    /// their ttl, which settled them at their estimate).
+    pub reservations_unknown: u64,
+}
+
+impl AfterTheFact {
+    /// Limit `name`'s counts in `metrics`; `None` when all are zero.
+    fn of(metrics: &crate::engine::DecisionMetrics, name: &str) -> Option<AfterTheFact> {
+        use crate::engine::Reservations;
+        let (reports, units, overdrafts) = metrics.reports(name);
+        let counts = AfterTheFact {
+            reports,
+            units,
+            overdrafts,
+            reservations_held: metrics.reservations(name, Reservations::Held),
+            reservations_committed: metrics.reservations(name, Reservations::Committed),
+            reservations_cancelled: metrics.reservations(name, Reservations::Cancelled),
+            reservations_unknown: metrics.reservations(name, Reservations::Unknown),
+        };
+        (counts != AfterTheFact::default()).then_some(counts)
+    }
+}
+
 /// One limit's stats.
 #[derive(Clone, Debug, Serialize)]
 #[non_exhaustive]
@@ -319,6 +361,9 @@ pub struct LimitReport {
     /// What leasing did for this limit (`store.lease`); `None` when it
     /// has never been on, or leased nothing for it.
     pub leasing: Option<LeaseCounts>,
+    /// Units charged after the fact (reports) and reservations; `None`
+    /// when the limit has had none.
+    pub after_the_fact: Option<AfterTheFact>,
     /// Totals, windows, the last hour and the keys denied most (at most
     /// [`MAX_KEYS_SHOWN`]).
     #[serde(flatten)]
@@ -381,6 +426,7 @@ impl ServiceStats {
                     near_limit: metrics.near_limit(limit.name()),
                     keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
                     leasing: leased(limit.name()),
+                    after_the_fact: AfterTheFact::of(metrics, limit.name()),
                     stats,
                 }
             })

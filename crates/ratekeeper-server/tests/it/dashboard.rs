@@ -603,3 +603,34 @@ async fn the_dashboard_asks_for_the_admin_token_and_shows_the_limits_with_it() {
     assert!(!dom.contains(TOKEN), "the token is not in the page");
     service.stop().await;
 }
+
+/// A limit charged after the fact says how many units, reports and
+/// overdrafts, as `/v1/stats` counts them.
+#[tokio::test]
+async fn the_dashboard_shows_units_charged_after_the_fact() {
+    let Some(chromium) = chromium() else { return };
+    let service = TestService::start(&format!(
+        "{LISTEN_ANY}[[limits]]\nname = \"llm-tokens\"\nrate = \"10000/minute\"\nkey = [\"header:x-api-key\"]\n"
+    ))
+    .await;
+    // A request, so that the limit is not idle and has its card.
+    let check = json!({"limits": ["llm-tokens"], "key": {"header:x-api-key": "k-0"}});
+    service.post("/v1/check", check).await;
+    for cost in [4_000, 9_000] {
+        let body =
+            json!({"limits": ["llm-tokens"], "key": {"header:x-api-key": "k-1"}, "cost": cost});
+        service.post("/v1/report", body).await;
+    }
+    let stats = service.get_json(service.admin("/v1/stats")).await;
+    let after = &stats["limits"][0]["after_the_fact"];
+    assert_eq!(after["reports"], 2, "{stats}");
+    assert_eq!(after["units"], 13_000);
+    assert_eq!(after["overdrafts"], 1);
+
+    let dom = dump_dom(chromium, service.admin("/")).await;
+    assert!(
+        dom.contains(r#"data-field="units-after" data-value="13000">13,000</b> units charged after the fact (2 reports, 1 overdraft)"#),
+        "{dom}"
+    );
+    service.stop().await;
+}
