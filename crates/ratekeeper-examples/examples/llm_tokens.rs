@@ -1,7 +1,7 @@
 //! Token limits for an LLM-style API: 10,000 tokens a minute per API key,
 //! counted from what each answer cost.
 //!
-//! The "model" answers `POST /v1/chat` after a moment's thought, with the
+//! The "model" answers `POST /v1/chat` with the
 //! tokens it used in `x-llm-tokens` (the prompt's, given in
 //! `x-prompt-tokens`, and 200 of its own). ratekeeper-tower's
 //! `ResponseCostLayer` holds an estimate of 1,000 tokens for each request
@@ -58,9 +58,8 @@ pub(crate) fn app<C: Clock + Clone + 'static>(store: MemoryStore<C>) -> Router {
     Router::new().route("/v1/chat", post(answer)).layer(layer)
 }
 
-/// The "model": thinks for a moment, then says what the answer cost.
+/// The "model": says what the answer cost.
 async fn answer(headers: HeaderMap) -> impl IntoResponse {
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let prompt: u64 = headers
         .get("x-prompt-tokens")
         .and_then(|value| value.to_str().ok()?.parse().ok())
