@@ -390,8 +390,8 @@ async fn reserve<S: Store>(
 
 fn is_unknown(result: &Result<impl std::fmt::Debug, StoreError>) -> bool {
     matches!(
-        result.as_ref().map_err(StoreError::without_store),
-        Err(StoreError::Reservation(ReservationError::Unknown))
+        result.as_ref().map_err(StoreError::reservation),
+        Err(Some(ReservationError::Unknown))
     )
 }
 

@@ -4,20 +4,12 @@
 
 use std::time::Duration;
 
-use ratekeeper::store::reservation::ReservationId;
+use ratekeeper::store::reservation::{ReservationError, ReservationId};
 use ratekeeper::store::{Reservation, StoreError};
 use ratekeeper::{Outcome, Store};
 
 use super::verdict::refuses;
 use super::{ban, given_back, Engine, LimitCheck, LimitResult, PlanError, Reservations, Verdict};
-
-/// A reservation the store says is not open.
-fn is_unknown(error: &StoreError) -> bool {
-    matches!(
-        error.without_store(),
-        StoreError::Reservation(ratekeeper::store::reservation::ReservationError::Unknown)
-    )
-}
 
 impl Engine {
     /// Reserves each check's cost for `ttl` ([`Store::reserve`]), all or
@@ -126,7 +118,9 @@ impl Engine {
         let what = match (&settled, actual) {
             (Ok(_), Some(_)) => Some(Reservations::Committed),
             (Ok(_), None) => Some(Reservations::Cancelled),
-            (Err(error), _) if is_unknown(error) => Some(Reservations::Unknown),
+            (Err(error), _) if error.reservation() == Some(&ReservationError::Unknown) => {
+                Some(Reservations::Unknown)
+            }
             (Err(_), _) => None,
         };
         if let Some(what) = what {
@@ -151,7 +145,6 @@ impl Engine {
         actual: Option<u64>,
     ) -> Result<Verdict, PlanError> {
         let limits = self.limits();
-        let store = &self.timed_store();
         let mut results = Vec::with_capacity(reservations.len());
         let mut failed = None;
         for reservation in reservations {
@@ -159,34 +152,12 @@ impl Engine {
                 failed.get_or_insert(PlanError::UnknownLimit(reservation.limit().to_owned()));
                 continue;
             };
-            let settled = match actual {
-                Some(units) => store.commit(limit.limit(), reservation, units).await,
-                None => store
-                    .cancel(limit.limit(), reservation)
-                    .await
-                    .and(store.peek(limit.limit(), reservation.key()).await)
-                    .map(Outcome::Decided),
-            };
-            let what = match (&settled, actual) {
-                (Ok(_), Some(_)) => Some(Reservations::Committed),
-                (Ok(_), None) => Some(Reservations::Cancelled),
-                (Err(error), _) if is_unknown(error) => Some(Reservations::Unknown),
-                (Err(_), _) => None,
-            };
-            if let Some(what) = what {
-                self.inner.metrics.record_reservation(limit.name(), what);
-            }
-            match settled {
-                Ok(outcome) => {
-                    // Not a request: the statistics counted its
-                    // reservation already.
-                    let check = LimitCheck::new(
-                        std::sync::Arc::clone(limit),
-                        reservation.key().to_vec(),
-                        actual.unwrap_or(0),
-                    );
-                    results.push(LimitResult { check, outcome });
-                }
+            // Not a request: the statistics counted its reservation
+            // already.
+            let key = reservation.key().to_vec();
+            let check = LimitCheck::new(std::sync::Arc::clone(limit), key, actual.unwrap_or(0));
+            match self.settle_one(&check, reservation.id(), actual).await {
+                Ok(outcome) => results.push(LimitResult { check, outcome }),
                 Err(error) => {
                     failed.get_or_insert(PlanError::Store(error));
                 }

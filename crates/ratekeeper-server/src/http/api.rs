@@ -37,11 +37,14 @@ impl Descriptor for Vec<DescriptorEntry> {
     }
 }
 
-type Body = Result<JsonBody<DecisionRequest>, axum::extract::rejection::JsonRejection>;
+/// A body as axum's extractor read it: the JSON, or why not.
+type Read<T> = Result<JsonBody<T>, axum::extract::rejection::JsonRejection>;
+
+type Body = Read<DecisionRequest>;
 
 /// The request in `body`, or the error axum's extractor found, as the API
 /// answers it.
-fn read(engine: &Engine, body: Body) -> Result<DecisionRequest, ApiError> {
+fn read<T>(engine: &Engine, body: Read<T>) -> Result<T, ApiError> {
     match body {
         Ok(JsonBody(request)) => Ok(request),
         Err(rejection) => Err(ApiError::from_json(
@@ -136,9 +139,9 @@ pub(super) async fn reserve(
 /// Settles a reservation at the request's real `cost`.
 pub(super) async fn commit(
     State(engine): State<Engine>,
-    body: Result<JsonBody<SettleRequest>, axum::extract::rejection::JsonRejection>,
+    body: Read<SettleRequest>,
 ) -> Result<Response, ApiError> {
-    let request = read_settle(&engine, body)?;
+    let request = read(&engine, body)?;
     let Some(cost) = request.cost else {
         return Err(ApiError::Body("a commit needs \"cost\"".to_owned()));
     };
@@ -150,9 +153,9 @@ pub(super) async fn commit(
 /// Gives a reservation's units back and closes it.
 pub(super) async fn cancel(
     State(engine): State<Engine>,
-    body: Result<JsonBody<SettleRequest>, axum::extract::rejection::JsonRejection>,
+    body: Read<SettleRequest>,
 ) -> Result<Response, ApiError> {
-    let request = read_settle(&engine, body)?;
+    let request = read(&engine, body)?;
     if request.cost.is_some() {
         return Err(ApiError::Body("a cancel takes no \"cost\"".to_owned()));
     }
@@ -164,19 +167,6 @@ pub(super) async fn cancel(
 /// Between the tokens of a reservation over several limits (never in a
 /// token).
 const TOKEN_SEPARATOR: &str = ".";
-
-fn read_settle(
-    engine: &Engine,
-    body: Result<JsonBody<SettleRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<SettleRequest, ApiError> {
-    match body {
-        Ok(JsonBody(request)) => Ok(request),
-        Err(rejection) => Err(ApiError::from_json(
-            rejection,
-            engine.request_caps().max_body_bytes,
-        )),
-    }
-}
 
 /// The reservations a `/v1/reserve` answer named, one per limit, at most
 /// as many as a request may name limits.

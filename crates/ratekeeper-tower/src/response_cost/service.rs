@@ -8,7 +8,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use ratekeeper::store::{Reservation, StoreError};
+use ratekeeper::store::reservation::ReservationError;
+use ratekeeper::store::Reservation;
 use ratekeeper::Store;
 use tower::Service;
 
@@ -199,11 +200,12 @@ impl<S: Store + 'static> Charge<S> {
                 None if units == 0 => continue,
                 None => store.report(limit, key, units).await.map(|_| ()),
                 Some(reservation) => match store.commit(limit, reservation, units).await {
-                    Err(error) if is_unknown(&error) && units > estimate => {
-                        store.report(limit, key, units - estimate).await.map(|_| ())
-                    }
-                    Err(error) if is_unknown(&error) => {
-                        store.refund(limit, key, estimate - units).await
+                    // Its ttl settled it at the estimate: the difference.
+                    Err(error) if error.reservation() == Some(&ReservationError::Unknown) => {
+                        match units.checked_sub(estimate) {
+                            Some(excess) => store.report(limit, key, excess).await.map(|_| ()),
+                            None => store.refund(limit, key, estimate - units).await,
+                        }
                     }
                     other => other.map(|_| ()),
                 },
@@ -218,12 +220,4 @@ impl<S: Store + 'static> Charge<S> {
     pub(crate) fn otherwise(&self) -> u64 {
         self.shared.estimate.units
     }
-}
-
-/// A reservation no longer open: its ttl settled it at the estimate.
-fn is_unknown(error: &StoreError) -> bool {
-    matches!(
-        error.without_store(),
-        StoreError::Reservation(ratekeeper::store::reservation::ReservationError::Unknown)
-    )
 }

@@ -114,6 +114,16 @@ impl StoreError {
             error => error,
         }
     }
+
+    /// The store's answer about a reservation (unknown, too many, ...),
+    /// wherever the store is: an answer to the caller, not a failure of
+    /// the store.
+    pub fn reservation(&self) -> Option<&crate::store::reservation::ReservationError> {
+        match self.without_store() {
+            StoreError::Reservation(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// An error and its sources, `error: source: source`, each text once

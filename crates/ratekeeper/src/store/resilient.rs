@@ -295,21 +295,24 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
 
     /// `outcome` when the store answered (or answered about a
     /// reservation); while it fails, the `fallback` call's (the same call on
-    /// the in-memory fallback, if there is one: a future, run only then),
+    /// the in-memory fallback, if there is one, made only then),
     /// or the failure policy's: failing open an unknown but allowed answer,
     /// failing closed the error. Each answer says who made it.
-    async fn or_by_policy(
+    async fn or_by_policy<F>(
         &self,
         limit: &Limit,
         outcome: Result<Outcome, StoreError>,
-        fallback: Option<impl std::future::Future<Output = Result<Outcome, StoreError>>>,
-    ) -> Result<Outcome, StoreError> {
+        fallback: impl FnOnce() -> Option<F>,
+    ) -> Result<Outcome, StoreError>
+    where
+        F: std::future::Future<Output = Result<Outcome, StoreError>>,
+    {
         let error = match outcome {
             Ok(outcome) => return Ok(outcome),
-            Err(error) if is_reservation(&error) => return Err(error),
+            Err(error) if error.reservation().is_some() => return Err(error),
             Err(error) => error,
         };
-        if let Some(call) = fallback {
+        if let Some(call) = fallback() {
             self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
             let outcome = call.await?;
             return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
@@ -342,7 +345,7 @@ impl<S: Store, C: Clock + Clone + 'static> Resilient<S, C> {
             }
             // The store answered: about a reservation, not for want of
             // being there.
-            Err(error) if is_reservation(&error) => {
+            Err(error) if error.reservation().is_some() => {
                 self.recovered();
                 Err(error)
             }
@@ -361,8 +364,11 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
     /// ([`Decision::answered_by`]).
     async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
         let outcome = self.attempt(self.store.check(limit, key, cost)).await;
-        let fallback = self.fallback.as_ref();
-        let fallback = fallback.map(|store| store.check(limit, key, cost));
+        let fallback = || {
+            self.fallback
+                .as_ref()
+                .map(|store| store.check(limit, key, cost))
+        };
         self.or_by_policy(limit, outcome, fallback).await
     }
 
@@ -399,8 +405,11 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
     /// decision says [`AnsweredBy::FailOpen`]); failing closed, the error.
     async fn report(&self, limit: &Limit, key: &[u8], units: u64) -> Result<Outcome, StoreError> {
         let outcome = self.attempt(self.store.report(limit, key, units)).await;
-        let fallback = self.fallback.as_ref();
-        let fallback = fallback.map(|store| store.report(limit, key, units));
+        let fallback = || {
+            self.fallback
+                .as_ref()
+                .map(|store| store.report(limit, key, units))
+        };
         self.or_by_policy(limit, outcome, fallback).await
     }
 
@@ -418,8 +427,11 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
         let outcome = self
             .attempt(self.store.hold(limit, key, units, id, ttl))
             .await;
-        let fallback = self.fallback.as_ref();
-        let fallback = fallback.map(|store| store.hold(limit, key, units, id, ttl));
+        let fallback = || {
+            self.fallback
+                .as_ref()
+                .map(|store| store.hold(limit, key, units, id, ttl))
+        };
         self.or_by_policy(limit, outcome, fallback).await
     }
 
@@ -439,7 +451,7 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
             .await
         {
             Ok(outcome) => Ok(outcome),
-            Err(error) if is_reservation(&error) => Err(error),
+            Err(error) if error.reservation().is_some() => Err(error),
             Err(error) => match (&self.fallback, self.policy.mode) {
                 (Some(fallback), _) => Ok(fallback
                     .settle(limit, key, id, actual)
@@ -480,12 +492,6 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
             }
         }
     }
-}
-
-/// A reservation the store answered about (unknown, too many): an
-/// answer, not a failure of the store.
-fn is_reservation(error: &StoreError) -> bool {
-    matches!(error.without_store(), StoreError::Reservation(_))
 }
 
 /// The decision of a store that failed open: allowed, with the quota
