@@ -137,7 +137,7 @@ impl Engine {
     ///
     /// Every reservation is settled that can be; the first that could not
     /// (its limit gone in a reload: [`PlanError::UnknownLimit`]; not open:
-    /// the store's [`ReservationError::Unknown`](ratekeeper::store::reservation::ReservationError::Unknown))
+    /// the store's [`ReservationError::Unknown`])
     /// is the error.
     pub async fn settle(
         &self,
