@@ -223,6 +223,13 @@ impl<C: Clock + 'static> SqliteStore<C> {
         self.run(|inner| inner.count()).await
     }
 
+    /// How many reservations ([`Store::reserve`]) are open at `now`,
+    /// over every limit and key: held, not settled, not past their ttl.
+    /// One indexed count; a gauge's scrape may call it.
+    pub async fn open_reservations(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.run(move |inner| inner.open_reservations(now)).await
+    }
+
     /// Forgets `key` under `limit`, which starts fresh; whether it had a
     /// row.
     pub async fn reset(&self, limit: &Limit, key: &[u8]) -> Result<bool, StoreError> {

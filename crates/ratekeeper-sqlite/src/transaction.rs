@@ -31,9 +31,11 @@ pub(crate) struct Sql {
     pub(crate) purge: String,
     /// Reservations (`{table}_reservations`): those of a key past their
     /// expiry forgotten; a key's open ones counted; one added; one taken
-    /// (deleted, its units returned) while open; expired ones purged.
+    /// (deleted, its units returned) while open; expired ones purged;
+    /// every open one counted.
     pub(crate) reservations_expire: String,
     pub(crate) reservations_count: String,
+    pub(crate) reservations_open: String,
     pub(crate) reservation_insert: String,
     pub(crate) reservation_take: String,
     pub(crate) reservations_purge: String,
@@ -83,6 +85,9 @@ impl Sql {
             reservations_count: format!(
                 "SELECT COUNT(*) FROM \"{table}_reservations\" WHERE name = ?1 AND key = ?2"
             ),
+            reservations_open: format!(
+                "SELECT COUNT(*) FROM \"{table}_reservations\" WHERE expires_at > ?1"
+            ),
             reservation_insert: format!(
                 "INSERT INTO \"{table}_reservations\" (id, name, key, units, expires_at)
                  VALUES (?1, ?2, ?3, ?4, ?5)"
@@ -100,7 +105,7 @@ impl Sql {
     }
 
     /// The statements decisions run, prepared at open to check the table.
-    pub(crate) fn statements(&self) -> [&str; 10] {
+    pub(crate) fn statements(&self) -> [&str; 11] {
         [
             &self.select,
             &self.upsert,
@@ -109,6 +114,7 @@ impl Sql {
             &self.purge,
             &self.reservations_expire,
             &self.reservations_count,
+            &self.reservations_open,
             &self.reservation_insert,
             &self.reservation_take,
             &self.reservations_purge,
@@ -522,6 +528,15 @@ impl<C: Clock> Inner<C> {
             let count: i64 = conn
                 .prepare_cached(&self.sql.count)?
                 .query_row([], |row| row.get(0))?;
+            Ok(usize::try_from(count).unwrap_or(usize::MAX))
+        })
+    }
+
+    pub(crate) fn open_reservations(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.with_conn(|conn| {
+            let count: i64 = conn
+                .prepare_cached(&self.sql.reservations_open)?
+                .query_row(params![sql_time(now)], |row| row.get(0))?;
             Ok(usize::try_from(count).unwrap_or(usize::MAX))
         })
     }

@@ -12,6 +12,7 @@
 //! | `ratekeeper_report_units_total` | counter | `limit` | the units those reports charged |
 //! | `ratekeeper_overdrafts_total` | counter | `limit` | reports that charged more than the key had left: it is refused until the debt is paid off |
 //! | `ratekeeper_reservations_total` | counter | `limit`, `outcome` (`held`, `committed`, `cancelled`, `unknown`: asked to settle when no longer open, settled already or past its ttl, which settled it at its estimate) | reservations (`/v1/reserve`) and what became of them |
+//! | `ratekeeper_reservations_open` | gauge | | reservations open in the store, over every instance: held, not settled, not past their ttl (the in-memory and SQLite stores; Redis keeps them in a hash per key, which only a scan could count) |
 //! | `ratekeeper_proxy_upstream_overflow_total` | counter | | proxy requests answered `503` because `max_upstream_requests` (1,024 by default) were at the upstream |
 //! | `ratekeeper_envoy_shadow_mode_passes_total` | counter | | Envoy requests over a limit answered `OK` only because `[envoy] shadow_mode` is on |
 //! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
@@ -124,6 +125,8 @@ struct Scrape {
     unmatched: Vec<(DecisionDoor, String, u64)>,
     /// What leasing did, per limit (empty when it has never been on).
     leasing: Vec<(String, LeaseCounts)>,
+    /// Reservations open in the store, where it can count them.
+    open_reservations: Option<usize>,
 }
 
 /// What `/metrics` says of store failures: the store's state, readiness,
@@ -190,6 +193,13 @@ impl FailoverScrape {
 /// at most [`READY_TIMEOUT`](super::READY_TIMEOUT).
 pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<String, fmt::Error> {
     let store = StoreHealth::check(engine).await;
+    let open_reservations = match store.ready {
+        true => tokio::time::timeout(super::READY_TIMEOUT, engine.store().open_reservations())
+            .await
+            .ok()
+            .flatten(),
+        false => None,
+    };
     let metrics = engine.decision_metrics();
     let set = engine.limits();
     let limits: Vec<LimitCounts> = set
@@ -227,6 +237,7 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
             .into_iter()
             .map(|(name, stats)| (name, LeaseCounts::from(stats)))
             .collect(),
+        open_reservations,
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -379,6 +390,14 @@ impl Collector for Scrape {
             }),
         )?;
         let no_labels: [(&str, &str); 0] = [];
+        if let Some(open) = self.open_reservations {
+            gauge(
+                &mut encoder,
+                "ratekeeper_reservations_open",
+                "Reservations held in the store and not yet settled nor past their ttl.",
+                [(no_labels, i64::try_from(open).unwrap_or(i64::MAX))],
+            )?;
+        }
         counter(
             &mut encoder,
             "ratekeeper_envoy_shadow_mode_passes",

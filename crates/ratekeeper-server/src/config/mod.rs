@@ -333,7 +333,7 @@ pub use runtime::{available_cpus, RuntimeConfig, WorkerThreads};
 pub use store::{Backend, StoreConfig};
 pub use store_tls::StoreTls;
 pub use tls::{DoorTls, DoorTlsError, TlsFileKind, TlsFiles};
-pub use warnings::{ConfigWarning, ServedDoor};
+pub use warnings::{AfterResponseUnused, ConfigWarning, ServedDoor};
 
 /// The configuration `ratekeeper serve` runs with when given none: an
 /// in-memory store, loopback ports and one example limit.

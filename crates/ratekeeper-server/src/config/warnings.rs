@@ -54,10 +54,34 @@ pub enum ConfigWarning {
         /// The door, as `ratekeeper check` and the logs name it.
         door: ServedDoor,
     },
+    /// The limit has `after_response`, which only `ratekeeper proxy`
+    /// applies, where it will not: the limit matches Envoy descriptors,
+    /// which the proxy never sees, or the configuration is checked for
+    /// `ratekeeper serve`, whose doors count a request's cost before it
+    /// runs.
+    AfterResponseNotApplied {
+        /// The limit.
+        limit: String,
+        /// Why the proxy will not apply it.
+        why: AfterResponseUnused,
+    },
     /// No limit applies anywhere: no `[[limits]]`, no envoyproxy/ratelimit
     /// limit in `[envoy] config_dir` and no Limitador limit: every request
     /// is allowed.
     NoLimits,
+}
+
+/// Why a limit's `after_response` is not applied, as
+/// [`ConfigWarning::AfterResponseNotApplied`] tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AfterResponseUnused {
+    /// The limit matches Envoy descriptors: the proxy never decides by
+    /// it, whatever command serves it.
+    Descriptors,
+    /// The configuration is served by `ratekeeper serve`, which has no
+    /// response to read.
+    Serve,
 }
 
 /// A door as [`ConfigWarning::DoorWithoutLimits`] names it.
@@ -104,6 +128,24 @@ impl fmt::Display for ConfigWarning {
             } => f.write_str(
                 "the proxy has no limit for HTTP requests (only a limit without match.domain \
                  and match.descriptors applies to them): every request is forwarded unlimited",
+            ),
+            ConfigWarning::AfterResponseNotApplied {
+                limit,
+                why: AfterResponseUnused::Descriptors,
+            } => write!(
+                f,
+                "limit {limit} has after_response, which only ratekeeper proxy applies, but it \
+                 matches Envoy descriptors, which the proxy never sees: it is never applied \
+                 (Envoy's stream-done calls are charged past the limit with count_refused = true)"
+            ),
+            ConfigWarning::AfterResponseNotApplied {
+                limit,
+                why: AfterResponseUnused::Serve,
+            } => write!(
+                f,
+                "limit {limit} has after_response, which only ratekeeper proxy applies: on \
+                 serve's doors it counts each request's cost when it is checked (clients report \
+                 costs known later with /v1/report, or /v1/reserve and /v1/commit)"
             ),
             ConfigWarning::NoLimits => f.write_str(
                 "no limit applies anywhere (no [[limits]], no envoyproxy/ratelimit limits in \
@@ -184,6 +226,17 @@ impl Config {
                 .then_some(ServedDoor::Grpc),
         };
         warnings.extend(door.map(|door| ConfigWarning::DoorWithoutLimits { door }));
+        // The proxy applies after_response; serve's doors check before
+        // the request runs. (Limits on descriptors are told by warnings.)
+        if !proxy {
+            let unused = self.limits.iter().filter(|limit| {
+                limit.after_response.is_some() && limit.matcher.reach() == Reach::Http
+            });
+            warnings.extend(unused.map(|limit| ConfigWarning::AfterResponseNotApplied {
+                limit: limit.limit.name().to_owned(),
+                why: AfterResponseUnused::Serve,
+            }));
+        }
         warnings
     }
 }
@@ -215,6 +268,12 @@ fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
         warnings.push(ConfigWarning::Unreachable {
             limit: name.clone(),
             why,
+        });
+    }
+    if limit.after_response.is_some() && matcher.reach() == Reach::Descriptors {
+        warnings.push(ConfigWarning::AfterResponseNotApplied {
+            limit: name.clone(),
+            why: AfterResponseUnused::Descriptors,
         });
     }
     for part in &limit.key {

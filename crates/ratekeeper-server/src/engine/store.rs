@@ -241,6 +241,22 @@ impl AnyStore {
         }
     }
 
+    /// Reservations open in the store (held, not settled, not past their
+    /// ttl), over every limit and key: the in-memory store's ledger, or
+    /// one indexed count in SQLite; `None` for Redis, which keeps them in
+    /// a hash per key that only a scan of the keyspace could count, and
+    /// when the count fails.
+    pub async fn open_reservations(&self) -> Option<usize> {
+        match self {
+            AnyStore::Memory(store) => Some(store.open_reservations()),
+            AnyStore::Sqlite(store) => {
+                let sqlite = store.inner().store();
+                sqlite.open_reservations(sqlite.clock().now()).await.ok()
+            }
+            AnyStore::Redis(_) => None,
+        }
+    }
+
     /// Keys the in-memory store tracks for the limit called `name`;
     /// `None` for the other stores.
     pub(crate) fn keys_in_memory_of(&self, name: &str) -> Option<usize> {

@@ -330,3 +330,53 @@ fn check_warns_of_limits_and_doors_nothing_reaches() {
         "{stderr}"
     );
 }
+
+#[test]
+fn check_warns_where_after_response_is_not_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ratekeeper.toml");
+    std::fs::write(
+        &config,
+        "[[limits]]\nname = \"tokens\"\nrate = \"10000/minute\"\nkey = [\"header:x-api-key\"]\n\
+         after_response = { cost = \"header:x-llm-tokens\" }\n\n\
+         [[limits]]\nname = \"envoy-tokens\"\nrate = \"10000/minute\"\nkey = [\"descriptor:api_key\"]\n\
+         after_response = { cost = \"header:x-llm-tokens\" }\n\
+         match = { domain = \"llm\", descriptors = [{ key = \"api_key\" }] }\n",
+    )
+    .unwrap();
+    let path = config.to_str().unwrap();
+    // For serve: neither limit reads a response.
+    let output = ratekeeper(&["check", "-c", path], None);
+    assert!(output.status.success(), "warnings are not errors");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "warning: limit tokens has after_response, which only ratekeeper proxy applies: \
+             on serve's doors"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: limit envoy-tokens has after_response, which only ratekeeper proxy applies, but it matches Envoy descriptors"),
+        "{stderr}"
+    );
+    // For the proxy: the HTTP limit is applied, the descriptors' one never.
+    let output = ratekeeper(
+        &[
+            "check",
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:3000",
+            "-c",
+            path,
+        ],
+        None,
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("limit tokens has"), "{stderr}");
+    assert!(
+        stderr.contains("warning: limit envoy-tokens has after_response"),
+        "{stderr}"
+    );
+}

@@ -191,12 +191,18 @@ async fn reports_and_reservations_are_counted_in_the_metrics() {
     service.clock.advance(Duration::from_secs(60));
     let (_, _, answer) = service.post("/v1/reserve", tokens(10)).await;
     let reservation = answer["reservation"].as_str().unwrap().to_owned();
+    let metrics = common::metrics(&service).await;
+    assert_eq!(
+        common::sample(&metrics, "ratekeeper_reservations_open"),
+        Some(1)
+    );
     let commit = json!({"reservation": reservation, "cost": 5});
     service.post("/v1/commit", commit.clone()).await;
     service.post("/v1/commit", commit).await;
 
     let metrics = common::metrics(&service).await;
     let sample = |series: &str| common::sample(&metrics, series);
+    assert_eq!(sample("ratekeeper_reservations_open"), Some(0));
     assert_eq!(
         sample("ratekeeper_reports_total{limit=\"llm-tokens\"}"),
         Some(2)
@@ -218,5 +224,35 @@ async fn reports_and_reservations_are_counted_in_the_metrics() {
     assert_eq!(reservations("committed"), Some(1));
     assert_eq!(reservations("cancelled"), Some(0));
     assert_eq!(reservations("unknown"), Some(1));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn open_reservations_are_a_gauge_on_sqlite_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counts.db");
+    let service = TestService::start(&format!(
+        "[store]\nkind = \"sqlite\"\npath = {path:?}\n{LISTEN_ANY}{TOKENS}"
+    ))
+    .await;
+    // SQLite keeps time by the wall clock: an hour's ttl outlasts any
+    // slow machine.
+    let mut reserve = tokens(10);
+    reserve["ttl"] = json!("1h");
+    for _ in 0..3 {
+        let (status, _, answer) = service.post("/v1/reserve", reserve.clone()).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let (_, _, answer) = service.post("/v1/reserve", reserve).await;
+    let reservation = answer["reservation"].as_str().unwrap().to_owned();
+    service
+        .post("/v1/cancel", json!({"reservation": reservation}))
+        .await;
+    let metrics = common::metrics(&service).await;
+    assert_eq!(
+        common::sample(&metrics, "ratekeeper_reservations_open"),
+        Some(3),
+        "{metrics}"
+    );
     service.stop().await;
 }

@@ -1,6 +1,7 @@
-//! The quick starts under `examples/`, as shipped: the Envoy one checked
+//! The quick starts under `examples/`, as shipped: the Envoy ones
+//! (`examples/envoy`, and `examples/envoy-llm` for token budgets) checked
 //! against Envoy's own schema and sent through Envoy's own generated RLS
-//! stubs (`examples/envoy/check.py`) to a real `ratekeeper serve`.
+//! stubs (each one's `check.py`) to a real `ratekeeper serve`.
 //!
 //! Without python3 and its packages (xds-protos, grpcio, pyyaml) the test
 //! says so loudly and passes, except under `CI=true`, where it fails
@@ -41,10 +42,11 @@ fn python_ready() -> bool {
     ready
 }
 
-/// Runs check.py with `args`; its combined output, and whether it passed.
-fn check_py(args: &[&str]) -> (bool, String) {
+/// Runs `example`'s check.py with `args`; its combined output, and
+/// whether it passed.
+fn check_py(example: &str, args: &[&str]) -> (bool, String) {
     let output = Command::new("python3")
-        .arg(examples().join("envoy/check.py"))
+        .arg(examples().join(example).join("check.py"))
         .args(args)
         .output()
         .expect("python3 runs");
@@ -127,7 +129,7 @@ fn the_envoy_quick_start_passes_envoys_schema_and_ratekeeper_decides_its_descrip
         ],
     );
     let grpc = process.grpc.expect("the gRPC door is on").to_string();
-    let (passed, output) = check_py(&["--grpc", &grpc]);
+    let (passed, output) = check_py("envoy", &["--grpc", &grpc]);
     assert!(passed, "check.py failed:\n{output}");
     assert!(
         output.contains("decides the route's descriptors as expected"),
@@ -156,11 +158,80 @@ fn the_envoy_check_refuses_a_field_envoy_does_not_know() {
         assert!(shipped.contains(from), "envoy.yaml no longer has {from:?}");
         let path = dir.path().join("envoy.yaml");
         std::fs::write(&path, shipped.replacen(from, to, 1)).expect("written");
-        let (passed, output) = check_py(&["--envoy", path.to_str().expect("UTF-8")]);
+        let (passed, output) = check_py("envoy", &["--envoy", path.to_str().expect("UTF-8")]);
         assert!(!passed, "check.py accepted {to:?}:\n{output}");
         assert!(
             output.contains("is not a valid Envoy bootstrap"),
             "{output}"
         );
     }
+}
+
+#[test]
+fn the_envoy_llm_quick_start_is_10000_tokens_a_minute_charged_past_the_budget() {
+    let text = std::fs::read_to_string(examples().join("envoy-llm/ratekeeper.toml"))
+        .expect("the example's ratekeeper.toml");
+    let config = Config::from_toml_str(&text, "examples/envoy-llm/ratekeeper.toml")
+        .expect("the example's config is valid");
+    let [limit] = config.limits.as_slice() else {
+        panic!("one limit: {:#?}", config.limits)
+    };
+    assert_eq!(limit.limit.name(), "tokens-per-api-key");
+    assert_eq!(
+        (limit.rate.amount(), limit.rate.period()),
+        (10_000, std::time::Duration::from_secs(60))
+    );
+    assert!(
+        limit.count_refused,
+        "the stream-done count must be charged past the budget"
+    );
+    assert_eq!(limit.matcher.domain.as_deref(), Some("llm"));
+}
+
+#[test]
+fn the_token_page_shows_the_envoy_llm_quick_starts_route() {
+    let page = std::fs::read_to_string(examples().join("../docs/llm-token-limits.md"))
+        .expect("docs/llm-token-limits.md");
+    let shipped = std::fs::read_to_string(examples().join("envoy-llm/envoy.yaml"))
+        .expect("the example's envoy.yaml");
+    // The page's YAML, line for line, is in the example at some indent.
+    let shipped: Vec<&str> = shipped.lines().collect();
+    let blocks: Vec<&str> = page
+        .split("```yaml\n")
+        .skip(1)
+        .map(|block| &block[..block.find("```").expect("a closed block")])
+        .collect();
+    assert!(!blocks.is_empty(), "the page shows no YAML");
+    for block in blocks {
+        let lines: Vec<&str> = block.lines().collect();
+        let found = shipped.windows(lines.len()).any(|window| {
+            let indent = window[0].len() - window[0].trim_start().len();
+            window
+                .iter()
+                .zip(&lines)
+                .all(|(shipped, shown)| shipped.get(indent..) == Some(*shown))
+        });
+        assert!(found, "not in examples/envoy-llm/envoy.yaml:\n{block}");
+    }
+}
+
+#[test]
+fn the_envoy_llm_quick_start_passes_envoys_schema_and_ratekeeper_charges_its_stream_done_calls() {
+    if !python_ready() {
+        return;
+    }
+    let config = examples().join("envoy-llm/ratekeeper.toml");
+    // The budget per day instead of per minute: no token comes back while
+    // the test runs, however slow the machine (see check.py's docstring).
+    let process = ServeProcess::start(
+        &["--config", config.to_str().expect("a UTF-8 path")],
+        &[("RATEKEEPER_LIMITS__TOKENS_PER_API_KEY__RATE", "10000/day")],
+    );
+    let grpc = process.grpc.expect("the gRPC door is on").to_string();
+    let (passed, output) = check_py("envoy-llm", &["--grpc", &grpc]);
+    assert!(passed, "check.py failed:\n{output}");
+    assert!(
+        output.contains("charges the stream-done counts as expected"),
+        "{output}"
+    );
 }

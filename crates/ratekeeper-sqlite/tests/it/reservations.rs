@@ -78,3 +78,27 @@ fn an_expired_reservation_stays_at_its_estimate_and_is_purged() {
     block_on(store.cancel(&limit, &late)).unwrap();
     assert_eq!(block_on(store.peek(&limit, b"k")).unwrap().remaining(), 700);
 }
+
+#[test]
+fn open_reservations_are_counted_until_settled_or_past_their_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let store = store(&dir, &clock);
+    let limit = tokens();
+    let open = |store: &SqliteStore<ManualClock>| block_on(store.open_reservations(clock.now()));
+    assert_eq!(open(&store).unwrap(), 0);
+    let short = block_on(store.reserve(&limit, b"a", 10, Duration::from_secs(30))).unwrap();
+    let long = block_on(store.reserve(&limit, b"b", 10, Duration::from_secs(90))).unwrap();
+    block_on(store.reserve(&limit, b"b", 10, Duration::from_secs(90))).unwrap();
+    assert_eq!(open(&store).unwrap(), 3);
+    // Settled: no longer open.
+    let committed = block_on(store.commit(&limit, &long.reservation.unwrap(), 5)).unwrap();
+    assert!(committed.is_allowed());
+    assert_eq!(open(&store).unwrap(), 2);
+    // Past its ttl, before any purge: no longer open either.
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(open(&store).unwrap(), 1);
+    assert!(block_on(store.cancel(&limit, &short.reservation.unwrap())).is_err());
+    // Another store on the file counts the same.
+    assert_eq!(open(&self::store(&dir, &clock)).unwrap(), 1);
+}
