@@ -7,10 +7,13 @@
 //! cargo build --release -p ratekeeper --example report_walk
 //! valgrind --tool=callgrind target/release/examples/report_walk check
 //! valgrind --tool=callgrind target/release/examples/report_walk report
+//! valgrind --tool=callgrind target/release/examples/report_walk overdrawn
 //! ```
 //!
 //! Each does 500,000 calls (50 rounds over the keys) on a GCRA limit that
-//! none of them uses up; the instructions over 500,000 are one call's.
+//! none of them uses up (`overdrawn`: of one unit an hour, so that every
+//! report after a key's first overdraws); the instructions over 500,000
+//! are one call's.
 
 use std::time::Duration;
 
@@ -18,13 +21,15 @@ use futures_executor::block_on;
 use ratekeeper::{Gcra, Limit, MemoryStore, Store};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let report = match std::env::args().nth(1).as_deref() {
-        Some("check") => false,
-        Some("report") => true,
-        _ => return Err("usage: report_walk check|report".into()),
+    let (report, quota) = match std::env::args().nth(1).as_deref() {
+        Some("check") => (false, 1_000_000),
+        Some("report") => (true, 1_000_000),
+        // Every report past the quota: each key in debt.
+        Some("overdrawn") => (true, 1),
+        _ => return Err("usage: report_walk check|report|overdrawn".into()),
     };
     let store = MemoryStore::new();
-    let gcra = Gcra::new(1_000_000, Duration::from_secs(3_600), 1_000_000)?;
+    let gcra = Gcra::new(quota, Duration::from_secs(3_600), quota)?;
     let limit = Limit::new("walk", gcra)?;
     let keys: Vec<String> = (0..10_000).map(|i| format!("user-{i}")).collect();
     let mut allowed = 0u64;
