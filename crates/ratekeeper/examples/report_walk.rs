@@ -8,9 +8,11 @@
 //! valgrind --tool=callgrind target/release/examples/report_walk check
 //! valgrind --tool=callgrind target/release/examples/report_walk report
 //! valgrind --tool=callgrind target/release/examples/report_walk overdrawn
+//! valgrind --tool=callgrind target/release/examples/report_walk check window
 //! ```
 //!
-//! Each does 500,000 calls (50 rounds over the keys) on a GCRA limit that
+//! Each does 500,000 calls (50 rounds over the keys) on a GCRA limit (or,
+//! with `window`, a fixed window) that
 //! none of them uses up (`overdrawn`: of one unit an hour, so that every
 //! report after a key's first overdraws); the instructions over 500,000
 //! are one call's.
@@ -18,7 +20,7 @@
 use std::time::Duration;
 
 use futures_executor::block_on;
-use ratekeeper::{Gcra, Limit, MemoryStore, Store};
+use ratekeeper::{FixedWindow, Gcra, Limit, MemoryStore, Store};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (report, quota) = match std::env::args().nth(1).as_deref() {
@@ -29,8 +31,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => return Err("usage: report_walk check|report|overdrawn".into()),
     };
     let store = MemoryStore::new();
-    let gcra = Gcra::new(quota, Duration::from_secs(3_600), quota)?;
-    let limit = Limit::new("walk", gcra)?;
+    let hour = Duration::from_secs(3_600);
+    let limit = match std::env::args().nth(2).as_deref() {
+        None | Some("gcra") => Limit::new("walk", Gcra::new(quota, hour, quota)?)?,
+        Some("window") => Limit::new("walk", FixedWindow::new(quota, hour)?)?,
+        _ => return Err("the policy: gcra (the default) or window".into()),
+    };
     let keys: Vec<String> = (0..10_000).map(|i| format!("user-{i}")).collect();
     let mut allowed = 0u64;
     for _ in 0..50 {

@@ -185,15 +185,12 @@ impl FixedWindow {
     }
 }
 
-impl Algorithm for FixedWindow {
-    type State = FixedWindowState;
-
-    fn fresh(&self) -> FixedWindowState {
-        FixedWindowState::default()
-    }
-
-    #[inline]
-    fn decide(
+impl FixedWindow {
+    /// A check (`REPORT` false) or a report of `cost`: one body, so that
+    /// a report whose units fit runs the check's own instructions, and
+    /// only the refusals differ (a report's overdraft, out of line).
+    #[inline(always)]
+    fn update<const REPORT: bool>(
         &self,
         state: &FixedWindowState,
         now: Timestamp,
@@ -226,6 +223,8 @@ impl Algorithm for FixedWindow {
                 Decision::allowed(self.limit, remaining - cost, reset(count + cost)),
                 next,
             )
+        } else if REPORT && cost > 0 {
+            overdraw(self, count, start, until_end, cost)
         } else {
             let retry = if cost > self.limit {
                 RetryAfter::Never
@@ -237,6 +236,24 @@ impl Algorithm for FixedWindow {
                 *state,
             )
         }
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+
+    fn fresh(&self) -> FixedWindowState {
+        FixedWindowState::default()
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        state: &FixedWindowState,
+        now: Timestamp,
+        cost: u64,
+    ) -> (Decision, FixedWindowState) {
+        self.update::<false>(state, now, cost)
     }
 
     fn refund(&self, state: &FixedWindowState, now: Timestamp, units: u64) -> FixedWindowState {
@@ -263,11 +280,7 @@ impl Algorithm for FixedWindow {
         now: Timestamp,
         units: u64,
     ) -> (Decision, FixedWindowState) {
-        let (decision, next) = self.decide(state, now, units);
-        if decision.is_allowed() || units == 0 {
-            return (decision, next);
-        }
-        overdraw(self, state, now, units)
+        self.update::<true>(state, now, units)
     }
 
     fn expires_at(&self, state: &FixedWindowState) -> Timestamp {
@@ -287,18 +300,18 @@ impl Algorithm for FixedWindow {
     }
 }
 
-/// [`Algorithm::report`] past what the key has: out of line, so that a
-/// report that fits costs what a check does.
+/// A report of `units` that do not fit in the window counted from
+/// `start` with `count` in it: counted past the limit, saturated at 2^62.
+/// Out of line, so that a report that fits costs what a check does.
 #[cold]
 #[inline(never)]
 fn overdraw(
     policy: &FixedWindow,
-    state: &FixedWindowState,
-    now: Timestamp,
+    count: u64,
+    start: Timestamp,
+    until_end: Duration,
     units: u64,
 ) -> (Decision, FixedWindowState) {
-    let (count, start, _) = policy.current(state, now);
-    let until_end = policy.until_end(start, now);
     let next = FixedWindowState {
         start,
         count: count.saturating_add(units).min(MAX_SCALED),

@@ -171,26 +171,33 @@ impl Gcra {
     /// the decision and the next TAT, as [`decide_tat`](Gcra::decide_tat).
     #[inline(always)]
     pub(crate) fn report_tat(&self, tat: u64, now: u64, units: u64) -> (Decision, u64) {
-        let (decision, next) = self.decide_tat(tat, now, units);
-        if decision.is_allowed() || units == 0 {
-            return (decision, next);
+        // Whether the units fit is told before any decision is built, so
+        // that each path builds its own in place, and no decision is
+        // copied from one to the other (measured: fewer instructions than
+        // deciding first, or one body for both with a const parameter).
+        let current = tat.saturating_sub(now);
+        // units <= burst: the product is at most the tolerance.
+        let fits =
+            units <= self.burst && current.saturating_add(units * self.interval) <= self.tolerance;
+        if fits || units == 0 {
+            return self.decide_tat(tat, now, units);
         }
-        self.overdraw_tat(tat, now, units)
-    }
-
-    /// [`report_tat`](Gcra::report_tat) past the tolerance: out of line,
-    /// so that a report that fits costs what a check does.
-    #[cold]
-    #[inline(never)]
-    fn overdraw_tat(&self, tat: u64, now: u64, units: u64) -> (Decision, u64) {
-        // Refused, so the units do not fit: `ahead` is past the tolerance.
-        let ahead = tat
-            .saturating_sub(now)
-            .saturating_add(units.saturating_mul(self.interval))
-            .min(self.tolerance + MAX_SCALED);
+        let ahead = self.overdraft_ahead(current, units);
         let retry = ahead - self.tolerance + self.interval;
         let decision = Decision::denied_nanos(self.burst, 0, ahead, Some(retry));
         (decision, now.saturating_add(ahead))
+    }
+
+    /// How far ahead of now the TAT runs after a report of `units` that
+    /// do not fit, `current` being how far it ran before: past the
+    /// tolerance, capped. Out of line, so that a report that fits costs
+    /// what a check does.
+    #[cold]
+    #[inline(never)]
+    fn overdraft_ahead(&self, current: u64, units: u64) -> u64 {
+        current
+            .saturating_add(units.saturating_mul(self.interval))
+            .min(self.tolerance + MAX_SCALED)
     }
 
     /// The state of a key that `old` left in `state`, carried into this
