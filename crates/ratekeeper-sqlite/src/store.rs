@@ -202,6 +202,7 @@ impl<C: Clock> SqliteStore<C> {
                 table,
                 busy_timeout,
                 lock_waits,
+                expired_reservations: AtomicU64::new(0),
             }),
         })
     }
@@ -228,6 +229,14 @@ impl<C: Clock + 'static> SqliteStore<C> {
     /// One indexed count; a gauge's scrape may call it.
     pub async fn open_reservations(&self, now: Timestamp) -> Result<usize, StoreError> {
         self.run(move |inner| inner.open_reservations(now)).await
+    }
+
+    /// How many reservations this handle (and its clones) found expired
+    /// unsettled and deleted, since it was opened: on the next
+    /// reservation of their key, or by [`purge`](SqliteStore::purge).
+    /// They stay at their estimate. Each process counts its own.
+    pub fn expired_reservations(&self) -> u64 {
+        self.inner.expired_reservations.load(Ordering::Relaxed)
     }
 
     /// Forgets `key` under `limit`, which starts fresh; whether it had a

@@ -2,7 +2,7 @@
 //! its SQL, and reading, deciding and writing rows.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -133,6 +133,8 @@ pub(crate) struct Inner<C> {
     pub(crate) busy_timeout: Duration,
     /// Statements that found the file locked and waited for it.
     pub(crate) lock_waits: Arc<AtomicU64>,
+    /// Reservations found expired and deleted, by committed transactions.
+    pub(crate) expired_reservations: AtomicU64,
 }
 
 /// Why one operation failed, before it becomes a [`StoreError`].
@@ -326,10 +328,14 @@ impl<C: Clock> Inner<C> {
         ttl: Duration,
     ) -> Result<Outcome, StoreError> {
         let bounded_key = bounded(key);
-        self.update_with(limit, key, |tx, policy, current, now| {
+        // Counted once the transaction that deleted them has committed.
+        let expired = std::cell::Cell::new(0);
+        let outcome = self.update_with(limit, key, |tx, policy, current, now| {
             let owner = params![limit.name(), &*bounded_key];
-            tx.prepare_cached(&self.sql.reservations_expire)?
-                .execute(params![limit.name(), &*bounded_key, sql_time(now)])?;
+            expired.set(
+                tx.prepare_cached(&self.sql.reservations_expire)?
+                    .execute(params![limit.name(), &*bounded_key, sql_time(now)])?,
+            );
             let open: i64 = tx
                 .prepare_cached(&self.sql.reservations_count)?
                 .query_row(owner, |row| row.get(0))?;
@@ -348,7 +354,12 @@ impl<C: Clock> Inner<C> {
                     ])?;
             }
             Ok((Outcome::Decided(decision), next))
-        })
+        });
+        if outcome.is_ok() {
+            self.expired_reservations
+                .fetch_add(expired.get() as u64, Ordering::Relaxed);
+        }
+        outcome
     }
 
     /// In one transaction: reservation `id` of the key taken while open,
@@ -507,14 +518,16 @@ impl<C: Clock> Inner<C> {
             // One batch per transaction and per hold of the mutex.
             let deleted = self.with_conn(|conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let mut deleted = tx
+                let states = tx
                     .prepare_cached(&self.sql.purge)?
                     .execute(params![sql_time(now), PURGE_BATCH])?;
-                deleted += tx
+                let reservations = tx
                     .prepare_cached(&self.sql.reservations_purge)?
                     .execute(params![sql_time(now), PURGE_BATCH])?;
                 tx.commit()?;
-                Ok(deleted)
+                self.expired_reservations
+                    .fetch_add(reservations as u64, Ordering::Relaxed);
+                Ok(states + reservations)
             })?;
             purged += deleted;
             if (deleted as i64) < PURGE_BATCH {

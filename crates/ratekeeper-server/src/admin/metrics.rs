@@ -13,6 +13,7 @@
 //! | `ratekeeper_overdrafts_total` | counter | `limit` | reports that charged more than the key had left: it is refused until the debt is paid off |
 //! | `ratekeeper_reservations_total` | counter | `limit`, `outcome` (`held`, `committed`, `cancelled`, `unknown`: asked to settle when no longer open, settled already or past its ttl, which settled it at its estimate) | reservations (`/v1/reserve`) and what became of them |
 //! | `ratekeeper_reservations_open` | gauge | | reservations open in the store, over every instance: held, not settled, not past their ttl (the in-memory and SQLite stores; Redis keeps them in a hash per key, which only a scan could count) |
+//! | `ratekeeper_reservations_expired_total` | counter | | reservations that reached their ttl before anyone settled them, so stay at their estimate (the in-memory store; SQLite's as this process deletes them, on the key's next reservation or a purge) |
 //! | `ratekeeper_proxy_upstream_overflow_total` | counter | | proxy requests answered `503` because `max_upstream_requests` (1,024 by default) were at the upstream |
 //! | `ratekeeper_envoy_shadow_mode_passes_total` | counter | | Envoy requests over a limit answered `OK` only because `[envoy] shadow_mode` is on |
 //! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
@@ -127,6 +128,8 @@ struct Scrape {
     leasing: Vec<(String, LeaseCounts)>,
     /// Reservations open in the store, where it can count them.
     open_reservations: Option<usize>,
+    /// Reservations that expired unsettled, where the store tells.
+    expired_reservations: Option<u64>,
 }
 
 /// What `/metrics` says of store failures: the store's state, readiness,
@@ -238,6 +241,8 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
             .map(|(name, stats)| (name, LeaseCounts::from(stats)))
             .collect(),
         open_reservations,
+        // After the open count, which expires the in-memory ledger's.
+        expired_reservations: engine.store().expired_reservations(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -396,6 +401,14 @@ impl Collector for Scrape {
                 "ratekeeper_reservations_open",
                 "Reservations held in the store and not yet settled nor past their ttl.",
                 [(no_labels, i64::try_from(open).unwrap_or(i64::MAX))],
+            )?;
+        }
+        if let Some(expired) = self.expired_reservations {
+            counter(
+                &mut encoder,
+                "ratekeeper_reservations_expired",
+                "Reservations that reached their ttl unsettled (kept at their estimate).",
+                [(no_labels, expired)],
             )?;
         }
         counter(

@@ -257,6 +257,18 @@ impl AnyStore {
         }
     }
 
+    /// Reservations that expired before anyone settled them, since the
+    /// store was opened, as this process saw them (the in-memory ledger;
+    /// SQLite's deletes of expired ones, by this process's purges and
+    /// reservations); `None` for Redis, whose keys expire on their own.
+    pub fn expired_reservations(&self) -> Option<u64> {
+        match self {
+            AnyStore::Memory(store) => Some(store.expired_reservations()),
+            AnyStore::Sqlite(store) => Some(store.inner().store().expired_reservations()),
+            AnyStore::Redis(_) => None,
+        }
+    }
+
     /// Keys the in-memory store tracks for the limit called `name`;
     /// `None` for the other stores.
     pub(crate) fn keys_in_memory_of(&self, name: &str) -> Option<usize> {

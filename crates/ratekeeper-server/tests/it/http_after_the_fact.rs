@@ -200,9 +200,14 @@ async fn reports_and_reservations_are_counted_in_the_metrics() {
     service.post("/v1/commit", commit.clone()).await;
     service.post("/v1/commit", commit).await;
 
+    // One more, left to expire at its ttl (60 s by default).
+    service.post("/v1/reserve", tokens(10)).await;
+    service.clock.advance(Duration::from_secs(60));
+
     let metrics = common::metrics(&service).await;
     let sample = |series: &str| common::sample(&metrics, series);
     assert_eq!(sample("ratekeeper_reservations_open"), Some(0));
+    assert_eq!(sample("ratekeeper_reservations_expired_total"), Some(1));
     assert_eq!(
         sample("ratekeeper_reports_total{limit=\"llm-tokens\"}"),
         Some(2)
@@ -220,7 +225,7 @@ async fn reports_and_reservations_are_counted_in_the_metrics() {
             "ratekeeper_reservations_total{{limit=\"llm-tokens\",outcome=\"{outcome}\"}}"
         ))
     };
-    assert_eq!(reservations("held"), Some(1));
+    assert_eq!(reservations("held"), Some(2));
     assert_eq!(reservations("committed"), Some(1));
     assert_eq!(reservations("cancelled"), Some(0));
     assert_eq!(reservations("unknown"), Some(1));

@@ -101,4 +101,13 @@ fn open_reservations_are_counted_until_settled_or_past_their_ttl() {
     assert!(block_on(store.cancel(&limit, &short.reservation.unwrap())).is_err());
     // Another store on the file counts the same.
     assert_eq!(open(&self::store(&dir, &clock)).unwrap(), 1);
+    // The expired one is counted when it is deleted: by a purge, or by
+    // the next reservation of its key.
+    assert_eq!(store.expired_reservations(), 0);
+    block_on(store.purge(clock.now())).unwrap();
+    assert_eq!(store.expired_reservations(), 1);
+    let b = block_on(store.reserve(&limit, b"b", 10, Duration::from_secs(30))).unwrap();
+    clock.advance(Duration::from_secs(60));
+    block_on(store.reserve(&limit, b"b", 10, Duration::from_secs(30))).unwrap();
+    assert_eq!(store.expired_reservations(), 3, "{b:?}");
 }

@@ -258,6 +258,12 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
         self.inner.reservations.len(self.inner.clock.now())
     }
 
+    /// How many reservations expired before anyone settled them (and so
+    /// stay at their estimate), since the store was made.
+    pub fn expired_reservations(&self) -> u64 {
+        self.inner.reservations.expired(self.inner.clock.now())
+    }
+
     /// Whether no key is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -1,5 +1,5 @@
 //! Reservations on the in-memory store, on a manual clock: expiry at the
-//! ttl (settled at the estimate), and the count of open ones.
+//! ttl (settled at the estimate), and the counts of open and expired ones.
 
 use std::time::Duration;
 
@@ -25,8 +25,10 @@ fn an_expired_reservation_stays_at_its_estimate() {
     assert_eq!(store.open_reservations(), 2);
     clock.advance(ttl - Duration::from_nanos(1));
     assert_eq!(store.open_reservations(), 2);
+    assert_eq!(store.expired_reservations(), 0);
     clock.advance(Duration::from_nanos(1));
     assert_eq!(store.open_reservations(), 1);
+    assert_eq!(store.expired_reservations(), 1);
     let late = block_on(store.commit(&limit, first.reservation.as_ref().unwrap(), 0));
     assert!(matches!(
         late,
@@ -41,4 +43,6 @@ fn an_expired_reservation_stays_at_its_estimate() {
         .is_allowed());
     assert_eq!(block_on(store.peek(&limit, b"k")).unwrap().remaining(), 65);
     assert_eq!(store.open_reservations(), 0);
+    // Settled, not expired.
+    assert_eq!(store.expired_reservations(), 1);
 }

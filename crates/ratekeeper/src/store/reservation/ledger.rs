@@ -33,6 +33,8 @@ pub(crate) struct Shard {
     /// How many each limit and key hold (by digest).
     per_key: HashMap<u64, usize>,
     by_expiry: BTreeSet<(Timestamp, ReservationId)>,
+    /// How many expired unsettled, since the ledger was made.
+    expired: u64,
 }
 
 impl Default for Ledger {
@@ -61,12 +63,22 @@ impl Ledger {
 
     /// How many reservations are open at `now`, over every key.
     pub(crate) fn len(&self, now: Timestamp) -> usize {
+        self.sum(now, |shard| shard.open.len())
+    }
+
+    /// How many reservations expired unsettled by `now`, over every key.
+    pub(crate) fn expired(&self, now: Timestamp) -> u64 {
+        self.sum(now, |shard| shard.expired)
+    }
+
+    /// `count` over every shard, each with what expired by `now` forgotten.
+    fn sum<N: std::iter::Sum<N>>(&self, now: Timestamp, count: impl Fn(&Shard) -> N) -> N {
         self.shards
             .iter()
             .map(|shard| {
                 let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
                 shard.expire(now);
-                shard.open.len()
+                count(&shard)
             })
             .sum()
     }
@@ -121,6 +133,7 @@ impl Shard {
             self.by_expiry.pop_first();
             if let Some(open) = self.open.remove(&id) {
                 self.uncount(open.owner);
+                self.expired += 1;
             }
         }
     }
@@ -165,6 +178,8 @@ mod tests {
         assert_eq!(ledger.shard(owner, t(20)).take(owner, b), None);
         assert_eq!(ledger.len(t(20)), 0);
         assert!(ledger.shard(owner, t(20)).per_key.is_empty());
+        // One settled, one expired.
+        assert_eq!(ledger.expired(t(20)), 1);
     }
 
     #[test]
