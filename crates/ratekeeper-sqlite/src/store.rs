@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::{
     clock::UnixClock,
@@ -313,6 +314,30 @@ impl<C: Clock + 'static> Store for SqliteStore<C> {
     ) -> Result<Outcome, StoreError> {
         let (limit, key) = (limit.clone(), key.to_vec());
         self.run(move |inner| inner.settle(&limit, &key, id, actual))
+            .await
+    }
+
+    /// One transaction: the key's slots past their lease forgotten, the
+    /// rest counted, and the new slot, in `{table}_in_flight`.
+    async fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        let (limit, key) = (limit.clone(), key.to_vec());
+        self.run(move |inner| inner.take_slot(&limit, &key, id))
+            .await
+    }
+
+    async fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        let (limit, key) = (limit.clone(), key.to_vec());
+        self.run(move |inner| inner.free_slot(&limit, &key, id))
             .await
     }
 

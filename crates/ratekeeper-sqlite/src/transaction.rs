@@ -9,7 +9,7 @@ use std::time::Duration;
 use ratekeeper::{
     policy::{Algorithm, State},
     store::reservation::{settle_state, ReservationError, ReservationId, MAX_OPEN_RESERVATIONS},
-    store::{Check, MultiOutcome, StoreError},
+    store::{in_flight::InFlight, Check, MultiOutcome, StoreError},
     Clock, Decision, Limit, Outcome, Policy, Timestamp,
 };
 use rusqlite::types::ValueRef;
@@ -39,6 +39,14 @@ pub(crate) struct Sql {
     pub(crate) reservation_insert: String,
     pub(crate) reservation_take: String,
     pub(crate) reservations_purge: String,
+    /// In-flight slots (`{table}_in_flight`), likewise: those of a key
+    /// past their lease forgotten; a key's counted; one taken; one freed
+    /// while taken; expired ones purged.
+    pub(crate) slots_expire: String,
+    pub(crate) slots_count: String,
+    pub(crate) slot_insert: String,
+    pub(crate) slot_free: String,
+    pub(crate) slots_purge: String,
 }
 
 impl Sql {
@@ -64,7 +72,17 @@ impl Sql {
                  CREATE INDEX IF NOT EXISTS \"{table}_reservations_key\"
                     ON \"{table}_reservations\" (name, key, expires_at);
                  CREATE INDEX IF NOT EXISTS \"{table}_reservations_expires_at\"
-                    ON \"{table}_reservations\" (expires_at);"
+                    ON \"{table}_reservations\" (expires_at);
+                 CREATE TABLE IF NOT EXISTS \"{table}_in_flight\" (
+                    id BLOB NOT NULL PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    key BLOB NOT NULL,
+                    expires_at INTEGER NOT NULL
+                 ) WITHOUT ROWID;
+                 CREATE INDEX IF NOT EXISTS \"{table}_in_flight_key\"
+                    ON \"{table}_in_flight\" (name, key, expires_at);
+                 CREATE INDEX IF NOT EXISTS \"{table}_in_flight_expires_at\"
+                    ON \"{table}_in_flight\" (expires_at);"
             ),
             select: format!("SELECT state FROM \"{table}\" WHERE name = ?1 AND key = ?2"),
             upsert: format!(
@@ -101,11 +119,30 @@ impl Sql {
                 "DELETE FROM \"{table}_reservations\" WHERE id IN
                  (SELECT id FROM \"{table}_reservations\" WHERE expires_at <= ?1 LIMIT ?2)"
             ),
+            slots_expire: format!(
+                "DELETE FROM \"{table}_in_flight\"
+                 WHERE name = ?1 AND key = ?2 AND expires_at <= ?3"
+            ),
+            slots_count: format!(
+                "SELECT COUNT(*) FROM \"{table}_in_flight\" WHERE name = ?1 AND key = ?2"
+            ),
+            slot_insert: format!(
+                "INSERT INTO \"{table}_in_flight\" (id, name, key, expires_at)
+                 VALUES (?1, ?2, ?3, ?4)"
+            ),
+            slot_free: format!(
+                "DELETE FROM \"{table}_in_flight\"
+                 WHERE id = ?1 AND name = ?2 AND key = ?3 AND expires_at > ?4"
+            ),
+            slots_purge: format!(
+                "DELETE FROM \"{table}_in_flight\" WHERE id IN
+                 (SELECT id FROM \"{table}_in_flight\" WHERE expires_at <= ?1 LIMIT ?2)"
+            ),
         }
     }
 
     /// The statements decisions run, prepared at open to check the table.
-    pub(crate) fn statements(&self) -> [&str; 11] {
+    pub(crate) fn statements(&self) -> [&str; 16] {
         [
             &self.select,
             &self.upsert,
@@ -118,6 +155,11 @@ impl Sql {
             &self.reservation_insert,
             &self.reservation_take,
             &self.reservations_purge,
+            &self.slots_expire,
+            &self.slots_count,
+            &self.slot_insert,
+            &self.slot_free,
+            &self.slots_purge,
         ]
     }
 }
@@ -524,10 +566,13 @@ impl<C: Clock> Inner<C> {
                 let reservations = tx
                     .prepare_cached(&self.sql.reservations_purge)?
                     .execute(params![sql_time(now), PURGE_BATCH])?;
+                let slots = tx
+                    .prepare_cached(&self.sql.slots_purge)?
+                    .execute(params![sql_time(now), PURGE_BATCH])?;
                 tx.commit()?;
                 self.expired_reservations
                     .fetch_add(reservations as u64, Ordering::Relaxed);
-                Ok(states + reservations)
+                Ok(states + reservations + slots)
             })?;
             purged += deleted;
             if (deleted as i64) < PURGE_BATCH {
@@ -542,6 +587,64 @@ impl<C: Clock> Inner<C> {
                 .prepare_cached(&self.sql.count)?
                 .query_row([], |row| row.get(0))?;
             Ok(usize::try_from(count).unwrap_or(usize::MAX))
+        })
+    }
+
+    /// In one transaction: `key`'s slots past their lease forgotten, the
+    /// rest counted, and slot `id` taken when under the cap.
+    pub(crate) fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        let key = &*bounded(key);
+        self.with_conn(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = self.clock.now();
+            let owner = params![limit.name(), key];
+            tx.prepare_cached(&self.sql.slots_expire)?.execute(params![
+                limit.name(),
+                key,
+                sql_time(now)
+            ])?;
+            let taken: i64 = tx
+                .prepare_cached(&self.sql.slots_count)?
+                .query_row(owner, |row| row.get(0))?;
+            let decision = limit.decide(u64::try_from(taken).unwrap_or(0));
+            if decision.is_allowed() {
+                tx.prepare_cached(&self.sql.slot_insert)?.execute(params![
+                    &id.to_bytes()[..],
+                    limit.name(),
+                    key,
+                    sql_time(now.saturating_add(limit.lease())),
+                ])?;
+            }
+            tx.commit()?;
+            Ok(Outcome::Decided(decision))
+        })
+    }
+
+    /// Slot `id` of `key` freed while taken, in one statement.
+    pub(crate) fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        let key = &*bounded(key);
+        self.with_conn(|conn| {
+            let now = self.clock.now();
+            let freed = conn.prepare_cached(&self.sql.slot_free)?.execute(params![
+                &id.to_bytes()[..],
+                limit.name(),
+                key,
+                sql_time(now),
+            ])?;
+            match freed {
+                0 => Err(Failure::Reservation(ReservationError::Unknown)),
+                _ => Ok(()),
+            }
         })
     }
 

@@ -28,6 +28,7 @@ use std::time::Duration;
 use ratekeeper::{
     policy::PolicyKind,
     store::{
+        in_flight::{InFlight, Slot},
         reservation::{ReservationError, ReservationId, MAX_OPEN_RESERVATIONS},
         Check, Reservation, StoreError,
     },
@@ -59,6 +60,9 @@ pub struct Supports {
     /// `cancel`); one that does not says so with
     /// [`StoreError::UnsupportedOperation`].
     pub reservations: bool,
+    /// Whether it caps requests in flight ([`Store::acquire`], `release`);
+    /// one that does not says so with [`StoreError::UnsupportedOperation`].
+    pub in_flight: bool,
 }
 
 impl Supports {
@@ -70,6 +74,7 @@ impl Supports {
         carries_numbers: true,
         reports: true,
         reservations: true,
+        in_flight: true,
     };
 
     /// Fixed windows that only count up: what a `WindowCounter` offers.
@@ -80,6 +85,7 @@ impl Supports {
         carries_numbers: false,
         reports: true,
         reservations: false,
+        in_flight: false,
     };
 
     /// One policy of each kind the store runs, at `amount` per `period`.
@@ -541,6 +547,133 @@ pub async fn racing_commits_settle_once<S: Store + 'static>(store: Arc<S>, suppo
     }
 }
 
+/// An in-flight cap of `max` slots a lease longer than any test.
+fn cap(test: &str, max: u64) -> InFlight {
+    InFlight::new(format!("{test}-cap"), max, TTL).expect("a valid cap")
+}
+
+async fn acquire<S: Store>(store: &S, limit: &InFlight, key: &[u8]) -> Option<Slot> {
+    let acquired = store
+        .acquire(limit, key)
+        .await
+        .unwrap_or_else(|error| panic!("{}: acquire failed: {error}", limit.name()));
+    assert_eq!(
+        acquired.outcome.is_allowed(),
+        acquired.slot.is_some(),
+        "a slot exactly when allowed: {acquired:?}"
+    );
+    acquired.slot
+}
+
+/// A key's requests in flight are capped: slots are taken up to the cap,
+/// then refused; a release frees one, once; forged, moved and foreign
+/// slots are refused; another key, and a rate limit of the same name,
+/// count apart.
+pub async fn in_flight_caps_hold_then_release<S: Store>(store: &S, supports: &Supports) {
+    let limit = cap("in-flight", 3);
+    if !supports.in_flight {
+        let refused = store.acquire(&limit, b"k").await;
+        assert!(
+            matches!(refused, Err(StoreError::UnsupportedOperation(_))),
+            "{refused:?}"
+        );
+        return;
+    }
+    let mut slots = Vec::new();
+    for left in (0..3).rev() {
+        let acquired = store.acquire(&limit, b"k").await.unwrap();
+        let decision = acquired.outcome.decision().expect("not saturated");
+        assert!(decision.is_allowed());
+        assert_eq!((decision.limit(), decision.remaining()), (3, left));
+        slots.push(acquired.slot.expect("taken"));
+    }
+    let full = store.acquire(&limit, b"k").await.unwrap();
+    assert!(
+        !full.outcome.is_allowed() && full.slot.is_none(),
+        "{full:?}"
+    );
+    assert!(matches!(full.outcome.retry_after(), RetryAfter::After(wait) if wait > Duration::ZERO));
+    // Another key has its own three.
+    let other = acquire(store, &limit, b"j").await.expect("j's first");
+    // A rate limit of the same name counts apart, and leaves the cap alone.
+    let rate = Limit::new(limit.name(), supports.policies(1, PERIOD).remove(0)).unwrap();
+    assert!(check(store, &rate, b"k", 1).await.is_allowed());
+    assert!(acquire(store, &limit, b"k").await.is_none());
+
+    // A release frees one place, once.
+    store.release(&limit, &slots[0]).await.unwrap();
+    assert!(is_unknown(&store.release(&limit, &slots[0]).await));
+    let again = acquire(store, &limit, b"k").await.expect("a freed place");
+    assert!(acquire(store, &limit, b"k").await.is_none());
+    // Forged, moved to another key, or of another cap.
+    let forged = Slot::new(limit.name(), b"k", ReservationId::random());
+    assert!(is_unknown(&store.release(&limit, &forged).await));
+    let moved = Slot::new(limit.name(), b"k", other.id());
+    assert!(is_unknown(&store.release(&limit, &moved).await));
+    let elsewhere = cap("elsewhere", 3);
+    assert!(matches!(
+        store.release(&elsewhere, &again).await,
+        Err(StoreError::Reservation(ReservationError::OtherLimit { .. }))
+    ));
+    for slot in [&slots[1], &slots[2], &again, &other] {
+        store.release(&limit, slot).await.unwrap();
+    }
+    for _ in 0..3 {
+        assert!(acquire(store, &limit, b"k").await.is_some());
+    }
+    // A key too long for a slot's token.
+    let long = vec![b'x'; 4_097];
+    assert!(matches!(
+        store.acquire(&limit, &long).await,
+        Err(StoreError::Reservation(ReservationError::KeyTooLong))
+    ));
+}
+
+/// Acquires racing from many tasks for one key: exactly the cap's slots
+/// are taken; releases racing for one slot: exactly one frees it.
+pub async fn racing_acquires_take_exactly_the_cap<S: Store + 'static>(
+    store: Arc<S>,
+    supports: &Supports,
+) {
+    if !supports.in_flight {
+        return;
+    }
+    const TASKS: usize = 8;
+    const EACH: usize = 10;
+    let limit = Arc::new(cap("race-in-flight", 25));
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..TASKS {
+        let (store, limit, barrier) = (store.clone(), limit.clone(), barrier.clone());
+        tasks.spawn(async move {
+            barrier.wait().await;
+            let mut taken = Vec::new();
+            for _ in 0..EACH {
+                taken.extend(acquire(&*store, &limit, b"hot").await);
+            }
+            taken
+        });
+    }
+    let taken: Vec<Slot> = tasks.join_all().await.into_iter().flatten().collect();
+    assert_eq!(taken.len(), 25);
+    let slot = taken[0].clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..TASKS {
+        let (store, limit, barrier, slot) =
+            (store.clone(), limit.clone(), barrier.clone(), slot.clone());
+        tasks.spawn(async move {
+            barrier.wait().await;
+            let result = store.release(&limit, &slot).await;
+            assert!(result.is_ok() || is_unknown(&result), "{result:?}");
+            result.is_ok()
+        });
+    }
+    let freed = tasks.join_all().await.into_iter().filter(|ok| *ok).count();
+    assert_eq!(freed, 1);
+    assert!(acquire(&*store, &limit, b"hot").await.is_some());
+    assert!(acquire(&*store, &limit, b"hot").await.is_none());
+}
+
 /// Several limits at once, all or nothing: a request refused by one limit
 /// is counted by none, and the answer names which refused.
 pub async fn several_limits_count_all_or_nothing<S: Store>(store: &S, supports: &Supports) {
@@ -692,6 +825,8 @@ pub async fn all_on_one_store<S: Store + 'static>(store: Arc<S>, supports: &Supp
     reservations_hold_then_settle(&*store, supports).await;
     reservations_per_key_are_bounded(&*store, supports).await;
     racing_commits_settle_once(store.clone(), supports).await;
+    in_flight_caps_hold_then_release(&*store, supports).await;
+    racing_acquires_take_exactly_the_cap(store.clone(), supports).await;
     several_limits_count_all_or_nothing(&*store, supports).await;
     several_limits_take_their_own_costs(&*store, supports).await;
     a_change_of_numbers_carries_each_key(&*store, supports).await;
@@ -730,6 +865,7 @@ macro_rules! store_conformance {
                 reports_count_past_the_quota,
                 reservations_hold_then_settle,
                 reservations_per_key_are_bounded,
+                in_flight_caps_hold_then_release,
                 several_limits_count_all_or_nothing,
                 several_limits_take_their_own_costs,
                 a_change_of_numbers_carries_each_key,
@@ -742,6 +878,20 @@ macro_rules! store_conformance {
                         return;
                     };
                     $crate::conformance::racing_commits_settle_once(
+                        ::std::sync::Arc::new(store),
+                        &$supports,
+                    )
+                    .await;
+                });
+            }
+
+            #[test]
+            fn racing_acquires_take_exactly_the_cap() {
+                $crate::conformance::runtime().block_on(async {
+                    let Some((_guard, store)) = super::$make().await else {
+                        return;
+                    };
+                    $crate::conformance::racing_acquires_take_exactly_the_cap(
                         ::std::sync::Arc::new(store),
                         &$supports,
                     )

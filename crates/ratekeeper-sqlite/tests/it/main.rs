@@ -7,6 +7,7 @@ mod carry;
 mod check_all;
 mod conformance;
 mod errors;
+mod in_flight;
 mod leasing;
 mod long_keys;
 mod maintenance;

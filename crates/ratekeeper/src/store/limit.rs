@@ -89,7 +89,7 @@ impl fmt::Debug for Limit {
     }
 }
 
-fn check_name(name: &str) -> Result<(), LimitNameError> {
+pub(crate) fn check_name(name: &str) -> Result<(), LimitNameError> {
     if name.is_empty() {
         return Err(LimitNameError::Empty);
     }

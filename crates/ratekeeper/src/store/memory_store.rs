@@ -8,6 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
+use super::in_flight::InFlight;
 use super::reservation::{Ledger, ReservationError, ReservationId};
 use super::{Check, Immediate, Limit, PreparedLimit, Store, StoreError, Taken};
 use crate::{
@@ -59,6 +60,9 @@ struct Inner<C> {
     background_sweep: bool,
     /// Open reservations ([`Store::reserve`]).
     reservations: Ledger,
+    /// Slots taken under in-flight caps ([`Store::acquire`]): at most
+    /// `max_keys` over every cap.
+    in_flight: Ledger,
 }
 
 /// The embedded default store: each limit's keys in a [`MemoryLimiter`] of
@@ -196,6 +200,7 @@ impl<C: Clock + Clone + 'static> MemoryStoreBuilder<C> {
                 clock: self.clock,
                 background_sweep: self.background_sweep,
                 reservations: Ledger::default(),
+                in_flight: Ledger::default(),
             }),
         })
     }
@@ -256,6 +261,12 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
     /// limit and key.
     pub fn open_reservations(&self) -> usize {
         self.inner.reservations.len(self.inner.clock.now())
+    }
+
+    /// How many slots are taken under in-flight caps ([`Store::acquire`]),
+    /// over every cap and key, their leases not passed.
+    pub fn slots_taken(&self) -> usize {
+        self.inner.in_flight.len(self.inner.clock.now())
     }
 
     /// How many reservations expired before anyone settled them (and so
@@ -374,6 +385,54 @@ impl<C: Clock + Clone + 'static> Store for MemoryStore<C> {
             open.insert(owner, id, units, now.saturating_add(ttl));
         }
         Ok(outcome)
+    }
+
+    /// Under the lock of the key's slots: the count, the decision and the
+    /// new slot are one step for every other acquire of the key. The
+    /// slots of every cap together are bounded by `max_keys`: past it a
+    /// key that holds none is saturated.
+    async fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        let now = self.inner.clock.now();
+        let ledger = &self.inner.in_flight;
+        let owner = ledger.owner(limit.name(), key);
+        if ledger.total() >= self.inner.max_keys {
+            // Full, or holding expired slots other shards have not
+            // forgotten yet: forget them everywhere before refusing.
+            ledger.len(now);
+        }
+        let mut slots = ledger.shard(owner, now);
+        let taken = slots.open_of(owner) as u64;
+        let decision = limit.decide(taken);
+        if decision.is_allowed() {
+            if ledger.total() >= self.inner.max_keys {
+                return Ok(Outcome::Saturated {
+                    retry_after: super::in_flight::RETRY_AFTER_FULL,
+                    answered_by: super::AnsweredBy::Store,
+                });
+            }
+            slots.insert(owner, id, 1, now.saturating_add(limit.lease()));
+        }
+        Ok(Outcome::Decided(decision))
+    }
+
+    async fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let ledger = &self.inner.in_flight;
+        let owner = ledger.owner(limit.name(), key);
+        match ledger.shard(owner, now).take(owner, id) {
+            Some(_) => Ok(()),
+            None => Err(ReservationError::Unknown.into()),
+        }
     }
 
     async fn settle(

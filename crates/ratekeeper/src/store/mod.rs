@@ -17,6 +17,7 @@
 
 mod answered;
 mod error;
+pub mod in_flight;
 pub mod lease;
 mod limit;
 mod memory_store;
@@ -40,6 +41,7 @@ pub use window_counter::{CounterStore, WindowCounter};
 pub use multi::{check_shadow, Check, MultiOutcome};
 pub use reservation::{Reservation, Reserved};
 
+use in_flight::{Acquired, InFlight, Slot};
 use multi::{all_or_nothing, StoreSteps};
 use reservation::{ReservationError, ReservationId};
 
@@ -222,6 +224,92 @@ pub trait Store: Send + Sync {
         std::future::ready(Err(StoreError::UnsupportedOperation("keep reservations")))
     }
 
+    /// Takes one of `key`'s slots under the in-flight cap `limit`, for a
+    /// request about to run: allowed while fewer than
+    /// [`limit.max()`](InFlight::max) are taken (their leases not passed),
+    /// with the [`Slot`] to [release](Store::release) when the request
+    /// ends; if nobody does, the store frees it at the lease's end. See the
+    /// [`in_flight`] module.
+    ///
+    /// Errors: a key over 4 KiB ([`ReservationError::KeyTooLong`]); a store
+    /// that keeps no slots ([`StoreError::UnsupportedOperation`]).
+    fn acquire(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Acquired, StoreError>> + Send {
+        async move {
+            if key.len() > reservation::MAX_RESERVATION_KEY {
+                return Err(ReservationError::KeyTooLong.into());
+            }
+            let id = ReservationId::random();
+            let outcome = self.take_slot(limit, key, id).await?;
+            let slot = outcome
+                .is_allowed()
+                .then(|| Slot::new(limit.name(), key, id));
+            Ok(Acquired { outcome, slot })
+        }
+    }
+
+    /// Gives `slot` back to its key under `limit`, once: a slot not taken
+    /// (released already, past its lease, or never made) is
+    /// [`ReservationError::Unknown`], and one of another cap
+    /// [`ReservationError::OtherLimit`].
+    fn release(
+        &self,
+        limit: &InFlight,
+        slot: &Slot,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async move {
+            if slot.limit() != limit.name() {
+                return Err(ReservationError::OtherLimit {
+                    reserved: slot.limit().to_owned(),
+                    given: limit.name().to_owned(),
+                }
+                .into());
+            }
+            self.free_slot(limit, slot.key(), slot.id()).await
+        }
+    }
+
+    /// The store's half of [`acquire`](Store::acquire), which a store
+    /// implements: in one atomic step, forget `key`'s slots whose lease has
+    /// passed, then, when fewer than the cap remain, take slot `id` until
+    /// the lease from now on the store's clock. Answers
+    /// [`InFlight::decide`] on the slots taken before it (or saturated, a
+    /// store that cannot keep one more). Kept apart from the reservations
+    /// and states of a rate limit of the same name.
+    ///
+    /// The default refuses with [`StoreError::UnsupportedOperation`].
+    fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        let _ = (limit, key, id);
+        std::future::ready(Err(StoreError::UnsupportedOperation(
+            "cap requests in flight",
+        )))
+    }
+
+    /// The store's half of [`release`](Store::release), which a store
+    /// implements: in one atomic step, free slot `id` of `key`, or fail
+    /// with [`ReservationError::Unknown`] when it is not taken.
+    ///
+    /// The default refuses with [`StoreError::UnsupportedOperation`].
+    fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (limit, key, id);
+        std::future::ready(Err(StoreError::UnsupportedOperation(
+            "cap requests in flight",
+        )))
+    }
+
     /// Decides one request against several limits, all or nothing: it is
     /// recorded in every limit if each allows it, and in none otherwise.
     /// Each limit takes its own check's cost.
@@ -392,6 +480,24 @@ impl<S: Store> Store for Arc<S> {
         actual: Option<u64>,
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
         S::settle(self, limit, key, id, actual)
+    }
+
+    fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
+        S::take_slot(self, limit, key, id)
+    }
+
+    fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        S::free_slot(self, limit, key, id)
     }
 
     fn check_all(

@@ -12,6 +12,7 @@ mod concurrency;
 mod conformance;
 mod fixed_window;
 mod gcra;
+mod in_flight;
 mod memory;
 mod memory_contention;
 mod memory_flood;

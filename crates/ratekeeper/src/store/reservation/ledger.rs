@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{ReservationError, ReservationId, MAX_OPEN_RESERVATIONS};
 use crate::Timestamp;
@@ -11,11 +12,14 @@ use crate::Timestamp;
 /// Shards, so that keys far apart do not wait for one lock.
 const SHARDS: usize = 16;
 
-/// Open reservations, each in the shard of its limit and key.
+/// Open reservations (or in-flight slots), each in the shard of its limit
+/// and key.
 #[derive(Debug)]
 pub(crate) struct Ledger {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
+    /// How many are open over every shard, kept as they open and close.
+    total: Arc<AtomicUsize>,
 }
 
 /// One reservation, open until `expires_at`.
@@ -35,13 +39,24 @@ pub(crate) struct Shard {
     by_expiry: BTreeSet<(Timestamp, ReservationId)>,
     /// How many expired unsettled, since the ledger was made.
     expired: u64,
+    /// The ledger's count over every shard.
+    total: Arc<AtomicUsize>,
 }
 
 impl Default for Ledger {
     fn default() -> Self {
+        let total = Arc::new(AtomicUsize::new(0));
         Ledger {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        total: Arc::clone(&total),
+                        ..Shard::default()
+                    })
+                })
+                .collect(),
             hasher: RandomState::new(),
+            total,
         }
     }
 }
@@ -59,6 +74,12 @@ impl Ledger {
             .unwrap_or_else(PoisonError::into_inner);
         shard.expire(now);
         shard
+    }
+
+    /// How many are open, expired ones included until a shard forgets them:
+    /// one load, for a bound checked on every insert.
+    pub(crate) fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
     }
 
     /// How many reservations are open at `now`, over every key.
@@ -87,10 +108,15 @@ impl Ledger {
 impl Shard {
     /// Whether `owner` may open one more.
     pub(crate) fn room(&self, owner: u64) -> Result<(), ReservationError> {
-        match self.per_key.get(&owner) {
-            Some(&open) if open >= MAX_OPEN_RESERVATIONS => Err(ReservationError::TooMany),
-            _ => Ok(()),
+        match self.open_of(owner) >= MAX_OPEN_RESERVATIONS {
+            true => Err(ReservationError::TooMany),
+            false => Ok(()),
         }
+    }
+
+    /// How many `owner` holds open.
+    pub(crate) fn open_of(&self, owner: u64) -> usize {
+        self.per_key.get(&owner).copied().unwrap_or(0)
     }
 
     pub(crate) fn insert(
@@ -111,6 +137,7 @@ impl Shard {
         }
         *self.per_key.entry(owner).or_default() += 1;
         self.by_expiry.insert((expires_at, id));
+        self.total.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Removes `owner`'s reservation `id` and returns its units.
@@ -144,6 +171,7 @@ impl Shard {
     }
 
     fn uncount(&mut self, owner: u64) {
+        self.total.fetch_sub(1, Ordering::Relaxed);
         if let Some(count) = self.per_key.get_mut(&owner) {
             *count -= 1;
             if *count == 0 {
