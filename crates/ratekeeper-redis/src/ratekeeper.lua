@@ -5,7 +5,8 @@
 --          KEYS; 2 peek; 3 refund; 5 refund before a deadline, which
 --          takes the number of keys's place, in us; 6 report, one key: the
 --          units counted whatever the limit says, replied as a check's;
---          7 hold and 8 settle a reservation, see below),
+--          7 hold and 8 settle a reservation, 9 take and 10 free an
+--          in-flight slot, see below),
 --          the number of keys, and 0 to use
 --          Redis's clock (TIME) or a pinned time in us (a test hook: keys
 --          written then live at least an hour); then '<Bdddd' per key: the
@@ -82,6 +83,40 @@ if code == 5 then
     return pack('<d', -3)
   end
   code = 3
+end
+if code == 9 or code == 10 then
+  -- An in-flight slot (9 take, 10 free): KEYS[1] is the cap's sorted set
+  -- of a key's slots (member the id's 16 bytes, score its lease's end in
+  -- us), apart from states and reservations; the header's second number
+  -- is the cap, the limit's first its lease in us; the id follows the
+  -- header. A take forgets the slots whose lease ended, and keeps the id
+  -- while fewer than the cap remain; it replies the slots taken before it
+  -- and now. A free of an id not taken (or past its lease) replies -5
+  -- alone, else now.
+  local slots, lease = KEYS[1], a
+  local id = sunpack('<c16', arg, 51)
+  if code == 9 then
+    call('ZREMRANGEBYSCORE', slots, '-inf', now)
+    local taken = call('ZCARD', slots)
+    if taken < calls then
+      call('ZADD', slots, now + lease, id)
+      -- The set lives as long as its last lease.
+      local ms = ceil(lease / 1000) + 1
+      if call('PTTL', slots) < ms then
+        call('PEXPIRE', slots, ms)
+      end
+    end
+    return pack('<dd', taken, now)
+  end
+  local until_us = call('ZSCORE', slots, id)
+  if not until_us then
+    return pack('<d', -5)
+  end
+  call('ZREM', slots, id)
+  if tonumber(until_us) <= now then
+    return pack('<d', -5)
+  end
+  return pack('<d', now)
 end
 local NEVER = -1
 local n = #KEYS

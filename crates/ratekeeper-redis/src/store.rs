@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::reservation::{ReservationError, ReservationId, MAX_OPEN_RESERVATIONS};
 use ratekeeper::{
     policy::Algorithm,
@@ -202,6 +203,10 @@ pub(crate) const REPORT: u8 = 6;
 const HOLD: u8 = 7;
 /// A reservation settled.
 const SETTLE: u8 = 8;
+/// An in-flight slot taken.
+const TAKE_SLOT: u8 = 9;
+/// An in-flight slot freed.
+const FREE_SLOT: u8 = 10;
 
 /// What is done to a reservation.
 enum ReservationOp {
@@ -358,14 +363,63 @@ impl RedisStore {
     /// that slot first), and apart from every state key (which begins with
     /// the prefix, never a brace).
     fn reservations_key(state_key: &[u8]) -> Vec<u8> {
+        Self::beside(state_key, b":reservations")
+    }
+
+    /// `state_key` behind its slot's tag and before `suffix`: a key of the
+    /// same hash slot that no state key is.
+    fn beside(state_key: &[u8], suffix: &[u8]) -> Vec<u8> {
         let tag = slot_tag(hash_slot(state_key));
-        let mut key = Vec::with_capacity(tag.len() + state_key.len() + 16);
+        let mut key = Vec::with_capacity(tag.len() + state_key.len() + 2 + suffix.len());
         key.push(b'{');
         key.extend_from_slice(tag.as_bytes());
         key.push(b'}');
         key.extend_from_slice(state_key);
-        key.extend_from_slice(b":reservations");
+        key.extend_from_slice(suffix);
         key
+    }
+
+    /// The sorted set of `key`'s slots under the in-flight cap `limit`:
+    /// beside the state key a rate limit of the same name would have, and
+    /// apart from it and its reservations.
+    fn slots_key(&self, limit: &InFlight, key: &[u8]) -> Vec<u8> {
+        let state_key = redis_key(&self.inner.prefix, limit.name(), key, self.inner.tags);
+        Self::beside(&state_key, b":in-flight")
+    }
+
+    /// A take (`op` [`TAKE_SLOT`]) or a free ([`FREE_SLOT`]) of slot `id`:
+    /// one script on the key's sorted set; the slots taken before it, for
+    /// a take.
+    async fn slot_at(
+        &self,
+        op: u8,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+        now: Now,
+    ) -> Result<u64, StoreError> {
+        // The header's shape (op, cap, time; then a limit's code, its lease
+        // in µs and three numbers unused), then the id.
+        let lease_us = limit.lease().as_micros().min(u128::from(MAX_EXACT)) as f64;
+        let mut arg = Vec::with_capacity(66);
+        arg.push(op);
+        arg.extend_from_slice(&(limit.max() as f64).to_le_bytes());
+        arg.extend_from_slice(&(now.unwrap_or(0).min(MAX_EXACT) as f64).to_le_bytes());
+        arg.push(0);
+        for value in [lease_us, 0.0, 0.0, 0.0] {
+            arg.extend_from_slice(&value.to_le_bytes());
+        }
+        arg.extend_from_slice(&id.to_bytes());
+        let slots = self.slots_key(limit, key);
+        let reply = self.inner.caller.call(&[&slots[..]], &arg).await?;
+        match (op, &reply[..]) {
+            (_, [-5]) => Err(ReservationError::Unknown.into()),
+            (TAKE_SLOT, [taken, _now]) => Ok(u64::try_from(*taken).unwrap_or(0)),
+            (FREE_SLOT, [_now]) => Ok(0),
+            _ => Err(StoreError::unavailable(format!(
+                "the script's reply to an in-flight slot was {reply:?}"
+            ))),
+        }
     }
 
     /// A hold or a settle of reservation `id`; never batched, as its
@@ -615,6 +669,29 @@ impl Store for RedisStore {
         self.reservation_at(settle, limit, key, id, None).await
     }
 
+    /// One script: the key's slots past their lease forgotten, the rest
+    /// counted, and the new one kept when under the cap.
+    async fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        let taken = self.slot_at(TAKE_SLOT, limit, key, id, None).await?;
+        Ok(Outcome::Decided(limit.decide(taken)))
+    }
+
+    async fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        self.slot_at(FREE_SLOT, limit, key, id, None)
+            .await
+            .map(drop)
+    }
+
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.check_all_at(checks, None).await
     }
@@ -692,6 +769,30 @@ impl Store for Pinned<'_> {
         let settle = ReservationOp::Settle { actual };
         let now = Some(self.now_us);
         self.store.reservation_at(settle, limit, key, id, now).await
+    }
+
+    async fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        let now = Some(self.now_us);
+        let taken = self.store.slot_at(TAKE_SLOT, limit, key, id, now).await?;
+        Ok(Outcome::Decided(limit.decide(taken)))
+    }
+
+    async fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        let now = Some(self.now_us);
+        self.store
+            .slot_at(FREE_SLOT, limit, key, id, now)
+            .await
+            .map(drop)
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {

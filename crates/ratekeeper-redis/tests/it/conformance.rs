@@ -1,16 +1,8 @@
 //! The store conformance suite on one Redis server and on a Redis Cluster.
 
-use ratekeeper_test_support::conformance::Supports;
-
-/// Everything but in-flight caps, which the Redis store does not keep yet:
-/// the suite checks that it says so.
-const SUPPORTS: Supports = Supports {
-    in_flight: false,
-    ..Supports::EVERYTHING
-};
-
 mod single {
     use ratekeeper_redis::RedisStore;
+    use ratekeeper_test_support::conformance::Supports;
     use ratekeeper_test_support::redis::RedisServer;
 
     use crate::unhurried;
@@ -21,11 +13,12 @@ mod single {
         Some((server, store))
     }
 
-    ratekeeper_test_support::store_conformance!(redis, crate::conformance::SUPPORTS);
+    ratekeeper_test_support::store_conformance!(redis, Supports::EVERYTHING);
 }
 
 mod cluster {
     use ratekeeper_redis::RedisStore;
+    use ratekeeper_test_support::conformance::Supports;
     use ratekeeper_test_support::redis::RedisCluster;
 
     use crate::unhurried;
@@ -37,5 +30,5 @@ mod cluster {
     }
 
     // Three servers and a cluster join per store: one store for the suite.
-    ratekeeper_test_support::store_conformance!(cluster, crate::conformance::SUPPORTS, one store);
+    ratekeeper_test_support::store_conformance!(cluster, Supports::EVERYTHING, one store);
 }

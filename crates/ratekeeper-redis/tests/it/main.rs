@@ -9,6 +9,7 @@ mod cluster;
 mod concurrency;
 mod conformance;
 mod faults;
+mod in_flight;
 mod leasing;
 mod multi;
 mod policies;

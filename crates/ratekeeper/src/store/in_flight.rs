@@ -9,7 +9,8 @@
 //! cannot leak the cap: every slot has a *lease*, the longest a request may
 //! run, after which the store frees it by itself.
 //!
-//! A slot lives in the store: on SQLite and Redis any process sharing the
+//! A slot lives in the store (the in-memory store, SQLite, Redis and
+//! Redis Cluster keep them): on SQLite and Redis any process sharing the
 //! store can release it, once. Its id is 128 random bits, so it cannot be
 //! guessed; a release of a slot that is not taken (released already, or
 //! past its lease) is [`ReservationError::Unknown`]: a slot is a
