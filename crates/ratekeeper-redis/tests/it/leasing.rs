@@ -83,3 +83,31 @@ async fn two_leasing_nodes_on_one_redis_admit_the_limit_and_give_back_what_they_
     }
     assert_eq!(allowed, 500);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leasing_nodes_take_in_flight_slots_at_the_store() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let cap =
+        ratekeeper::store::in_flight::InFlight::new("jobs", 1, Duration::from_secs(60)).unwrap();
+    let nodes = [
+        Leased::new(unhurried::connect(&server.url()).await),
+        Leased::new(unhurried::connect(&server.url()).await),
+    ];
+    let slot = nodes[0].acquire(&cap, b"k").await.unwrap().slot.unwrap();
+    // The other node sees the one slot taken: nothing is leased.
+    assert!(!nodes[1]
+        .acquire(&cap, b"k")
+        .await
+        .unwrap()
+        .outcome
+        .is_allowed());
+    nodes[1].release(&cap, &slot).await.unwrap();
+    assert!(nodes[0]
+        .acquire(&cap, b"k")
+        .await
+        .unwrap()
+        .outcome
+        .is_allowed());
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::in_flight::InFlight;
 use super::reservation::ReservationId;
 use super::{AnsweredBy, Check, Limit, MemoryStore, Store, StoreError};
 use crate::{
@@ -458,6 +459,59 @@ impl<S: Store, C: Clock + Clone + 'static> Store for Resilient<S, C> {
                     .await?
                     .with_answered_by(AnsweredBy::Fallback)),
                 (None, FailureMode::Open) => Ok(Outcome::Decided(unknown_but_allowed(limit))),
+                (None, FailureMode::Closed) => Err(error),
+            },
+        }
+    }
+
+    /// The store's outcome; while it fails, the fallback's (a slot taken
+    /// in this process's memory), or failing open, an allowed answer whose
+    /// slot no store holds; failing closed, the error.
+    async fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        let error = match self.attempt(self.store.take_slot(limit, key, id)).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(error) if error.reservation().is_some() => return Err(error),
+            Err(error) => error,
+        };
+        if let Some(fallback) = &self.fallback {
+            self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+            let outcome = fallback.take_slot(limit, key, id).await?;
+            return Ok(outcome.with_answered_by(AnsweredBy::Fallback));
+        }
+        match self.policy.mode {
+            FailureMode::Open => {
+                self.failed_open.fetch_add(1, Ordering::Relaxed);
+                let allowed = limit.decide(0).with_answered_by(AnsweredBy::FailOpen);
+                Ok(Outcome::Decided(allowed))
+            }
+            FailureMode::Closed => {
+                self.failed_closed.fetch_add(1, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
+    /// The store's answer; while it fails, the fallback's (where a slot
+    /// taken while the store was down is), or failing open, done (a slot
+    /// the store holds frees itself at its lease's end); failing closed,
+    /// the error.
+    async fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        match self.attempt(self.store.free_slot(limit, key, id)).await {
+            Ok(()) => Ok(()),
+            Err(error) if error.reservation().is_some() => Err(error),
+            Err(error) => match (&self.fallback, self.policy.mode) {
+                (Some(fallback), _) => fallback.free_slot(limit, key, id).await,
+                (None, FailureMode::Open) => Ok(()),
                 (None, FailureMode::Closed) => Err(error),
             },
         }

@@ -10,8 +10,8 @@ use futures_executor::block_on;
 use ratekeeper::{
     clock::ManualClock,
     store::{
-        Check, CounterStore, FailureMode, FailurePolicy, LimitNameError, Resilient, StoreError,
-        WindowCounter,
+        in_flight::InFlight, reservation::ReservationId, AnsweredBy, Check, CounterStore,
+        FailureMode, FailurePolicy, LimitNameError, Resilient, StoreError, WindowCounter,
     },
     Decision, FixedWindow, Gcra, Limit, MemoryStore, Outcome, Store, Timestamp,
 };
@@ -199,6 +199,85 @@ impl Store for Flaky {
         self.fail()?;
         self.inner.refund(limit, key, units).await
     }
+
+    async fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        self.fail()?;
+        self.inner.take_slot(limit, key, id).await
+    }
+
+    async fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        self.fail()?;
+        self.inner.free_slot(limit, key, id).await
+    }
+}
+
+#[test]
+fn in_flight_caps_follow_the_failure_policy() {
+    block_on(async {
+        let cap = InFlight::new("exports", 1, Duration::from_secs(60)).unwrap();
+        let retry = |mode| FailurePolicy::new(mode).with_retry_after(Duration::ZERO);
+        // Closed: the error, and the store's slots intact once it is back.
+        let closed = Resilient::new(Flaky::new(), retry(FailureMode::Closed));
+        let taken = closed.acquire(&cap, b"k").await.unwrap().slot.unwrap();
+        closed.inner().down.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            closed.acquire(&cap, b"k").await,
+            Err(StoreError::Timeout(_))
+        ));
+        assert!(closed.release(&cap, &taken).await.is_err());
+        closed.inner().down.store(false, Ordering::SeqCst);
+        assert!(!closed
+            .acquire(&cap, b"k")
+            .await
+            .unwrap()
+            .outcome
+            .is_allowed());
+        closed.release(&cap, &taken).await.unwrap();
+        // Open: allowed, said so, and a release that cannot reach the
+        // store is done (the store frees its slot at the lease's end).
+        let open = Resilient::new(Flaky::new(), retry(FailureMode::Open));
+        open.inner().down.store(true, Ordering::SeqCst);
+        for _ in 0..3 {
+            let acquired = open.acquire(&cap, b"k").await.unwrap();
+            let decision = *acquired.outcome.decision().unwrap();
+            assert!(decision.is_allowed());
+            assert_eq!(decision.answered_by(), AnsweredBy::FailOpen);
+            open.release(&cap, &acquired.slot.unwrap()).await.unwrap();
+        }
+        assert_eq!(open.stats().failed_open, 3);
+        // Fallback: this process's memory caps meanwhile, and releases there.
+        let policy = retry(FailureMode::Closed).with_fallback(true);
+        let fallback = Resilient::with_fallback_store(Flaky::new(), policy, Some(manual_store().0));
+        fallback.inner().down.store(true, Ordering::SeqCst);
+        let first = fallback.acquire(&cap, b"k").await.unwrap();
+        assert_eq!(
+            first.outcome.decision().unwrap().answered_by(),
+            AnsweredBy::Fallback
+        );
+        assert!(!fallback
+            .acquire(&cap, b"k")
+            .await
+            .unwrap()
+            .outcome
+            .is_allowed());
+        fallback.release(&cap, &first.slot.unwrap()).await.unwrap();
+        assert!(fallback
+            .acquire(&cap, b"k")
+            .await
+            .unwrap()
+            .outcome
+            .is_allowed());
+    });
 }
 
 #[test]

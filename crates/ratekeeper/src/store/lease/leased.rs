@@ -15,6 +15,7 @@ use super::hold::Hold;
 use super::stats::{ByLimit, Counters, LeaseStats};
 use super::table::{self, Table};
 use crate::clock::MonotonicClock;
+use crate::store::in_flight::InFlight;
 use crate::store::reservation::ReservationId;
 use crate::store::{Limit, Store, StoreError, Taken};
 use crate::{Clock, Decision, Outcome, Policy, Timestamp};
@@ -804,6 +805,27 @@ impl<S: Store + 'static> Store for Leased<S> {
         let shared = &self.shared;
         Counters::add(&shared.counters.of(limit.name()).store_calls, 1);
         shared.store.settle(limit, key, id, actual).await
+    }
+
+    /// At the store: a cap on requests in flight is not leased, every
+    /// slot is the store's.
+    async fn take_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        self.shared.store.take_slot(limit, key, id).await
+    }
+
+    /// At the store, where the slot is.
+    async fn free_slot(
+        &self,
+        limit: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        self.shared.store.free_slot(limit, key, id).await
     }
 
     async fn refund(&self, limit: &Limit, key: &[u8], units: u64) -> Result<(), StoreError> {
