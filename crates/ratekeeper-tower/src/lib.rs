@@ -60,15 +60,19 @@
 //!   (an LLM's tokens from a header or a trailer, or only failed
 //!   responses), with an estimate held before each request
 //!   ([`ResponseCostLayer`]).
+//! - Caps on a key's requests in flight, given back when the response
+//!   ends ([`InFlightLayer`]).
 //! - [`headers`]: the rate-limit response headers, for other front ends.
 //! - The stores: [`ratekeeper::MemoryStore`] here, `ratekeeper-sqlite` and
 //!   `ratekeeper-redis` for limits shared by several processes.
 
 pub mod client;
 pub mod headers;
+pub mod in_flight;
 mod limit;
 pub mod response_cost;
 
+pub use in_flight::InFlightLayer;
 pub use limit::{
     Key, LayerError, LayerWarning, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
     Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,

@@ -8,6 +8,7 @@ mod client;
 mod common;
 mod headers;
 mod hyper;
+mod in_flight;
 mod no_peer;
 mod peer_key;
 mod readme;

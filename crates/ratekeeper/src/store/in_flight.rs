@@ -16,9 +16,9 @@
 //! past its lease) is [`ReservationError::Unknown`]: a slot is a
 //! reservation of one place, and shares its token and errors.
 //!
-//! For a cap within one process, without keys,
-//! [`ConcurrencyLimiter`](crate::concurrency::ConcurrencyLimiter) waits
-//! for a permit and frees it on drop.
+//! For a cap within one process, without keys, the `concurrency` feature's
+//! `ratekeeper::concurrency::ConcurrencyLimiter` waits for a permit and
+//! frees it on drop.
 //!
 //! ```
 //! use std::time::Duration;
