@@ -12,6 +12,7 @@
 //! | `ratekeeper_report_units_total` | counter | `limit` | the units those reports charged |
 //! | `ratekeeper_overdrafts_total` | counter | `limit` | reports that charged more than the key had left: it is refused until the debt is paid off |
 //! | `ratekeeper_reservations_total` | counter | `limit`, `outcome` (`held`, `committed`, `cancelled`, `unknown`: asked to settle when no longer open, settled already or past its ttl, which settled it at its estimate) | reservations (`/v1/reserve`) and what became of them |
+//! | `ratekeeper_in_flight_slots_total` | counter | `limit`, `outcome` (`taken`, `refused`: the key's slots were all taken, `released`, `unknown`: released when not taken, released already or freed by its lease) | slots of caps on requests in flight (`policy = "concurrency"`) |
 //! | `ratekeeper_reservations_open` | gauge | | reservations open in the store, over every instance: held, not settled, not past their ttl (the in-memory and SQLite stores; Redis keeps them in a hash per key, which only a scan could count) |
 //! | `ratekeeper_reservations_expired_total` | counter | | reservations that reached their ttl before anyone settled them, so stay at their estimate (the in-memory store; SQLite's as this process deletes them, on the key's next reservation or a purge) |
 //! | `ratekeeper_proxy_upstream_overflow_total` | counter | | proxy requests answered `503` because `max_upstream_requests` (1,024 by default) were at the upstream |
@@ -80,7 +81,7 @@ use prometheus_client::registry::Registry;
 use super::stats::{LeaseCounts, StoreHealth};
 use crate::access::Door;
 use crate::engine::{DecisionDoor, Engine};
-use crate::engine::{LatencyHistogram, Reservations};
+use crate::engine::{LatencyHistogram, Reservations, Slots};
 use crate::listen::{ConnectionStats, DoorSnapshot};
 
 /// The `Content-Type` of `/metrics`.
@@ -130,6 +131,9 @@ struct Scrape {
     open_reservations: Option<usize>,
     /// Reservations that expired unsettled, where the store tells.
     expired_reservations: Option<u64>,
+    /// Each cap on requests in flight: its name and its slots by
+    /// [`Slots::ALL`]'s outcomes.
+    slots: Vec<(String, [u64; Slots::ALL.len()])>,
 }
 
 /// What `/metrics` says of store failures: the store's state, readiness,
@@ -243,6 +247,15 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
         open_reservations,
         // After the open count, which expires the in-memory ledger's.
         expired_reservations: engine.store().expired_reservations(),
+        slots: set
+            .in_flight_caps()
+            .iter()
+            .map(|cap| {
+                let name = cap.name().to_owned();
+                let counts = Slots::ALL.map(|what| metrics.slots(&name, what));
+                (name, counts)
+            })
+            .collect(),
     };
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
@@ -391,6 +404,17 @@ impl Collector for Scrape {
                 Reservations::ALL.into_iter().map(move |what| {
                     let labels = [("limit", limit.name.as_str()), ("outcome", what.as_str())];
                     (labels, limit.reservations[what as usize])
+                })
+            }),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_in_flight_slots",
+            "Slots of caps on requests in flight taken, refused (the key's were all taken), released, and released when not taken (released already, or freed by their lease).",
+            self.slots.iter().flat_map(|(name, counts)| {
+                Slots::ALL.into_iter().map(move |what| {
+                    let labels = [("limit", name.as_str()), ("outcome", what.as_str())];
+                    (labels, counts[what as usize])
                 })
             }),
         )?;

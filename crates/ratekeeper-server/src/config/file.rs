@@ -79,8 +79,10 @@ pub(crate) struct FileRequests {
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileLimit {
     pub(crate) name: Spanned<String>,
-    pub(crate) rate: Spanned<String>,
+    pub(crate) rate: Option<Spanned<String>>,
     pub(crate) policy: Option<Spanned<String>>,
+    pub(crate) max_in_flight: Option<Spanned<u64>>,
+    pub(crate) lease: Option<Spanned<String>>,
     pub(crate) key: Strings,
     pub(crate) trusted_proxies: Option<Spanned<FileTrust>>,
     pub(crate) trusted_hops: Option<Spanned<u64>>,

@@ -93,7 +93,7 @@ impl LimitConfig {
 impl KeyPart {
     /// This part of a key, read from an HTTP request by the tower layer:
     /// the same text as the service's own doors make of it.
-    fn http_key(&self) -> Key {
+    pub(super) fn http_key(&self) -> Key {
         let network =
             |strategy: ClientIp, prefixes: &Prefixes| match *prefixes == Prefixes::default() {
                 true => Key::client_ip(strategy),

@@ -292,6 +292,7 @@ mod envoy_import_tests;
 mod error;
 mod explain;
 mod file;
+mod in_flight;
 mod limit;
 mod limitador_file;
 mod listen;
@@ -316,6 +317,7 @@ pub use envoy_door::{Counting, EnvoyDoorConfig, ResponseHeaders};
 pub(crate) use envoy_files::watched as envoy_watched;
 pub use envoy_files::EnvoyFiles;
 pub use error::{ConfigError, Location};
+pub use in_flight::{InFlightConfig, DEFAULT_IN_FLIGHT_LEASE};
 pub use limit::{
     AfterResponse, CostSource, DescriptorMatch, KeyPart, LimitConfig, Match, OnSaturated,
     ValueMatch,
@@ -460,6 +462,9 @@ pub struct Config {
     pub requests: RequestCaps,
     /// The limits, in the file's order, with unique names.
     pub limits: Vec<LimitConfig>,
+    /// The caps on requests in flight (`policy = "concurrency"`), in the
+    /// file's order; their names are unique among the limits' too.
+    pub in_flight: Vec<InFlightConfig>,
     /// The tokens callers must show (`[access]`), read from their files or
     /// variables.
     pub access: AccessConfig,
@@ -494,6 +499,7 @@ impl Default for Config {
             listen: ListenConfig::default(),
             requests: RequestCaps::default(),
             limits: Vec::new(),
+            in_flight: Vec::new(),
             access: AccessConfig::default(),
             runtime: RuntimeConfig::default(),
             envoy: EnvoyDoorConfig::default(),

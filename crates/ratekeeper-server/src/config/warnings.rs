@@ -254,7 +254,7 @@ impl Config {
             .limitador
             .as_ref()
             .is_some_and(|source| !source.limits.limits().is_empty());
-        self.limits.is_empty() && !envoy && !limitador
+        self.limits.is_empty() && self.in_flight.is_empty() && !envoy && !limitador
     }
 }
 

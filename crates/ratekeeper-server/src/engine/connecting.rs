@@ -12,6 +12,7 @@
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check, MultiOutcome, StoreError, Taken};
 use ratekeeper::{Decision, Limit, Outcome, Store, Timestamp};
@@ -351,6 +352,24 @@ impl Store for Connecting {
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.store()?.check_all(checks).await
+    }
+
+    async fn take_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        self.store()?.take_slot(cap, key, id).await
+    }
+
+    async fn free_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        self.store()?.free_slot(cap, key, id).await
     }
 
     async fn take(

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::lease::{LeaseSettings, LeaseStats, Leased};
 use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check, Limit, MultiOutcome, StoreError};
@@ -200,6 +201,30 @@ impl<S: Store + 'static> Store for Leasable<S> {
             // Each limit from what this process holds, all or nothing by
             // the crate's one algorithm (refunds go back to the holdings).
             Some(leased) => leased.check_all(checks).await,
+        }
+    }
+
+    async fn take_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        match self.leased.load().as_ref() {
+            None => self.store.take_slot(cap, key, id).await,
+            Some(leased) => leased.take_slot(cap, key, id).await,
+        }
+    }
+
+    async fn free_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        match self.leased.load().as_ref() {
+            None => self.store.free_slot(cap, key, id).await,
+            Some(leased) => leased.free_slot(cap, key, id).await,
         }
     }
 }

@@ -15,10 +15,11 @@ use ratekeeper_tower::Rule;
 
 use super::descriptor_index::DescriptorIndex;
 use super::envoy_files::EnvoyLimits;
+use super::in_flight::ActiveInFlight;
 use super::key::{compose_key, KeySource};
 use super::limitador::LimitadorLimits;
 use super::matching::Entry;
-use crate::config::{EnvoyFiles, KeyPart, LimitConfig, LimitadorSource};
+use crate::config::{EnvoyFiles, InFlightConfig, KeyPart, LimitConfig, LimitadorSource};
 
 /// One configured limit.
 #[derive(Debug)]
@@ -123,6 +124,9 @@ pub struct LimitSet {
     /// The positions of the configuration's limits for HTTP requests: an
     /// HTTP request never walks the limits for descriptors.
     http: Vec<usize>,
+    /// The caps on requests in flight (`policy = "concurrency"`), in the
+    /// configuration's order.
+    in_flight: Vec<Arc<ActiveInFlight>>,
 }
 
 /// Counters of each limit's charged-keys summary
@@ -232,7 +236,40 @@ impl LimitSet {
             native_domains,
             descriptors,
             http,
+            in_flight: Vec::new(),
         }
+    }
+
+    /// This set with `caps`, the configuration's caps on requests in
+    /// flight.
+    pub fn with_in_flight(mut self, caps: &[InFlightConfig]) -> LimitSet {
+        self.in_flight = caps
+            .iter()
+            .map(|config| Arc::new(ActiveInFlight::new(config.clone())))
+            .collect();
+        self
+    }
+
+    /// The caps on requests in flight, in the configuration's order.
+    pub fn in_flight_caps(&self) -> &[Arc<ActiveInFlight>] {
+        &self.in_flight
+    }
+
+    /// The cap on requests in flight called `name`.
+    pub fn in_flight(&self, name: &str) -> Option<&Arc<ActiveInFlight>> {
+        self.in_flight.iter().find(|cap| cap.name() == name)
+    }
+
+    /// The caps that apply to an HTTP request with `method` and `path`
+    /// (a condition on something unknown does not hold), in order.
+    pub fn in_flight_for_http<'a>(
+        &'a self,
+        method: Option<&'a Method>,
+        path: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Arc<ActiveInFlight>> + 'a {
+        self.in_flight.iter().filter(move |cap| {
+            super::matching::http_mismatch(&cap.config().matcher, method, path).is_none()
+        })
     }
 
     /// Whether a `[[limits]]` table names `domain` in its `match`.

@@ -69,6 +69,44 @@ pub struct DecisionMetrics {
     /// Reservations made, and settled (committed, cancelled, or asked for
     /// when no longer open), by limit name.
     reservations: [NamedCounters; Reservations::ALL.len()],
+    /// Slots of caps on requests in flight taken, refused and given back,
+    /// by cap name.
+    slots: [NamedCounters; Slots::ALL.len()],
+}
+
+/// What became of the slots of caps on requests in flight, as `/metrics`
+/// labels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slots {
+    /// Taken: a request let through.
+    Taken,
+    /// Refused: every slot of the key was taken.
+    Refused,
+    /// Given back when the request ended.
+    Released,
+    /// Asked to give back when not taken: released already, or past its
+    /// lease (which freed it).
+    Unknown,
+}
+
+impl Slots {
+    /// Every outcome, in the order of the counters.
+    pub const ALL: [Slots; 4] = [
+        Slots::Taken,
+        Slots::Refused,
+        Slots::Released,
+        Slots::Unknown,
+    ];
+
+    /// The `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Slots::Taken => "taken",
+            Slots::Refused => "refused",
+            Slots::Released => "released",
+            Slots::Unknown => "unknown",
+        }
+    }
 }
 
 /// What became of reservations, as `/metrics` labels it.
@@ -169,6 +207,16 @@ impl DecisionMetrics {
     /// Reservations of limit `name` that became `what`.
     pub fn reservations(&self, name: &str, what: Reservations) -> u64 {
         self.reservations[what as usize].get(name)
+    }
+
+    /// A slot of cap `name` that became `what`.
+    pub(crate) fn record_slot(&self, name: &str, what: Slots) {
+        self.slots[what as usize].add(name);
+    }
+
+    /// Slots of cap `name` that became `what`.
+    pub fn slots(&self, name: &str, what: Slots) -> u64 {
+        self.slots[what as usize].get(name)
     }
 
     /// Nothing recorded yet.

@@ -50,6 +50,7 @@ mod forwarding;
 pub(crate) mod headers;
 mod health;
 mod histogram;
+mod in_flight;
 mod key;
 mod leasing;
 mod limitador;
@@ -84,12 +85,13 @@ pub use envoy_files::EnvoyLimits;
 pub use error::StartError;
 pub use forwarding::{is_trusted, untrusted_forwarding};
 pub use health::{StoreState, MONITOR_INTERVAL, PROBE_TIMEOUT};
+pub use in_flight::{Acquired, ActiveInFlight, SlotCheck, SlotResult};
 pub use key::{compose_key, HttpSource, KeySource, NamedParts, OrUnknown};
 pub use leasing::Leasable;
 pub use limitador::{LimitadorCheck, LimitadorLimits, NAME_PREFIX as LIMITADOR_NAME_PREFIX};
 pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
 pub use metrics::{
-    is_near_limit, DecisionMetrics, LatencyHistogram, Reservations, NEAR_LIMIT_PERCENT,
+    is_near_limit, DecisionMetrics, LatencyHistogram, Reservations, Slots, NEAR_LIMIT_PERCENT,
 };
 #[cfg(test)]
 pub(crate) use plan::work;
@@ -183,12 +185,15 @@ impl Engine {
         let monitor = health::StoreMonitor::new(StoreState::new(wall_clock.now(), opening));
         Engine {
             inner: Arc::new(Inner {
-                limits: ArcSwap::from_pointee(LimitSet::with_stats(
-                    &config.limits,
-                    config.envoy.files.as_ref(),
-                    config.limitador.as_ref(),
-                    &stats,
-                )),
+                limits: ArcSwap::from_pointee(
+                    LimitSet::with_stats(
+                        &config.limits,
+                        config.envoy.files.as_ref(),
+                        config.limitador.as_ref(),
+                        &stats,
+                    )
+                    .with_in_flight(&config.in_flight),
+                ),
                 requests: ArcSwap::from_pointee(config.requests),
                 envoy_door: ArcSwap::from_pointee(config.envoy.clone()),
                 store,
@@ -236,12 +241,15 @@ impl Engine {
         self.inner
             .shadow_mode
             .store(config.shadow_mode, std::sync::atomic::Ordering::Relaxed);
-        self.inner.limits.store(Arc::new(LimitSet::with_stats(
-            &config.limits,
-            config.envoy.files.as_ref(),
-            config.limitador.as_ref(),
-            &self.inner.stats,
-        )));
+        self.inner.limits.store(Arc::new(
+            LimitSet::with_stats(
+                &config.limits,
+                config.envoy.files.as_ref(),
+                config.limitador.as_ref(),
+                &self.inner.stats,
+            )
+            .with_in_flight(&config.in_flight),
+        ));
         let mut store = config.store.clone();
         store.lease.clone_from(&self.inner.store_config.lease);
         store == self.inner.store_config

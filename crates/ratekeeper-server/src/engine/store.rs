@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::reservation::ReservationId;
 
 use ratekeeper::{
@@ -379,6 +380,32 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.check_all(checks).await,
             AnyStore::Sqlite(store) => Box::pin(store.check_all(checks)).await,
             AnyStore::Redis(store) => Box::pin(store.check_all(checks)).await,
+        }
+    }
+
+    async fn take_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.take_slot(cap, key, id).await,
+            AnyStore::Sqlite(store) => Box::pin(store.take_slot(cap, key, id)).await,
+            AnyStore::Redis(store) => Box::pin(store.take_slot(cap, key, id)).await,
+        }
+    }
+
+    async fn free_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.free_slot(cap, key, id).await,
+            AnyStore::Sqlite(store) => Box::pin(store.free_slot(cap, key, id)).await,
+            AnyStore::Redis(store) => Box::pin(store.free_slot(cap, key, id)).await,
         }
     }
 

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check, Immediate, MultiOutcome, StoreError};
 use ratekeeper::{Decision, Limit, Outcome, Store};
@@ -32,11 +33,15 @@ pub enum StoreOperation {
     Hold,
     /// A reservation settled ([`Store::settle`]).
     Settle,
+    /// A slot of an in-flight cap taken ([`Store::take_slot`]).
+    TakeSlot,
+    /// A slot given back ([`Store::free_slot`]).
+    FreeSlot,
 }
 
 impl StoreOperation {
     /// Every operation, in the order of [`StoreLatency::snapshot`].
-    pub const ALL: [StoreOperation; 7] = [
+    pub const ALL: [StoreOperation; 9] = [
         StoreOperation::Check,
         StoreOperation::CheckAll,
         StoreOperation::Refund,
@@ -44,6 +49,8 @@ impl StoreOperation {
         StoreOperation::Report,
         StoreOperation::Hold,
         StoreOperation::Settle,
+        StoreOperation::TakeSlot,
+        StoreOperation::FreeSlot,
     ];
 
     /// The `operation` label.
@@ -56,6 +63,8 @@ impl StoreOperation {
             StoreOperation::Report => "report",
             StoreOperation::Hold => "hold",
             StoreOperation::Settle => "settle",
+            StoreOperation::TakeSlot => "take_slot",
+            StoreOperation::FreeSlot => "free_slot",
         }
     }
 }
@@ -156,6 +165,26 @@ impl Store for Timed<'_> {
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiOutcome, StoreError> {
         self.time(StoreOperation::CheckAll, self.store.check_all(checks))
+            .await
+    }
+
+    async fn take_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        self.time(StoreOperation::TakeSlot, self.store.take_slot(cap, key, id))
+            .await
+    }
+
+    async fn free_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        self.time(StoreOperation::FreeSlot, self.store.free_slot(cap, key, id))
             .await
     }
 

@@ -1,5 +1,6 @@
 //! `POST /v1/check`, `/v1/peek`, `/v1/refund`, `/v1/report`,
-//! `/v1/reserve`, `/v1/commit`, `/v1/cancel` and `GET /v1/limits`.
+//! `/v1/reserve`, `/v1/commit`, `/v1/cancel` and `GET /v1/limits`
+//! (`/v1/acquire` and `/v1/release` are in [`super::in_flight`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ use crate::engine::headers::verdict_headers;
 use crate::engine::LimitDescription;
 use crate::engine::{
     DecisionDoor, Descriptor, DescriptorRequest, DescriptorVerdict, DoorRules, Engine, HttpRequest,
-    KeySource, LimitCheck, MissingPart, NamedParts,
+    KeySource, LimitCheck, LimitSet, MissingPart, NamedParts,
 };
 use ratekeeper_tower::headers::insert_retry_after;
 
@@ -38,13 +39,13 @@ impl Descriptor for Vec<DescriptorEntry> {
 }
 
 /// A body as axum's extractor read it: the JSON, or why not.
-type Read<T> = Result<JsonBody<T>, axum::extract::rejection::JsonRejection>;
+pub(super) type Read<T> = Result<JsonBody<T>, axum::extract::rejection::JsonRejection>;
 
-type Body = Read<DecisionRequest>;
+pub(super) type Body = Read<DecisionRequest>;
 
 /// The request in `body`, or the error axum's extractor found, as the API
 /// answers it.
-fn read<T>(engine: &Engine, body: Read<T>) -> Result<T, ApiError> {
+pub(super) fn read<T>(engine: &Engine, body: Read<T>) -> Result<T, ApiError> {
     match body {
         Ok(JsonBody(request)) => Ok(request),
         Err(rejection) => Err(ApiError::from_json(
@@ -166,7 +167,7 @@ pub(super) async fn cancel(
 
 /// Between the tokens of a reservation over several limits (never in a
 /// token).
-const TOKEN_SEPARATOR: &str = ".";
+pub(super) const TOKEN_SEPARATOR: &str = ".";
 
 /// The reservations a `/v1/reserve` answer named, one per limit, at most
 /// as many as a request may name limits.
@@ -179,14 +180,29 @@ fn reservations(engine: &Engine, text: &str) -> Result<Vec<Reservation>, ApiErro
         .collect::<Result<_, _>>()?)
 }
 
-/// Every limit in force.
+/// Every limit in force, and the caps on requests in flight.
 pub(super) async fn limits(State(engine): State<Engine>) -> Json<serde_json::Value> {
-    let limits: Vec<LimitDescription> = engine
-        .limits()
+    let set = engine.limits();
+    let limits: Vec<LimitDescription> = set
         .iter()
         .map(|limit| LimitDescription::new(limit.config()))
         .collect();
-    Json(serde_json::json!({ "limits": limits }))
+    let in_flight: Vec<serde_json::Value> = set
+        .in_flight_caps()
+        .iter()
+        .map(|cap| {
+            let config = cap.config();
+            serde_json::json!({
+                "name": cap.name(),
+                "max_in_flight": cap.cap().max(),
+                "lease_ms": u64::try_from(cap.cap().lease().as_millis()).unwrap_or(u64::MAX),
+                "key": config.key.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "methods": config.matcher.methods.iter().map(Method::as_str).collect::<Vec<_>>(),
+                "path_prefix": config.matcher.path_prefix,
+            })
+        })
+        .collect();
+    Json(serde_json::json!({ "limits": limits, "in_flight": in_flight }))
 }
 
 /// The answer to a request of descriptors: as [`answer`]'s, refused also
@@ -223,7 +239,7 @@ fn answer(verdict: &crate::engine::Verdict) -> Response {
 
 /// The JSON answer of `verdict` (or `body`, when given) with `headers` on
 /// the response and in the body.
-fn respond(
+pub(super) fn respond(
     verdict: &crate::engine::Verdict,
     headers: http::HeaderMap,
     body: Option<DecisionResponse>,
@@ -266,6 +282,17 @@ fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<LimitCheck>,
         let asked = descriptor_request(request, descriptors)?;
         return Ok(engine.plan_descriptors(&limits, &asked)?.into_takes());
     }
+    plan_http(engine, &limits, request)
+}
+
+/// The checks of a request without descriptors, of `limits`: the limits it
+/// names, or those its method and path match.
+pub(super) fn plan_http(
+    engine: &Engine,
+    limits: &LimitSet,
+    request: &DecisionRequest,
+) -> Result<Vec<LimitCheck>, ApiError> {
+    within_caps(&engine.request_caps(), request)?;
     let method = match &request.method {
         Some(method) => Some(
             Method::from_bytes(method.to_ascii_uppercase().as_bytes())
@@ -281,12 +308,8 @@ fn checks(engine: &Engine, request: &DecisionRequest) -> Result<Vec<LimitCheck>,
         cost: request.cost,
         missing: MissingPart::Refused,
     };
-    let source = ApiSource {
-        parts: NamedParts(&request.key),
-        method: method.as_ref(),
-        path: request.path.as_deref(),
-    };
-    Ok(engine.plan_http(&limits, &asked, |_| source)?)
+    let source = ApiSource::new(&request.key, method.as_ref(), request.path.as_deref());
+    Ok(engine.plan_http(limits, &asked, |_| source)?)
 }
 
 /// A request of Envoy-style descriptors, as the engine plans it: each
@@ -349,10 +372,25 @@ fn within_caps(caps: &RequestCaps, request: &DecisionRequest) -> Result<(), CapE
 /// Key parts from the body's `key`, and `route` from its method and path
 /// when `key` does not give it.
 #[derive(Clone, Copy)]
-struct ApiSource<'a> {
+pub(super) struct ApiSource<'a> {
     parts: NamedParts<'a>,
     method: Option<&'a Method>,
     path: Option<&'a str>,
+}
+
+impl<'a> ApiSource<'a> {
+    /// The parts of a body's `key`, and its method and path.
+    pub(super) fn new(
+        key: &'a std::collections::HashMap<String, String>,
+        method: Option<&'a Method>,
+        path: Option<&'a str>,
+    ) -> ApiSource<'a> {
+        ApiSource {
+            parts: NamedParts(key),
+            method,
+            path,
+        }
+    }
 }
 
 impl KeySource for ApiSource<'_> {

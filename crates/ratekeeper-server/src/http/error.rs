@@ -36,6 +36,11 @@ pub enum ApiError {
     /// settled, expired), too many open, a bad ttl or token.
     #[error("{0}")]
     Reservation(#[from] ReservationError),
+    /// Slots of caps on requests in flight could not be given back: not
+    /// taken (released already, or freed at the end of their lease), or
+    /// not a slot token.
+    #[error("{}", slot_message(.0))]
+    Slot(ReservationError),
     /// The request holds more than `[requests]` allows.
     #[error("{0}")]
     OverCap(#[from] CapError),
@@ -73,8 +78,37 @@ impl ApiError {
                 ReservationError::TooMany => StatusCode::TOO_MANY_REQUESTS,
                 _ => StatusCode::BAD_REQUEST,
             },
+            ApiError::Slot(ReservationError::Unknown) => StatusCode::NOT_FOUND,
+            ApiError::Slot(_) => StatusCode::BAD_REQUEST,
             ApiError::OverCap(_) | ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// A slot's error in the words of slots, not reservations.
+fn slot_message(error: &ReservationError) -> String {
+    match error {
+        ReservationError::Unknown => {
+            "no slot taken with this token: released already, or freed at the end of its lease"
+                .to_owned()
+        }
+        ReservationError::Malformed => "not a slot token from /v1/acquire".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+impl ApiError {
+    /// A release's failure: the slot's own errors in the words of slots.
+    pub(crate) fn from_release(error: crate::engine::PlanError) -> ApiError {
+        match error {
+            crate::engine::PlanError::Store(store) => match store.without_store() {
+                ratekeeper::store::StoreError::Reservation(reservation) => {
+                    ApiError::Slot(reservation.clone())
+                }
+                _ => ApiError::Store(store),
+            },
+            other => ApiError::from(other),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ratekeeper::{store::AnsweredBy, RetryAfter};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{LimitResult, Verdict};
+use crate::engine::{LimitResult, SlotResult, Verdict};
 
 /// The body of `POST /v1/check`, `/v1/peek` and `/v1/refund`.
 ///
@@ -123,6 +123,30 @@ pub struct DecisionResponse {
     /// holds it can settle it, once).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// For `/v1/acquire`, when allowed and a cap on requests in flight
+    /// applied: the slots taken, to give back with `/v1/release` when the
+    /// request ends (a token nobody can guess; whoever holds it can
+    /// release it, once). A slot not given back is freed at its cap's
+    /// lease.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+}
+
+/// The body of `POST /v1/release`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ReleaseRequest {
+    /// The slots, as `/v1/acquire` answered them.
+    pub slot: String,
+}
+
+/// The answer of `POST /v1/release`.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct ReleaseResponse {
+    /// How many slots were given back.
+    pub released: usize,
 }
 
 /// One limit's decision.
@@ -174,6 +198,26 @@ impl LimitStatus {
     }
 }
 
+impl LimitStatus {
+    /// A cap on requests in flight's part in an acquire: its slots as the
+    /// quota, those left after this request as what remains.
+    pub(super) fn of_slot(result: &SlotResult) -> LimitStatus {
+        let decision = result.decision();
+        LimitStatus {
+            name: result.check.cap.name().to_owned(),
+            key: String::from_utf8_lossy(&result.check.key).into_owned(),
+            allowed: !result.refused(),
+            shadow: false,
+            saturated: result.outcome.is_saturated(),
+            limit: decision.limit(),
+            remaining: decision.remaining(),
+            reset_ms: millis(decision.reset()),
+            retry_after_ms: decision.retry_after().duration().map(millis),
+            answered_by: result.outcome.answered_by(),
+        }
+    }
+}
+
 impl DecisionResponse {
     /// The answer for `verdict`, with `headers` (name and value) already
     /// worked out by the caller.
@@ -195,6 +239,7 @@ impl DecisionResponse {
             answered_by: verdict.answered_by(),
             headers,
             reservation: None,
+            slot: None,
         }
     }
 }

@@ -86,6 +86,7 @@ mod auth;
 mod body;
 mod descriptors;
 mod error;
+mod in_flight;
 mod json;
 mod limitador;
 
@@ -95,7 +96,7 @@ use axum::Router;
 pub use error::ApiError;
 pub use json::{
     DecisionRequest, DecisionResponse, DescriptorEntry, LimitStatus, RefundResponse, Refunded,
-    SettleRequest, DEFAULT_RESERVATION_TTL,
+    ReleaseRequest, ReleaseResponse, SettleRequest, DEFAULT_RESERVATION_TTL,
 };
 
 use crate::access::Door;
@@ -124,6 +125,8 @@ pub(crate) fn routes() -> Router<Engine> {
         .route("/v1/reserve", post(api::reserve))
         .route("/v1/commit", post(api::commit))
         .route("/v1/cancel", post(api::cancel))
+        .route("/v1/acquire", post(in_flight::acquire))
+        .route("/v1/release", post(in_flight::release))
         .route("/v1/limits", get(api::limits))
         .merge(auth::routes())
         .merge(limitador::routes())

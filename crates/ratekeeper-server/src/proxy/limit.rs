@@ -22,10 +22,12 @@ use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
+use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::{Check as StoreCheck, MultiOutcome, StoreError};
 use ratekeeper::{Decision, Limit, Outcome, Store};
 use ratekeeper_tower::headers::{HeaderStyle, ResetStyle};
+use ratekeeper_tower::in_flight::InFlightLayer;
 use ratekeeper_tower::{RateLimitLayer, ResponseCostLayer, ResponseFormat};
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
@@ -49,6 +51,10 @@ struct Current {
     /// The limits charged after the response, one layer per way of
     /// charging (their `after_response` alike), innermost first.
     charged: Vec<ResponseCostLayer<EngineStore>>,
+    /// The caps on requests in flight, outermost: a request takes its
+    /// slots before the rate limits decide it (a full cap takes nothing
+    /// from them), and holds them until its response body ends.
+    in_flight: Option<InFlightLayer<EngineStore>>,
 }
 
 impl std::fmt::Debug for Current {
@@ -129,10 +135,20 @@ impl Current {
         for rule in rules {
             builder = builder.rule(rule);
         }
+        let mut caps = InFlightLayer::builder(EngineStore {
+            engine: engine.clone(),
+            limits: Arc::clone(&limits),
+        })
+        .response_format(ResponseFormat::Text);
+        for cap in limits.in_flight_caps() {
+            caps = caps.rule(cap.rule().clone());
+        }
         // The configuration's names are unique, so the only error is
-        // having no limit for HTTP at all: then nothing is limited.
+        // having no limit (or cap) for HTTP at all: then nothing is
+        // limited.
         Current {
             layer: builder.build().ok(),
+            in_flight: caps.build().ok(),
             limits,
             charged,
         }
@@ -182,6 +198,13 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let current = self.layer.current();
         watch_forwarding(&self.layer.engine, &current.limits, &request);
+        if let Some(caps) = &current.in_flight {
+            let limited = BoxCloneService::new(Limited::rate_limited(inner, &current));
+            let mut capped = caps
+                .layer(limited)
+                .map_response(|response| response.map(Body::new));
+            return Box::pin(capped.call(request));
+        }
         if current.charged.is_empty() {
             return match &current.layer {
                 Some(layer) => Box::pin(Service::call(&mut layer.layer(inner), request)),
@@ -198,6 +221,34 @@ where
         match &current.layer {
             Some(layer) => Box::pin(Service::call(&mut layer.layer(service), request)),
             None => Box::pin(service.call(request)),
+        }
+    }
+}
+
+impl<S> Limited<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    /// `inner` behind `current`'s rate limits, as one service: for the
+    /// caps on requests in flight to hold.
+    fn rate_limited(
+        inner: S,
+        current: &Current,
+    ) -> BoxCloneService<Request<Body>, Response<Body>, Infallible> {
+        let mut service = BoxCloneService::new(inner);
+        for layer in &current.charged {
+            let charged = layer
+                .layer(service)
+                .map_response(|response| response.map(Body::new));
+            service = BoxCloneService::new(charged);
+        }
+        match &current.layer {
+            Some(layer) => BoxCloneService::new(layer.layer(service)),
+            None => service,
         }
     }
 }
@@ -323,5 +374,23 @@ impl Store for EngineStore {
     ) -> Result<Outcome, StoreError> {
         let check = EngineStore::check(self, limit, key, 0)?;
         self.engine.settle_one(&check, id, actual).await
+    }
+
+    async fn take_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<Outcome, StoreError> {
+        self.engine.take_slot(cap, key, id).await
+    }
+
+    async fn free_slot(
+        &self,
+        cap: &InFlight,
+        key: &[u8],
+        id: ReservationId,
+    ) -> Result<(), StoreError> {
+        self.engine.free_slot(cap, key, id).await
     }
 }

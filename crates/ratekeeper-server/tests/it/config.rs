@@ -332,7 +332,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `after_response`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `max_in_flight`, `lease`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `after_response`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),
@@ -352,7 +352,7 @@ fn wrong_types() {
 fn missing_fields() {
     assert_eq!(
         err("[[limits]]\nname = \"a\"\nkey = [\"peer\"]\n"),
-        "ratekeeper.toml:1:1: limits[0]: missing field `rate`"
+        "ratekeeper.toml:1:1: limits[0]: missing field `rate` (such as \"100/minute\"); only policy = \"concurrency\" has none"
     );
     // No limits is a configuration too, with a warning.
     let config = Config::from_toml_str("[store]\nkind = \"memory\"\n", "ratekeeper.toml").unwrap();
@@ -405,7 +405,7 @@ fn burst_on_a_window_policy() {
 fn unknown_policy() {
     assert_eq!(
         err(&limit("rate = \"10/s\"\npolicy = \"leaky\"\nkey = [\"peer\"]\n")),
-        "ratekeeper.toml:4:10: limits[0].policy: unknown policy \"leaky\"; expected token_bucket, gcra, fixed_window, sliding_log or sliding_window"
+        "ratekeeper.toml:4:10: limits[0].policy: unknown policy \"leaky\"; expected token_bucket, gcra, fixed_window, sliding_log or sliding_window; or concurrency, a cap on requests in flight"
     );
 }
 

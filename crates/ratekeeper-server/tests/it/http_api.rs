@@ -294,7 +294,7 @@ descriptors = [{ key = "remote_address" }, { key = "path", value = "/api*" }]
                 "methods": [],
                 "path_prefix": null
             }
-        }]})
+        }], "in_flight": []})
     );
     service.stop().await;
 }

@@ -24,6 +24,7 @@ mod http_after_the_fact;
 mod http_api;
 mod http_api_descriptors;
 mod import_exact;
+mod in_flight;
 mod layers;
 mod leasing;
 mod limitador;

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use ratekeeper::store::in_flight::{InFlight, Slot};
 use tower::Layer;
 
+use super::rule::CapRule;
 use super::service::InFlightService;
 use crate::limit::key::WithoutPeer;
 use crate::{Key, LayerError, ResponseFormat};
@@ -28,13 +29,6 @@ impl<S> std::fmt::Debug for InFlightLayer<S> {
             .field("caps", &self.shared.caps)
             .finish_non_exhaustive()
     }
-}
-
-/// One cap and what a request's key under it is made of.
-#[derive(Debug)]
-pub(super) struct CapRule {
-    pub(super) cap: InFlight,
-    pub(super) key: Key,
 }
 
 /// What the layer's services share.
@@ -77,9 +71,15 @@ pub struct InFlightLayerBuilder<S> {
 }
 
 impl<S> InFlightLayerBuilder<S> {
-    /// Caps the requests in flight of each `key` at `cap`'s maximum.
-    pub fn cap(mut self, cap: InFlight, key: Key) -> Self {
-        self.caps.push(CapRule { cap, key });
+    /// Caps the requests in flight of each `key` at `cap`'s maximum, on
+    /// every request.
+    pub fn cap(self, cap: InFlight, key: Key) -> Self {
+        self.rule(CapRule::new(cap, key))
+    }
+
+    /// Adds `rule`: a cap, its key, and the requests it applies to.
+    pub fn rule(mut self, rule: CapRule) -> Self {
+        self.caps.push(rule);
         self
     }
 
@@ -95,10 +95,10 @@ impl<S> InFlightLayerBuilder<S> {
             return Err(LayerError::NoLimits);
         }
         for (index, rule) in self.caps.iter().enumerate() {
-            let name = rule.cap.name();
+            let name = rule.cap().name();
             if self.caps[..index]
                 .iter()
-                .any(|other| other.cap.name() == name)
+                .any(|other| other.cap().name() == name)
             {
                 return Err(LayerError::DuplicateLimit(name.to_owned()));
             }

@@ -52,8 +52,10 @@
 
 mod body;
 mod layer;
+mod rule;
 mod service;
 
 pub use body::InFlightBody;
 pub use layer::{InFlightLayer, InFlightLayerBuilder};
+pub use rule::CapRule;
 pub use service::{InFlightFuture, InFlightService};

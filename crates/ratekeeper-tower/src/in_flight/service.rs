@@ -79,10 +79,16 @@ where
         Box::pin(async move {
             release_unreleased(&shared).await;
             let (parts, body) = request.into_parts();
-            let keys: Vec<Vec<u8>> = shared
+            // Each cap that applies, with the request's key under it.
+            let keys: Vec<(usize, Vec<u8>)> = shared
                 .caps
                 .iter()
-                .map(|rule| rule.key.extract(&parts, shared.without_peer).key.to_vec())
+                .enumerate()
+                .filter(|(_, rule)| rule.applies_to(&parts.method, parts.uri.path()))
+                .map(|(index, rule)| {
+                    let key = rule.key().extract(&parts, shared.without_peer).key;
+                    (index, key.to_vec())
+                })
                 .collect();
             let grpc = is_grpc(&parts.headers);
             // Held until the response ends; dropped with this future (the
@@ -106,20 +112,21 @@ where
 /// failed).
 async fn acquire_all<S: Store + 'static>(
     shared: &Arc<Shared<S>>,
-    keys: &[Vec<u8>],
+    keys: &[(usize, Vec<u8>)],
 ) -> Result<Slots<S>, Refusal> {
     let mut slots = Slots {
         shared: Arc::clone(shared),
         held: Vec::with_capacity(keys.len()),
     };
-    for (index, (rule, key)) in shared.caps.iter().zip(keys).enumerate() {
-        match shared.store.acquire(&rule.cap, key).await {
+    for (index, key) in keys {
+        let (index, rule) = (*index, &shared.caps[*index]);
+        match shared.store.acquire(rule.cap(), key).await {
             Ok(acquired) => match acquired.slot {
                 Some(slot) => slots.held.push((index, slot)),
                 None => {
                     slots.release().await;
                     return Err(Refusal::Limited {
-                        violated: vec![rule.cap.name().to_owned()],
+                        violated: vec![rule.cap().name().to_owned()],
                         retry_after: acquired.outcome.retry_after(),
                     });
                 }
@@ -144,7 +151,7 @@ async fn release_unreleased<S: Store>(shared: &Shared<S>) {
             .unwrap_or_else(PoisonError::into_inner),
     );
     for (index, slot) in pending {
-        logged(shared.store.release(&shared.caps[index].cap, &slot).await);
+        logged(shared.store.release(shared.caps[index].cap(), &slot).await);
     }
 }
 
@@ -171,7 +178,7 @@ pub(super) struct Slots<S: Store + 'static> {
 impl<S: Store + 'static> Slots<S> {
     async fn release(&mut self) {
         for (index, slot) in std::mem::take(&mut self.held) {
-            let cap = &self.shared.caps[index].cap;
+            let cap = self.shared.caps[index].cap();
             logged(self.shared.store.release(cap, &slot).await);
         }
     }
@@ -188,7 +195,7 @@ impl<S: Store + 'static> Drop for Slots<S> {
     /// store); otherwise before the layer's next request.
     fn drop(&mut self) {
         for (index, slot) in std::mem::take(&mut self.held) {
-            let cap = &self.shared.caps[index].cap;
+            let cap = self.shared.caps[index].cap();
             let answered = {
                 let mut release = pin!(self.shared.store.release(cap, &slot));
                 match release

@@ -8,6 +8,7 @@ pub(crate) mod key;
 mod layer;
 pub(crate) mod response;
 mod rule;
+pub(crate) mod scope;
 mod service;
 mod warnings;
 

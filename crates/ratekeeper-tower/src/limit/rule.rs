@@ -5,6 +5,7 @@ use http::Method;
 use ratekeeper::Limit;
 
 use super::key::{Key, WithoutPeer};
+use super::scope::Scope;
 use super::warnings::{warnings_for, LayerWarning};
 
 /// A limit, the [`Key`] it counts requests by, the requests it applies to
@@ -41,8 +42,7 @@ pub struct Rule {
     limit: Limit,
     key: Key,
     shadow: bool,
-    methods: Vec<Method>,
-    path_prefix: Option<String>,
+    scope: Scope,
 }
 
 impl Rule {
@@ -52,8 +52,7 @@ impl Rule {
             limit,
             key,
             shadow: false,
-            methods: Vec::new(),
-            path_prefix: None,
+            scope: Scope::default(),
         }
     }
 
@@ -71,14 +70,14 @@ impl Rule {
     /// default, to every method). Replaces the list.
     #[must_use]
     pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Rule {
-        self.methods = methods.into_iter().collect();
+        self.scope.methods = methods.into_iter().collect();
         self
     }
 
     /// The limit applies only to requests whose path starts with `prefix`.
     #[must_use]
     pub fn path_prefix(mut self, prefix: impl Into<String>) -> Rule {
-        self.path_prefix = Some(prefix.into());
+        self.scope.path_prefix = Some(prefix.into());
         self
     }
 
@@ -99,16 +98,12 @@ impl Rule {
 
     /// Whether the limit applies to a request with `method` and `path`.
     pub fn applies_to(&self, method: &Method, path: &str) -> bool {
-        (self.methods.is_empty() || self.methods.contains(method))
-            && self
-                .path_prefix
-                .as_deref()
-                .is_none_or(|prefix| path.starts_with(prefix))
+        self.scope.applies_to(method, path)
     }
 
     /// Whether the limit applies to every request.
     pub(crate) fn applies_to_all(&self) -> bool {
-        self.methods.is_empty() && self.path_prefix.is_none()
+        self.scope.is_everything()
     }
 
     /// What looks wrong in this rule: a proxy network that covers every

@@ -22,7 +22,7 @@ use ratekeeper::store::in_flight::InFlight;
 use ratekeeper::store::reservation::ReservationId;
 use ratekeeper::store::StoreError;
 use ratekeeper::{Decision, Limit, MemoryStore, Outcome, Store};
-use ratekeeper_tower::in_flight::InFlightLayer;
+use ratekeeper_tower::in_flight::{CapRule, InFlightLayer};
 use ratekeeper_tower::Key;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -269,4 +269,58 @@ async fn a_release_that_must_wait_is_made_before_the_next_request() {
     // Read to its end: released then, waiting as long as it takes.
     next.into_body().collect().await.unwrap();
     assert_eq!(memory.slots_taken(), 0);
+}
+
+#[tokio::test]
+async fn a_cap_applies_only_to_its_methods_and_path() {
+    let store = MemoryStore::new();
+    let rule = CapRule::new(exports(1), team())
+        .methods([http::Method::POST])
+        .path_prefix("/export");
+    let layer = InFlightLayer::builder(store.clone())
+        .rule(rule)
+        .build()
+        .unwrap();
+    let mut service = layer.layer(service_fn(done));
+    let to = |method: http::Method, path: &str| {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header("x-team", "a")
+            .body(())
+            .unwrap()
+    };
+    let running = service
+        .ready()
+        .await
+        .unwrap()
+        .call(to(http::Method::POST, "/export/csv"))
+        .await
+        .unwrap();
+    assert_eq!(store.slots_taken(), 1);
+    // Out of the cap's scope: let through, taking nothing.
+    for (method, path) in [
+        (http::Method::GET, "/export/csv"),
+        (http::Method::POST, "/import"),
+    ] {
+        let other = service
+            .ready()
+            .await
+            .unwrap()
+            .call(to(method, path))
+            .await
+            .unwrap();
+        assert_eq!(other.status(), StatusCode::OK);
+        assert_eq!(store.slots_taken(), 1);
+    }
+    let refused = service
+        .ready()
+        .await
+        .unwrap()
+        .call(to(http::Method::POST, "/export/pdf"))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    drop(running);
+    assert_eq!(store.slots_taken(), 0);
 }

@@ -3,23 +3,81 @@
 
 use super::*;
 
+/// One checked `[[limits]]` entry.
+pub(super) enum Checked {
+    /// A rate limit.
+    Rate(Box<LimitConfig>),
+    /// A cap on requests in flight.
+    InFlight(InFlightConfig),
+}
+
 impl Checker<'_> {
-    pub(super) fn limit(&self, index: usize, limit: FileLimit) -> Result<LimitConfig, ConfigError> {
+    /// `limits[index]`, found at `span`: a rate limit, or for `policy =
+    /// "concurrency"` a cap on requests in flight.
+    pub(super) fn limit_or_cap(
+        &self,
+        index: usize,
+        span: Range<usize>,
+        limit: FileLimit,
+    ) -> Result<Checked, ConfigError> {
+        let concurrency = limit
+            .policy
+            .as_ref()
+            .is_some_and(|policy| policy.get_ref().trim() == "concurrency");
+        if concurrency {
+            return Ok(Checked::InFlight(self.in_flight(index, limit)?));
+        }
         let field = |name: &str| format!("limits[{index}].{name}");
-        let (rate, ban) = match parse_rate(limit.rate.get_ref()) {
+        for (given, name) in [
+            (
+                limit.max_in_flight.as_ref().map(Spanned::span),
+                "max_in_flight",
+            ),
+            (limit.lease.as_ref().map(Spanned::span), "lease"),
+        ] {
+            if let Some(span) = given {
+                return self.fail(
+                    span,
+                    field(name),
+                    format!("{name} is for policy = \"concurrency\" (a cap on requests in flight); a rate limit has a rate"),
+                );
+            }
+        }
+        let Some(rate) = &limit.rate else {
+            return self.fail(
+                span,
+                format!("limits[{index}]"),
+                "missing field `rate` (such as \"100/minute\"); only policy = \"concurrency\" has none",
+            );
+        };
+        let rate = rate.clone();
+        Ok(Checked::Rate(Box::new(self.limit(index, &rate, limit)?)))
+    }
+
+    fn limit(
+        &self,
+        index: usize,
+        rate_text: &Spanned<String>,
+        limit: FileLimit,
+    ) -> Result<LimitConfig, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].{name}");
+        let (rate, ban) = match parse_rate(rate_text.get_ref()) {
             Ok(parsed) => parsed,
-            Err(error) => return self.fail(limit.rate.span(), field("rate"), error.to_string()),
+            Err(error) => return self.fail(rate_text.span(), field("rate"), error.to_string()),
         };
         let kind = match &limit.policy {
             None => PolicyKind::DEFAULT,
             Some(policy) => match policy.get_ref().parse::<PolicyKind>() {
                 Ok(kind) => kind,
-                Err(error) => return self.fail(policy.span(), field("policy"), error.to_string()),
+                Err(error) => {
+                    let message = format!("{error}; or concurrency, a cap on requests in flight");
+                    return self.fail(policy.span(), field("policy"), message);
+                }
             },
         };
         let policy = match Policy::new(kind, &rate) {
             Ok(policy) => policy,
-            Err(error) => return self.fail(limit.rate.span(), field("rate"), error.to_string()),
+            Err(error) => return self.fail(rate_text.span(), field("rate"), error.to_string()),
         };
         let named = match Limit::new(limit.name.get_ref().clone(), policy) {
             Ok(named) => named,
@@ -72,6 +130,103 @@ impl Checker<'_> {
             after_response,
             matcher,
         })
+    }
+
+    /// `limits[index]` with `policy = "concurrency"`.
+    fn in_flight(&self, index: usize, limit: FileLimit) -> Result<InFlightConfig, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].{name}");
+        let rate_only = [
+            (limit.rate.as_ref().map(Spanned::span), "rate"),
+            (limit.shadow.as_ref().map(Spanned::span), "shadow"),
+            (
+                limit.on_saturated.as_ref().map(Spanned::span),
+                "on_saturated",
+            ),
+            (
+                limit.allow_overrides.as_ref().map(Spanned::span),
+                "allow_overrides",
+            ),
+            (
+                limit.allow_refunds.as_ref().map(Spanned::span),
+                "allow_refunds",
+            ),
+            (
+                limit.allow_reports.as_ref().map(Spanned::span),
+                "allow_reports",
+            ),
+            (
+                limit.count_refused.as_ref().map(Spanned::span),
+                "count_refused",
+            ),
+            (
+                limit.after_response.as_ref().map(Spanned::span),
+                "after_response",
+            ),
+        ];
+        for (given, name) in rate_only {
+            if let Some(span) = given {
+                return self.fail(
+                    span,
+                    field(name),
+                    format!("{name} is for rate limits; policy = \"concurrency\" caps requests in flight with max_in_flight and lease"),
+                );
+            }
+        }
+        let Some(max) = &limit.max_in_flight else {
+            return self.fail(
+                limit.name.span(),
+                format!("limits[{index}]"),
+                "policy = \"concurrency\" needs max_in_flight, the most requests of a key at once",
+            );
+        };
+        let lease = match &limit.lease {
+            None => DEFAULT_IN_FLIGHT_LEASE,
+            Some(lease) => match ratekeeper::duration::parse(lease.get_ref()) {
+                Ok(lease) => lease,
+                Err(error) => return self.fail(lease.span(), field("lease"), error.to_string()),
+            },
+        };
+        let cap = match InFlight::new(limit.name.get_ref().clone(), *max.get_ref(), lease) {
+            Ok(cap) => cap,
+            Err(error @ InFlightError::Max { .. }) => {
+                return self.fail(max.span(), field("max_in_flight"), error.to_string())
+            }
+            Err(error @ InFlightError::Lease { .. }) => {
+                let span = limit
+                    .lease
+                    .as_ref()
+                    .map_or(limit.name.span(), Spanned::span);
+                return self.fail(span, field("lease"), error.to_string());
+            }
+            Err(error) => return self.fail(limit.name.span(), field("name"), error.to_string()),
+        };
+        let key = self.key(index, &limit)?;
+        if let Some(part) = key
+            .iter()
+            .find(|part| matches!(part, KeyPart::Descriptor(_)))
+        {
+            return self.fail(
+                limit.key.span(),
+                field("key"),
+                format!("{part:?} is read from Envoy descriptors, and a cap on requests in flight applies to HTTP requests (the proxy, /v1/acquire)"),
+            );
+        }
+        let matcher = match limit.matcher {
+            None => Match::default(),
+            Some(matcher) => {
+                let span = matcher.span();
+                let matcher = self.matcher(index, matcher.into_inner())?;
+                if matcher.domain.is_some() || !matcher.descriptors.is_empty() {
+                    return self.fail(
+                        span,
+                        field("match"),
+                        "a cap on requests in flight applies to HTTP requests (the proxy, /v1/acquire): match by methods and path_prefix, not an Envoy domain or descriptors",
+                    );
+                }
+                matcher
+            }
+        };
+        Ok(InFlightConfig { cap, key, matcher })
     }
 
     /// `limits[index].after_response`.

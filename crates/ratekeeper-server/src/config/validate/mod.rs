@@ -10,8 +10,13 @@ use std::time::Duration;
 use http::{HeaderName, Method};
 use ipnet::IpNet;
 use ratekeeper::{
-    memory::MAX_KEYS, policy::PolicyKind, store::lease::LeaseSettings,
-    store::reservation::MAX_RESERVATION_TTL, store::FailureMode, Limit, Policy, Rate,
+    memory::MAX_KEYS,
+    policy::PolicyKind,
+    store::in_flight::{InFlight, InFlightError},
+    store::lease::LeaseSettings,
+    store::reservation::MAX_RESERVATION_TTL,
+    store::FailureMode,
+    Limit, Policy, Rate,
 };
 use ratekeeper_tower::client::{private_networks, ClientIp};
 use serde::Deserialize;
@@ -26,9 +31,9 @@ use super::file::{
 use super::tls;
 use super::{env, store_tls};
 use super::{
-    redact_url, AfterResponse, Backend, Config, CostSource, DescriptorMatch, DoorTls, KeyPart,
-    LimitConfig, ListenConfig, Match, OnSaturated, Prefixes, RequestCaps, StoreConfig, ValueMatch,
-    DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
+    redact_url, AfterResponse, Backend, Config, CostSource, DescriptorMatch, DoorTls,
+    InFlightConfig, KeyPart, LimitConfig, ListenConfig, Match, OnSaturated, Prefixes, RequestCaps,
+    StoreConfig, ValueMatch, DEFAULT_IN_FLIGHT_LEASE, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.
@@ -254,7 +259,9 @@ impl Checker<'_> {
         let limits = file.limits.map(Spanned::into_inner).unwrap_or_default();
         let mut names: HashMap<String, Range<usize>> = HashMap::new();
         let mut checked = Vec::with_capacity(limits.len());
+        let mut in_flight = Vec::new();
         for (index, limit) in limits.into_iter().enumerate() {
+            let span = limit.span();
             let limit = limit.into_inner();
             let name_span = limit.name.span();
             let name = limit.name.get_ref().clone();
@@ -267,7 +274,10 @@ impl Checker<'_> {
                 );
             }
             names.insert(name, name_span);
-            checked.push(self.limit(index, limit)?);
+            match self.limit_or_cap(index, span, limit)? {
+                limit::Checked::Rate(limit) => checked.push(*limit),
+                limit::Checked::InFlight(cap) => in_flight.push(cap),
+            }
         }
         // Last: they read files, and a file's error is best told about a
         // configuration otherwise right.
@@ -291,6 +301,7 @@ impl Checker<'_> {
             listen,
             requests,
             limits: checked,
+            in_flight,
             access,
             runtime,
             envoy,

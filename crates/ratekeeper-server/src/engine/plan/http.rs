@@ -98,7 +98,15 @@ impl Engine {
             matched = true;
             watch(limit);
         }
-        if !matched {
+        // A request only a cap on requests in flight applies to is
+        // limited too.
+        let capped = || {
+            limits
+                .in_flight_for_http(Some(method), Some(path))
+                .next()
+                .is_some()
+        };
+        if !matched && !capped() {
             self.record_unmatched(door, limits, "", || describe(Some(method), Some(path)));
         }
     }
