@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use axum::routing::get;
 use common::{TestService, LISTEN_ANY};
-use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::{Engine, Slots};
-use ratekeeper_server::{proxy, Config};
+use ratekeeper_server::Config;
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, Semaphore};
 
@@ -228,22 +227,7 @@ async fn upstream(ends: Arc<Semaphore>) -> std::net::SocketAddr {
 async fn proxy(
     upstream: std::net::SocketAddr,
 ) -> (std::net::SocketAddr, Engine, oneshot::Sender<()>) {
-    let config = Config::from_toml_str(CAPS, "proxy-test.toml").expect("a valid config");
-    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let upstream = format!("http://{upstream}").parse().unwrap();
-    let serving = engine.clone();
-    tokio::spawn(async move {
-        let options = proxy::ProxyOptions::default();
-        proxy::serve_proxy_with(serving, listener, upstream, &options, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
-    (addr, engine, stop)
+    common::start_proxy(CAPS, upstream).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,14 +5,9 @@
 
 use crate::common;
 
-use std::sync::Arc;
-
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use ratekeeper::{clock::ManualClock, Timestamp};
 use ratekeeper_server::engine::Engine;
-use ratekeeper_server::proxy;
-use ratekeeper_server::Config;
 use tokio::sync::oneshot;
 
 const LIMITS: &str = r#"
@@ -56,22 +51,7 @@ async fn upstream() -> std::net::SocketAddr {
 async fn proxy(
     upstream: std::net::SocketAddr,
 ) -> (std::net::SocketAddr, Engine, oneshot::Sender<()>) {
-    let config = Config::from_toml_str(LIMITS, "proxy-test.toml").expect("a valid config");
-    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let upstream = format!("http://{upstream}").parse().unwrap();
-    let serving = engine.clone();
-    tokio::spawn(async move {
-        let options = proxy::ProxyOptions::default();
-        proxy::serve_proxy_with(serving, listener, upstream, &options, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
-    (addr, engine, stop)
+    common::start_proxy(LIMITS, upstream).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -316,6 +316,41 @@ pub async fn serve_app(app: axum::Router) -> std::net::SocketAddr {
     addr
 }
 
+/// The reverse proxy on `toml`'s limits, before `upstream`, on a free
+/// loopback port, its engine's store on a manual clock: its address, its
+/// engine, and the sender that stops it (dropped: it stops too).
+pub async fn start_proxy(
+    toml: &str,
+    upstream: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    ratekeeper_server::engine::Engine,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let config = Config::from_toml_str(toml, "proxy-test.toml").expect("a valid config");
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+    let engine = ratekeeper_server::engine::Engine::builder(&config)
+        .clock(clock)
+        .start()
+        .await
+        .expect("the engine starts");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let upstream = format!("http://{upstream}").parse().expect("a URI");
+    let serving = engine.clone();
+    tokio::spawn(async move {
+        let options = ratekeeper_server::proxy::ProxyOptions::default();
+        ratekeeper_server::proxy::serve_proxy_with(serving, listener, upstream, &options, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    (addr, engine, stop)
+}
+
 /// A client of Envoy's rate limit service at `addr` (plain gRPC), with
 /// generous timeouts for a loaded machine.
 pub async fn rls_client(
