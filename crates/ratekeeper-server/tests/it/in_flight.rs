@@ -285,3 +285,35 @@ async fn the_proxy_holds_a_slot_until_the_response_has_been_sent() {
         "a's rate: 3 a minute"
     );
 }
+
+#[tokio::test]
+async fn two_services_on_one_sqlite_file_share_the_caps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counts.db");
+    let toml = format!("[store]\nkind = \"sqlite\"\npath = {path:?}\n{LISTEN_ANY}{CAPS}");
+    let first = TestService::start(&toml).await;
+    let second = TestService::start(&toml).await;
+    let by_name = json!({"limits": ["exports"], "key": {"header:x-team": "a"}});
+    let (_, _, answer) = first.post("/v1/acquire", by_name.clone()).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+    let slot = answer["slot"].as_str().unwrap().to_owned();
+    let (_, _, answer) = second.post("/v1/acquire", by_name.clone()).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+    assert_eq!(answer["limits"][0]["remaining"], 0);
+    // The team's two slots are taken, whichever service is asked.
+    let (_, _, answer) = first.post("/v1/acquire", by_name.clone()).await;
+    assert_eq!(answer["allowed"], false, "{answer}");
+    // A slot taken through one service is given back through the other.
+    let (status, _, answer) = second.post("/v1/release", json!({"slot": slot})).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, _, answer) = first.post("/v1/acquire", by_name).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+    let metrics = common::metrics(&first).await;
+    assert!(
+        metrics
+            .contains(r#"ratekeeper_in_flight_slots_total{limit="exports",outcome="refused"} 1"#),
+        "{metrics}"
+    );
+    first.stop().await;
+    second.stop().await;
+}
