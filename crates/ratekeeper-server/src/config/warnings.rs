@@ -190,6 +190,12 @@ impl Config {
         none.into_iter()
             .chain(doors)
             .chain(self.limits.iter().flat_map(warnings_for))
+            .chain(
+                self.in_flight
+                    .iter()
+                    .flat_map(|cap| cap.rule().warnings())
+                    .map(ConfigWarning::Rule),
+            )
             .chain(limitador)
             .collect()
     }

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use axum::routing::get;
 use common::{TestService, LISTEN_ANY};
+use ratekeeper_server::config::ConfigWarning;
 use ratekeeper_server::engine::{Engine, Slots};
 use ratekeeper_server::Config;
+use ratekeeper_tower::LayerWarning;
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, Semaphore};
 
@@ -204,6 +206,23 @@ fn a_cap_is_checked_as_a_cap() {
     assert!(config_error(&descriptors).contains("limits[0].match"));
     let rate = "[[limits]]\nname = \"r\"\nrate = \"1/s\"\nkey = [\"global\"]\nmax_in_flight = 2\n";
     assert!(config_error(rate).contains("limits[0].max_in_flight: max_in_flight is for policy"));
+    // A cap keyed by a header any client sets is warned about as a limit
+    // is: each new value is a cap of its own.
+    let spoofed = "[[limits]]\nname = \"c\"\npolicy = \"concurrency\"\nmax_in_flight = 2\nkey = [\"header:x-real-ip\"]\n";
+    let warnings = Config::from_toml_str(spoofed, "ratekeeper.toml")
+        .unwrap()
+        .warnings();
+    assert!(
+        warnings.iter().any(|warning| matches!(
+            warning,
+            ConfigWarning::Rule(LayerWarning::SpoofableHeader { limit, .. }) if limit == "c"
+        )),
+        "{warnings:?}"
+    );
+    assert!(Config::from_toml_str(CAPS, "ratekeeper.toml")
+        .unwrap()
+        .warnings()
+        .is_empty());
     let names = format!(
         "{cap}max_in_flight = 2\n[[limits]]\nname = \"c\"\nrate = \"1/s\"\nkey = [\"global\"]\n"
     );

@@ -4,8 +4,10 @@
 use http::Method;
 use ratekeeper::store::in_flight::InFlight;
 
+use crate::limit::key::WithoutPeer;
 use crate::limit::scope::Scope;
-use crate::Key;
+use crate::limit::warnings::key_warnings;
+use crate::{Key, LayerWarning};
 
 /// A cap on requests in flight, the [`Key`] whose requests it counts, and
 /// the requests it applies to (all of them unless it names methods or a
@@ -70,5 +72,13 @@ impl CapRule {
     /// Whether the cap applies to a request with `method` and `path`.
     pub fn applies_to(&self, method: &Method, path: &str) -> bool {
         self.scope.applies_to(method, path)
+    }
+
+    /// What looks wrong in this cap's key, as [`Rule::warnings`](crate::Rule::warnings)
+    /// says of a limit's: a proxy network that covers every address, a
+    /// key read from a header any client can set (a client that sends a
+    /// new value each time has a cap of its own per request).
+    pub fn warnings(&self) -> Vec<LayerWarning> {
+        key_warnings(self.cap.name(), &self.key, WithoutPeer::Unknown)
     }
 }

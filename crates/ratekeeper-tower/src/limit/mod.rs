@@ -10,7 +10,7 @@ pub(crate) mod response;
 mod rule;
 pub(crate) mod scope;
 mod service;
-mod warnings;
+pub(crate) mod warnings;
 
 pub use body::RefusalBody;
 pub use builder::{LayerError, RateLimitLayerBuilder};

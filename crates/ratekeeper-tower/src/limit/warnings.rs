@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use super::key::{WithoutPeer, DEFAULT_IPV6_PREFIX};
+use super::key::{Key, WithoutPeer, DEFAULT_IPV6_PREFIX};
 use super::rule::Rule;
 
 /// A configuration that works but is probably not what was meant; logged
@@ -108,20 +108,25 @@ pub(crate) fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<Laye
 }
 
 pub(crate) fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<LayerWarning> {
-    let limit = rule.limit().name().to_owned();
+    key_warnings(rule.limit().name(), rule.key(), without_peer)
+}
+
+/// What looks wrong in the key of the limit (or cap) called `name`.
+pub(crate) fn key_warnings(name: &str, key: &Key, without_peer: WithoutPeer) -> Vec<LayerWarning> {
+    let limit = name.to_owned();
     let mut warnings = Vec::new();
-    if let Some(header) = rule.key().header_trusting_everyone() {
+    if let Some(header) = key.header_trusting_everyone() {
         warnings.push(LayerWarning::TrustsEveryProxy {
             limit: limit.clone(),
             header,
         });
     }
-    if without_peer == WithoutPeer::TrustHeaders && rule.key().reads_forwarding_headers() {
+    if without_peer == WithoutPeer::TrustHeaders && key.reads_forwarding_headers() {
         warnings.push(LayerWarning::TrustsHeadersWithoutPeer {
             limit: limit.clone(),
         });
     }
-    if let Some(header) = rule.key().spoofable_header() {
+    if let Some(header) = key.spoofable_header() {
         if SPOOFABLE.contains(&header.as_str()) {
             warnings.push(LayerWarning::SpoofableHeader {
                 limit,
