@@ -156,12 +156,7 @@ impl Engine {
     /// Gives back `slots` taken for a request that will not run; a slot
     /// that cannot be given back is freed by its lease.
     async fn release_all(&self, slots: &[Slot]) {
-        let limits = self.limits();
-        for slot in slots {
-            if let Some(cap) = limits.in_flight(slot.limit()) {
-                let _ = self.free_slot(cap.cap(), slot.key(), slot.id()).await;
-            }
-        }
+        let _ = self.release(slots).await;
     }
 
     /// Gives `slots` back, each once. Every slot is given back that can

@@ -293,13 +293,7 @@ pub(super) fn plan_http(
     request: &DecisionRequest,
 ) -> Result<Vec<LimitCheck>, ApiError> {
     within_caps(&engine.request_caps(), request)?;
-    let method = match &request.method {
-        Some(method) => Some(
-            Method::from_bytes(method.to_ascii_uppercase().as_bytes())
-                .map_err(|_| ApiError::Body(format!("invalid method {method:?}")))?,
-        ),
-        None => None,
-    };
+    let method = method(request)?;
     let asked = HttpRequest {
         door: DecisionDoor::HttpApi,
         method: method.as_ref(),
@@ -310,6 +304,18 @@ pub(super) fn plan_http(
     };
     let source = ApiSource::new(&request.key, method.as_ref(), request.path.as_deref());
     Ok(engine.plan_http(limits, &asked, |_| source)?)
+}
+
+/// The body's `method`, if it gives one.
+pub(super) fn method(request: &DecisionRequest) -> Result<Option<Method>, ApiError> {
+    request
+        .method
+        .as_ref()
+        .map(|method| {
+            Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+                .map_err(|_| ApiError::Body(format!("invalid method {method:?}")))
+        })
+        .transpose()
 }
 
 /// A request of Envoy-style descriptors, as the engine plans it: each
@@ -340,7 +346,7 @@ fn descriptor_request<'a>(
 }
 
 /// Refuses a request over a cap of `[requests]`, before any work on it.
-fn within_caps(caps: &RequestCaps, request: &DecisionRequest) -> Result<(), CapError> {
+pub(super) fn within_caps(caps: &RequestCaps, request: &DecisionRequest) -> Result<(), CapError> {
     if let Some(names) = &request.limits {
         caps.limit_names(names.len())?;
     }

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
-use http::Method;
 use ratekeeper::store::in_flight::{Slot, RETRY_AFTER_FULL};
 use ratekeeper_tower::headers::insert_retry_after;
 
-use super::api::{plan_http, read, respond, ApiSource, Body, Read, TOKEN_SEPARATOR};
+use super::api::{
+    method, plan_http, read, respond, within_caps, ApiSource, Body, Read, TOKEN_SEPARATOR,
+};
 use super::error::ApiError;
 use super::json::{
     DecisionRequest, DecisionResponse, LimitStatus, ReleaseRequest, ReleaseResponse,
@@ -35,6 +36,8 @@ pub(super) async fn acquire(
             "caps on requests in flight apply to HTTP requests: give \"limits\" or \"method\" and \"path\", not \"descriptors\"".to_owned(),
         ));
     }
+    // Before any work on it, as every door: a body over `[requests]`.
+    within_caps(&engine.request_caps(), &request)?;
     let limits = engine.limits();
     let named = request
         .limits
@@ -118,13 +121,7 @@ fn slot_checks(
     limits: &LimitSet,
     request: &mut DecisionRequest,
 ) -> Result<Vec<SlotCheck>, ApiError> {
-    let method = match &request.method {
-        Some(method) => Some(
-            Method::from_bytes(method.to_ascii_uppercase().as_bytes())
-                .map_err(|_| ApiError::Body(format!("invalid method {method:?}")))?,
-        ),
-        None => None,
-    };
+    let method = method(request)?;
     let caps: Vec<_> = match &mut request.limits {
         Some(names) => take_caps_named(limits, names),
         None => limits

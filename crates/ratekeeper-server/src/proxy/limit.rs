@@ -211,17 +211,7 @@ where
                 None => Box::pin(inner.call(request)),
             };
         }
-        let mut service = BoxCloneService::new(inner);
-        for layer in &current.charged {
-            let charged = layer
-                .layer(service)
-                .map_response(|response| response.map(Body::new));
-            service = BoxCloneService::new(charged);
-        }
-        match &current.layer {
-            Some(layer) => Box::pin(Service::call(&mut layer.layer(service), request)),
-            None => Box::pin(service.call(request)),
-        }
+        Box::pin(Limited::rate_limited(inner, &current).call(request))
     }
 }
 
@@ -233,8 +223,9 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    /// `inner` behind `current`'s rate limits, as one service: for the
-    /// caps on requests in flight to hold.
+    /// `inner` behind `current`'s rate limits, as one service: those
+    /// charged after the response innermost, then the others (for the caps
+    /// on requests in flight to hold, or alone).
     fn rate_limited(
         inner: S,
         current: &Current,

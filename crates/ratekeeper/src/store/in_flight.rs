@@ -211,12 +211,6 @@ pub struct Acquired {
     pub slot: Option<Slot>,
 }
 
-/// The name a store keeps `limit`'s slots under, apart from a rate limit
-/// of the same name: a brace cannot start a limit's name.
-pub fn slot_namespace(limit: &InFlight) -> String {
-    format!("{{in-flight}}{}", limit.name())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
