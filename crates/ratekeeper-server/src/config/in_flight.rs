@@ -18,7 +18,11 @@ pub const DEFAULT_IN_FLIGHT_LEASE: std::time::Duration = std::time::Duration::fr
 ///
 /// A cap takes a slot when a request starts and gives it back when it
 /// ends: in the proxy when the response body has been sent (or dropped),
-/// on the JSON API with `/v1/acquire` and `/v1/release`.
+/// on the JSON API with `/v1/acquire` and `/v1/release`, and on the gRPC
+/// door by the slot token Envoy sends back when the stream is done (the
+/// `x-ratekeeper-slot` request header the answer adds). A cap applies to HTTP
+/// requests (by methods and path) or to Envoy descriptors (by domain and
+/// descriptors), as a rate limit's `match` says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InFlightConfig {
@@ -26,12 +30,19 @@ pub struct InFlightConfig {
     pub cap: InFlight,
     /// The parts of the key, in order; never empty.
     pub key: Vec<KeyPart>,
-    /// Which requests the cap applies to: methods and a path prefix (an
-    /// Envoy domain or descriptors are refused by the loader).
+    /// Which requests the cap applies to: HTTP requests by methods and a
+    /// path prefix, or Envoy descriptors by domain and descriptors (the
+    /// loader refuses a `match` no request meets).
     pub matcher: Match,
 }
 
 impl InFlightConfig {
+    /// Whether the cap applies to HTTP requests (the proxy, `/v1/acquire`
+    /// by method and path), rather than to Envoy descriptors.
+    pub fn applies_to_http(&self) -> bool {
+        self.matcher.reach() == super::Reach::Http
+    }
+
     /// The cap as the tower layer's [`CapRule`]: its key read from an HTTP
     /// request, and the methods and path it applies to.
     pub fn rule(&self) -> CapRule {

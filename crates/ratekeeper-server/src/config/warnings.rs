@@ -193,6 +193,7 @@ impl Config {
             .chain(
                 self.in_flight
                     .iter()
+                    .filter(|cap| cap.applies_to_http())
                     .flat_map(|cap| cap.rule().warnings())
                     .map(ConfigWarning::Rule),
             )

@@ -11,8 +11,10 @@ use ratekeeper::{Decision, Outcome, Store};
 use ratekeeper_tower::in_flight::CapRule;
 
 use super::key::{compose_key, KeySource};
+use super::matching::{key_parts_of, DescriptorSource, Entry};
 use super::metrics::Slots;
 use super::{Engine, PlanError};
+use super::{MissingPart, OrUnknown};
 use crate::config::{InFlightConfig, KeyPart};
 
 /// One configured cap on requests in flight, ready to match requests and
@@ -54,6 +56,27 @@ impl ActiveInFlight {
     /// it lacks.
     pub fn key(&self, source: &dyn KeySource) -> Result<Vec<u8>, &KeyPart> {
         compose_key(&self.config.key, source)
+    }
+
+    /// The key of a descriptor this cap matched: its configured parts,
+    /// then each value its `match` takes by a wildcard, as a limit's
+    /// ([`key_parts`](super::matching::key_parts)); a part the descriptor
+    /// lacks is the shared `unknown`, or refused, as `missing` says.
+    pub(crate) fn descriptor_key<E: Entry>(
+        &self,
+        entries: &[E],
+        missing: MissingPart,
+    ) -> Result<Vec<u8>, PlanError> {
+        let parts = key_parts_of(&self.config.matcher, &self.config.key);
+        let source = DescriptorSource(entries);
+        let key = match missing {
+            MissingPart::Unknown => compose_key(&parts, &OrUnknown(source)),
+            MissingPart::Refused => compose_key(&parts, &source),
+        };
+        key.map_err(|part| PlanError::MissingPart {
+            limit: self.name().to_owned(),
+            part: part.to_string(),
+        })
     }
 
     /// The cap as the tower layer's rule, for the proxy.
@@ -125,6 +148,23 @@ impl Engine {
     /// when one cap refuses, the slots already taken are given back and
     /// the caps after it are not tried.
     pub async fn acquire(&self, checks: Vec<SlotCheck>) -> Result<Acquired, StoreError> {
+        self.take_slots(checks, true).await
+    }
+
+    /// Takes one slot of each of `checks`' caps for its key, each on its
+    /// own: a cap that refuses takes nothing, and the others are still
+    /// taken (for a door in shadow mode, where nothing refuses).
+    pub async fn acquire_each(&self, checks: Vec<SlotCheck>) -> Result<Acquired, StoreError> {
+        self.take_slots(checks, false).await
+    }
+
+    /// [`Engine::acquire`] (`all_or_none`) or [`Engine::acquire_each`]; a
+    /// store that fails gives back the slots taken and is the error.
+    async fn take_slots(
+        &self,
+        checks: Vec<SlotCheck>,
+        all_or_none: bool,
+    ) -> Result<Acquired, StoreError> {
         let mut acquired = Acquired {
             results: Vec::with_capacity(checks.len()),
             slots: Vec::with_capacity(checks.len()),
@@ -145,7 +185,7 @@ impl Engine {
                 acquired.slots.push(Slot::new(cap, key, id));
             }
             acquired.results.push(result);
-            if refused {
+            if refused && all_or_none {
                 self.release_all(&std::mem::take(&mut acquired.slots)).await;
                 break;
             }

@@ -247,6 +247,12 @@ impl LimitSet {
             .iter()
             .map(|config| Arc::new(ActiveInFlight::new(config.clone())))
             .collect();
+        // A domain only caps name is known too: its requests are limited.
+        self.native_domains.extend(
+            caps.iter()
+                .filter_map(|cap| cap.matcher.domain.as_deref())
+                .map(Box::from),
+        );
         self
     }
 
@@ -270,6 +276,26 @@ impl LimitSet {
         self.in_flight.iter().filter(move |cap| {
             super::matching::http_mismatch(&cap.config().matcher, method, path).is_none()
         })
+    }
+
+    /// The caps that apply to the descriptor `entries` of a request in
+    /// `domain`, in order. Caps are few, and looked through one by one.
+    pub fn in_flight_for_descriptor<'a, E: super::matching::Entry>(
+        &'a self,
+        domain: &'a str,
+        entries: &'a [E],
+    ) -> impl Iterator<Item = &'a Arc<ActiveInFlight>> + 'a {
+        self.in_flight
+            .iter()
+            .filter(move |cap| super::matching::matches(&cap.config().matcher, domain, entries))
+    }
+
+    /// The caps that apply to HTTP requests, in order: those the proxy
+    /// takes slots of.
+    pub fn in_flight_for_any_http(&self) -> impl Iterator<Item = &Arc<ActiveInFlight>> {
+        self.in_flight
+            .iter()
+            .filter(|cap| cap.config().applies_to_http())
     }
 
     /// Whether a `[[limits]]` table names `domain` in its `match`.

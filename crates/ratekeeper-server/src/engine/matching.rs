@@ -208,13 +208,19 @@ pub fn knows_domain(limits: &LimitSet, domain: &str) -> bool {
 /// values only, so an entry keyed by position has the key it had when it
 /// was keyed by name.
 pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
-    let descriptors = &limit.matcher.descriptors;
+    key_parts_of(&limit.matcher, &limit.key)
+}
+
+/// [`key_parts`] of a `matcher` and configured `key`: a limit's, or a cap
+/// on requests in flight's.
+pub fn key_parts_of<'a>(matcher: &Match, parts: &'a [KeyPart]) -> Cow<'a, [KeyPart]> {
+    let descriptors = &matcher.descriptors;
     let covered = |index: usize, key: &str| {
         // Parts by name read the first entry with their key: they hold no
         // later one.
         let first = descriptors.iter().position(|want| want.key == key) == Some(index);
         first
-            && limit.key.iter().any(|part| match part {
+            && parts.iter().any(|part| match part {
                 KeyPart::Descriptor(have) => have == key,
                 KeyPart::Peer(_) | KeyPart::ClientIp(..) => key == REMOTE_ADDRESS,
                 _ => false,
@@ -229,9 +235,9 @@ pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
         .map(|(index, _)| KeyPart::Entry(index))
         .peekable();
     if extra.peek().is_none() {
-        return Cow::Borrowed(&limit.key);
+        return Cow::Borrowed(parts);
     }
-    let mut parts = limit.key.clone();
+    let mut parts = parts.to_vec();
     parts.extend(extra);
     Cow::Owned(parts)
 }

@@ -97,9 +97,9 @@ pub use metrics::{
 pub(crate) use plan::work;
 pub(crate) use plan::HttpRequest;
 pub use plan::{
-    ban_unit, shown_rate, Descriptor, DescriptorAnswer, DescriptorPlan, DescriptorRequest,
-    DescriptorVerdict, DoorRules, MissingPart, PlanError, Planned, RateOverride, RateUnit, Shown,
-    Uncounted,
+    ban_unit, shown_rate, slot_tokens, Descriptor, DescriptorAnswer, DescriptorPlan,
+    DescriptorRequest, DescriptorSlot, DescriptorVerdict, DoorRules, MissingPart, PlanError,
+    Planned, RateOverride, RateUnit, Shown, Uncounted, SLOT_ENTRY, SLOT_HEADER, SLOT_SEPARATOR,
 };
 pub use reloads::{ReloadRefusal, ReloadSnapshot, ReloadStats, MAX_REFUSAL_BYTES};
 pub use renumbered::{changed_limits, ChangedLimit, KeysAfterChange};

@@ -14,8 +14,8 @@ use super::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use super::proto::{HeaderValue, RateLimitResponse};
 use crate::config::EnvoyDoorConfig;
 use crate::engine::{
-    DescriptorAnswer, DescriptorVerdict, LimitResult, Planned, RateUnit, Shown, SATURATED_HEADER,
-    STORE_HEADER,
+    slot_tokens, DescriptorAnswer, DescriptorVerdict, LimitResult, Planned, RateUnit, Shown,
+    SATURATED_HEADER, SLOT_HEADER, STORE_HEADER,
 };
 
 /// The engine's verdict as Envoy's response: each descriptor's status,
@@ -49,10 +49,17 @@ pub(super) fn answer(
             out.push(header("retry-after", secs.to_string()));
         }
     }
+    // The slots the request holds: Envoy adds their tokens to the
+    // request, and its stream-done call sends them back.
+    let request_headers_to_add = match verdict.slots.is_empty() {
+        true => Vec::new(),
+        false => vec![header(SLOT_HEADER, slot_tokens(&verdict.slots))],
+    };
     RateLimitResponse {
         overall_code: code(verdict.over) as i32,
         statuses,
         response_headers_to_add: out,
+        request_headers_to_add,
         ..RateLimitResponse::default()
     }
 }

@@ -145,6 +145,7 @@ impl EnvoyService {
                 shadow_mode: door.shadow_mode,
             },
             missing: MissingPart::Unknown,
+            in_flight: true,
         };
         let verdict = self.engine.decide_descriptors(&asked).await?;
         let answered_by = verdict.answered_by();

@@ -342,6 +342,8 @@ fn descriptor_request<'a>(
         door: DecisionDoor::HttpApi,
         rules: DoorRules::default(),
         missing: MissingPart::Refused,
+        // `/v1/acquire` takes slots; the other endpoints leave caps alone.
+        in_flight: false,
     })
 }
 

@@ -140,7 +140,7 @@ impl Current {
             limits: Arc::clone(&limits),
         })
         .response_format(ResponseFormat::Text);
-        for cap in limits.in_flight_caps() {
+        for cap in limits.in_flight_for_any_http() {
             caps = caps.rule(cap.rule().clone());
         }
         // The configuration's names are unique, so the only error is

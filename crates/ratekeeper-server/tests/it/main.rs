@@ -17,6 +17,7 @@ mod deployment;
 mod envoy;
 mod envoy_files;
 mod envoy_import;
+mod envoy_in_flight;
 mod envoy_stream_done;
 mod explain;
 mod grafana;

@@ -2,6 +2,7 @@
 //! which requests it matches.
 
 use super::*;
+use crate::config::Reach;
 
 /// One checked `[[limits]]` entry.
 pub(super) enum Checked {
@@ -201,31 +202,49 @@ impl Checker<'_> {
             Err(error) => return self.fail(limit.name.span(), field("name"), error.to_string()),
         };
         let key = self.key(index, &limit)?;
-        if let Some(part) = key
-            .iter()
-            .find(|part| matches!(part, KeyPart::Descriptor(_)))
-        {
-            return self.fail(
-                limit.key.span(),
-                field("key"),
-                format!("{part:?} is read from Envoy descriptors, and a cap on requests in flight applies to HTTP requests (the proxy, /v1/acquire)"),
-            );
-        }
-        let matcher = match limit.matcher {
-            None => Match::default(),
+        let key_span = limit.key.span();
+        let (matcher, span) = match limit.matcher {
+            None => (Match::default(), limit.name.span()),
             Some(matcher) => {
                 let span = matcher.span();
-                let matcher = self.matcher(index, matcher.into_inner())?;
-                if matcher.domain.is_some() || !matcher.descriptors.is_empty() {
-                    return self.fail(
-                        span,
-                        field("match"),
-                        "a cap on requests in flight applies to HTTP requests (the proxy, /v1/acquire): match by methods and path_prefix, not an Envoy domain or descriptors",
-                    );
-                }
-                matcher
+                (self.matcher(index, matcher.into_inner())?, span)
             }
         };
+        // A cap whose key part its requests never have would hold every
+        // request under one key: refused, where a rate limit is warned of.
+        match matcher.reach() {
+            Reach::Http => {
+                if let Some(part) = key
+                    .iter()
+                    .find(|part| matches!(part, KeyPart::Descriptor(_)))
+                {
+                    return self.fail(
+                        key_span,
+                        field("key"),
+                        format!("{part} is read from Envoy descriptors, and this cap applies to HTTP requests (the proxy, /v1/acquire): match a domain and descriptors, or key it by what an HTTP request has"),
+                    );
+                }
+            }
+            Reach::Descriptors => {
+                if let Some(part) = key
+                    .iter()
+                    .find(|part| matches!(part, KeyPart::Route | KeyPart::Header(_)))
+                {
+                    return self.fail(
+                        key_span,
+                        field("key"),
+                        format!("{part} is read from HTTP requests, and this cap applies to Envoy descriptors: key it by descriptor:KEY, peer or client_ip (from remote_address) or global"),
+                    );
+                }
+            }
+            Reach::Nowhere(why) => {
+                return self.fail(
+                    span,
+                    field("match"),
+                    format!("no request can meet this cap: {why}"),
+                );
+            }
+        }
         Ok(InFlightConfig { cap, key, matcher })
     }
 

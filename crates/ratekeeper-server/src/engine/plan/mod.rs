@@ -15,15 +15,20 @@
 //!   unlimited, zero, shadow and quota modes: [`files`]);
 //! - the native `[[limits]]` that match it ([`crate::engine::matching`]),
 //!   keyed by its entries;
-//! - Limitador's limits of the domain ([`limitador`]).
+//! - Limitador's limits of the domain ([`limitador`]);
+//! - for a door that takes slots, the caps on requests in flight it
+//!   matches, and the slots it gives back by their tokens ([`in_flight`]).
 //!
-//! Refunds (`is_negative_hits`) are given back first; the rest is decided
-//! all or nothing, or descriptor by descriptor as `[envoy] counting`
-//! says; a descriptor refused outright (a limit of zero) makes the others
-//! only report.
+//! Slots named for release and refunds (`is_negative_hits`) are given
+//! back first; then the caps take their slots, all or none; the rest is
+//! decided all or nothing, or descriptor by descriptor as `[envoy]
+//! counting` says; a descriptor refused outright (a limit of zero, or a
+//! full cap) makes the others only report, and a refused request gives
+//! its slots back.
 
 mod files;
 mod http;
+mod in_flight;
 mod key_text;
 mod limitador;
 mod overrides;
@@ -33,10 +38,12 @@ mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratekeeper::store::in_flight::Slot;
 use ratekeeper::store::{AnsweredBy, StoreError};
 use ratekeeper::{Decision, RetryAfter};
 
 pub(crate) use http::HttpRequest;
+pub use in_flight::{slot_tokens, DescriptorSlot, SLOT_ENTRY, SLOT_HEADER, SLOT_SEPARATOR};
 pub(crate) use overrides::OverrideLimits;
 pub use shown::{ban_unit, shown_rate, RateUnit, Shown};
 #[cfg(test)]
@@ -47,7 +54,7 @@ use super::explain::describe_descriptors;
 use super::matching::{self, DescriptorSource};
 use super::{
     compose_key, ActiveLimit, DecisionDoor, Engine, KeySource, LimitCheck, LimitResult, LimitSet,
-    OrUnknown, Verdict,
+    OrUnknown, SlotCheck, Verdict,
 };
 use crate::config::{CapError, Counting, KeyPart};
 use ratekeeper_formats::envoy::Entry;
@@ -129,6 +136,11 @@ pub struct DescriptorRequest<'a, D> {
     pub rules: DoorRules,
     /// What a key part the descriptor cannot give becomes.
     pub missing: MissingPart,
+    /// Whether the door takes slots of the caps on requests in flight a
+    /// descriptor matches, and gives back those its [`SLOT_ENTRY`]
+    /// entries name (the gRPC door, the JSON API's `/v1/acquire`);
+    /// otherwise caps are not looked at.
+    pub in_flight: bool,
 }
 
 /// Why a request of descriptors could not be planned or decided.
@@ -228,6 +240,10 @@ pub struct DescriptorPlan {
     uncounted: Vec<Option<Uncounted>>,
     /// Whether a limit of zero refuses the request whatever the store says.
     blocked: bool,
+    /// The slots of caps on requests in flight to take.
+    slots: Vec<in_flight::PlannedSlot>,
+    /// The slots to give back, named by the request.
+    releases: Vec<Slot>,
 }
 
 impl DescriptorPlan {
@@ -250,6 +266,8 @@ impl DescriptorPlan {
         self.takes.is_empty()
             && self.refunds.is_empty()
             && self.uncounted.iter().all(Option::is_none)
+            && self.slots.is_empty()
+            && self.releases.is_empty()
     }
 
     /// The checks that take units, in order.
@@ -279,6 +297,11 @@ pub struct DescriptorVerdict {
     pub statuses: Vec<DescriptorAnswer>,
     /// Whether the request is over its limit (never in shadow mode).
     pub over: bool,
+    /// What each cap on requests in flight answered, by descriptor.
+    pub caps: Vec<DescriptorSlot>,
+    /// The slots the request holds, to give back when it ends (none when
+    /// it is over its limit): their tokens are what the door answers.
+    pub slots: Vec<Slot>,
 }
 
 impl DescriptorVerdict {
@@ -294,9 +317,23 @@ impl DescriptorVerdict {
             .map(|((result, plan), decision)| (result, plan, decision))
     }
 
-    /// When to try again: the longest wait among the limits that refused.
+    /// When to try again: the longest wait among the limits and caps that
+    /// refused.
     pub fn retry_after(&self) -> RetryAfter {
-        self.taken.retry_after()
+        let caps = self
+            .caps
+            .iter()
+            .filter(|cap| cap.result.refused())
+            .map(|cap| cap.result.decision().retry_after());
+        caps.fold(self.taken.retry_after(), |longest, wait| {
+            match (longest, wait) {
+                (RetryAfter::After(current), RetryAfter::After(wait)) if wait > current => {
+                    RetryAfter::After(wait)
+                }
+                (RetryAfter::After(_), RetryAfter::Never) => RetryAfter::Never,
+                _ => longest,
+            }
+        })
     }
 
     /// Who answered: the store, or the failure policy while it failed.
@@ -372,6 +409,28 @@ impl Engine {
         for (index, descriptor) in descriptors.iter().enumerate() {
             let hits = descriptor.hits().unwrap_or(request.hits);
             let refund = descriptor.is_refund();
+            let entries = descriptor.entries();
+            if request.in_flight {
+                // Slots named for release: matched by no limit.
+                if let Some(named) = entries.iter().find(|entry| entry.key() == SLOT_ENTRY) {
+                    plan.releases.extend(in_flight::named_slots(named.value()));
+                    continue;
+                }
+                // A slot is a request in flight: a descriptor that only
+                // reports (no hits) or gives back takes none.
+                if hits > 0 && !refund {
+                    for cap in limits.in_flight_for_descriptor(domain, entries) {
+                        let key = cap.descriptor_key(entries, request.missing)?;
+                        plan.slots.push(in_flight::PlannedSlot {
+                            descriptor: index,
+                            check: SlotCheck {
+                                cap: Arc::clone(cap),
+                                key,
+                            },
+                        });
+                    }
+                }
+            }
             let planned = |shown, quota| Planned {
                 descriptor: index,
                 refund,
@@ -424,7 +483,6 @@ impl Engine {
                     }
                 }
             }
-            let entries = descriptor.entries();
             for limit in matching::applicable(limits, domain, entries) {
                 if refund && !limit.config().allow_refunds {
                     return Err(PlanError::RefundForbidden {
@@ -467,8 +525,13 @@ impl Engine {
             refund_plans,
             uncounted,
             blocked,
+            slots,
+            releases,
         } = plan;
         let rules = request.rules;
+        if !releases.is_empty() {
+            self.release_named(&releases).await?;
+        }
         if !refunds.is_empty() {
             self.refund(&refunds).await?;
         }
@@ -478,17 +541,26 @@ impl Engine {
             true => Counting::EachDescriptor,
             false => rules.counting,
         };
-        let taken = self
-            .take_or_report(
+        let (caps, slots) = self.take_planned_slots(slots, rules.shadow_mode).await?;
+        let capped = caps.iter().any(|cap| cap.result.refused());
+        // A full cap refuses the request as a limit of zero does: all or
+        // nothing, the rate limits only report.
+        let blocked = blocked || (capped && counting == Counting::AllOrNothing);
+        let decided = self
+            .decide_takes(
                 takes,
+                refunds,
                 blocked && !rules.shadow_mode,
                 counting,
-                rules.shadow_mode,
+                rules,
             )
-            .await?;
-        let refunded = match refunds.is_empty() {
-            true => Vec::new(),
-            false => self.peek(refunds).await?.results,
+            .await;
+        let (taken, refunded) = match decided {
+            Ok(decided) => decided,
+            Err(error) => {
+                let _ = self.release(&slots).await;
+                return Err(error.into());
+            }
         };
         let mut plans = take_plans;
         plans.extend(refund_plans);
@@ -505,15 +577,50 @@ impl Engine {
             decisions,
             statuses: Vec::new(),
             over: false,
+            caps,
+            slots: Vec::new(),
         };
-        let (statuses, over) = status::statuses(&verdict, uncounted, rules.shadow_mode);
+        let (mut statuses, mut over) = status::statuses(&verdict, uncounted, rules.shadow_mode);
+        for cap in &verdict.caps {
+            if let Some(status) = statuses.get_mut(cap.descriptor) {
+                in_flight::add_to_status(status, &cap.result);
+            }
+        }
+        over |= capped;
         verdict.statuses = statuses;
         verdict.over = over;
         if over && rules.shadow_mode {
             verdict.over = false;
             self.decision_metrics().record_global_shadow();
         }
+        // A refused request does not run: its slots go back now.
+        match verdict.over {
+            true => {
+                let _ = self.release(&slots).await;
+            }
+            false => verdict.slots = slots,
+        }
         Ok(verdict)
+    }
+
+    /// The takes decided as `counting` says (only read when `blocked`),
+    /// then the refunds read after their refund.
+    async fn decide_takes(
+        &self,
+        takes: Vec<LimitCheck>,
+        refunds: Vec<LimitCheck>,
+        blocked: bool,
+        counting: Counting,
+        rules: DoorRules,
+    ) -> Result<(Verdict, Vec<LimitResult>), StoreError> {
+        let taken = self
+            .take_or_report(takes, blocked, counting, rules.shadow_mode)
+            .await?;
+        let refunded = match refunds.is_empty() {
+            true => Vec::new(),
+            false => self.peek(refunds).await?.results,
+        };
+        Ok((taken, refunded))
     }
 
     /// Decides a request's takes: the hits of limits that count refused
