@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use ratekeeper::policy::Algorithm;
 use serde::Serialize;
 
-use crate::config::{KeyPart, LimitConfig, ValueMatch};
+use crate::config::{KeyPart, LimitConfig, Match, ValueMatch};
 
 /// One entry of `GET /v1/limits`.
 #[derive(Clone, Debug, Serialize)]
@@ -59,8 +59,27 @@ impl LimitDescription {
     /// The description of `config`.
     pub fn new(config: &LimitConfig) -> LimitDescription {
         let policy = config.limit.policy();
-        let descriptors = config
-            .matcher
+        LimitDescription {
+            name: config.limit.name().to_owned(),
+            policy: policy.kind().to_string(),
+            rate: config.rate_text(),
+            quota: if config.ban { 0 } else { policy.quota() },
+            window_ms: u64::try_from(policy.window().as_millis()).unwrap_or(u64::MAX),
+            key: config.key.iter().map(part_name).collect(),
+            shadow: config.shadow,
+            allow_overrides: config.allow_overrides,
+            allow_refunds: config.allow_refunds,
+            allow_reports: config.allow_reports,
+            count_refused: config.count_refused,
+            matcher: MatchDescription::new(&config.matcher),
+        }
+    }
+}
+
+impl MatchDescription {
+    /// The description of `matcher`: a limit's, or a cap's.
+    pub fn new(matcher: &Match) -> MatchDescription {
+        let descriptors = matcher
             .descriptors
             .iter()
             .map(|entry| {
@@ -78,29 +97,15 @@ impl LimitDescription {
                 map
             })
             .collect();
-        LimitDescription {
-            name: config.limit.name().to_owned(),
-            policy: policy.kind().to_string(),
-            rate: config.rate_text(),
-            quota: if config.ban { 0 } else { policy.quota() },
-            window_ms: u64::try_from(policy.window().as_millis()).unwrap_or(u64::MAX),
-            key: config.key.iter().map(part_name).collect(),
-            shadow: config.shadow,
-            allow_overrides: config.allow_overrides,
-            allow_refunds: config.allow_refunds,
-            allow_reports: config.allow_reports,
-            count_refused: config.count_refused,
-            matcher: MatchDescription {
-                domain: config.matcher.domain.clone(),
-                descriptors,
-                methods: config
-                    .matcher
-                    .methods
-                    .iter()
-                    .map(|m| m.as_str().to_owned())
-                    .collect(),
-                path_prefix: config.matcher.path_prefix.clone(),
-            },
+        MatchDescription {
+            domain: matcher.domain.clone(),
+            descriptors,
+            methods: matcher
+                .methods
+                .iter()
+                .map(|m| m.as_str().to_owned())
+                .collect(),
+            path_prefix: matcher.path_prefix.clone(),
         }
     }
 }

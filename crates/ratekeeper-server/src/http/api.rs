@@ -21,11 +21,11 @@ use super::json::{
 };
 use crate::config::{CapError, KeyPart, RequestCaps};
 use crate::engine::headers::verdict_headers;
-use crate::engine::LimitDescription;
 use crate::engine::{
     DecisionDoor, Descriptor, DescriptorRequest, DescriptorVerdict, DoorRules, Engine, HttpRequest,
     KeySource, LimitCheck, LimitSet, MissingPart, NamedParts,
 };
+use crate::engine::{LimitDescription, MatchDescription};
 use ratekeeper_tower::headers::insert_retry_after;
 
 /// A descriptor of the JSON API, read in place by the engine's plan: it
@@ -197,8 +197,7 @@ pub(super) async fn limits(State(engine): State<Engine>) -> Json<serde_json::Val
                 "max_in_flight": cap.cap().max(),
                 "lease_ms": u64::try_from(cap.cap().lease().as_millis()).unwrap_or(u64::MAX),
                 "key": config.key.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                "methods": config.matcher.methods.iter().map(Method::as_str).collect::<Vec<_>>(),
-                "path_prefix": config.matcher.path_prefix,
+                "match": MatchDescription::new(&config.matcher),
             })
         })
         .collect();
@@ -210,12 +209,20 @@ pub(super) async fn limits(State(engine): State<Engine>) -> Json<serde_json::Val
 /// envoyproxy/ratelimit's or Limitador's files), which no limit's result
 /// shows.
 fn answer_descriptors(verdict: &DescriptorVerdict) -> Response {
+    let (headers, body) = descriptors_answer(verdict);
+    respond(&verdict.taken, headers, Some(body))
+}
+
+/// [`answer_descriptors`]' headers and body, for a door that adds to them.
+pub(super) fn descriptors_answer(
+    verdict: &DescriptorVerdict,
+) -> (http::HeaderMap, DecisionResponse) {
     let refused_outright = verdict.over && verdict.taken.is_allowed();
     let outright = refused_outright
         .then(|| verdict.statuses.iter().find(|status| status.over))
         .flatten();
     let mut headers = verdict_headers(&verdict.taken);
-    let mut body = None;
+    let mut body = DecisionResponse::new(&verdict.taken, BTreeMap::new());
     if let Some(status) = outright {
         let wait = status.until_reset.unwrap_or_default();
         insert_retry_after(&mut headers, RetryAfter::After(wait));
@@ -223,13 +230,11 @@ fn answer_descriptors(verdict: &DescriptorVerdict) -> Response {
             http::header::CACHE_CONTROL,
             http::HeaderValue::from_static("no-store"),
         );
-        let mut refused = DecisionResponse::new(&verdict.taken, BTreeMap::new());
-        refused.allowed = false;
-        refused.denied_by = status.limit.as_ref().map(|shown| shown.name.clone());
-        refused.retry_after = ratekeeper_tower::headers::retry_after_secs(RetryAfter::After(wait));
-        body = Some(refused);
+        body.allowed = false;
+        body.denied_by = status.limit.as_ref().map(|shown| shown.name.clone());
+        body.retry_after = ratekeeper_tower::headers::retry_after_secs(RetryAfter::After(wait));
     }
-    respond(&verdict.taken, headers, body)
+    (headers, body)
 }
 
 /// The JSON answer, with the verdict's headers on the response too.
@@ -321,7 +326,7 @@ pub(super) fn method(request: &DecisionRequest) -> Result<Option<Method>, ApiErr
 /// A request of Envoy-style descriptors, as the engine plans it: each
 /// costs the request's `cost`, and a key part a descriptor lacks is an
 /// error the caller can fix.
-fn descriptor_request<'a>(
+pub(super) fn descriptor_request<'a>(
     request: &'a DecisionRequest,
     descriptors: &'a [Vec<DescriptorEntry>],
 ) -> Result<DescriptorRequest<'a, Vec<DescriptorEntry>>, ApiError> {

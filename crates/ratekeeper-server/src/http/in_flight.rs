@@ -1,6 +1,8 @@
 //! `POST /v1/acquire` and `/v1/release`: a request's slots on the caps on
 //! requests in flight (`policy = "concurrency"`), taken before it runs
-//! with its rate limits decided alike, and given back when it ends.
+//! with its rate limits decided alike, and given back when it ends. A
+//! request of descriptors takes the slots of the caps on descriptors, as
+//! the gRPC door does.
 
 use std::collections::BTreeMap;
 
@@ -11,14 +13,15 @@ use ratekeeper::store::in_flight::{Slot, RETRY_AFTER_FULL};
 use ratekeeper_tower::headers::insert_retry_after;
 
 use super::api::{
-    method, plan_http, read, respond, within_caps, ApiSource, Body, Read, TOKEN_SEPARATOR,
+    descriptor_request, descriptors_answer, method, plan_http, read, respond, within_caps,
+    ApiSource, Body, Read, TOKEN_SEPARATOR,
 };
 use super::error::ApiError;
 use super::json::{
     DecisionRequest, DecisionResponse, LimitStatus, ReleaseRequest, ReleaseResponse,
 };
 use crate::engine::headers::verdict_headers;
-use crate::engine::{Engine, LimitSet, SlotCheck, Verdict};
+use crate::engine::{slot_tokens, Engine, LimitSet, SlotCheck, Verdict};
 
 /// Takes a slot of every cap on requests in flight that applies to the
 /// request (by the caps it names in `limits`, or its method and path) and
@@ -31,13 +34,25 @@ pub(super) async fn acquire(
     body: Body,
 ) -> Result<Response, ApiError> {
     let mut request = read(&engine, body)?;
-    if request.descriptors.is_some() {
-        return Err(ApiError::Body(
-            "caps on requests in flight apply to HTTP requests: give \"limits\" or \"method\" and \"path\", not \"descriptors\"".to_owned(),
-        ));
-    }
     // Before any work on it, as every door: a body over `[requests]`.
     within_caps(&engine.request_caps(), &request)?;
+    if let Some(descriptors) = &request.descriptors {
+        let mut asked = descriptor_request(&request, descriptors)?;
+        asked.in_flight = true;
+        let verdict = engine.decide_descriptors(&asked).await?;
+        let (headers, mut body) = descriptors_answer(&verdict);
+        let mut statuses: Vec<LimitStatus> = verdict
+            .caps
+            .iter()
+            .map(|cap| LimitStatus::of_slot(&cap.result))
+            .collect();
+        statuses.append(&mut body.limits);
+        body.limits = statuses;
+        if !verdict.slots.is_empty() {
+            body.slot = Some(slot_tokens(&verdict.slots));
+        }
+        return Ok(respond(&verdict.taken, headers, Some(body)));
+    }
     let limits = engine.limits();
     let named = request
         .limits

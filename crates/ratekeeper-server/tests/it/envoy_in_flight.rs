@@ -15,7 +15,7 @@ use ratekeeper_server::envoy::proto::{RateLimitRequest, RateLimitResponse};
 use ratekeeper_server::Config;
 use tonic::transport::Channel;
 
-use crate::common::{descriptor, serve_rls};
+use crate::common::{descriptor, serve_rls, TestService, LISTEN_ANY};
 
 /// Two generations in flight per API key, and 3 requests a minute.
 const LIMITS: &str = r#"
@@ -221,6 +221,53 @@ async fn in_shadow_mode_a_full_cap_refuses_nothing() {
     assert_eq!(answer.overall_code, Code::Ok as i32, "{answer:?}");
     assert_eq!(answer.statuses[0].code, Code::OverLimit as i32);
     assert_eq!(slot_header(&answer), None);
+}
+
+#[tokio::test]
+async fn the_json_door_takes_and_gives_back_a_descriptors_slot() {
+    let service = TestService::start(&format!("{LISTEN_ANY}{LIMITS}")).await;
+    let generation = serde_json::json!({
+        "domain": "llm",
+        "descriptors": [[{"key": "in_flight", "value": "generations"}, {"key": "api_key", "value": "k-8"}]],
+    });
+    let mut slots = Vec::new();
+    for remaining in [1, 0] {
+        let (status, _, answer) = service.post("/v1/acquire", generation.clone()).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["allowed"], true, "{answer}");
+        assert_eq!(answer["limits"][0]["name"], "generations");
+        assert_eq!(answer["limits"][0]["remaining"], remaining);
+        slots.push(answer["slot"].as_str().unwrap().to_owned());
+    }
+    let (_, headers, answer) = service.post("/v1/acquire", generation.clone()).await;
+    assert_eq!(answer["allowed"], false, "{answer}");
+    assert_eq!(answer["denied_by"], "generations");
+    assert!(answer.get("slot").is_none(), "{answer}");
+    assert_eq!(headers["retry-after"], "1");
+    // /v1/check leaves caps alone: nothing is taken or refused by them.
+    let (_, _, answer) = service.post("/v1/check", generation.clone()).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+    // The slot goes back through /v1/release, or a `ratekeeper_slot`
+    // descriptor as Envoy's stream-done call sends it.
+    let (status, _, answer) = service
+        .post("/v1/release", serde_json::json!({"slot": slots[0]}))
+        .await;
+    assert_eq!(
+        (status, answer["released"].as_u64()),
+        (200, Some(1)),
+        "{answer}"
+    );
+    let back = serde_json::json!({
+        "domain": "llm",
+        "descriptors": [[{"key": SLOT_ENTRY, "value": slots[1]}]],
+    });
+    let (status, _, answer) = service.post("/v1/acquire", back).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, _, answer) = service.post("/v1/acquire", generation.clone()).await;
+    assert_eq!(answer["limits"][0]["remaining"], 1, "{answer}");
+    let listed = service.get_json(service.http("/v1/limits")).await;
+    assert_eq!(listed["in_flight"][0]["match"]["domain"], "llm", "{listed}");
+    service.stop().await;
 }
 
 #[test]

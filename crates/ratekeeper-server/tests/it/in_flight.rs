@@ -155,9 +155,9 @@ async fn bad_acquires_and_releases_are_clear_errors() {
         answer["detail"].as_str().unwrap().contains("header:x-team"),
         "{answer}"
     );
-    let descriptors = json!({"domain": "edge", "descriptors": [[{"key": "a", "value": "b"}]]});
-    let (status, _, _) = service.post("/v1/acquire", descriptors).await;
-    assert_eq!(status, 400);
+    let both = json!({"limits": ["exports"], "domain": "edge", "descriptors": [[{"key": "a", "value": "b"}]]});
+    let (status, _, answer) = service.post("/v1/acquire", both).await;
+    assert_eq!(status, 400, "{answer}");
     // Out of the cap's scope: decided as /v1/check would, no slot.
     let get = json!({"method": "GET", "path": "/export/csv", "key": {"header:x-team": "a"}});
     let (status, _, answer) = service.post("/v1/acquire", get).await;
@@ -172,8 +172,8 @@ async fn bad_acquires_and_releases_are_clear_errors() {
     assert_eq!(cap["max_in_flight"], 2);
     assert_eq!(cap["lease_ms"], 600_000);
     assert_eq!(cap["key"], json!(["header:x-team"]));
-    assert_eq!(cap["methods"], json!(["POST"]));
-    assert_eq!(cap["path_prefix"], "/export");
+    assert_eq!(cap["match"]["methods"], json!(["POST"]));
+    assert_eq!(cap["match"]["path_prefix"], "/export");
     service.stop().await;
 }
 

@@ -90,7 +90,11 @@ pub(super) fn add_to_status(status: &mut DescriptorAnswer, slot: &SlotResult) {
         unit: RateUnit::Unknown,
     });
     status.remaining = remaining;
-    status.until_reset = Some(decision.reset());
+    // No slot frees at a known time: a full cap's wait is its suggestion.
+    status.until_reset = match refused {
+        true => decision.retry_after().duration(),
+        false => Some(decision.reset()),
+    };
 }
 
 impl Engine {
