@@ -168,7 +168,7 @@ fn the_envoy_check_refuses_a_field_envoy_does_not_know() {
 }
 
 #[test]
-fn the_envoy_llm_quick_start_is_10000_tokens_a_minute_charged_past_the_budget() {
+fn the_envoy_llm_quick_start_is_10000_tokens_a_minute_and_4_generations_at_once() {
     let text = std::fs::read_to_string(examples().join("envoy-llm/ratekeeper.toml"))
         .expect("the example's ratekeeper.toml");
     let config = Config::from_toml_str(&text, "examples/envoy-llm/ratekeeper.toml")
@@ -186,6 +186,12 @@ fn the_envoy_llm_quick_start_is_10000_tokens_a_minute_charged_past_the_budget() 
         "the stream-done count must be charged past the budget"
     );
     assert_eq!(limit.matcher.domain.as_deref(), Some("llm"));
+    let [cap] = config.in_flight.as_slice() else {
+        panic!("one cap on generations in flight: {:#?}", config.in_flight)
+    };
+    assert_eq!(cap.cap.name(), "generations-per-api-key");
+    assert_eq!(cap.cap.max(), 4);
+    assert_eq!(cap.matcher.domain.as_deref(), Some("llm"));
 }
 
 #[test]
@@ -216,7 +222,8 @@ fn the_token_page_shows_the_envoy_llm_quick_starts_route() {
 }
 
 #[test]
-fn the_envoy_llm_quick_start_passes_envoys_schema_and_ratekeeper_charges_its_stream_done_calls() {
+fn the_envoy_llm_quick_start_passes_envoys_schema_and_ratekeeper_charges_and_frees_at_stream_done()
+{
     if !python_ready() {
         return;
     }
@@ -231,7 +238,7 @@ fn the_envoy_llm_quick_start_passes_envoys_schema_and_ratekeeper_charges_its_str
     let (passed, output) = check_py("envoy-llm", &["--grpc", &grpc]);
     assert!(passed, "check.py failed:\n{output}");
     assert!(
-        output.contains("charges the stream-done counts as expected"),
+        output.contains("charges the stream-done counts and frees the slots as expected"),
         "{output}"
     );
 }
