@@ -42,7 +42,10 @@
 //!
 //! - [`memory`]: [`MemoryLimiter`], many keys in this process, lock-free
 //!   and exact, bounded to `max_keys` keys; the sharded window for one key
-//!   hit from every core; several limits for one request, all or nothing.
+//!   hit from every core; several limits for one request, all or nothing;
+//!   waiting for units reserved ahead instead of refusing
+//!   ([`MemoryLimiter::reserve`], and `until_ready` with the `wait`
+//!   feature).
 //! - [`store`]: the [`Store`] trait every front end decides through,
 //!   [`MemoryStore`], a store on any database that can count
 //!   ([`store::WindowCounter`]), and failing open or closed

@@ -25,6 +25,7 @@ mod one_word;
 mod sharded;
 mod slot_table;
 mod sync;
+mod wait;
 
 pub use check_all::check_all;
 pub use demand::MIN_DEMAND_SWEEP_GAP;
@@ -34,3 +35,4 @@ pub use limiter::{
     MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL,
 };
 pub use sharded::ShardedWindow;
+pub use wait::{Reserved, WaitError};

@@ -30,3 +30,4 @@ mod sliding_window;
 mod stats;
 mod store;
 mod token_bucket;
+mod waiting;
