@@ -62,6 +62,9 @@
 //!   ([`ResponseCostLayer`]).
 //! - Caps on a key's requests in flight, given back when the response
 //!   ends ([`InFlightLayer`]).
+//! - Waiting instead of refusing: a request a token bucket refuses but
+//!   will allow within a rule's [`max_wait`](Rule::max_wait) is held until
+//!   then, in a bounded [`WaitQueue`].
 //! - [`headers`]: the rate-limit response headers, for other front ends.
 //! - The stores: [`ratekeeper::MemoryStore`] here, `ratekeeper-sqlite` and
 //!   `ratekeeper-redis` for limits shared by several processes.
@@ -75,7 +78,8 @@ pub mod response_cost;
 pub use in_flight::InFlightLayer;
 pub use limit::{
     Key, LayerError, LayerWarning, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
+    Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, WaitQueue, DEFAULT_IPV6_PREFIX,
+    UNKNOWN_KEY,
 };
 pub use response_cost::{Cost, ResponseCostLayer};
 

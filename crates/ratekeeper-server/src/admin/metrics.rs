@@ -16,6 +16,8 @@
 //! | `ratekeeper_reservations_open` | gauge | | reservations open in the store, over every instance: held, not settled, not past their ttl (the in-memory and SQLite stores; Redis keeps them in a hash per key, which only a scan could count) |
 //! | `ratekeeper_reservations_expired_total` | counter | | reservations that reached their ttl before anyone settled them, so stay at their estimate (the in-memory store; SQLite's as this process deletes them, on the key's next reservation or a purge) |
 //! | `ratekeeper_proxy_upstream_overflow_total` | counter | | proxy requests answered `503` because `max_upstream_requests` (1,024 by default) were at the upstream |
+//! | `ratekeeper_proxy_waiting_requests` | gauge | | proxy requests held now for a limit's `max_wait` |
+//! | `ratekeeper_proxy_waits_total` | counter | `outcome` (`waited`: held, then sent on; `turned_away`: refused because `[requests] max_waiting` or `max_waiting_per_key` were held) | proxy requests a limit's `max_wait` could hold |
 //! | `ratekeeper_envoy_shadow_mode_passes_total` | counter | | Envoy requests over a limit answered `OK` only because `[envoy] shadow_mode` is on |
 //! | `ratekeeper_unauthenticated_requests_total` | counter | `door` (`http`, `grpc`, `admin`) | requests refused for want of a valid bearer token (`[access]`): 401, or gRPC `UNAUTHENTICATED` |
 //! | `ratekeeper_unmatched_requests_total` | counter | `door` (`grpc`, `http_api`, `auth_request`, `proxy`), `domain` (the request's when a limit, file or namespace names it; `(unknown)` otherwise; empty for HTTP requests) | requests no limit applied to: allowed and counted nowhere. Above zero, a limit is probably not matching as meant: `ratekeeper explain` says why; the requests are logged at debug level, once per 10 s per door |
@@ -119,6 +121,8 @@ struct Scrape {
     global_shadow: u64,
     /// Proxy requests refused at the upstream cap.
     upstream_overflow: u64,
+    /// Proxy requests held now, held then sent on, and turned away.
+    waits: (usize, u64, u64),
     /// The store's state and readiness, and the failover answers per limit.
     failover: FailoverScrape,
     /// `[enforcement] shadow_mode`.
@@ -234,6 +238,10 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
         unauthenticated: Door::ALL.map(|door| (door.name(), access.refused(door))),
         global_shadow: metrics.global_shadow(),
         upstream_overflow: metrics.upstream_overflow(),
+        waits: {
+            let queue = engine.wait_queue();
+            (queue.waiting(), queue.waited(), queue.turned_away())
+        },
         failover,
         shadow_mode: engine.shadow_mode(),
         unmatched: engine.unmatched().counts(),
@@ -446,6 +454,21 @@ impl Collector for Scrape {
             "ratekeeper_proxy_upstream_overflow",
             "Proxy requests answered 503 because max_upstream_requests were at the upstream.",
             [(no_labels, self.upstream_overflow)],
+        )?;
+        gauge(
+            &mut encoder,
+            "ratekeeper_proxy_waiting_requests",
+            "Proxy requests held now for a limit's max_wait.",
+            [(no_labels, i64::try_from(self.waits.0).unwrap_or(i64::MAX))],
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_proxy_waits",
+            "Proxy requests a limit's max_wait held then sent on (waited), or refused because the queue was full (turned_away).",
+            [
+                ([("outcome", "waited")], self.waits.1),
+                ([("outcome", "turned_away")], self.waits.2),
+            ],
         )?;
         counter(
             &mut encoder,

@@ -132,6 +132,7 @@ fn limit_config(
         allow_reports: true,
         count_refused: false,
         after_response: None,
+        max_wait: None,
         matcher: Match::default(),
     }))
 }

@@ -159,12 +159,14 @@ impl Config {
         if *caps != RequestCaps::default() {
             let _ = writeln!(
                 out,
-                "requests: at most {} of {}, values up to {}, {}, bodies up to {}",
+                "requests: at most {} of {}, values up to {}, {}, bodies up to {}, {} held waiting ({} per key)",
                 count(caps.max_descriptors, "descriptor"),
                 count_as(caps.max_entries, "entry", "entries"),
                 count(caps.max_value_bytes, "byte"),
                 count(caps.max_override_rates, "override rate"),
-                count(caps.max_body_bytes, "byte")
+                count(caps.max_body_bytes, "byte"),
+                caps.max_waiting,
+                caps.max_waiting_per_key
             );
         }
         if self.shadow_mode {

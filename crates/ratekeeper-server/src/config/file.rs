@@ -72,6 +72,8 @@ pub(crate) struct FileRequests {
     pub(crate) max_value_bytes: Option<Spanned<u64>>,
     pub(crate) max_override_rates: Option<Spanned<u64>>,
     pub(crate) max_body_bytes: Option<Spanned<u64>>,
+    pub(crate) max_waiting: Option<Spanned<u64>>,
+    pub(crate) max_waiting_per_key: Option<Spanned<u64>>,
 }
 
 /// One `[[limits]]`.
@@ -96,6 +98,7 @@ pub(crate) struct FileLimit {
     pub(crate) allow_reports: Option<Spanned<bool>>,
     pub(crate) count_refused: Option<Spanned<bool>>,
     pub(crate) after_response: Option<Spanned<FileAfterResponse>>,
+    pub(crate) max_wait: Option<Spanned<String>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

@@ -47,6 +47,10 @@ pub struct LimitConfig {
     /// For the proxy: charge what each response cost, once known
     /// (`after_response`), rather than one unit before the request.
     pub after_response: Option<AfterResponse>,
+    /// For the proxy: hold a request this limit refuses for up to this
+    /// long, when its units will be due by then, rather than refuse it
+    /// (`max_wait`; a token bucket or GCRA on HTTP requests only).
+    pub max_wait: Option<std::time::Duration>,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }
@@ -70,6 +74,9 @@ impl LimitConfig {
             .methods(self.matcher.methods.iter().cloned());
         if let Some(prefix) = &self.matcher.path_prefix {
             rule = rule.path_prefix(prefix.clone());
+        }
+        if let Some(wait) = self.max_wait {
+            rule = rule.max_wait(wait);
         }
         rule
     }

@@ -50,6 +50,8 @@
 //! max_value_bytes = 16384    # bytes of a key, value, domain, method or path
 //! max_override_rates = 32    # distinct Envoy override rates counted (a table each)
 //! max_body_bytes = 65536     # one JSON body or gRPC message
+//! max_waiting = 1024         # requests the proxy holds for a limit's max_wait
+//! max_waiting_per_key = 16   # of them, of one key of one limit
 //!
 //! [runtime]
 //! worker_threads = "auto"    # one per CPU the process may use (affinity, cgroup quota), or a number
@@ -376,6 +378,8 @@ max_entries = 64
 max_value_bytes = 16384
 max_override_rates = 32
 max_body_bytes = 65536
+max_waiting = 1024
+max_waiting_per_key = 16
 
 [runtime]
 # One thread per CPU this process may use (its affinity mask and cgroup CPU

@@ -9,7 +9,8 @@
 
 use thiserror::Error;
 
-/// The caps on one request, from `[requests]`.
+/// The caps on one request, and on the requests held waiting, from
+/// `[requests]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestCaps {
@@ -33,9 +34,23 @@ pub struct RequestCaps {
     /// code for a message over its size limit). Unwritten in a file that
     /// raises `max_value_bytes`, it grows to hold one value at that cap.
     pub max_body_bytes: usize,
+    /// Requests the proxy holds at once for a limit's `max_wait`
+    /// (`requests.max_waiting`); past it a request is refused as it would
+    /// have been without the wait. Read when the service starts.
+    pub max_waiting: usize,
+    /// Of them, requests of one key of one limit
+    /// (`requests.max_waiting_per_key`).
+    pub max_waiting_per_key: usize,
 }
 
 impl RequestCaps {
+    /// The default `max_waiting`.
+    pub(crate) const DEFAULT_MAX_WAITING: usize = 1024;
+    /// The default `max_waiting_per_key`.
+    pub(crate) const DEFAULT_MAX_WAITING_PER_KEY: usize = 16;
+    /// The largest `max_waiting` (and `max_waiting_per_key`) a
+    /// configuration may set: each held request keeps a connection.
+    pub(crate) const LIMIT_MAX_WAITING: usize = 65_536;
     /// The default `max_descriptors`.
     pub(crate) const DEFAULT_MAX_DESCRIPTORS: usize = 256;
     /// The default `max_entries`.
@@ -139,7 +154,8 @@ impl RequestCaps {
 
 impl Default for RequestCaps {
     /// 256 descriptors of up to 64 entries, keys and values up to 16 KiB;
-    /// 32 distinct override rates; bodies up to 64 KiB.
+    /// 32 distinct override rates; bodies up to 64 KiB; 1,024 requests
+    /// held waiting, 16 of one key.
     fn default() -> Self {
         RequestCaps {
             max_descriptors: Self::DEFAULT_MAX_DESCRIPTORS,
@@ -147,6 +163,8 @@ impl Default for RequestCaps {
             max_value_bytes: Self::DEFAULT_MAX_VALUE_BYTES,
             max_override_rates: Self::DEFAULT_MAX_OVERRIDE_RATES,
             max_body_bytes: Self::DEFAULT_MAX_BODY_BYTES,
+            max_waiting: Self::DEFAULT_MAX_WAITING,
+            max_waiting_per_key: Self::DEFAULT_MAX_WAITING_PER_KEY,
         }
     }
 }

@@ -65,6 +65,13 @@ pub enum ConfigWarning {
         /// Why the proxy will not apply it.
         why: AfterResponseUnused,
     },
+    /// The limit has `max_wait`, which only `ratekeeper proxy` applies,
+    /// and the configuration is checked for `ratekeeper serve`, whose
+    /// doors answer at once.
+    MaxWaitNotApplied {
+        /// The limit.
+        limit: String,
+    },
     /// No limit applies anywhere: no `[[limits]]`, no envoyproxy/ratelimit
     /// limit in `[envoy] config_dir` and no Limitador limit: every request
     /// is allowed.
@@ -146,6 +153,11 @@ impl fmt::Display for ConfigWarning {
                 "limit {limit} has after_response, which only ratekeeper proxy applies: on \
                  serve's doors it counts each request's cost when it is checked (clients report \
                  costs known later with /v1/report, or /v1/reserve and /v1/commit)"
+            ),
+            ConfigWarning::MaxWaitNotApplied { limit } => write!(
+                f,
+                "limit {limit} has max_wait, which only ratekeeper proxy applies: serve's doors \
+                 answer a refused request at once (its Retry-After says when to come back)"
             ),
             ConfigWarning::NoLimits => f.write_str(
                 "no limit applies anywhere (no [[limits]], no envoyproxy/ratelimit limits in \
@@ -242,6 +254,10 @@ impl Config {
             warnings.extend(unused.map(|limit| ConfigWarning::AfterResponseNotApplied {
                 limit: limit.limit.name().to_owned(),
                 why: AfterResponseUnused::Serve,
+            }));
+            let waits = self.limits.iter().filter(|limit| limit.max_wait.is_some());
+            warnings.extend(waits.map(|limit| ConfigWarning::MaxWaitNotApplied {
+                limit: limit.limit.name().to_owned(),
             }));
         }
         warnings

@@ -269,6 +269,7 @@ fn build(
         allow_reports: true,
         count_refused: false,
         after_response: None,
+        max_wait: None,
         matcher: Match {
             domain: Some(limit.namespace().to_owned()),
             ..Match::default()

@@ -163,6 +163,9 @@ struct Inner {
     unmatched: UnmatchedRequests,
     /// The limits Envoy's descriptor overrides asked for, one per rate.
     overrides: plan::OverrideLimits,
+    /// The requests the proxy holds for a limit's `max_wait`: bounded by
+    /// `[requests]` as the service started, kept across reloads.
+    wait_queue: ratekeeper_tower::WaitQueue,
 }
 
 impl Engine {
@@ -209,8 +212,18 @@ impl Engine {
                 shadow_mode: config.shadow_mode.into(),
                 unmatched: UnmatchedRequests::default(),
                 overrides: plan::OverrideLimits::default(),
+                wait_queue: ratekeeper_tower::WaitQueue::new(
+                    config.requests.max_waiting,
+                    config.requests.max_waiting_per_key,
+                ),
             }),
         }
+    }
+
+    /// The queue of requests the proxy holds for a limit's `max_wait`,
+    /// and what became of them, for `/metrics`.
+    pub fn wait_queue(&self) -> &ratekeeper_tower::WaitQueue {
+        &self.inner.wait_queue
     }
 
     /// The limits in force now.

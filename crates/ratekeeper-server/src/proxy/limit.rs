@@ -126,6 +126,9 @@ impl Current {
             .collect();
         let store = store();
         let mut builder = RateLimitLayer::builder(store)
+            // One queue for every layer a reload makes: its bounds and
+            // counts hold across them.
+            .wait_queue(engine.wait_queue().clone())
             .headers(HeaderStyle::Draft)
             .reset_style(ResetStyle::DeltaSeconds)
             .format(ResponseFormat::Text)

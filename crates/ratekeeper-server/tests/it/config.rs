@@ -332,7 +332,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `max_in_flight`, `lease`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `after_response`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `max_in_flight`, `lease`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `after_response`, `max_wait`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),
@@ -565,7 +565,7 @@ fn request_caps_default_and_are_bounded() {
     assert_eq!(config.requests.max_entries, 64);
     assert!(config
         .explain()
-        .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes, 32 override rates, bodies up to 65536 bytes\n"));
+        .contains("requests: at most 8 descriptors of 64 entries, values up to 16384 bytes, 32 override rates, bodies up to 65536 bytes, 1024 held waiting (16 per key)\n"));
     assert!(!Config::default()
         .explain()
         .lines()

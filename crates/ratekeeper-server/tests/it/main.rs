@@ -39,6 +39,7 @@ mod proxy_service;
 mod proxy_tls;
 mod proxy_upgrade;
 mod proxy_versions;
+mod proxy_waiting;
 mod quick_starts;
 mod redis_store;
 mod reference;

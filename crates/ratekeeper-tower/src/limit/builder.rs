@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -16,6 +16,7 @@ use super::key::{Key, WithoutPeer};
 use super::layer::{CostFn, CustomResponse, RateLimitLayer, Shared};
 use super::response::{Refusal, ResponseFormat};
 use super::rule::Rule;
+use super::wait::WaitQueue;
 use super::warnings::LayerWarning;
 use super::warnings::{ipv6_allow_key_warnings, warnings_for};
 use crate::headers::{HeaderStyle, ResetStyle};
@@ -34,6 +35,10 @@ pub enum LayerError {
     /// ([`ResponseCostLayerBuilder::estimate`](crate::response_cost::ResponseCostLayerBuilder::estimate)).
     #[error("a reservation's ttl must be more than 0 and at most an hour, not {0:?}")]
     ReservationTtl(std::time::Duration),
+    /// A limit with a [`max_wait`](Rule::max_wait) whose policy cannot
+    /// reserve ahead (a window forgets what it counted when it moves on).
+    #[error("limit {0:?} has a max_wait, which only a token bucket or GCRA can honour")]
+    WaitOnWindow(String),
 }
 
 /// Builds a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
@@ -52,6 +57,7 @@ pub struct RateLimitLayerBuilder<S> {
     custom: Option<Arc<CustomResponse>>,
     cost: Option<Arc<CostFn>>,
     without_peer: WithoutPeer,
+    wait_queue: Option<WaitQueue>,
 }
 
 impl<S> fmt::Debug for RateLimitLayerBuilder<S> {
@@ -79,7 +85,17 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             custom: None,
             cost: None,
             without_peer: WithoutPeer::Unknown,
+            wait_queue: None,
         }
+    }
+
+    /// Where requests a rule holds ([`Rule::max_wait`]) wait: a queue
+    /// bounded overall and per key, which layers may share (a service
+    /// that rebuilds its layer keeps its queue and counts). By default a
+    /// layer with such a rule gets a [`WaitQueue::default`] of its own.
+    pub fn wait_queue(mut self, queue: WaitQueue) -> Self {
+        self.wait_queue = Some(queue);
+        self
     }
 
     /// Adds a limit, counted per `key`, on every request: the short form
@@ -215,7 +231,12 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             if !names.insert(rule.limit().name()) {
                 return Err(LayerError::DuplicateLimit(rule.limit().name().to_owned()));
             }
+            if rule.longest_wait().is_some() && !rule.limit().policy().reserves_ahead() {
+                return Err(LayerError::WaitOnWindow(rule.limit().name().to_owned()));
+            }
         }
+        let waits = self.rules.iter().any(|rule| rule.longest_wait().is_some());
+        let wait_queue = waits.then(|| self.wait_queue.take().unwrap_or_default());
         let mut warnings: Vec<LayerWarning> = self
             .rules
             .iter()
@@ -267,6 +288,8 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             missing_peer_logged: AtomicBool::new(false),
             missing_peer_requests: AtomicU64::new(0),
             warnings,
+            wait_queue,
+            unrefunded: Mutex::new(Vec::new()),
         };
         Ok(RateLimitLayer {
             shared: Arc::new(shared),

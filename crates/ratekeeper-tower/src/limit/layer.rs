@@ -3,13 +3,13 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, Response};
 use http_body_util::Full;
-use ratekeeper::{store::PreparedLimit, Store};
+use ratekeeper::{store::PreparedLimit, Limit, Store};
 use tower::Layer;
 
 use super::builder::RateLimitLayerBuilder;
@@ -17,6 +17,7 @@ use super::key::WithoutPeer;
 use super::response::{Refusal, ResponseFormat};
 use super::rule::Rule;
 use super::service::RateLimit;
+use super::wait::WaitQueue;
 use super::warnings::LayerWarning;
 use crate::headers::{HeaderStyle, ResetStyle};
 
@@ -59,6 +60,11 @@ pub(crate) struct Shared<S> {
     pub(crate) peer_only: bool,
     /// What looked wrong when the layer was built.
     pub(crate) warnings: Vec<LayerWarning>,
+    /// Where refused requests wait, when a rule has a `max_wait`.
+    pub(crate) wait_queue: Option<WaitQueue>,
+    /// Units of held requests dropped while the store could not answer
+    /// at once: given back before the next request that waits for it.
+    pub(crate) unrefunded: Mutex<Vec<(Limit, Vec<u8>, u64)>>,
 }
 
 /// A tower [`Layer`] that rate-limits requests through a [`Store`].
@@ -121,6 +127,12 @@ impl<S> RateLimitLayer<S> {
     /// time it happens.
     pub fn missing_peer_requests(&self) -> u64 {
         self.shared.missing_peer_requests.load(Ordering::Relaxed)
+    }
+
+    /// The queue of requests held for their units, when a rule has a
+    /// [`max_wait`](super::Rule::max_wait).
+    pub fn wait_queue(&self) -> Option<&WaitQueue> {
+        self.shared.wait_queue.as_ref()
     }
 }
 

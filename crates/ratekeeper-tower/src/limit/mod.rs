@@ -10,6 +10,7 @@ pub(crate) mod response;
 mod rule;
 pub(crate) mod scope;
 mod service;
+mod wait;
 pub(crate) mod warnings;
 
 pub use body::RefusalBody;
@@ -20,4 +21,5 @@ pub use layer::RateLimitLayer;
 pub use response::{Refusal, ResponseFormat};
 pub use rule::Rule;
 pub use service::RateLimit;
+pub use wait::WaitQueue;
 pub use warnings::LayerWarning;

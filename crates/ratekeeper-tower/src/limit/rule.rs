@@ -1,6 +1,8 @@
 //! One limit of a layer: what it counts by, which requests it applies to,
 //! and whether it is enforced.
 
+use std::time::Duration;
+
 use http::Method;
 use ratekeeper::Limit;
 
@@ -43,6 +45,7 @@ pub struct Rule {
     key: Key,
     shadow: bool,
     scope: Scope,
+    max_wait: Option<Duration>,
 }
 
 impl Rule {
@@ -53,7 +56,27 @@ impl Rule {
             key,
             shadow: false,
             scope: Scope::default(),
+            max_wait: None,
         }
+    }
+
+    /// Hold a request this limit refuses for up to `wait`, when its units
+    /// will be due by then, instead of refusing it: the units are charged
+    /// at once (into the key's debt) and the request is sent on when they
+    /// are due. Only a token bucket or GCRA can (building the layer
+    /// refuses a window policy); the layer's [`WaitQueue`](super::WaitQueue)
+    /// bounds the requests held. A held request whose client goes away
+    /// gives its units back.
+    #[must_use]
+    pub fn max_wait(mut self, wait: Duration) -> Rule {
+        self.max_wait = Some(wait);
+        self
+    }
+
+    /// The longest a request this limit refuses may be held
+    /// ([`max_wait`](Rule::max_wait)); `None` when it is refused at once.
+    pub fn longest_wait(&self) -> Option<Duration> {
+        self.max_wait
     }
 
     /// Shadow mode: the limit is decided and counted, and reported in the

@@ -19,6 +19,7 @@ use super::key::{ipv4_text, peer_of, Extracted, Head};
 use super::layer::Shared;
 use super::response::{is_grpc, refusal_response, Refusal};
 use super::rule::Rule;
+use super::wait;
 use crate::client::canonical;
 use crate::headers::HeaderStyle;
 
@@ -279,6 +280,16 @@ where
         Some(Ok(decided)) if decided.is_allowed() || shadow => {
             passed(shared, checks, decided.outcomes(), inner.call(request))
         }
+        // A rule may hold the request until its units are due: the
+        // asynchronous path, which knows the decision already.
+        Some(Ok(decided)) if shared.wait_queue.is_some() => {
+            let clone = inner.clone();
+            let inner = std::mem::replace(inner, clone);
+            let shared = Arc::clone(shared_arc);
+            let known = Some(decided.into_multi());
+            let future = Box::pin(decide_then_call(shared, inner, request, known));
+            ResponseFuture::waiting(future)
+        }
         Some(Ok(decided)) => {
             let multi = decided.into_multi();
             let refusal = Refusal::Limited {
@@ -300,7 +311,7 @@ where
             let clone = inner.clone();
             let inner = std::mem::replace(inner, clone);
             let shared = Arc::clone(shared_arc);
-            let future = Box::pin(decide_then_call(shared, inner, request));
+            let future = Box::pin(decide_then_call(shared, inner, request, None));
             ResponseFuture::waiting(future)
         }
     }
@@ -433,16 +444,23 @@ fn log_missing_peer<S>(shared: &Shared<S>) {
     }
 }
 
+/// Decides a request whose store waits (or that `known`, decided at
+/// once, refused while a rule may hold it), then calls the inner service
+/// or refuses.
 async fn decide_then_call<Inner, S, ReqBody, ResBody>(
     shared: Arc<Shared<S>>,
     mut inner: Inner,
     request: Request<ReqBody>,
+    known: Option<MultiOutcome>,
 ) -> Result<Response<ResBody>, Inner::Error>
 where
     Inner: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    S: Store,
+    S: Store + 'static,
     ResBody: RefusalBody,
 {
+    if shared.wait_queue.is_some() {
+        wait::refund_dropped(&shared).await;
+    }
     if skipped(&shared, &request) {
         return inner.call(request).await;
     }
@@ -460,7 +478,16 @@ where
         .collect();
     let shadow: smallvec::SmallVec<[bool; 4]> = rules.iter().map(|rule| rule.is_shadow()).collect();
     let grpc = is_grpc(&parts.headers);
-    let decided = match decide(&shared.store, &checks, &shadow).await {
+    let decided = match known {
+        Some(all) => Ok(Reported {
+            checks: checks.clone(),
+            allowed: all.is_allowed(),
+            retry_after: all.retry_after(),
+            all,
+        }),
+        None => decide(&shared.store, &checks, &shadow).await,
+    };
+    let decided = match decided {
         Ok(decided) => decided,
         Err(error) if !shadow.contains(&false) => {
             tracing::warn!(%error, "rate-limit store failed (shadow mode: request passed)");
@@ -497,6 +524,11 @@ where
         );
         mark_failover(headers, &all);
         return Ok(response);
+    }
+    if let Some(charged) = wait::hold(&shared, &rules, &reported, &all).await {
+        // Held until its units were due: sent on, and they stay charged.
+        charged.keep();
+        return inner.call(Request::from_parts(parts, body)).await;
     }
     // Without the shadow checks (their store failed), every check
     // reported is enforced.

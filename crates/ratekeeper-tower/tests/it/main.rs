@@ -16,3 +16,4 @@ mod response_cost;
 mod rules;
 mod same_moment;
 mod tonic;
+mod waiting;

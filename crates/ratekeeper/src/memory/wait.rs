@@ -18,8 +18,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::policy::{Gcra, PolicyKind};
-use crate::{MemoryLimiter, Outcome, Policy, RetryAfter};
+use crate::policy::PolicyKind;
+use crate::{MemoryLimiter, Outcome, RetryAfter};
 
 /// Why [`MemoryLimiter::reserve`] reserved nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -125,17 +125,6 @@ fn random_fraction() -> f64 {
     (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// The time one unit takes to come back under a bucket policy.
-fn unit_interval(policy: &Policy) -> Option<Duration> {
-    match policy {
-        Policy::Gcra(gcra) => Some(gcra.emission_interval()),
-        Policy::TokenBucket(bucket) => Gcra::from_token_bucket(bucket)
-            .ok()
-            .map(|gcra| gcra.emission_interval()),
-        _ => None,
-    }
-}
-
 impl<C: Clock> MemoryLimiter<C> {
     /// Reserves `cost` units of `key` that will be due within `max_wait`:
     /// charged now, into debt if the bucket is short, and to act on after
@@ -181,9 +170,9 @@ impl<C: Clock> MemoryLimiter<C> {
         max_wait: Duration,
     ) -> Result<Reserved<C>, WaitError> {
         let policy = self.policy();
-        let Some(unit) = unit_interval(policy) else {
+        if !policy.reserves_ahead() {
             return Err(WaitError::NotReservable(policy.kind()));
-        };
+        }
         let key = key.as_ref();
         // Due when the same cost would be allowed: too late, or never,
         // charges nothing.
@@ -200,18 +189,13 @@ impl<C: Clock> MemoryLimiter<C> {
             RetryAfter::After(wait) if wait <= max_wait => {}
             _ => return Err(WaitError::TooLong { due }),
         }
-        // Charged into debt. The report says when one more unit would be
-        // allowed: this reservation is due one unit sooner, when the
-        // debt is paid. Others reserving meanwhile make it later.
+        // Charged into debt, due when the debt is paid: later when others
+        // reserved meanwhile.
         let delay = match self.report(key, cost) {
             Outcome::Saturated { retry_after, .. } => {
                 return Err(WaitError::Saturated { retry_after });
             }
-            Outcome::Decided(decision) if decision.is_allowed() => Duration::ZERO,
-            Outcome::Decided(decision) => match decision.retry_after() {
-                RetryAfter::After(wait) => wait.saturating_sub(unit),
-                RetryAfter::Never => Duration::MAX,
-            },
+            Outcome::Decided(decision) => policy.reserved_delay(&decision).unwrap_or(Duration::MAX),
         };
         let reserved = self.reserved(key, cost, delay);
         if delay > max_wait {

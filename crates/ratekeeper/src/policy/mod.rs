@@ -268,6 +268,48 @@ impl Policy {
             Policy::SlidingWindow(_) => PolicyKind::SlidingWindow,
         }
     }
+
+    /// Whether units can be charged ahead of their time, into debt, and
+    /// waited for: a token bucket's or GCRA's debt carries over until its
+    /// time has paid it; a window forgets what it counted when it moves
+    /// on, so units charged ahead into it would run uncounted.
+    pub const fn reserves_ahead(&self) -> bool {
+        matches!(self, Policy::TokenBucket(_) | Policy::Gcra(_))
+    }
+
+    /// How long units charged ahead by a [report](Algorithm::report)
+    /// must wait before they are due, from the report's `decision`: zero
+    /// when they fitted what the key had left; otherwise until the debt
+    /// is paid (the report's retry-after, which is for one unit more,
+    /// less one unit's time). `None` for a policy that does not
+    /// [reserve ahead](Policy::reserves_ahead).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper::{Policy, Timestamp, TokenBucket, policy::Algorithm};
+    ///
+    /// // 2 a second; 4 charged at once: 2 in debt, paid in a second.
+    /// let policy = Policy::from(TokenBucket::per_second(2)?);
+    /// let (reported, _) = policy.report(&policy.fresh(), Timestamp::ZERO, 4);
+    /// assert_eq!(policy.reserved_delay(&reported), Some(Duration::from_secs(1)));
+    /// # Ok::<(), ratekeeper::policy::PolicyError>(())
+    /// ```
+    pub fn reserved_delay(&self, decision: &Decision) -> Option<Duration> {
+        let unit = match self {
+            Policy::Gcra(gcra) => gcra.emission_interval(),
+            Policy::TokenBucket(bucket) => {
+                Gcra::from_token_bucket(bucket).ok()?.emission_interval()
+            }
+            _ => return None,
+        };
+        if decision.is_allowed() {
+            return Some(Duration::ZERO);
+        }
+        Some(match decision.retry_after().duration() {
+            Some(wait) => wait.saturating_sub(unit),
+            None => Duration::MAX,
+        })
+    }
 }
 
 impl Policy {

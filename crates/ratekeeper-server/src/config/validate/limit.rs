@@ -4,6 +4,9 @@
 use super::*;
 use crate::config::Reach;
 
+/// The longest `max_wait`: a held request keeps its connection.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
 /// One checked `[[limits]]` entry.
 pub(super) enum Checked {
     /// A rate limit.
@@ -117,6 +120,10 @@ impl Checker<'_> {
                 );
             }
         }
+        let max_wait = match &limit.max_wait {
+            None => None,
+            Some(wait) => Some(self.max_wait(index, wait, &named, &matcher, &after_response)?),
+        };
         Ok(LimitConfig {
             limit: named,
             rate,
@@ -129,8 +136,43 @@ impl Checker<'_> {
             allow_reports,
             count_refused: limit.count_refused.as_ref().is_some_and(|c| *c.get_ref()),
             after_response,
+            max_wait,
             matcher,
         })
+    }
+
+    /// `limits[index].max_wait`, for `limit` matching `matcher`.
+    fn max_wait(
+        &self,
+        index: usize,
+        wait: &Spanned<String>,
+        limit: &Limit,
+        matcher: &Match,
+        after_response: &Option<AfterResponse>,
+    ) -> Result<Duration, ConfigError> {
+        let field = format!("limits[{index}].max_wait");
+        let parsed = match ratekeeper::duration::parse(wait.get_ref()) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.fail(wait.span(), field, error.to_string()),
+        };
+        let why = if parsed > MAX_WAIT {
+            Some("max_wait is at most \"1m\": each held request keeps its connection".to_owned())
+        } else if !limit.policy().reserves_ahead() {
+            Some(format!(
+                "max_wait holds a request until a token bucket's or GCRA's units are due; a {} forgets what it counted when its window moves on, so it cannot",
+                limit.policy().kind()
+            ))
+        } else if matcher.reach() != Reach::Http {
+            Some("max_wait holds HTTP requests in the proxy; a limit on Envoy descriptors is answered at once".to_owned())
+        } else if after_response.is_some() {
+            Some("max_wait holds a request before it runs, and after_response charges it after: give the limit one of them".to_owned())
+        } else {
+            None
+        };
+        match why {
+            Some(why) => self.fail(wait.span(), field, why),
+            None => Ok(parsed),
+        }
     }
 
     /// `limits[index]` with `policy = "concurrency"`.
@@ -163,6 +205,7 @@ impl Checker<'_> {
                 limit.after_response.as_ref().map(Spanned::span),
                 "after_response",
             ),
+            (limit.max_wait.as_ref().map(Spanned::span), "max_wait"),
         ];
         for (given, name) in rate_only {
             if let Some(span) = given {

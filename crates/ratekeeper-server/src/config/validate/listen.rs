@@ -120,6 +120,18 @@ impl Checker<'_> {
                 defaults.max_body_bytes,
                 RequestCaps::LIMIT_MAX_BODY_BYTES,
             )?,
+            max_waiting: cap(
+                &requests.max_waiting,
+                "max_waiting",
+                defaults.max_waiting,
+                RequestCaps::LIMIT_MAX_WAITING,
+            )?,
+            max_waiting_per_key: cap(
+                &requests.max_waiting_per_key,
+                "max_waiting_per_key",
+                defaults.max_waiting_per_key,
+                RequestCaps::LIMIT_MAX_WAITING,
+            )?,
         };
         if requests.max_body_bytes.is_none() {
             // Unwritten, the body cap follows a raised value cap: one value

@@ -115,6 +115,7 @@ pub(super) fn override_limit(
             allow_reports: true,
             count_refused: false,
             after_response: None,
+            max_wait: None,
             matcher: Match::default(),
         })))
     })?;
