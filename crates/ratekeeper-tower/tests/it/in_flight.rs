@@ -4,12 +4,10 @@
 //! is abandoned, and all or none over several caps.
 
 use crate::common;
+use common::Remote;
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::routing::get;
@@ -19,9 +17,7 @@ use common::serve;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use ratekeeper::store::in_flight::InFlight;
-use ratekeeper::store::reservation::ReservationId;
-use ratekeeper::store::StoreError;
-use ratekeeper::{Decision, Limit, MemoryStore, Outcome, Store};
+use ratekeeper::MemoryStore;
 use ratekeeper_tower::in_flight::{CapRule, InFlightLayer};
 use ratekeeper_tower::Key;
 use tower::{service_fn, Layer, Service, ServiceExt};
@@ -185,58 +181,6 @@ async fn several_caps_take_a_slot_of_each_or_none() {
     assert_eq!(store.slots_taken(), 4);
     drop(running);
     assert_eq!(store.slots_taken(), 0);
-}
-
-/// The in-memory store, whose releases must be waited for once: a store
-/// across a network.
-#[derive(Clone)]
-struct Remote(MemoryStore);
-
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            return Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    }
-}
-
-impl Store for Remote {
-    async fn check(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<Outcome, StoreError> {
-        self.0.check(limit, key, cost).await
-    }
-
-    async fn peek(&self, limit: &Limit, key: &[u8]) -> Result<Decision, StoreError> {
-        self.0.peek(limit, key).await
-    }
-
-    async fn refund(&self, limit: &Limit, key: &[u8], cost: u64) -> Result<(), StoreError> {
-        self.0.refund(limit, key, cost).await
-    }
-
-    async fn take_slot(
-        &self,
-        limit: &InFlight,
-        key: &[u8],
-        id: ReservationId,
-    ) -> Result<Outcome, StoreError> {
-        self.0.take_slot(limit, key, id).await
-    }
-
-    async fn free_slot(
-        &self,
-        limit: &InFlight,
-        key: &[u8],
-        id: ReservationId,
-    ) -> Result<(), StoreError> {
-        YieldOnce(false).await;
-        self.0.free_slot(limit, key, id).await
-    }
 }
 
 #[tokio::test]

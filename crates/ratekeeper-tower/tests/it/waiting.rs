@@ -6,6 +6,8 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+
+use crate::common::Remote;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -147,6 +149,39 @@ async fn the_queue_holds_a_bounded_number_per_key_and_overall() {
     assert_eq!(due.duration(), Some(Duration::from_millis(1)));
     drop(held);
     assert_eq!(queue.waiting(), 0);
+}
+
+#[tokio::test]
+async fn on_a_store_across_a_network_a_dropped_wait_is_refunded_before_the_next_request() {
+    let memory = store();
+    let layer = RateLimitLayer::builder(Remote(memory.clone()))
+        .rule(rule(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let service = layer.layer(ok());
+    service.clone().oneshot(request("a")).await.unwrap();
+    let mut held = Box::pin(service.clone().oneshot(request("a")));
+    // Decided, charged, then waiting on its timer.
+    while memory
+        .check(&limit(), b"a", 1)
+        .await
+        .unwrap()
+        .retry_after()
+        .duration()
+        != Some(Duration::from_millis(2))
+    {
+        assert!(poll_once(&mut held).is_pending());
+        tokio::task::yield_now().await;
+    }
+    // Dropped: the refund must wait for the store, so the layer keeps it.
+    drop(held);
+    let due = memory.check(&limit(), b"a", 1).await.unwrap().retry_after();
+    assert_eq!(due.duration(), Some(Duration::from_millis(2)));
+    // The layer's next request gives it back first.
+    let answer = service.clone().oneshot(request("b")).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let due = memory.check(&limit(), b"a", 1).await.unwrap().retry_after();
+    assert_eq!(due.duration(), Some(Duration::from_millis(1)));
 }
 
 #[test]

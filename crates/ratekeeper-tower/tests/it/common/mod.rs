@@ -112,3 +112,86 @@ pub(crate) async fn serve(app: axum::Router) -> Http {
     });
     Http::new(addr)
 }
+
+/// The in-memory store, whose refunds and slot releases must be waited
+/// for once: a store across a network, which the layer cannot ask from a
+/// `Drop`.
+#[derive(Clone)]
+pub(crate) struct Remote<C = ratekeeper::clock::MonotonicClock>(
+    pub(crate) ratekeeper::MemoryStore<C>,
+);
+
+/// Pending once, then ready: one wait, as for a network's answer.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+impl<C: ratekeeper::Clock + Clone + Send + Sync + 'static> ratekeeper::Store for Remote<C> {
+    async fn check(
+        &self,
+        limit: &ratekeeper::Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<ratekeeper::Outcome, ratekeeper::store::StoreError> {
+        self.0.check(limit, key, cost).await
+    }
+
+    async fn peek(
+        &self,
+        limit: &ratekeeper::Limit,
+        key: &[u8],
+    ) -> Result<ratekeeper::Decision, ratekeeper::store::StoreError> {
+        self.0.peek(limit, key).await
+    }
+
+    async fn refund(
+        &self,
+        limit: &ratekeeper::Limit,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(), ratekeeper::store::StoreError> {
+        YieldOnce(false).await;
+        self.0.refund(limit, key, cost).await
+    }
+
+    async fn report(
+        &self,
+        limit: &ratekeeper::Limit,
+        key: &[u8],
+        units: u64,
+    ) -> Result<ratekeeper::Outcome, ratekeeper::store::StoreError> {
+        self.0.report(limit, key, units).await
+    }
+
+    async fn take_slot(
+        &self,
+        limit: &ratekeeper::store::in_flight::InFlight,
+        key: &[u8],
+        id: ratekeeper::store::reservation::ReservationId,
+    ) -> Result<ratekeeper::Outcome, ratekeeper::store::StoreError> {
+        self.0.take_slot(limit, key, id).await
+    }
+
+    async fn free_slot(
+        &self,
+        limit: &ratekeeper::store::in_flight::InFlight,
+        key: &[u8],
+        id: ratekeeper::store::reservation::ReservationId,
+    ) -> Result<(), ratekeeper::store::StoreError> {
+        YieldOnce(false).await;
+        self.0.free_slot(limit, key, id).await
+    }
+}
