@@ -12,6 +12,9 @@
 //! | `ratekeeper_report_units_total` | counter | `limit` | the units those reports charged |
 //! | `ratekeeper_overdrafts_total` | counter | `limit` | reports that charged more than the key had left: it is refused until the debt is paid off |
 //! | `ratekeeper_reservations_total` | counter | `limit`, `outcome` (`held`, `committed`, `cancelled`, `unknown`: asked to settle when no longer open, settled already or past its ttl, which settled it at its estimate) | reservations (`/v1/reserve`) and what became of them |
+//! | `ratekeeper_penalty_blocks_total` | counter | `limit` | keys a limit's penalty (`block_for`) blocked, by this instance |
+//! | `ratekeeper_penalty_refusals_total` | counter | `limit` | requests refused by a block this instance knew, without a call to the store |
+//! | `ratekeeper_blocked_keys` | gauge | `limit` | keys this instance knows are blocked by a limit's penalty now (at most 10,000 over every limit) |
 //! | `ratekeeper_in_flight_slots_total` | counter | `limit`, `outcome` (`taken`, `refused`: the key's slots were all taken, `released`, `unknown`: released when not taken, released already or freed by its lease) | slots of caps on requests in flight (`policy = "concurrency"`) |
 //! | `ratekeeper_reservations_open` | gauge | | reservations open in the store, over every instance: held, not settled, not past their ttl (the in-memory and SQLite stores; Redis keeps them in a hash per key, which only a scan could count) |
 //! | `ratekeeper_reservations_expired_total` | counter | | reservations that reached their ttl before anyone settled them, so stay at their estimate (the in-memory store; SQLite's as this process deletes them, on the key's next reservation or a purge) |
@@ -105,6 +108,9 @@ struct LimitCounts {
     reservations: [u64; Reservations::ALL.len()],
     /// Keys the in-memory store holds for it; `None` on the others.
     keys_in_memory: Option<usize>,
+    /// For a limit with a penalty: blocks started, requests refused by a
+    /// known block, keys known blocked now.
+    blocks: Option<(u64, u64, usize)>,
 }
 
 /// Everything one scrape reports, read before encoding (the store's
@@ -226,6 +232,15 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
             reports: metrics.reports(limit.name()),
             reservations: Reservations::ALL.map(|what| metrics.reservations(limit.name(), what)),
             keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
+            blocks: limit.config().penalty.map(|_| {
+                (
+                    metrics.blocks(limit.name()),
+                    metrics.block_refusals(limit.name()),
+                    engine
+                        .blocked_keys(limit.name(), crate::engine::MAX_REMEMBERED_BLOCKS)
+                        .len(),
+                )
+            }),
         })
         .collect();
     let access = engine.access();
@@ -413,6 +428,34 @@ impl Collector for Scrape {
                     let labels = [("limit", limit.name.as_str()), ("outcome", what.as_str())];
                     (labels, limit.reservations[what as usize])
                 })
+            }),
+        )?;
+        let penalized = || {
+            self.limits
+                .iter()
+                .filter_map(|limit| Some((limit.name.as_str(), limit.blocks?)))
+        };
+        counter(
+            &mut encoder,
+            "ratekeeper_penalty_blocks",
+            "Keys a limit's penalty (block_for) blocked, by this instance.",
+            penalized().map(|(name, blocks)| ([("limit", name)], blocks.0)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_penalty_refusals",
+            "Requests refused by a block this instance knew, without a call to the store.",
+            penalized().map(|(name, blocks)| ([("limit", name)], blocks.1)),
+        )?;
+        gauge(
+            &mut encoder,
+            "ratekeeper_blocked_keys",
+            "Keys this instance knows are blocked by a limit's penalty now.",
+            penalized().map(|(name, blocks)| {
+                (
+                    [("limit", name)],
+                    i64::try_from(blocks.2).unwrap_or(i64::MAX),
+                )
             }),
         )?;
         counter(

@@ -31,6 +31,8 @@
 //!              "top_charged": [{"key": "alice", "count": 10, "error": 0}, ...],
 //!              "after_the_fact": {"reports": 2, "units": 13000, "overdrafts": 1,
 //!                                 "reservations_held": 1, ...},
+//!              "blocks": {"started": 1, "refused_from_memory": 3,
+//!                         "keys": [{"key": "203.0.113.7", "ends_in_ms": 899000}]},
 //!              "keys_tracked": 2, "untracked_denials": 0}],
 //!  "limits_not_shown": 0,
 //!  "unmatched": [{"door": "grpc", "requests": 3,
@@ -343,6 +345,20 @@ impl AfterTheFact {
     }
 }
 
+/// A penalty limit's blocks, as this instance knows them.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct BlockReport {
+    /// Blocks its penalty started here since the service started.
+    pub started: u64,
+    /// Requests refused by a block this instance knew, without a call to
+    /// the store.
+    pub refused_from_memory: u64,
+    /// The keys blocked now, the longest blocks first (at most
+    /// [`MAX_KEYS_SHOWN`]).
+    pub keys: Vec<crate::engine::BlockedKey>,
+}
+
 /// One limit's stats.
 #[derive(Clone, Debug, Serialize)]
 #[non_exhaustive]
@@ -364,6 +380,9 @@ pub struct LimitReport {
     /// Units charged after the fact (reports) and reservations; `None`
     /// when the limit has had none.
     pub after_the_fact: Option<AfterTheFact>,
+    /// For a limit with a penalty (`block_for`): the blocks it started
+    /// here and the keys this instance knows are blocked; `None` without.
+    pub blocks: Option<BlockReport>,
     /// Totals, windows, the last hour and the keys denied most (at most
     /// [`MAX_KEYS_SHOWN`]).
     #[serde(flatten)]
@@ -427,6 +446,11 @@ impl ServiceStats {
                     keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
                     leasing: leased(limit.name()),
                     after_the_fact: AfterTheFact::of(metrics, limit.name()),
+                    blocks: limit.config().penalty.map(|_| BlockReport {
+                        started: metrics.blocks(limit.name()),
+                        refused_from_memory: metrics.block_refusals(limit.name()),
+                        keys: engine.blocked_keys(limit.name(), MAX_KEYS_SHOWN),
+                    }),
                     stats,
                 }
             })

@@ -133,6 +133,7 @@ fn limit_config(
         count_refused: false,
         after_response: None,
         max_wait: None,
+        penalty: None,
         matcher: Match::default(),
     }))
 }

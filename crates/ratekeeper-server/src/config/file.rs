@@ -99,6 +99,9 @@ pub(crate) struct FileLimit {
     pub(crate) count_refused: Option<Spanned<bool>>,
     pub(crate) after_response: Option<Spanned<FileAfterResponse>>,
     pub(crate) max_wait: Option<Spanned<String>>,
+    pub(crate) block_for: Option<Spanned<String>>,
+    pub(crate) block_max: Option<Spanned<String>>,
+    pub(crate) block_forget: Option<Spanned<String>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

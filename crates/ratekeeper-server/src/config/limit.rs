@@ -51,6 +51,9 @@ pub struct LimitConfig {
     /// long, when its units will be due by then, rather than refuse it
     /// (`max_wait`; a token bucket or GCRA on HTTP requests only).
     pub max_wait: Option<std::time::Duration>,
+    /// A key it refuses is blocked for a while (`block_for`, `block_max`,
+    /// `block_forget`; a token bucket or GCRA).
+    pub penalty: Option<super::Penalty>,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }

@@ -298,6 +298,7 @@ mod in_flight;
 mod limit;
 mod limitador_file;
 mod listen;
+mod penalty;
 mod reach;
 mod redact;
 mod request_caps;
@@ -326,6 +327,7 @@ pub use limit::{
 };
 pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
+pub use penalty::Penalty;
 /// The `*` patterns of descriptor values ([`ValueMatch::Glob`]), shared
 /// with envoyproxy/ratelimit's files.
 pub use ratekeeper_formats::Glob;

@@ -61,16 +61,14 @@ impl<'a> EngineBuilder<'a> {
     /// Opens the store (unless one was given) and puts the
     /// configuration's limits in force.
     pub async fn start(self) -> Result<Engine, StartError> {
+        let clock = self
+            .clock
+            .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
         let store = match self.store {
             Some(store) => store,
-            None => {
-                let clock = self
-                    .clock
-                    .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
-                AnyStore::open(&self.config.store, clock).await?
-            }
+            None => AnyStore::open(&self.config.store, Arc::clone(&clock)).await?,
         };
         let wall_clock = self.wall_clock.unwrap_or_else(|| Arc::new(UnixClock));
-        Ok(Engine::assemble(self.config, store, wall_clock))
+        Ok(Engine::assemble(self.config, store, clock, wall_clock))
     }
 }

@@ -34,9 +34,34 @@ pub struct LimitDescription {
     pub allow_reports: bool,
     /// Whether refused hits of descriptors are counted too.
     pub count_refused: bool,
+    /// How long the proxy may hold a request it refuses (`max_wait`), in
+    /// milliseconds; `None` when it refuses at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_wait_ms: Option<u64>,
+    /// How long a key it refuses is blocked: the first block, the
+    /// longest, and how long an offence counts, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub penalty: Option<PenaltyDescription>,
     /// Which requests it applies to.
     #[serde(rename = "match")]
     pub matcher: MatchDescription,
+}
+
+/// A limit's penalty, as `GET /v1/limits` shows it.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[non_exhaustive]
+pub struct PenaltyDescription {
+    /// `block_for`.
+    pub block_for_ms: u64,
+    /// `block_max`.
+    pub block_max_ms: u64,
+    /// `block_forget`.
+    pub block_forget_ms: u64,
+}
+
+/// A duration in whole milliseconds, saturating.
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A limit's `match`, as `GET /v1/limits` shows it.
@@ -71,6 +96,12 @@ impl LimitDescription {
             allow_refunds: config.allow_refunds,
             allow_reports: config.allow_reports,
             count_refused: config.count_refused,
+            max_wait_ms: config.max_wait.map(millis),
+            penalty: config.penalty.map(|penalty| PenaltyDescription {
+                block_for_ms: millis(penalty.block_for),
+                block_max_ms: millis(penalty.block_max),
+                block_forget_ms: millis(penalty.block_forget),
+            }),
             matcher: MatchDescription::new(&config.matcher),
         }
     }

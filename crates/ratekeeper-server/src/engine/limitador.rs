@@ -270,6 +270,7 @@ fn build(
         count_refused: false,
         after_response: None,
         max_wait: None,
+        penalty: None,
         matcher: Match {
             domain: Some(limit.namespace().to_owned()),
             ..Match::default()

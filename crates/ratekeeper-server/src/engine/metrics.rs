@@ -72,6 +72,10 @@ pub struct DecisionMetrics {
     /// Slots of caps on requests in flight taken, refused and given back,
     /// by cap name.
     slots: [NamedCounters; Slots::ALL.len()],
+    /// Blocks a penalty started, and requests refused by a block this
+    /// instance knew (no call to the store), by limit name.
+    blocks: NamedCounters,
+    block_refusals: NamedCounters,
 }
 
 /// What became of the slots of caps on requests in flight, as `/metrics`
@@ -217,6 +221,27 @@ impl DecisionMetrics {
     /// Slots of cap `name` that became `what`.
     pub fn slots(&self, name: &str, what: Slots) -> u64 {
         self.slots[what as usize].get(name)
+    }
+
+    /// A block of limit `name` that a penalty started (`new`), or a
+    /// request refused by a block this instance knew.
+    pub(crate) fn record_block(&self, name: &str, new: bool) {
+        let counters = match new {
+            true => &self.blocks,
+            false => &self.block_refusals,
+        };
+        counters.add(name);
+    }
+
+    /// Blocks limit `name`'s penalty started here.
+    pub fn blocks(&self, name: &str) -> u64 {
+        self.blocks.get(name)
+    }
+
+    /// Requests of limit `name` refused by a block this instance knew,
+    /// without a call to the store.
+    pub fn block_refusals(&self, name: &str) -> u64 {
+        self.block_refusals.get(name)
     }
 
     /// Nothing recorded yet.

@@ -57,6 +57,7 @@ mod limitador;
 mod limits;
 pub mod matching;
 mod metrics;
+mod penalty;
 mod plan;
 mod reloads;
 mod renumbered;
@@ -80,7 +81,7 @@ use tracing::Instrument as _;
 
 pub use builder::EngineBuilder;
 pub use connecting::Connecting;
-pub use describe::{LimitDescription, MatchDescription};
+pub use describe::{LimitDescription, MatchDescription, PenaltyDescription};
 pub use envoy_files::EnvoyLimits;
 pub use error::StartError;
 pub use forwarding::{is_trusted, untrusted_forwarding};
@@ -93,6 +94,7 @@ pub use limits::{ActiveLimit, LimitSet, TOP_CHARGED};
 pub use metrics::{
     is_near_limit, DecisionMetrics, LatencyHistogram, Reservations, Slots, NEAR_LIMIT_PERCENT,
 };
+pub use penalty::{BlockedKey, Blocks, MAX_REMEMBERED_BLOCKS};
 #[cfg(test)]
 pub(crate) use plan::work;
 pub(crate) use plan::HttpRequest;
@@ -163,6 +165,10 @@ struct Inner {
     unmatched: UnmatchedRequests,
     /// The limits Envoy's descriptor overrides asked for, one per rate.
     overrides: plan::OverrideLimits,
+    /// The clock decisions are made by here: when a block ends.
+    clock: SharedClock,
+    /// The blocks of penalty limits this instance has seen.
+    blocks: penalty::Blocks,
     /// The requests the proxy holds for a limit's `max_wait`: bounded by
     /// `[requests]` as the service started, kept across reloads.
     wait_queue: ratekeeper_tower::WaitQueue,
@@ -176,7 +182,12 @@ impl Engine {
     }
 
     /// The engine on `store`, its statistics following `wall_clock`.
-    fn assemble(config: &Config, store: AnyStore, wall_clock: SharedClock) -> Engine {
+    fn assemble(
+        config: &Config,
+        store: AnyStore,
+        clock: SharedClock,
+        wall_clock: SharedClock,
+    ) -> Engine {
         let probe = Limit::new(
             "ratekeeper-readyz",
             ratekeeper::Gcra::per_second(1).expect("1 per second is a valid rate"),
@@ -212,6 +223,8 @@ impl Engine {
                 shadow_mode: config.shadow_mode.into(),
                 unmatched: UnmatchedRequests::default(),
                 overrides: plan::OverrideLimits::default(),
+                clock,
+                blocks: penalty::Blocks::default(),
                 wait_queue: ratekeeper_tower::WaitQueue::new(
                     config.requests.max_waiting,
                     config.requests.max_waiting_per_key,
@@ -516,11 +529,19 @@ impl Engine {
                 *outcome = Some(ban::answer(check));
             }
         }
+        // A key this instance knows is blocked is refused from here.
+        let mut blocked = false;
+        for (check, outcome) in checks.iter().zip(outcomes.iter_mut()) {
+            if outcome.is_none() {
+                *outcome = self.known_block(check);
+                blocked |= outcome.is_some();
+            }
+        }
         let (shadow, enforced): (Positions, Positions) = (0..checks.len())
             .filter(|&i| outcomes[i].is_none())
             .partition(|&i| checks[i].limit.is_shadow());
 
-        if ban::blocks(&checks) {
+        if blocked || ban::blocks(&checks) {
             let store = &self.timed_store();
             for index in shadow.into_iter().chain(enforced) {
                 let check = &checks[index];
@@ -530,13 +551,25 @@ impl Engine {
         } else {
             let allowed = match counting {
                 Counting::AllOrNothing => {
-                    self.check_enforced(&checks, enforced, &mut outcomes)
+                    self.check_enforced(&checks, enforced.clone(), &mut outcomes)
                         .await?
                 }
                 Counting::EachDescriptor => {
                     self.check_each(&checks, &enforced, &mut outcomes).await?
                 }
             };
+            if !allowed {
+                for &index in &enforced {
+                    let check = &checks[index];
+                    if let (Some(outcome), Some(_)) =
+                        (outcomes[index], check.limit.config().penalty)
+                    {
+                        // Boxed: rare, and its calls would make every
+                        // decision's future larger.
+                        outcomes[index] = Some(Box::pin(self.penalize(check, outcome)).await?);
+                    }
+                }
+            }
             self.check_shadow(&checks, &shadow, allowed, &mut outcomes)
                 .await?;
         }

@@ -32,6 +32,7 @@ mod limitador;
 mod metrics;
 mod nginx;
 mod operations;
+mod penalties;
 mod phone_frame;
 mod proxy;
 mod proxy_after_response;

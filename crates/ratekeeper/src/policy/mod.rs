@@ -277,6 +277,19 @@ impl Policy {
         matches!(self, Policy::TokenBucket(_) | Policy::Gcra(_))
     }
 
+    /// The time one unit takes to come back under a token bucket or GCRA
+    /// (its period over its rate); `None` for the window policies, whose
+    /// units come back all at once.
+    pub fn unit_interval(&self) -> Option<Duration> {
+        match self {
+            Policy::Gcra(gcra) => Some(gcra.emission_interval()),
+            Policy::TokenBucket(bucket) => {
+                Some(Gcra::from_token_bucket(bucket).ok()?.emission_interval())
+            }
+            _ => None,
+        }
+    }
+
     /// How long units charged ahead by a [report](Algorithm::report)
     /// must wait before they are due, from the report's `decision`: zero
     /// when they fitted what the key had left; otherwise until the debt
@@ -295,13 +308,7 @@ impl Policy {
     /// # Ok::<(), ratekeeper::policy::PolicyError>(())
     /// ```
     pub fn reserved_delay(&self, decision: &Decision) -> Option<Duration> {
-        let unit = match self {
-            Policy::Gcra(gcra) => gcra.emission_interval(),
-            Policy::TokenBucket(bucket) => {
-                Gcra::from_token_bucket(bucket).ok()?.emission_interval()
-            }
-            _ => return None,
-        };
+        let unit = self.unit_interval()?;
         if decision.is_allowed() {
             return Some(Duration::ZERO);
         }

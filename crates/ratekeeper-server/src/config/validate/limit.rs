@@ -2,10 +2,17 @@
 //! which requests it matches.
 
 use super::*;
-use crate::config::Reach;
+use crate::config::{Penalty, Reach};
 
 /// The longest `max_wait`: a held request keeps its connection.
 const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// The longest `block_for`, `block_max` and `block_forget`.
+const MAX_BLOCK: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How long an offence counts towards a longer block, unless
+/// `block_forget` says: a day.
+const DEFAULT_BLOCK_FORGET: Duration = Duration::from_secs(24 * 3600);
 
 /// One checked `[[limits]]` entry.
 pub(super) enum Checked {
@@ -87,6 +94,8 @@ impl Checker<'_> {
             Ok(named) => named,
             Err(error) => return self.fail(limit.name.span(), field("name"), error.to_string()),
         };
+        let shadow = limit.shadow.as_ref().is_some_and(|s| *s.get_ref());
+        let penalty = self.penalty(index, &limit, &named, shadow || ban)?;
         let key = self.key(index, &limit)?;
         let matcher = match limit.matcher {
             None => Match::default(),
@@ -129,7 +138,7 @@ impl Checker<'_> {
             rate,
             ban,
             key,
-            shadow: limit.shadow.is_some_and(|s| *s.get_ref()),
+            shadow,
             on_saturated,
             allow_overrides: limit.allow_overrides.as_ref().is_none_or(|a| *a.get_ref()),
             allow_refunds: limit.allow_refunds.as_ref().is_none_or(|a| *a.get_ref()),
@@ -137,8 +146,83 @@ impl Checker<'_> {
             count_refused: limit.count_refused.as_ref().is_some_and(|c| *c.get_ref()),
             after_response,
             max_wait,
+            penalty,
             matcher,
         })
+    }
+
+    /// `limits[index]`'s `block_for`, `block_max` and `block_forget`, for
+    /// `limit` (which never refuses when `refuses_nothing`: a shadow limit
+    /// or a ban).
+    fn penalty(
+        &self,
+        index: usize,
+        file: &FileLimit,
+        limit: &Limit,
+        refuses_nothing: bool,
+    ) -> Result<Option<Penalty>, ConfigError> {
+        let field = |name: &str| format!("limits[{index}].{name}");
+        let duration = |given: &Spanned<String>, name: &str| {
+            let parsed = ratekeeper::duration::parse(given.get_ref())
+                .map_err(|error| error.to_string())
+                .and_then(|parsed| match parsed {
+                    d if d < Duration::from_secs(1) || d > MAX_BLOCK => {
+                        Err(format!("{name} is {}, outside 1s to 30d", given.get_ref()))
+                    }
+                    d => Ok(d),
+                });
+            match parsed {
+                Ok(parsed) => Ok(parsed),
+                Err(message) => self.fail(given.span(), field(name), message),
+            }
+        };
+        let Some(block_for) = &file.block_for else {
+            for (given, name) in [
+                (&file.block_max, "block_max"),
+                (&file.block_forget, "block_forget"),
+            ] {
+                if let Some(given) = given {
+                    return self.fail(
+                        given.span(),
+                        field(name),
+                        format!("{name} needs block_for, the first block's length"),
+                    );
+                }
+            }
+            return Ok(None);
+        };
+        let first = duration(block_for, "block_for")?;
+        let max = match &file.block_max {
+            Some(given) => duration(given, "block_max")?,
+            None => first,
+        };
+        let forget = match &file.block_forget {
+            Some(given) => duration(given, "block_forget")?,
+            None => DEFAULT_BLOCK_FORGET,
+        };
+        let why = if !limit.policy().reserves_ahead() {
+            Some(format!(
+                "a block is the key's debt, which only a token bucket or GCRA carries; a {} forgets what it counted when its window moves on",
+                limit.policy().kind()
+            ))
+        } else if refuses_nothing {
+            Some(
+                "a shadow limit or a ban blocks nobody: it refuses nothing, or everything"
+                    .to_owned(),
+            )
+        } else if max < first {
+            Some(format!(
+                "block_max ({}) is shorter than block_for ({})",
+                file.block_max.as_ref().map_or("", |m| m.get_ref()),
+                block_for.get_ref()
+            ))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => self.fail(block_for.span(), field("block_for"), why),
+            None => Ok(Some(Penalty::new(first, max, forget))),
+        }
     }
 
     /// `limits[index].max_wait`, for `limit` matching `matcher`.
@@ -206,6 +290,12 @@ impl Checker<'_> {
                 "after_response",
             ),
             (limit.max_wait.as_ref().map(Spanned::span), "max_wait"),
+            (limit.block_for.as_ref().map(Spanned::span), "block_for"),
+            (limit.block_max.as_ref().map(Spanned::span), "block_max"),
+            (
+                limit.block_forget.as_ref().map(Spanned::span),
+                "block_forget",
+            ),
         ];
         for (given, name) in rate_only {
             if let Some(span) = given {

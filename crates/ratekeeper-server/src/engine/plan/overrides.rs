@@ -116,6 +116,7 @@ pub(super) fn override_limit(
             count_refused: false,
             after_response: None,
             max_wait: None,
+            penalty: None,
             matcher: Match::default(),
         })))
     })?;
