@@ -162,3 +162,39 @@ fn a_penalty_needs_a_bucket_that_refuses() {
     assert_eq!(penalty.block(1), Duration::from_secs(900));
     assert_eq!(penalty.block(5), Duration::from_secs(3_600));
 }
+
+#[tokio::test]
+async fn on_redis_two_services_refuse_a_blocked_key_until_its_block_ends() {
+    let Some(redis) = ratekeeper_test_support::redis::RedisServer::start() else {
+        return;
+    };
+    let timeout = ratekeeper_test_support::redis::UNHURRIED.as_millis();
+    let toml = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = {timeout}\n{LISTEN_ANY}{LOGINS}",
+        redis.url()
+    );
+    let first = TestService::start(&toml).await;
+    let second = TestService::start(&toml).await;
+    for _ in 0..3 {
+        assert!(ask(&first, "mallory").await.0);
+    }
+    // On Redis's clock: the block's end, give or take the seconds this
+    // test takes on a loaded machine.
+    let (allowed, retry) = ask(&first, "mallory").await;
+    assert!(!allowed);
+    assert!((880..=900).contains(&retry.unwrap()), "{retry:?}");
+    for _ in 0..2 {
+        let (allowed, retry) = ask(&second, "mallory").await;
+        assert!(!allowed);
+        assert!((880..=900).contains(&retry.unwrap()), "{retry:?}");
+    }
+    let (one, two) = (
+        first.service.engine().decision_metrics(),
+        second.service.engine().decision_metrics(),
+    );
+    assert_eq!((one.blocks("logins"), two.blocks("logins")), (1, 0));
+    assert_eq!(two.block_refusals("logins"), 1);
+    assert!(ask(&second, "alice").await.0);
+    first.stop().await;
+    second.stop().await;
+}
