@@ -634,3 +634,31 @@ async fn the_dashboard_shows_units_charged_after_the_fact() {
     );
     service.stop().await;
 }
+
+/// A limit with a penalty lists the keys it blocked, the longest first.
+#[tokio::test]
+async fn the_dashboard_lists_blocked_keys() {
+    let Some(chromium) = chromium() else { return };
+    let service = TestService::start(&format!(
+        "{LISTEN_ANY}[[limits]]\nname = \"logins\"\nrate = \"1/minute\"\nkey = [\"header:x-user\"]\nblock_for = \"15m\"\n"
+    ))
+    .await;
+    let login = json!({"limits": ["logins"], "key": {"header:x-user": "mallory"}});
+    for _ in 0..2 {
+        service.post("/v1/check", login.clone()).await;
+    }
+    let stats = service.get_json(service.admin("/v1/stats")).await;
+    assert_eq!(
+        stats["limits"][0]["blocks"]["keys"][0]["key"], "mallory",
+        "{stats}"
+    );
+
+    let dom = dump_dom(chromium, service.admin("/")).await;
+    assert!(
+        dom.contains(
+            r#"data-field="blocked-keys" data-value="1">1</b> key blocked (mallory 15 min)"#
+        ),
+        "{dom}"
+    );
+    service.stop().await;
+}

@@ -27,7 +27,7 @@ fn store() -> Store_ {
 
 /// 1,000 a second, one at a time: a refused request's token is due in a
 /// millisecond of the (still) manual clock, waited for on a real timer.
-fn limit() -> Limit {
+fn fast() -> Limit {
     Limit::new(
         "per-team",
         Gcra::new(1_000, Duration::from_secs(1), 1).unwrap(),
@@ -35,8 +35,22 @@ fn limit() -> Limit {
     .unwrap()
 }
 
+/// One a minute: a held request waits a minute on a real timer, so a
+/// test sees it waiting however slow the machine.
+fn limit() -> Limit {
+    Limit::new(
+        "per-team",
+        Gcra::new(1, Duration::from_secs(60), 1).unwrap(),
+    )
+    .unwrap()
+}
+
+fn team() -> Key {
+    Key::header(HeaderName::from_static("x-team"))
+}
+
 fn rule(max_wait: Duration) -> Rule {
-    Rule::new(limit(), Key::header(HeaderName::from_static("x-team"))).max_wait(max_wait)
+    Rule::new(limit(), team()).max_wait(max_wait)
 }
 
 fn request(team: &str) -> Request<String> {
@@ -65,6 +79,7 @@ fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
 #[tokio::test]
 async fn a_refused_request_is_held_until_its_token_is_due() {
     let store = store();
+    let rule = |wait| Rule::new(fast(), team()).max_wait(wait);
     let layer = RateLimitLayer::builder(store.clone())
         .rule(rule(Duration::from_millis(5)))
         .build()
@@ -72,13 +87,14 @@ async fn a_refused_request_is_held_until_its_token_is_due() {
     let service = layer.layer(ok());
     let first = service.clone().oneshot(request("a")).await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
-    // The second is held, its token charged while it waits.
-    let mut held = Box::pin(service.clone().oneshot(request("a")));
-    assert!(poll_once(&mut held).is_pending());
+    // The second is due in 1 ms: held, then sent on.
+    let second = service.clone().oneshot(request("a")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
     let queue = layer.wait_queue().expect("a rule waits");
-    assert_eq!(queue.waiting(), 1);
-    // A third, allowed to wait only 1 ms, would be due in 2 ms: refused
-    // at once, charging nothing.
+    assert_eq!((queue.waiting(), queue.waited()), (0, 1));
+    // Both tokens are charged: a third, allowed to wait only 1 ms, would
+    // be due in 2 ms (the clock stands still): refused at once, charging
+    // nothing.
     let impatient = RateLimitLayer::builder(store.clone())
         .rule(rule(Duration::from_millis(1)))
         .build()
@@ -86,36 +102,33 @@ async fn a_refused_request_is_held_until_its_token_is_due() {
         .layer(ok());
     let refused = impatient.oneshot(request("a")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    let answer = held.await.unwrap();
-    assert_eq!(answer.status(), StatusCode::OK);
-    assert_eq!((queue.waiting(), queue.waited()), (0, 1));
-    // Both tokens are charged: the key is in debt.
-    assert!(!store.check(&limit(), b"a", 1).await.unwrap().is_allowed());
+    let due = store.check(&fast(), b"a", 1).await.unwrap().retry_after();
+    assert_eq!(due.duration(), Some(Duration::from_millis(2)));
 }
 
 #[tokio::test]
 async fn a_held_request_that_is_dropped_gives_its_token_back() {
     let store = store();
     let layer = RateLimitLayer::builder(store.clone())
-        .rule(rule(Duration::from_secs(1)))
+        .rule(rule(Duration::from_secs(300)))
         .build()
         .unwrap();
     let service = layer.layer(ok());
     service.clone().oneshot(request("a")).await.unwrap();
     let mut held = Box::pin(service.clone().oneshot(request("a")));
     assert!(poll_once(&mut held).is_pending());
-    // Its token is charged: the next is due in 2 ms, not 1.
+    // Its token is charged: the next is due in 2 minutes, not 1.
     let due = |store: Store_| async move {
         let outcome = store.check(&limit(), b"a", 1).await.unwrap();
         outcome.retry_after().duration()
     };
-    assert_eq!(due(store.clone()).await, Some(Duration::from_millis(2)));
+    assert_eq!(due(store.clone()).await, Some(Duration::from_secs(120)));
     // The client went away.
     drop(held);
     let queue = layer.wait_queue().unwrap();
     assert_eq!((queue.waiting(), queue.waited()), (0, 0));
-    // Only the first request's token is used: due in 1 ms again.
-    assert_eq!(due(store.clone()).await, Some(Duration::from_millis(1)));
+    // Only the first request's token is used: due in a minute again.
+    assert_eq!(due(store.clone()).await, Some(Duration::from_secs(60)));
 }
 
 #[tokio::test]
@@ -123,7 +136,7 @@ async fn the_queue_holds_a_bounded_number_per_key_and_overall() {
     let store = store();
     let queue = WaitQueue::new(2, 1);
     let layer = RateLimitLayer::builder(store.clone())
-        .rule(rule(Duration::from_secs(1)))
+        .rule(rule(Duration::from_secs(300)))
         .wait_queue(queue.clone())
         .build()
         .unwrap();
@@ -144,9 +157,9 @@ async fn the_queue_holds_a_bounded_number_per_key_and_overall() {
     let answer = service.clone().oneshot(request("c")).await.unwrap();
     assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(queue.turned_away(), 2);
-    // Nothing was charged for them: c's next token is due in 1 ms.
+    // Nothing was charged for them: c's next token is due in a minute.
     let due = store.check(&limit(), b"c", 1).await.unwrap().retry_after();
-    assert_eq!(due.duration(), Some(Duration::from_millis(1)));
+    assert_eq!(due.duration(), Some(Duration::from_secs(60)));
     drop(held);
     assert_eq!(queue.waiting(), 0);
 }
@@ -155,7 +168,7 @@ async fn the_queue_holds_a_bounded_number_per_key_and_overall() {
 async fn on_a_store_across_a_network_a_dropped_wait_is_refunded_before_the_next_request() {
     let memory = store();
     let layer = RateLimitLayer::builder(Remote(memory.clone()))
-        .rule(rule(Duration::from_secs(1)))
+        .rule(rule(Duration::from_secs(300)))
         .build()
         .unwrap();
     let service = layer.layer(ok());
@@ -168,7 +181,7 @@ async fn on_a_store_across_a_network_a_dropped_wait_is_refunded_before_the_next_
         .unwrap()
         .retry_after()
         .duration()
-        != Some(Duration::from_millis(2))
+        != Some(Duration::from_secs(120))
     {
         assert!(poll_once(&mut held).is_pending());
         tokio::task::yield_now().await;
@@ -176,12 +189,12 @@ async fn on_a_store_across_a_network_a_dropped_wait_is_refunded_before_the_next_
     // Dropped: the refund must wait for the store, so the layer keeps it.
     drop(held);
     let due = memory.check(&limit(), b"a", 1).await.unwrap().retry_after();
-    assert_eq!(due.duration(), Some(Duration::from_millis(2)));
+    assert_eq!(due.duration(), Some(Duration::from_secs(120)));
     // The layer's next request gives it back first.
     let answer = service.clone().oneshot(request("b")).await.unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
     let due = memory.check(&limit(), b"a", 1).await.unwrap().retry_after();
-    assert_eq!(due.duration(), Some(Duration::from_millis(1)));
+    assert_eq!(due.duration(), Some(Duration::from_secs(60)));
 }
 
 #[test]

@@ -138,32 +138,35 @@ fn until_ready_waits_then_keeps_and_a_dropped_wait_gives_back() {
                 .unwrap();
         }
     });
-    // The bucket is empty; the manual clock stands still, so the next
-    // unit is due in 1 ms of its time: a wait on a real timer.
-    let wait = limiter.until_ready("k", 1, Duration::from_secs(1), Duration::from_millis(1));
-    let mut wait = Box::pin(wait);
-    let mut context = Context::from_waker(Waker::noop());
-    assert!(wait.as_mut().poll(&mut context).is_pending());
-    // Reserved while it waits: another caller is due later.
-    let later = limiter.reserve("k", 1, Duration::from_secs(1)).unwrap();
-    assert_eq!(later.delay(), Duration::from_millis(2));
-    drop(later);
-    // The waiting caller gives up: its unit goes back.
-    drop(wait);
-    assert_eq!(
-        limiter
-            .reserve("k", 1, Duration::from_secs(1))
-            .unwrap()
-            .delay(),
-        Duration::from_millis(1)
-    );
-    // One that waits to the end keeps its unit.
-    block_on(limiter.until_ready("k", 1, Duration::from_secs(1), Duration::ZERO)).unwrap();
+    // The bucket is empty and the manual clock stands still: the next
+    // unit is due in 1 ms of its time, waited for on a real timer, and
+    // kept.
+    block_on(limiter.until_ready("k", 1, Duration::from_secs(1), Duration::from_millis(1)))
+        .unwrap();
     assert_eq!(
         limiter
             .reserve("k", 1, Duration::from_secs(1))
             .unwrap()
             .delay(),
         Duration::from_millis(2)
+    );
+
+    // One a minute: a wait that is still waiting however slow the machine.
+    let (slow, _clock) = new_limiter(TokenBucket::new(1, Duration::from_secs(60), 1).unwrap());
+    assert!(slow.check("k", 1).is_allowed());
+    let max = Duration::from_secs(300);
+    let mut wait = Box::pin(slow.until_ready("k", 1, max, Duration::ZERO));
+    let mut context = Context::from_waker(Waker::noop());
+    assert!(wait.as_mut().poll(&mut context).is_pending());
+    // Reserved while it waits: another caller is due later.
+    assert_eq!(
+        slow.reserve("k", 1, max).unwrap().delay(),
+        Duration::from_secs(120)
+    );
+    // The waiting caller gives up: its unit goes back.
+    drop(wait);
+    assert_eq!(
+        slow.reserve("k", 1, max).unwrap().delay(),
+        Duration::from_secs(60)
     );
 }
