@@ -50,7 +50,9 @@ fn check(engine: &Engine, key: &[u8], cost: u64) -> LimitCheck {
     LimitCheck::new(limit, key.to_vec(), cost)
 }
 
-/// Blocks `key`: a cost past what it has left is an offence.
+/// Blocks `key`: a cost past what it has left is an offence (a million
+/// units: Redis's clock, which runs on, refills no more than a few
+/// thousand between the two calls).
 fn block(runtime: &Runtime, engine: &Engine, key: &[u8]) {
     runtime.block_on(async {
         let verdict = engine
@@ -58,6 +60,11 @@ fn block(runtime: &Runtime, engine: &Engine, key: &[u8]) {
             .await
             .unwrap();
         assert!(verdict.is_allowed());
+        let verdict = engine
+            .check(vec![check(engine, key, 1_000_000)])
+            .await
+            .unwrap();
+        assert!(!verdict.is_allowed(), "an offence");
         let verdict = engine.check(vec![check(engine, key, 1)]).await.unwrap();
         assert!(!verdict.is_allowed(), "the key is blocked");
     });
