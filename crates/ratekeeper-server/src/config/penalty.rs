@@ -36,6 +36,10 @@ impl Penalty {
     /// any `block_max` a file may set.
     pub const MAX_OFFENCES: u64 = 32;
 
+    /// What the store names a limit's record of offences: the limit's
+    /// name and this (a digest of the name when that would be too long).
+    pub const OFFENCES_SUFFIX: &'static str = "~offences";
+
     /// A penalty of `block_for`, doubled up to `block_max`, offences
     /// forgotten after `block_forget`.
     pub fn new(block_for: Duration, block_max: Duration, block_forget: Duration) -> Penalty {

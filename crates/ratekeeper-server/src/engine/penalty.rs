@@ -106,7 +106,7 @@ pub(super) fn blocked_answer(check: &LimitCheck, left: Duration) -> Outcome {
 /// The limit a penalty limit's offences are counted under: one offence
 /// forgotten per `block_forget`, at most [`Penalty::MAX_OFFENCES`].
 fn offences_limit(limit: &Limit, penalty: &Penalty) -> Result<Limit, StoreError> {
-    const SUFFIX: &str = "~offences";
+    const SUFFIX: &str = Penalty::OFFENCES_SUFFIX;
     let name = limit.name();
     let name = match name.len() + SUFFIX.len() <= ratekeeper::store::MAX_LIMIT_NAME {
         true => format!("{name}{SUFFIX}"),

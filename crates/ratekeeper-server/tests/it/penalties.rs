@@ -157,6 +157,14 @@ fn a_penalty_needs_a_bucket_that_refuses() {
     );
     let cap = "[[limits]]\nname = \"c\"\npolicy = \"concurrency\"\nmax_in_flight = 2\nkey = [\"global\"]\nblock_for = \"1m\"\n";
     assert!(error(cap).contains("limits[0].block_for: block_for is for rate limits"));
+    let taken = format!(
+        "{LOGINS}[[limits]]\nname = \"logins~offences\"\nrate = \"1/s\"\nkey = [\"global\"]\n"
+    );
+    assert!(
+        error(&taken).contains("is where limit \"logins\"'s penalty counts offences"),
+        "{}",
+        error(&taken)
+    );
     let config = Config::from_toml_str(LOGINS, "ratekeeper.toml").unwrap();
     let penalty = config.limits[0].penalty.unwrap();
     assert_eq!(penalty.block(1), Duration::from_secs(900));
@@ -197,4 +205,45 @@ async fn on_redis_two_services_refuse_a_blocked_key_until_its_block_ends() {
     assert!(ask(&second, "alice").await.0);
     first.stop().await;
     second.stop().await;
+}
+
+#[tokio::test]
+async fn envoy_is_told_when_the_block_ends() {
+    use ratekeeper_server::envoy::proto::rate_limit_response::Code;
+    use ratekeeper_server::envoy::proto::RateLimitRequest;
+
+    let toml = "[[limits]]\nname = \"logins\"\nrate = \"3/minute\"\nkey = [\"descriptor:user\"]\n\
+                block_for = \"15m\"\nmatch = { domain = \"auth\", descriptors = [{ key = \"user\" }] }\n";
+    let config = Config::from_toml_str(toml, "ratekeeper.toml").unwrap();
+    let clock = std::sync::Arc::new(ratekeeper::clock::ManualClock::new(
+        ratekeeper::Timestamp::from_secs(1_000),
+    ));
+    let engine = ratekeeper_server::engine::Engine::builder(&config)
+        .clock(clock)
+        .start()
+        .await
+        .unwrap();
+    let (mut client, _stop) = common::serve_rls(engine).await;
+    let request = RateLimitRequest {
+        domain: "auth".to_owned(),
+        descriptors: vec![common::descriptor(&[("user", "mallory")])],
+        hits_addend: 0,
+    };
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let answer = client.should_rate_limit(request.clone()).await.unwrap();
+        answers.push(answer.into_inner());
+    }
+    let codes: Vec<i32> = answers.iter().map(|answer| answer.overall_code).collect();
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    assert_eq!(codes, [ok, ok, ok, over, over]);
+    for answer in &answers[3..] {
+        let reset = answer.statuses[0].duration_until_reset.as_ref().unwrap();
+        assert_eq!(reset.seconds, 900, "{answer:?}");
+        let retry = answer
+            .response_headers_to_add
+            .iter()
+            .find(|header| header.key == "retry-after");
+        assert_eq!(retry.map(|header| header.value.as_str()), Some("900"));
+    }
 }

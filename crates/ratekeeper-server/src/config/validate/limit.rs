@@ -2,7 +2,7 @@
 //! which requests it matches.
 
 use super::*;
-use crate::config::{Penalty, Reach};
+use crate::config::Reach;
 
 /// The longest `max_wait`: a held request keeps its connection.
 const MAX_WAIT: Duration = Duration::from_secs(60);

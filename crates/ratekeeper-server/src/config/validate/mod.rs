@@ -32,8 +32,9 @@ use super::tls;
 use super::{env, store_tls};
 use super::{
     redact_url, AfterResponse, Backend, Config, CostSource, DescriptorMatch, DoorTls,
-    InFlightConfig, KeyPart, LimitConfig, ListenConfig, Match, OnSaturated, Prefixes, RequestCaps,
-    StoreConfig, ValueMatch, DEFAULT_IN_FLIGHT_LEASE, DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX,
+    InFlightConfig, KeyPart, LimitConfig, ListenConfig, Match, OnSaturated, Penalty, Prefixes,
+    RequestCaps, StoreConfig, ValueMatch, DEFAULT_IN_FLIGHT_LEASE, DEFAULT_IPV4_PREFIX,
+    DEFAULT_IPV6_PREFIX,
 };
 
 /// The default per-call timeout of the Redis stores, in milliseconds.
@@ -277,6 +278,18 @@ impl Checker<'_> {
             match self.limit_or_cap(index, span, limit)? {
                 limit::Checked::Rate(limit) => checked.push(*limit),
                 limit::Checked::InFlight(cap) => in_flight.push(cap),
+            }
+        }
+        // A penalty keeps its offences in the store under NAME~offences:
+        // a limit of that name would share its counts.
+        for limit in checked.iter().filter(|limit| limit.penalty.is_some()) {
+            let offences = format!("{}{}", limit.limit.name(), Penalty::OFFENCES_SUFFIX);
+            if let Some(span) = names.get(&offences) {
+                return self.fail(
+                    span.clone(),
+                    "limits",
+                    format!("limit name {offences:?} is where limit {:?}'s penalty counts offences; rename it", limit.limit.name()),
+                );
             }
         }
         // Last: they read files, and a file's error is best told about a
