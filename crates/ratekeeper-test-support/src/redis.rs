@@ -147,7 +147,11 @@ impl RedisServer {
                     "--cluster-config-file",
                     &format!("nodes-{}.conf", self.port),
                 ])
-                .args(["--cluster-node-timeout", "5000"]);
+                // A node that misses heartbeats this long is marked failed
+                // and the cluster answers CLUSTERDOWN: on a loaded machine
+                // (every core busy) a node can stall for seconds, and no
+                // test here is about failure detection.
+                .args(["--cluster-node-timeout", "30000"]);
         }
         command.args(&self.extra);
         let child = command
@@ -339,7 +343,12 @@ impl RedisCluster {
             let info: redis::RedisResult<String> = redis::cmd("CLUSTER")
                 .arg("INFO")
                 .query(&mut node.connection());
-            info.is_ok_and(|i| i.contains("cluster_state:ok"))
+            // Up, every slot served, and every node known to each.
+            info.is_ok_and(|i| {
+                i.contains("cluster_state:ok")
+                    && i.contains("cluster_slots_ok:16384")
+                    && i.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
+            })
         })
     }
 

@@ -280,7 +280,7 @@ fn spawn(certs: &TestCerts, port: u16, cluster: bool) -> Result<Child, String> {
         command
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-            .args(["--cluster-node-timeout", "5000"])
+            .args(["--cluster-node-timeout", "30000"])
             .args(["--tls-cluster", "yes"]);
     }
     let mut child = command
