@@ -14,14 +14,14 @@ use ratekeeper_tower::headers::insert_retry_after;
 
 use super::api::{
     descriptor_request, descriptors_answer, method, plan_http, read, respond, within_caps,
-    ApiSource, Body, Read, TOKEN_SEPARATOR,
+    ApiSource, Body, Read,
 };
 use super::error::ApiError;
 use super::json::{
     DecisionRequest, DecisionResponse, LimitStatus, ReleaseRequest, ReleaseResponse,
 };
 use crate::engine::headers::verdict_headers;
-use crate::engine::{slot_tokens, Engine, LimitSet, SlotCheck, Verdict};
+use crate::engine::{slot_tokens, Engine, LimitSet, SlotCheck, Verdict, SLOT_SEPARATOR};
 
 /// Takes a slot of every cap on requests in flight that applies to the
 /// request (by the caps it names in `limits`, or its method and path) and
@@ -98,8 +98,7 @@ pub(super) async fn acquire(
     body.limits = statuses;
     if verdict.is_allowed() {
         if !acquired.slots.is_empty() {
-            let tokens: Vec<String> = acquired.slots.iter().map(Slot::to_token).collect();
-            body.slot = Some(tokens.join(TOKEN_SEPARATOR));
+            body.slot = Some(slot_tokens(&acquired.slots));
         }
     } else {
         // A rate limit refused: the request will not run.
@@ -114,7 +113,7 @@ pub(super) async fn release(
     body: Read<ReleaseRequest>,
 ) -> Result<Json<ReleaseResponse>, ApiError> {
     let request = read(&engine, body)?;
-    let tokens: Vec<&str> = request.slot.split(TOKEN_SEPARATOR).collect();
+    let tokens: Vec<&str> = request.slot.split(SLOT_SEPARATOR).collect();
     engine.request_caps().limit_names(tokens.len())?;
     let slots = tokens
         .into_iter()

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::{clock::ManualClock, Timestamp};
+use ratekeeper::clock::ManualClock;
 use ratekeeper_server::engine::{Engine, Slots, SLOT_ENTRY, SLOT_HEADER};
 use ratekeeper_server::envoy::proto::rate_limit_response::Code;
 use ratekeeper_server::envoy::proto::rate_limit_service_client::RateLimitServiceClient;
@@ -15,7 +15,7 @@ use ratekeeper_server::envoy::proto::{RateLimitRequest, RateLimitResponse};
 use ratekeeper_server::Config;
 use tonic::transport::Channel;
 
-use crate::common::{descriptor, serve_rls, TestService, LISTEN_ANY};
+use crate::common::{descriptor, engine_at, serve_rls, TestService, LISTEN_ANY};
 
 /// Two generations in flight per API key, and 3 requests a minute.
 const LIMITS: &str = r#"
@@ -43,13 +43,7 @@ type Served = (
 );
 
 async fn serve(toml: &str) -> Served {
-    let config = Config::from_toml_str(toml, "test.toml").unwrap();
-    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
-    let engine = Engine::builder(&config)
-        .clock(clock.clone())
-        .start()
-        .await
-        .unwrap();
+    let (engine, clock) = engine_at(toml).await;
     let (client, stop) = serve_rls(engine.clone()).await;
     (client, engine, clock, stop)
 }

@@ -214,15 +214,7 @@ async fn envoy_is_told_when_the_block_ends() {
 
     let toml = "[[limits]]\nname = \"logins\"\nrate = \"3/minute\"\nkey = [\"descriptor:user\"]\n\
                 block_for = \"15m\"\nmatch = { domain = \"auth\", descriptors = [{ key = \"user\" }] }\n";
-    let config = Config::from_toml_str(toml, "ratekeeper.toml").unwrap();
-    let clock = std::sync::Arc::new(ratekeeper::clock::ManualClock::new(
-        ratekeeper::Timestamp::from_secs(1_000),
-    ));
-    let engine = ratekeeper_server::engine::Engine::builder(&config)
-        .clock(clock)
-        .start()
-        .await
-        .unwrap();
+    let (engine, _clock) = common::engine_at(toml).await;
     let (mut client, _stop) = common::serve_rls(engine).await;
     let request = RateLimitRequest {
         domain: "auth".to_owned(),

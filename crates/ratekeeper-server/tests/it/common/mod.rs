@@ -473,3 +473,16 @@ pub fn run_ratekeeper(args: &[&str], env: &[(&str, &str)], stdin: &str) -> std::
     drop(pipe);
     child.wait_with_output().expect("it exits")
 }
+
+/// An engine on `toml`, its in-memory store on a manual clock at 1,000 s,
+/// and the clock.
+pub async fn engine_at(toml: &str) -> (ratekeeper_server::engine::Engine, Arc<ManualClock>) {
+    let config = Config::from_toml_str(toml, "test.toml").expect("a valid config");
+    let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+    let engine = ratekeeper_server::engine::Engine::builder(&config)
+        .clock(clock.clone())
+        .start()
+        .await
+        .expect("the engine starts");
+    (engine, clock)
+}
