@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper::{
+    plan::{Plan, Plans},
     policy::PolicyKind,
     store::{
         in_flight::{InFlight, Slot},
@@ -801,6 +802,85 @@ pub async fn racing_requests_take_exactly_the_quota<S: Store + 'static>(
     }
 }
 
+/// The limit of `plans` for `plan` (a limited one).
+fn planned<'a>(plans: &'a Plans, plan: Option<&str>) -> &'a Limit {
+    match plans.get(plan) {
+        Plan::Limited(limit) => limit,
+        other => panic!("{plan:?} is {other:?}, not limited"),
+    }
+}
+
+/// A key's use is counted once over a limit's plans: 3 taken on the
+/// default 5, a move to pro's 8 leaves 5; 2 more there, then tiny's 4
+/// leaves none, and back on the default none either. Another key has the
+/// whole of each plan.
+pub async fn plans_carry_a_key_between_them<S: Store>(store: &S, supports: &Supports) {
+    if !supports.carries_numbers {
+        return;
+    }
+    let numbers = |amount: u64| every_kind(&Rate::new(amount, PERIOD).expect("a valid rate"));
+    let (five, eight, four) = (numbers(5), numbers(8), numbers(4));
+    for (index, kind) in PolicyKind::ALL.into_iter().enumerate() {
+        if !supports.kinds.contains(&kind) {
+            continue;
+        }
+        let plans = Plans::new(limit("plans", &five[index]))
+            .limited("pro", eight[index].clone())
+            .and_then(|plans| plans.limited("tiny", four[index].clone()))
+            .expect("valid plans");
+        let (default, pro, tiny) = (
+            planned(&plans, None),
+            planned(&plans, Some("pro")),
+            planned(&plans, Some("tiny")),
+        );
+        assert!(check(store, default, b"k", 3).await.is_allowed(), "{kind}");
+        assert_eq!(remaining(store, pro, b"k").await, 5, "{kind}: to pro");
+        assert!(check(store, pro, b"k", 2).await.is_allowed(), "{kind}");
+        assert!(!check(store, tiny, b"k", 1).await.is_allowed(), "{kind}");
+        assert_eq!(remaining(store, default, b"k").await, 0, "{kind}: back");
+        assert_eq!(remaining(store, pro, b"k").await, 3, "{kind}: pro again");
+        assert_eq!(remaining(store, pro, b"other").await, 8, "{kind}");
+        assert_eq!(remaining(store, tiny, b"another").await, 4, "{kind}");
+    }
+}
+
+/// Requests of one key racing under two plans of the same numbers (its
+/// plan changing back and forth) take exactly the quota between them: a
+/// move between plans loses and adds nothing.
+pub async fn racing_plan_changes_take_exactly_the_quota<S: Store + 'static>(
+    store: Arc<S>,
+    supports: &Supports,
+) {
+    const TASKS: u64 = 8;
+    const EACH: u64 = 10;
+    if !supports.carries_numbers {
+        return;
+    }
+    for policy in supports.policies(50, PERIOD) {
+        let plans = Plans::new(limit("plan-race", &policy))
+            .limited("twin", policy.clone())
+            .expect("valid plans");
+        let plans = Arc::new(plans);
+        let barrier = Arc::new(tokio::sync::Barrier::new(TASKS as usize));
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..TASKS {
+            let (store, plans, barrier) = (store.clone(), plans.clone(), barrier.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                let mut allowed = 0;
+                for request in 0..EACH {
+                    let plan = ((task + request) % 2 == 0).then_some("twin");
+                    let limit = planned(&plans, plan);
+                    allowed += u64::from(check(&*store, limit, b"hot", 1).await.is_allowed());
+                }
+                allowed
+            });
+        }
+        let allowed: u64 = tasks.join_all().await.into_iter().sum();
+        assert_eq!(allowed, 50, "{policy:?}: {} requests", TASKS * EACH);
+    }
+}
+
 /// The runtime every conformance test runs on: several workers, so that
 /// racing tasks run in parallel.
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -830,6 +910,8 @@ pub async fn all_on_one_store<S: Store + 'static>(store: Arc<S>, supports: &Supp
     several_limits_count_all_or_nothing(&*store, supports).await;
     several_limits_take_their_own_costs(&*store, supports).await;
     a_change_of_numbers_carries_each_key(&*store, supports).await;
+    plans_carry_a_key_between_them(&*store, supports).await;
+    racing_plan_changes_take_exactly_the_quota(store.clone(), supports).await;
     racing_requests_take_exactly_the_quota(store, supports).await;
 }
 
@@ -869,7 +951,22 @@ macro_rules! store_conformance {
                 several_limits_count_all_or_nothing,
                 several_limits_take_their_own_costs,
                 a_change_of_numbers_carries_each_key,
+                plans_carry_a_key_between_them,
             );
+
+            #[test]
+            fn racing_plan_changes_take_exactly_the_quota() {
+                $crate::conformance::runtime().block_on(async {
+                    let Some((_guard, store)) = super::$make().await else {
+                        return;
+                    };
+                    $crate::conformance::racing_plan_changes_take_exactly_the_quota(
+                        ::std::sync::Arc::new(store),
+                        &$supports,
+                    )
+                    .await;
+                });
+            }
 
             #[test]
             fn racing_commits_settle_once() {

@@ -53,6 +53,8 @@
 //!   `ratekeeper-sqlite` and `ratekeeper-redis`; `ratekeeper-tower` is the
 //!   HTTP middleware, `ratekeeper-server` the rate-limit service.
 //! - [`policy`]: the policies, their states and their limits.
+//! - [`plan`]: one limit whose numbers depend on the key's plan (free,
+//!   pro, unlimited, denied), a key's use carried when its plan changes.
 //! - [`clock`]: [`Clock`], and [`clock::ManualClock`] for tests.
 //! - [`actions`] (named limits from configuration), [`stats`] (what each
 //!   limit allowed and denied), [`key`] (long keys), and with the
@@ -73,6 +75,7 @@ pub mod duration;
 pub mod key;
 pub mod memory;
 mod outcome;
+pub mod plan;
 pub mod policy;
 pub mod stats;
 pub mod store;

@@ -14,6 +14,7 @@ use super::demand::{DemandGates, ShardSwept};
 use super::key::KeyHasher;
 use super::locked_table::LockedTable;
 use super::one_word::{self, OneWord};
+use super::plan_tables::PlanTables;
 use super::slot_table::{Decide, SlotTable, Update};
 use crate::{
     clock::MonotonicClock,
@@ -129,10 +130,19 @@ struct Shared<C> {
     /// The table this one took over from ([`MemoryLimiter::successor`]),
     /// read for each key this one has not seen yet.
     inherited: ArcSwapOption<Inherited<C>>,
-    /// Whether `inherited` may hold a table: the one load every decision
-    /// pays for inheriting (relaxed: a table is set before the limiter is
-    /// shared, and a late look at a cleared one finds nothing).
+    /// Whether a key this table has not seen may be held by another:
+    /// `inherited` may hold a table, or this is one plan's table of a
+    /// limit. The one load every decision pays for both (relaxed: a table
+    /// is set before the limiter is shared, and a late look at a cleared
+    /// one finds nothing).
     inheriting: AtomicBool,
+    /// The tables of the limit's other plans, if this is one plan's
+    /// ([`MemoryLimiter::plan_sibling`]): a key new here is looked for in
+    /// them.
+    plans: Option<Arc<PlanTables<Shared<C>>>>,
+    /// Whether a successor took this table's place: it then takes no key
+    /// from the other plans' tables (the successor does).
+    succeeded: AtomicBool,
     /// Dropped with the limiter, which tells the sweeper thread to stop.
     _stop_sweeper: Option<Sender<()>>,
 }
@@ -321,6 +331,25 @@ impl<C: Clock, const OP: bool> Decide for WindowCheck<'_, '_, C, OP> {
     }
 }
 
+/// A decision only for a key the table tracks: a new key gets `None`, and
+/// no row.
+struct Tracked<D>(D);
+
+impl<D: Decide> Decide for Tracked<D> {
+    type Result = Option<D::Result>;
+
+    #[inline]
+    fn decide(&mut self, state: Option<u64>) -> (Option<D::Result>, Option<u64>) {
+        match state {
+            Some(state) => {
+                let (result, next) = self.0.decide(Some(state));
+                (Some(result), next)
+            }
+            None => (None, None),
+        }
+    }
+}
+
 impl<C: Clock> MemoryLimiter<C> {
     /// Decides a request of `cost` for `key` now.
     #[inline]
@@ -338,7 +367,9 @@ impl<C: Clock> MemoryLimiter<C> {
     fn decide_op<const OP: bool>(&self, key: &[u8], now: &mut Now<'_, C>, cost: u64) -> Outcome {
         let fingerprint = self.shared.hasher.fingerprint(key);
         if self.shared.inheriting.load(Ordering::Relaxed) {
-            self.inherit(fingerprint, now.get());
+            if let Some(outcome) = self.decide_inheriting::<OP>(fingerprint, now, cost) {
+                return outcome;
+            }
         }
         match self.update_at::<OP>(fingerprint, now, cost) {
             Update::Done(decision) => Outcome::Decided(decision),
@@ -363,6 +394,79 @@ impl<C: Clock> MemoryLimiter<C> {
             }
         }
         self.shared.saturated(now.get())
+    }
+
+    /// A decision on a table that may have to take the key from another:
+    /// after moving it from the table this one took over from, `None`
+    /// (decide as usual); on one plan's table, the decision.
+    ///
+    /// A plan's table decides a key it tracks without a lock, as any
+    /// table; a key it does not track is looked for in the other plans'
+    /// tables and decided under their moves lock. Every key enters a
+    /// plan's table under that lock, so a key that another plan's request
+    /// takes away between this table finding it and updating it is not
+    /// made afresh here: the update finds it gone and comes to the lock,
+    /// where it takes the key back.
+    #[cold]
+    #[inline(never)]
+    fn decide_inheriting<const OP: bool>(
+        &self,
+        fingerprint: u64,
+        now: &mut Now<'_, C>,
+        cost: u64,
+    ) -> Option<Outcome> {
+        self.inherit_predecessor(fingerprint, now.get());
+        let plans = self.shared.plans.as_ref()?;
+        if self.shared.succeeded.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Some(decision) = self.update_existing_at::<OP>(fingerprint, now, cost) {
+            return Some(Outcome::Decided(decision));
+        }
+        let _moving = plans.lock_moves();
+        self.take_from_plans(plans, fingerprint, now.get());
+        Some(match self.update_at::<OP>(fingerprint, now, cost) {
+            Update::Done(decision) => Outcome::Decided(decision),
+            Update::Saturated => self.decide_when_full::<OP>(fingerprint, now, cost),
+        })
+    }
+
+    /// [`update_at`](MemoryLimiter::update_at) for a key this table
+    /// tracks: `None`, and nothing changed, if it does not.
+    fn update_existing_at<const OP: bool>(
+        &self,
+        fingerprint: u64,
+        now: &mut Now<'_, C>,
+        cost: u64,
+    ) -> Option<Decision> {
+        let tracked = match &self.shared.table {
+            Table::Slots {
+                policy: OneWord::Gcra(gcra),
+                slots,
+            } => slots.update(fingerprint, Tracked(GcraCheck::<C, OP> { gcra, now, cost })),
+            Table::Slots {
+                policy: OneWord::FixedWindow(window),
+                slots,
+            } => slots.update(
+                fingerprint,
+                Tracked(WindowCheck::<C, OP> { window, now, cost }),
+            ),
+            Table::Locked { rows } => {
+                return rows.update_existing(fingerprint, |state| {
+                    let policy = &self.shared.policy;
+                    let now = now.get();
+                    let (decision, next) = match OP {
+                        CHECK => policy.decide(state, now, cost),
+                        REPORT => policy.report(state, now, cost),
+                    };
+                    (decision, (next != *state).then_some(next))
+                });
+            }
+        };
+        match tracked {
+            Update::Done(decision) => decision,
+            Update::Saturated => None,
+        }
     }
 
     /// One decision on the table: the state's update, or saturated. The
@@ -563,6 +667,18 @@ impl<C: Clock> MemoryLimiter<C> {
         }
     }
 
+    /// Moves `fingerprint`'s state into this table from the table this
+    /// one took over from, then, if the key is still not here, from
+    /// another plan's table of the same limit.
+    #[cold]
+    #[inline(never)]
+    fn inherit(&self, fingerprint: u64, now: Timestamp) {
+        self.inherit_predecessor(fingerprint, now);
+        if let Some(plans) = &self.shared.plans {
+            self.adopt_from_plans(plans, fingerprint, now);
+        }
+    }
+
     /// Moves `fingerprint`'s state from the table this one took over from
     /// into this one, carried to this policy, unless this table tracks the
     /// key already (or is full: the key is then saturated here, and its
@@ -572,15 +688,15 @@ impl<C: Clock> MemoryLimiter<C> {
     /// taken once however many threads meet the key first; each key moves
     /// on its first request, so a reload costs no pause, only a lookup in
     /// the old table per new key until the old states are all fresh.
-    #[cold]
-    #[inline(never)]
-    fn inherit(&self, fingerprint: u64, now: Timestamp) {
+    fn inherit_predecessor(&self, fingerprint: u64, now: Timestamp) {
         let guard = self.shared.inherited.load();
         let Some(inherited) = guard.as_ref() else {
             return;
         };
         if now >= inherited.until {
-            self.shared.inheriting.store(false, Ordering::Relaxed);
+            self.shared
+                .inheriting
+                .store(self.shared.plans.is_some(), Ordering::Relaxed);
             self.shared.inherited.store(None);
             return;
         }
@@ -600,11 +716,52 @@ impl<C: Clock> MemoryLimiter<C> {
         }
     }
 
+    /// Moves `fingerprint`'s state from another plan's table into this
+    /// one, carried to this plan's numbers, if this table does not track
+    /// the key and another does: the key's plan changed.
+    fn adopt_from_plans(&self, plans: &PlanTables<Shared<C>>, fingerprint: u64, now: Timestamp) {
+        let tracked = match &self.shared.table {
+            Table::Slots { slots, .. } => slots.get(fingerprint).is_some(),
+            Table::Locked { rows } => rows.contains(fingerprint),
+        };
+        if tracked || self.shared.succeeded.load(Ordering::Relaxed) {
+            return;
+        }
+        let _moving = plans.lock_moves();
+        self.take_from_plans(plans, fingerprint, now);
+    }
+
+    /// [`adopt_from_plans`](MemoryLimiter::adopt_from_plans) under the
+    /// moves lock.
+    fn take_from_plans(&self, plans: &PlanTables<Shared<C>>, fingerprint: u64, now: Timestamp) {
+        let others = plans.others(&self.shared);
+        if others.is_empty() {
+            return;
+        }
+        let take = |to: &Policy| {
+            others.iter().find_map(|other| {
+                let other = MemoryLimiter {
+                    shared: Arc::clone(other),
+                };
+                other.take_carried(fingerprint, now, to)
+            })
+        };
+        match &self.shared.table {
+            Table::Slots { policy, slots } => {
+                let to = policy.policy();
+                slots.adopt(fingerprint, || policy.pack(&take(&to)?));
+            }
+            Table::Locked { rows } => rows.adopt(fingerprint, || take(&self.shared.policy)),
+        }
+    }
+
     /// Takes `fingerprint`'s state out of this table (after taking it from
     /// the one this inherits from, if any), carried into `to` at `now`;
     /// `None` if the key is untracked, or its state fresh or not carried.
     fn take_carried(&self, fingerprint: u64, now: Timestamp, to: &Policy) -> Option<State> {
-        self.inherit_at(fingerprint, now);
+        if self.shared.inheriting.load(Ordering::Relaxed) {
+            self.inherit_predecessor(fingerprint, now);
+        }
         let (state, from) = match &self.shared.table {
             Table::Slots { policy, slots } => (
                 policy.unpack(slots.take(fingerprint)?, now),
@@ -640,9 +797,11 @@ impl<C: Clock> MemoryLimiter<C> {
             link = inherited.from.shared.inherited.load_full();
         }
         for fingerprint in fingerprints {
-            self.inherit_at(fingerprint, now);
+            self.inherit_predecessor(fingerprint, now);
         }
-        self.shared.inheriting.store(false, Ordering::Relaxed);
+        self.shared
+            .inheriting
+            .store(self.shared.plans.is_some(), Ordering::Relaxed);
         self.shared.inherited.store(None);
     }
 
@@ -712,6 +871,42 @@ impl<C: Clock> MemoryLimiter<C> {
                 until,
             }
         });
+        let successor = self.settings(policy).build_with(
+            self.shared.hasher.clone(),
+            inherited,
+            self.shared.plans.clone(),
+        )?;
+        if let Some(plans) = &self.shared.plans {
+            plans.join(&successor.shared, Some(&self.shared));
+        }
+        self.shared.succeeded.store(true, Ordering::Relaxed);
+        Ok(successor)
+    }
+
+    /// A table for another plan of the same limit: `policy`, this table's
+    /// settings, and keys moving between the two (and every other plan's
+    /// table made so) when their plan changes, carried to the numbers of
+    /// the plan they move to. This table must be a plan's
+    /// ([`MemoryLimiterBuilder::build_for_plans`]).
+    pub(crate) fn plan_sibling(&self, policy: Policy) -> Result<MemoryLimiter<C>, BuildError>
+    where
+        C: Clone + 'static,
+    {
+        let plans = self.shared.plans.clone();
+        let sibling = self
+            .settings(policy)
+            .build_with(self.shared.hasher.clone(), None, plans)?;
+        if let Some(plans) = &self.shared.plans {
+            plans.join(&sibling.shared, None);
+        }
+        Ok(sibling)
+    }
+
+    /// A builder with this table's settings and `policy`.
+    fn settings(&self, policy: Policy) -> MemoryLimiterBuilder<C>
+    where
+        C: Clone,
+    {
         MemoryLimiterBuilder {
             policy,
             max_keys: self.shared.max_keys,
@@ -719,7 +914,6 @@ impl<C: Clock> MemoryLimiter<C> {
             background_sweep: self.shared.background_sweep,
             on_forget: self.shared.on_forget.clone(),
         }
-        .build_with(self.shared.hasher.clone(), inherited)
     }
 }
 
@@ -820,7 +1014,8 @@ impl<C> Shared<C> {
                 .as_ref()
                 .is_some_and(|i| now >= i.until)
         {
-            self.inheriting.store(false, Ordering::Relaxed);
+            self.inheriting
+                .store(self.plans.is_some(), Ordering::Relaxed);
             self.inherited.store(None);
         }
         let evicted = match &self.table {
@@ -936,15 +1131,29 @@ impl<C> MemoryLimiterBuilder<C> {
     where
         C: Clock + 'static,
     {
-        self.build_with(KeyHasher::new(), None)
+        self.build_with(KeyHasher::new(), None, None)
+    }
+
+    /// Builds the first plan's table of a limit: the tables made from it
+    /// by [`MemoryLimiter::plan_sibling`] share its keys.
+    pub(crate) fn build_for_plans(self) -> Result<MemoryLimiter<C>, BuildError>
+    where
+        C: Clock + 'static,
+    {
+        let plans = Arc::new(PlanTables::new());
+        let table = self.build_with(KeyHasher::new(), None, Some(Arc::clone(&plans)))?;
+        plans.join(&table.shared, None);
+        Ok(table)
     }
 
     /// Builds the limiter on `hasher`, inheriting from `inherited`'s table
-    /// (which hashes keys with the same `hasher`).
+    /// (which hashes keys with the same `hasher`), one of `plans` if given
+    /// (the caller joins it).
     fn build_with(
         self,
         hasher: KeyHasher,
         inherited: Option<Inherited<C>>,
+        plans: Option<Arc<PlanTables<Shared<C>>>>,
     ) -> Result<MemoryLimiter<C>, BuildError>
     where
         C: Clock + 'static,
@@ -978,8 +1187,10 @@ impl<C> MemoryLimiterBuilder<C> {
             background_sweep: self.background_sweep,
             demand: DemandGates::new(shards),
             on_forget: self.on_forget,
-            inheriting: AtomicBool::new(inherited.is_some()),
+            inheriting: AtomicBool::new(inherited.is_some() || plans.is_some()),
             inherited: ArcSwapOption::from(inherited.map(Arc::new)),
+            plans,
+            succeeded: AtomicBool::new(false),
             _stop_sweeper: self.background_sweep.then_some(stop),
         });
         if self.background_sweep {

@@ -172,6 +172,11 @@ impl LockedTable {
         self.shard(fingerprint).get(&fingerprint).cloned()
     }
 
+    /// Whether `fingerprint` is tracked.
+    pub(crate) fn contains(&self, fingerprint: u64) -> bool {
+        self.shard(fingerprint).contains_key(&fingerprint)
+    }
+
     pub(crate) fn remove(&self, fingerprint: u64) -> bool {
         let removed = self.shard(fingerprint).remove(&fingerprint).is_some();
         if removed {

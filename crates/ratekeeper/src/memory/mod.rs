@@ -10,6 +10,8 @@
 //! - `key`: keys as keyed 64-bit fingerprints;
 //! - `demand`: the sweeps a full table runs for a new key, and their bound;
 //! - `limiter`: the limiter, its builder and its sweeper thread;
+//! - `plan_tables`: the tables of one limit's plans, which move a key
+//!   between them when its plan changes;
 //! - `check_all`: [`check_all`], several limiters at once, all or nothing
 //!   (the algorithm is the store's, with the rest of the multi-limit
 //!   family in `store/multi.rs`);
@@ -22,6 +24,7 @@ mod key;
 mod limiter;
 mod locked_table;
 mod one_word;
+mod plan_tables;
 mod sharded;
 mod slot_table;
 mod sync;

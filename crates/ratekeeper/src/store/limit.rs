@@ -31,6 +31,16 @@ pub const MAX_LIMIT_NAME: usize = 64;
 pub struct Limit {
     name: Arc<str>,
     policy: Policy,
+    plan: Option<InPlan>,
+}
+
+/// A limit's plan ([`Plans`](crate::plan::Plans)), and the name of the
+/// in-memory table its keys are kept in.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct InPlan {
+    plan: Arc<str>,
+    /// `name:plan`: no limit is named so, as names hold no colon.
+    table: Arc<str>,
 }
 
 /// Why a limit's name was refused.
@@ -66,7 +76,36 @@ impl Limit {
         Ok(Limit {
             name: name.into(),
             policy: policy.into(),
+            plan: None,
         })
+    }
+
+    /// This limit with `policy`, for the keys of `plan`: every store counts
+    /// a key once over all of a limit's plans (see
+    /// [`Plans`](crate::plan::Plans)). `plan` is a valid name already.
+    pub(crate) fn in_plan(&self, plan: &str, policy: Policy) -> Limit {
+        Limit {
+            name: Arc::clone(&self.name),
+            policy,
+            plan: Some(InPlan {
+                plan: plan.into(),
+                table: format!("{}:{plan}", self.name).into(),
+            }),
+        }
+    }
+
+    /// The plan this limit's numbers are for, if it is one plan's of a
+    /// [`Plans`](crate::plan::Plans).
+    pub fn plan(&self) -> Option<&str> {
+        self.plan.as_ref().map(|in_plan| &*in_plan.plan)
+    }
+
+    /// The name of the in-memory table that keeps this limit's keys: its
+    /// name, or `name:plan` for one plan's numbers.
+    pub(crate) fn table(&self) -> &str {
+        self.plan
+            .as_ref()
+            .map_or(&*self.name, |in_plan| &*in_plan.table)
     }
 
     /// The limit's name.
@@ -82,10 +121,14 @@ impl Limit {
 
 impl fmt::Debug for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Limit")
+        let mut debug = f.debug_struct("Limit");
+        debug
             .field("name", &self.name)
-            .field("policy", &self.policy)
-            .finish()
+            .field("policy", &self.policy);
+        if let Some(plan) = self.plan() {
+            debug.field("plan", &plan);
+        }
+        debug.finish()
     }
 }
 

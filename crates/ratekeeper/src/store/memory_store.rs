@@ -26,8 +26,13 @@ const RETIRED: usize = 4;
 /// (and decided on the new table) rather than for a change back.
 pub const RETIRED_GRACE: Duration = Duration::from_secs(1);
 
-/// One limit's table.
+/// One limit's table (one plan's, for a limit with plans).
 struct Entry<C> {
+    /// The limit's name (the map's key is its table's name).
+    limit: Arc<str>,
+    /// Whether the table is one plan's: it shares keys with the limit's
+    /// other plans' tables.
+    planned: bool,
     policy: Policy,
     limiter: MemoryLimiter<C>,
     /// The policies this limit had before, newest first: until
@@ -47,6 +52,7 @@ impl<C> Entry<C> {
     }
 }
 
+/// Each table by its name ([`Limit::table`]).
 type Limiters<C> = HashMap<Arc<str>, Arc<Entry<C>>, ahash::RandomState>;
 
 struct Inner<C> {
@@ -253,8 +259,10 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
         self.inner
             .limiters
             .load()
-            .get(name)
-            .map_or(0, |entry| entry.limiter.len())
+            .values()
+            .filter(|entry| &*entry.limit == name)
+            .map(|entry| entry.limiter.len())
+            .sum()
     }
 
     /// How many reservations are open ([`Store::reserve`]), over every
@@ -289,7 +297,7 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
     ) -> Result<R, StoreError> {
         {
             let limiters = self.inner.limiters.load();
-            if let Some(entry) = limiters.get(limit.name()) {
+            if let Some(entry) = limiters.get(limit.table()) {
                 if entry.serves(limit.policy()) {
                     return Ok(f(&entry.limiter));
                 }
@@ -308,7 +316,7 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let current = self.inner.limiters.load_full();
-        let previous = current.get(limit.name());
+        let previous = current.get(limit.table());
         let now = self.inner.clock.now();
         if let Some(entry) = previous {
             let in_flight = now < entry.retired_until && entry.retired.contains(limit.policy());
@@ -317,13 +325,29 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             }
         }
         let policy = limit.policy().clone();
+        let planned = limit.plan().is_some();
+        // Another plan's table of the limit, whose keys this one shares.
+        let sibling = || {
+            current
+                .values()
+                .find(|entry| entry.planned && *entry.limit == *limit.name())
+        };
         let limiter = match previous {
             Some(entry) => entry.limiter.successor(policy.clone()),
-            None => MemoryLimiter::builder(policy.clone())
-                .max_keys(self.inner.max_keys)
-                .clock(self.inner.clock.clone())
-                .background_sweep(self.inner.background_sweep)
-                .build(),
+            None => match sibling().filter(|_| planned) {
+                Some(sibling) => sibling.limiter.plan_sibling(policy.clone()),
+                None => {
+                    let builder = MemoryLimiter::builder(policy.clone())
+                        .max_keys(self.inner.max_keys)
+                        .clock(self.inner.clock.clone())
+                        .background_sweep(self.inner.background_sweep);
+                    if planned {
+                        builder.build_for_plans()
+                    } else {
+                        builder.build()
+                    }
+                }
+            },
         }
         .map_err(StoreError::unavailable)?;
         let retired = previous.map_or_else(SmallVec::new, |entry| {
@@ -335,13 +359,15 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
                 .collect()
         });
         let entry = Arc::new(Entry {
+            limit: limit.name().into(),
+            planned,
             policy,
             limiter,
             retired,
             retired_until: now.saturating_add(RETIRED_GRACE),
         });
         let mut next = (*current).clone();
-        next.insert(limit.name().into(), Arc::clone(&entry));
+        next.insert(limit.table().into(), Arc::clone(&entry));
         self.inner.limiters.store(Arc::new(next));
         Ok(entry)
     }
@@ -527,7 +553,7 @@ impl<C: Clock + Clone + 'static> MemoryStore<C> {
             let found: Option<SmallVec<[_; 4]>> = checks
                 .iter()
                 .map(|check| {
-                    let entry = limiters.get(check.limit.name())?;
+                    let entry = limiters.get(check.limit.table())?;
                     entry.serves(check.limit.policy()).then_some((
                         &entry.limiter,
                         check.key,

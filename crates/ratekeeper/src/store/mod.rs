@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 pub use answered::AnsweredBy;
 pub use error::{BackendError, StoreError};
+pub(crate) use limit::check_name;
 pub use limit::{Limit, LimitNameError, MAX_LIMIT_NAME};
 pub use memory_store::{MemoryStore, MemoryStoreBuilder, RETIRED_GRACE};
 pub use resilient::{FailureMode, FailurePolicy, Resilient, ResilientStats};

@@ -16,6 +16,7 @@ mod in_flight;
 mod memory;
 mod memory_contention;
 mod memory_flood;
+mod memory_plans;
 mod memory_successor;
 mod multi;
 mod policy;
