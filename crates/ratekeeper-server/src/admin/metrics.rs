@@ -8,6 +8,8 @@
 //! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
 //! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
 //! | `ratekeeper_overrides_refused_total` | counter | `limit` | Envoy descriptor `limit` overrides ignored because a limit the descriptor matches has `allow_overrides = false` (the limit decided instead) |
+//! | `ratekeeper_plan_unknown_total` | counter | `limit` | requests to a limit with plans that named a plan it does not have: the limit's own numbers applied (never no limit) |
+//! | `ratekeeper_plan_untrusted_total` | counter | `limit` | requests whose plan header (`plan_from = "header:NAME"`) came from a peer not in the limit's `plan_from_peers`: the header was ignored and the limit's own numbers applied |
 //! | `ratekeeper_reports_total` | counter | `limit` | reports: units charged after the fact (`/v1/report`, Limitador's `/report`, the hits of a limit with `count_refused`, a commit's excess is not one) |
 //! | `ratekeeper_report_units_total` | counter | `limit` | the units those reports charged |
 //! | `ratekeeper_overdrafts_total` | counter | `limit` | reports that charged more than the key had left: it is refused until the debt is paid off |
@@ -102,6 +104,10 @@ struct LimitCounts {
     untrusted_forwarding: u64,
     saturated: u64,
     overrides_refused: u64,
+    /// Requests that named a plan it does not have, and whose plan
+    /// header came from a peer not in `plan_from_peers`; `None` for a
+    /// limit without plans.
+    plans: Option<(u64, u64)>,
     /// Reports, their units, and those that overdrew.
     reports: (u64, u64, u64),
     /// Reservations, by [`Reservations::ALL`]'s outcomes.
@@ -229,6 +235,12 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
             untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
             saturated: metrics.saturated(limit.name()),
             overrides_refused: metrics.overrides_refused(limit.name()),
+            plans: limit.config().plans.as_ref().map(|_| {
+                (
+                    metrics.unknown_plans(limit.name()),
+                    metrics.untrusted_plans(limit.name()),
+                )
+            }),
             reports: metrics.reports(limit.name()),
             reservations: Reservations::ALL.map(|what| metrics.reservations(limit.name(), what)),
             keys_in_memory: engine.store().keys_in_memory_of(limit.name()),
@@ -394,6 +406,23 @@ impl Collector for Scrape {
             self.limits
                 .iter()
                 .map(|limit| ([("limit", limit.name.as_str())], limit.overrides_refused)),
+        )?;
+        let planned = || {
+            self.limits
+                .iter()
+                .filter_map(|limit| limit.plans.map(|plans| (limit.name.as_str(), plans)))
+        };
+        counter(
+            &mut encoder,
+            "ratekeeper_plan_unknown",
+            "Requests that named a plan the limit does not have: the limit's own numbers applied.",
+            planned().map(|(name, (unknown, _))| ([("limit", name)], unknown)),
+        )?;
+        counter(
+            &mut encoder,
+            "ratekeeper_plan_untrusted",
+            "Requests whose plan header came from a peer not in the limit's plan_from_peers: ignored, the limit's own numbers applied.",
+            planned().map(|(name, (_, untrusted))| ([("limit", name)], untrusted)),
         )?;
         counter(
             &mut encoder,

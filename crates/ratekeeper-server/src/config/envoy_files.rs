@@ -134,6 +134,7 @@ fn limit_config(
         after_response: None,
         max_wait: None,
         penalty: None,
+        plans: None,
         matcher: Match::default(),
     }))
 }

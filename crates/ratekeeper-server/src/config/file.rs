@@ -102,6 +102,9 @@ pub(crate) struct FileLimit {
     pub(crate) block_for: Option<Spanned<String>>,
     pub(crate) block_max: Option<Spanned<String>>,
     pub(crate) block_forget: Option<Spanned<String>>,
+    pub(crate) plan_from: Option<Spanned<String>>,
+    pub(crate) plan_from_peers: Option<Spanned<FileTrust>>,
+    pub(crate) plans: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
     #[serde(rename = "match")]
     pub(crate) matcher: Option<Spanned<FileMatch>>,
 }

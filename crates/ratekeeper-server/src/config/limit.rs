@@ -54,6 +54,10 @@ pub struct LimitConfig {
     /// A key it refuses is blocked for a while (`block_for`, `block_max`,
     /// `block_forget`; a token bucket or GCRA).
     pub penalty: Option<super::Penalty>,
+    /// The limit's numbers per plan of the key, and where a request names
+    /// its plan (`plan_from`, `[limits.plans]`); `limit` is then the
+    /// default plan's.
+    pub plans: Option<std::sync::Arc<super::PlanConfig>>,
     /// Which requests the limit applies to.
     pub matcher: Match,
 }

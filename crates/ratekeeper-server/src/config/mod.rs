@@ -299,6 +299,7 @@ mod limit;
 mod limitador_file;
 mod listen;
 mod penalty;
+mod plans;
 mod reach;
 mod redact;
 mod request_caps;
@@ -328,6 +329,7 @@ pub use limit::{
 pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
 pub use penalty::Penalty;
+pub use plans::{PlanConfig, PlanFrom};
 /// The `*` patterns of descriptor values ([`ValueMatch::Glob`]), shared
 /// with envoyproxy/ratelimit's files.
 pub use ratekeeper_formats::Glob;

@@ -72,6 +72,21 @@ pub enum ConfigWarning {
         /// The limit.
         limit: String,
     },
+    /// The limit has plans, which `ratekeeper proxy` does not apply yet:
+    /// it counts every key at the limit's own numbers.
+    PlansNotAppliedByProxy {
+        /// The limit.
+        limit: String,
+    },
+    /// The limit reads its plan from a descriptor entry: Envoy builds it
+    /// from what its route configuration names, often a request header,
+    /// which a client can send unless the edge sets or strips it.
+    PlanFromDescriptor {
+        /// The limit.
+        limit: String,
+        /// The descriptor entry's key.
+        key: String,
+    },
     /// No limit applies anywhere: no `[[limits]]`, no envoyproxy/ratelimit
     /// limit in `[envoy] config_dir` and no Limitador limit: every request
     /// is allowed.
@@ -159,6 +174,18 @@ impl fmt::Display for ConfigWarning {
                 "limit {limit} has max_wait, which only ratekeeper proxy applies: serve's doors \
                  answer a refused request at once (its Retry-After says when to come back)"
             ),
+            ConfigWarning::PlansNotAppliedByProxy { limit } => write!(
+                f,
+                "limit {limit} has plans, which ratekeeper proxy does not apply yet: the proxy \
+                 counts every key at the limit's own rate (serve's doors apply them)"
+            ),
+            ConfigWarning::PlanFromDescriptor { limit, key } => write!(
+                f,
+                "limit {limit} takes its plan from the descriptor entry {key:?}: make sure \
+                 Envoy builds it from something a client cannot choose (a header your edge \
+                 overwrites, a verified token's claim), or any client can name the plan it \
+                 likes"
+            ),
             ConfigWarning::NoLimits => f.write_str(
                 "no limit applies anywhere (no [[limits]], no envoyproxy/ratelimit limits in \
                  [envoy] config_dir, no Limitador limits in [limitador] config_file): every \
@@ -245,6 +272,15 @@ impl Config {
                 .then_some(ServedDoor::Grpc),
         };
         warnings.extend(door.map(|door| ConfigWarning::DoorWithoutLimits { door }));
+        if proxy {
+            let planned = self
+                .limits
+                .iter()
+                .filter(|limit| limit.plans.is_some() && limit.matcher.reach() == Reach::Http);
+            warnings.extend(planned.map(|limit| ConfigWarning::PlansNotAppliedByProxy {
+                limit: limit.limit.name().to_owned(),
+            }));
+        }
         // The proxy applies after_response; serve's doors check before
         // the request runs. (Limits on descriptors are told by warnings.)
         if !proxy {
@@ -297,6 +333,12 @@ fn warnings_for(limit: &LimitConfig) -> Vec<ConfigWarning> {
         warnings.push(ConfigWarning::AfterResponseNotApplied {
             limit: name.clone(),
             why: AfterResponseUnused::Descriptors,
+        });
+    }
+    if let Some(super::PlanFrom::Descriptor(key)) = limit.plans.as_ref().map(|plans| &plans.from) {
+        warnings.push(ConfigWarning::PlanFromDescriptor {
+            limit: name.clone(),
+            key: key.clone(),
         });
     }
     for part in &limit.key {

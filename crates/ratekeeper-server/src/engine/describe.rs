@@ -42,6 +42,10 @@ pub struct LimitDescription {
     /// longest, and how long an offence counts, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub penalty: Option<PenaltyDescription>,
+    /// Its plans, if it has some: where a request names its plan, and each
+    /// plan as configured; `rate` is the default plan's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plans: Option<PlansDescription>,
     /// Which requests it applies to.
     #[serde(rename = "match")]
     pub matcher: MatchDescription,
@@ -57,6 +61,19 @@ pub struct PenaltyDescription {
     pub block_max_ms: u64,
     /// `block_forget`.
     pub block_forget_ms: u64,
+}
+
+/// A limit's plans, as `GET /v1/limits` shows them.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct PlansDescription {
+    /// `plan_from`: `header:NAME` or `descriptor:KEY`.
+    pub from: String,
+    /// `plan_from_peers`, for a header.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_peers: Option<Vec<String>>,
+    /// Each plan: a rate, `unlimited` or `deny`.
+    pub plans: BTreeMap<String, String>,
 }
 
 /// A duration in whole milliseconds, saturating.
@@ -101,6 +118,16 @@ impl LimitDescription {
                 block_for_ms: millis(penalty.block_for),
                 block_max_ms: millis(penalty.block_max),
                 block_forget_ms: millis(penalty.block_forget),
+            }),
+            plans: config.plans.as_ref().map(|plans| PlansDescription {
+                from: plans.from.to_string(),
+                from_peers: match &plans.from {
+                    crate::config::PlanFrom::Header { peers, .. } => {
+                        Some(peers.iter().map(ToString::to_string).collect())
+                    }
+                    crate::config::PlanFrom::Descriptor(_) => None,
+                },
+                plans: plans.written.iter().cloned().collect(),
             }),
             matcher: MatchDescription::new(&config.matcher),
         }

@@ -17,6 +17,13 @@ pub trait KeySource {
     /// Values are bytes: a header's value is keyed as it was sent, UTF-8 or
     /// not, as the tower layer keys it.
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>>;
+
+    /// The socket peer of a door that reads a client's request (nginx's
+    /// `auth_request`): who sent its headers. `None` where the caller
+    /// states the parts itself (the JSON API, Envoy's descriptors).
+    fn peer(&self) -> Option<IpAddr> {
+        None
+    }
 }
 
 /// Text as a part's value.
@@ -101,6 +108,10 @@ impl KeySource for HttpSource<'_> {
             KeyPart::Descriptor(_) | KeyPart::Entry(_) => None,
         }
     }
+
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
 }
 
 /// Key parts given by name, as the HTTP decision API takes them:
@@ -140,6 +151,10 @@ pub struct OrUnknown<S>(pub S);
 impl<S: KeySource> KeySource for OrUnknown<S> {
     fn part(&self, part: &KeyPart) -> Option<Cow<'_, [u8]>> {
         Some(self.0.part(part).unwrap_or(Cow::Borrowed(UNKNOWN_KEY)))
+    }
+
+    fn peer(&self) -> Option<IpAddr> {
+        self.0.peer()
     }
 }
 

@@ -271,6 +271,7 @@ fn build(
         after_response: None,
         max_wait: None,
         penalty: None,
+        plans: None,
         matcher: Match {
             domain: Some(limit.namespace().to_owned()),
             ..Match::default()

@@ -17,6 +17,7 @@ use super::descriptor_index::DescriptorIndex;
 use super::envoy_files::EnvoyLimits;
 use super::in_flight::ActiveInFlight;
 use super::key::{compose_key, KeySource};
+use super::key_plans::PlanLimits;
 use super::limitador::LimitadorLimits;
 use super::matching::Entry;
 use crate::config::{EnvoyFiles, InFlightConfig, KeyPart, LimitConfig, LimitadorSource};
@@ -29,6 +30,8 @@ pub struct ActiveLimit {
     /// The limit as the tower layer's rule, made when first asked for:
     /// the per-request limits Envoy's overrides build never need it.
     rule: OnceLock<Option<Rule>>,
+    /// The limits of its plans, if it has some (`[limits.plans]`).
+    plans: Option<PlanLimits>,
 }
 
 impl ActiveLimit {
@@ -39,11 +42,31 @@ impl ActiveLimit {
     /// It keeps no statistics: they are kept by name, for the limits of
     /// the configuration.
     pub fn new(config: LimitConfig) -> ActiveLimit {
+        ActiveLimit::with_plans(config, None)
+    }
+
+    /// `config` recording its decisions in `stats`, with the limits of its
+    /// plans, which record theirs there too.
+    fn with_plans(config: LimitConfig, stats: Option<LimitStats>) -> ActiveLimit {
+        let plans = config.plans.as_ref().map(|plans| {
+            PlanLimits::new(&config, plans, |config| ActiveLimit {
+                config,
+                stats: stats.clone(),
+                rule: OnceLock::new(),
+                plans: None,
+            })
+        });
         ActiveLimit {
             config,
-            stats: None,
+            stats,
             rule: OnceLock::new(),
+            plans,
         }
+    }
+
+    /// The limits of its plans, if it has some.
+    pub(crate) fn plan_limits(&self) -> Option<&PlanLimits> {
+        self.plans.as_ref()
     }
 
     /// What this limit decided so far (counts, windows, keys denied most);
@@ -155,11 +178,7 @@ pub(super) fn active_with_stats(config: &LimitConfig, stats: &Stats) -> Arc<Acti
         stats.insert(name, fresh.clone());
         fresh
     });
-    Arc::new(ActiveLimit {
-        config: config.clone(),
-        stats: Some(limit_stats),
-        rule: OnceLock::new(),
-    })
+    Arc::new(ActiveLimit::with_plans(config.clone(), Some(limit_stats)))
 }
 
 impl LimitSet {

@@ -207,15 +207,34 @@ pub fn knows_domain(limits: &LimitSet, domain: &str) -> bool {
 /// second would share a counter. A key's bytes are made of its parts'
 /// values only, so an entry keyed by position has the key it had when it
 /// was keyed by name.
+///
+/// The entry that names a limit's plan (`plan_from = "descriptor:KEY"`) is
+/// not part of the key: a key keeps its count when its plan changes.
 pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
-    key_parts_of(&limit.matcher, &limit.key)
+    let plan_entry = limit.plans.as_ref().and_then(|plans| match &plans.from {
+        crate::config::PlanFrom::Descriptor(key) => Some(key.as_str()),
+        crate::config::PlanFrom::Header { .. } => None,
+    });
+    key_parts_without(&limit.matcher, &limit.key, plan_entry)
 }
 
 /// [`key_parts`] of a `matcher` and configured `key`: a limit's, or a cap
 /// on requests in flight's.
 pub fn key_parts_of<'a>(matcher: &Match, parts: &'a [KeyPart]) -> Cow<'a, [KeyPart]> {
+    key_parts_without(matcher, parts, None)
+}
+
+/// [`key_parts_of`], without the entries of key `skip`.
+fn key_parts_without<'a>(
+    matcher: &Match,
+    parts: &'a [KeyPart],
+    skip: Option<&str>,
+) -> Cow<'a, [KeyPart]> {
     let descriptors = &matcher.descriptors;
     let covered = |index: usize, key: &str| {
+        if skip == Some(key) {
+            return true;
+        }
         // Parts by name read the first entry with their key: they hold no
         // later one.
         let first = descriptors.iter().position(|want| want.key == key) == Some(index);

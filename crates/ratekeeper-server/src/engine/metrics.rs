@@ -49,6 +49,11 @@ pub struct DecisionMetrics {
     untrusted_forwarding: NamedCounters,
     /// Decisions on a new key whose store was full, by limit name.
     saturated: NamedCounters,
+    /// Requests that named a plan the limit does not have, by limit name.
+    unknown_plans: NamedCounters,
+    /// Requests whose plan header came from a peer not in the limit's
+    /// `plan_from_peers`, by limit name.
+    untrusted_plans: NamedCounters,
     /// Envoy overrides ignored because the limit forbids them
     /// (`allow_overrides = false`), by limit name.
     overrides_refused: NamedCounters,
@@ -303,6 +308,29 @@ impl DecisionMetrics {
     /// peer it does not trust, since the process started.
     pub fn untrusted_forwarding(&self, name: &str) -> u64 {
         self.untrusted_forwarding.get(name)
+    }
+
+    /// Counts a request that named a plan the limit `name` does not have.
+    pub(crate) fn record_unknown_plan(&self, name: &str) {
+        self.unknown_plans.add(name);
+    }
+
+    /// Requests to the limit `name` that named a plan it does not have
+    /// (and got its own numbers), since the process started.
+    pub fn unknown_plans(&self, name: &str) -> u64 {
+        self.unknown_plans.get(name)
+    }
+
+    /// Counts a plan header from a peer the limit `name` does not trust to
+    /// set it; whether it is the first (to log it once).
+    pub(crate) fn record_untrusted_plan(&self, name: &str) -> bool {
+        self.untrusted_plans.add(name) == 0
+    }
+
+    /// Requests to the limit `name` whose plan header came from a peer not
+    /// in its `plan_from_peers`, since the process started.
+    pub fn untrusted_plans(&self, name: &str) -> u64 {
+        self.untrusted_plans.get(name)
     }
 
     /// Counts an Envoy override ignored because the limit `name` forbids

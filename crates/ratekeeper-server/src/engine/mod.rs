@@ -52,6 +52,7 @@ mod health;
 mod histogram;
 mod in_flight;
 mod key;
+mod key_plans;
 mod leasing;
 mod limitador;
 mod limits;
@@ -81,7 +82,7 @@ use tracing::Instrument as _;
 
 pub use builder::EngineBuilder;
 pub use connecting::Connecting;
-pub use describe::{LimitDescription, MatchDescription, PenaltyDescription};
+pub use describe::{LimitDescription, MatchDescription, PenaltyDescription, PlansDescription};
 pub use envoy_files::EnvoyLimits;
 pub use error::StartError;
 pub use forwarding::{is_trusted, untrusted_forwarding};

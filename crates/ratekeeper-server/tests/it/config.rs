@@ -332,7 +332,7 @@ fn unknown_fields() {
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
-        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `max_in_flight`, `lease`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `after_response`, `max_wait`, `block_for`, `block_max`, `block_forget`, `match`"
+        "ratekeeper.toml:5:1: limits[0].shadows: unknown field `shadows`, expected one of `name`, `rate`, `policy`, `max_in_flight`, `lease`, `key`, `trusted_proxies`, `trusted_hops`, `client_ip_from`, `ipv4_prefix`, `ipv6_prefix`, `shadow`, `on_saturated`, `allow_overrides`, `allow_refunds`, `allow_reports`, `count_refused`, `after_response`, `max_wait`, `block_for`, `block_max`, `block_forget`, `plan_from`, `plan_from_peers`, `plans`, `match`"
     );
     assert_eq!(
         err("[stores]\n"),

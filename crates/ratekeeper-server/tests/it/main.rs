@@ -34,6 +34,7 @@ mod nginx;
 mod operations;
 mod penalties;
 mod phone_frame;
+mod plans;
 mod proxy;
 mod proxy_after_response;
 mod proxy_service;

@@ -94,6 +94,12 @@ impl Checker<'_> {
             Ok(named) => named,
             Err(error) => return self.fail(limit.name.span(), field("name"), error.to_string()),
         };
+        let plans = self.plans(index, &limit, &named, ban)?;
+        // With plans, the limit's own numbers are the default plan's.
+        let named = match &plans {
+            Some(plans) => plans.plans.limit().clone(),
+            None => named,
+        };
         let shadow = limit.shadow.as_ref().is_some_and(|s| *s.get_ref());
         let penalty = self.penalty(index, &limit, &named, shadow || ban)?;
         let key = self.key(index, &limit)?;
@@ -101,6 +107,9 @@ impl Checker<'_> {
             None => Match::default(),
             Some(matcher) => self.matcher(index, matcher.into_inner())?,
         };
+        if let (Some(plans), Some(from)) = (&plans, &limit.plan_from) {
+            self.plan_reach(index, from, &plans.from, &matcher)?;
+        }
         let on_saturated = match &limit.on_saturated {
             None => OnSaturated::Deny,
             Some(mode) => match mode.get_ref().as_str() {
@@ -147,6 +156,7 @@ impl Checker<'_> {
             after_response,
             max_wait,
             penalty,
+            plans: plans.map(std::sync::Arc::new),
             matcher,
         })
     }
@@ -688,7 +698,15 @@ impl Checker<'_> {
         index: usize,
         trusted: &Spanned<FileTrust>,
     ) -> Result<Vec<IpNet>, ConfigError> {
-        let field = format!("limits[{index}].trusted_proxies");
+        self.networks(format!("limits[{index}].trusted_proxies"), trusted)
+    }
+
+    /// A list of networks as `trusted_proxies` takes it, at `field`.
+    pub(super) fn networks(
+        &self,
+        field: String,
+        trusted: &Spanned<FileTrust>,
+    ) -> Result<Vec<IpNet>, ConfigError> {
         let entries: Vec<(&str, Range<usize>, String)> = match trusted.get_ref() {
             FileTrust::Word(word) => vec![(word.as_str(), trusted.span(), field)],
             FileTrust::List(list) => list
@@ -849,7 +867,7 @@ impl Checker<'_> {
 /// A limit's `rate`, and whether it is a ban: an amount of 0 (`0/minute`,
 /// `0 per hour`) refuses every request, and is kept as one per the same
 /// period for the window it reports.
-fn parse_rate(text: &str) -> Result<(Rate, bool), ratekeeper::policy::ParseRateError> {
+pub(super) fn parse_rate(text: &str) -> Result<(Rate, bool), ratekeeper::policy::ParseRateError> {
     let trimmed = text.trim();
     let amount_end = trimmed
         .find(|c: char| c.is_whitespace() || c == '/')

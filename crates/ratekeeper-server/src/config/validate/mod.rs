@@ -40,6 +40,7 @@ use super::{
 /// The default per-call timeout of the Redis stores, in milliseconds.
 mod limit;
 mod listen;
+mod plans;
 mod store;
 
 const DEFAULT_TIMEOUT_MS: u64 = 100;

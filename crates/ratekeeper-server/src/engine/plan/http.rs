@@ -57,26 +57,33 @@ impl Engine {
         request: &HttpRequest<'_>,
         mut source: impl FnMut(&ActiveLimit) -> S,
     ) -> Result<Vec<LimitCheck>, PlanError> {
-        let mut key = |limit: &Arc<ActiveLimit>| -> Result<LimitCheck, PlanError> {
-            let key = planned_key(limit, limit.key_parts(), source(limit), request.missing)?;
-            Ok(LimitCheck::new(Arc::clone(limit), key, request.cost))
+        // The check of `limit`, under its key's plan's numbers; none when
+        // that plan is unlimited.
+        let mut key = |limit: &Arc<ActiveLimit>| -> Result<Option<LimitCheck>, PlanError> {
+            let source = source(limit);
+            let Some(chosen) = self.plan_limit(limit, &source) else {
+                return Ok(None);
+            };
+            let key = planned_key(limit, limit.key_parts(), source, request.missing)?;
+            Ok(Some(LimitCheck::new(chosen, key, request.cost)))
         };
         if let Some(names) = request.names {
-            return names
-                .iter()
-                .map(|name| {
-                    let limit = limits
-                        .get(name)
-                        .ok_or_else(|| PlanError::UnknownLimit(name.clone()))?;
-                    key(limit)
-                })
-                .collect();
+            let mut checks = Vec::with_capacity(names.len());
+            for name in names {
+                let limit = limits
+                    .get(name)
+                    .ok_or_else(|| PlanError::UnknownLimit(name.clone()))?;
+                checks.extend(key(limit)?);
+            }
+            return Ok(checks);
         }
-        let checks = limits
-            .for_http_request(request.method, request.path)
-            .map(&mut key)
-            .collect::<Result<Vec<_>, _>>()?;
-        if checks.is_empty() {
+        let mut matched = false;
+        let mut checks = Vec::new();
+        for limit in limits.for_http_request(request.method, request.path) {
+            matched = true;
+            checks.extend(key(limit)?);
+        }
+        if !matched {
             self.record_unmatched(request.door, limits, "", || request.describe());
         }
         Ok(checks)

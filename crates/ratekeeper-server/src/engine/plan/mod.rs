@@ -490,12 +490,15 @@ impl Engine {
                         limit: limit.name().to_owned(),
                     });
                 }
+                // The key's plan's numbers; an unlimited plan counts nothing.
+                let Some(chosen) = self.plan_limit(limit, &DescriptorSource(entries)) else {
+                    plan.uncounted[index].get_or_insert(Uncounted::Unlimited);
+                    continue;
+                };
                 let parts = matching::key_parts(limit.config());
                 let key = planned_key(limit, &parts, DescriptorSource(entries), request.missing)?;
-                plan.push(
-                    LimitCheck::new(Arc::clone(limit), key, hits),
-                    planned(configured(limit), false),
-                );
+                let shown = configured(&chosen);
+                plan.push(LimitCheck::new(chosen, key, hits), planned(shown, false));
             }
         }
         limitador::plan(limits, domain, descriptors, request.hits, &mut plan);

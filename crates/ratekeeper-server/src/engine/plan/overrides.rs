@@ -117,6 +117,7 @@ pub(super) fn override_limit(
             after_response: None,
             max_wait: None,
             penalty: None,
+            plans: None,
             matcher: Match::default(),
         })))
     })?;

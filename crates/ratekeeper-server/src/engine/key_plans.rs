@@ -1,0 +1,164 @@
+//! Which of a limit's plans a request's key is on (`plan_from`,
+//! `[limits.plans]`): each plan is a limit of its own numbers, made once
+//! per configuration, so choosing one is a lookup.
+//!
+//! A plan that is not configured, a request that names none, and a header
+//! from a peer not in `plan_from_peers` all get the limit's own numbers
+//! (the default plan), never no limit; the last two are counted in
+//! `/metrics`, and the first untrusted header of each limit is logged.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ratekeeper::plan::Plan;
+
+use super::{ActiveLimit, Engine, KeySource};
+use crate::config::{KeyPart, LimitConfig, PlanConfig, PlanFrom};
+
+/// One plan: its name, and its limit (`None`: unlimited).
+type NamedPlan = (Box<[u8]>, Option<Arc<ActiveLimit>>);
+
+/// The limits of each of a limit's plans; `None` for an unlimited one.
+#[derive(Debug)]
+pub(crate) struct PlanLimits {
+    /// The key part whose value names a request's plan.
+    part: KeyPart,
+    /// The peers whose header names it (`None`: a descriptor entry).
+    peers: Option<Vec<ipnet::IpNet>>,
+    /// Sorted by name: at most 64, found by a binary search on the bytes
+    /// the request sent.
+    by_name: Vec<NamedPlan>,
+}
+
+impl PlanLimits {
+    /// The plans of `config` (whose `limit` is the default plan's), each
+    /// made by `make` from the configuration it decides by.
+    pub(crate) fn new(
+        config: &LimitConfig,
+        plans: &PlanConfig,
+        make: impl Fn(LimitConfig) -> ActiveLimit,
+    ) -> PlanLimits {
+        let mut by_name: Vec<NamedPlan> = plans
+            .plans
+            .iter()
+            .map(|(name, plan)| {
+                let limit = match plan {
+                    Plan::Unlimited => None,
+                    Plan::Limited(limit) => Some(LimitConfig {
+                        limit: limit.clone(),
+                        plans: None,
+                        ..config.clone()
+                    }),
+                    // A ban of the limit's own window: refused without a
+                    // store, as a rate of 0 is.
+                    Plan::Deny => Some(LimitConfig {
+                        ban: true,
+                        penalty: None,
+                        plans: None,
+                        ..config.clone()
+                    }),
+                };
+                (
+                    Box::from(name.as_bytes()),
+                    limit.map(|config| Arc::new(make(config))),
+                )
+            })
+            .collect();
+        by_name.sort_by(|a, b| a.0.cmp(&b.0));
+        let peers = match &plans.from {
+            PlanFrom::Header { peers, .. } => Some(peers.clone()),
+            PlanFrom::Descriptor(_) => None,
+        };
+        PlanLimits {
+            part: plans.from.part(),
+            peers,
+            by_name,
+        }
+    }
+}
+
+/// What a request's plan source said.
+enum Named<'a> {
+    /// Nothing: the default plan.
+    Nothing,
+    /// A header from a peer not trusted to set it.
+    Untrusted(IpAddr),
+    /// This plan's name.
+    Plan(&'a [u8]),
+}
+
+impl Engine {
+    /// The limit a request of `source` is checked against under `limit`:
+    /// `limit` itself unless it has plans; then its key's plan's, or
+    /// `None` when that plan is unlimited.
+    #[inline]
+    pub(crate) fn plan_limit(
+        &self,
+        limit: &Arc<ActiveLimit>,
+        source: &dyn KeySource,
+    ) -> Option<Arc<ActiveLimit>> {
+        match limit.plan_limits() {
+            None => Some(Arc::clone(limit)),
+            Some(plans) => self.choose_plan(limit, plans, source),
+        }
+    }
+
+    fn choose_plan(
+        &self,
+        limit: &Arc<ActiveLimit>,
+        plans: &PlanLimits,
+        source: &dyn KeySource,
+    ) -> Option<Arc<ActiveLimit>> {
+        let value = source.part(&plans.part);
+        let named = match (&value, &plans.peers, source.peer()) {
+            // A door that fills what a request lacks with `unknown`.
+            (None, ..) => Named::Nothing,
+            (Some(value), ..) if **value == *ratekeeper_tower::UNKNOWN_KEY => Named::Nothing,
+            // A door that reads a client's request: its peer must be one
+            // that sets the header.
+            (Some(_), Some(peers), Some(peer)) if !peers.iter().any(|net| net.contains(&peer)) => {
+                Named::Untrusted(peer)
+            }
+            (Some(value), ..) => Named::Plan(value),
+        };
+        match named {
+            Named::Nothing => Some(Arc::clone(limit)),
+            Named::Untrusted(peer) => {
+                self.record_untrusted_plan(limit, &plans.part, peer);
+                Some(Arc::clone(limit))
+            }
+            Named::Plan(name) => {
+                let found = plans
+                    .by_name
+                    .binary_search_by(|(plan, _)| (**plan).cmp(name));
+                match found {
+                    Ok(at) => plans.by_name[at].1.clone(),
+                    Err(_) => {
+                        let default = name == ratekeeper::plan::DEFAULT_PLAN.as_bytes();
+                        if !default {
+                            self.inner.metrics.record_unknown_plan(limit.name());
+                        }
+                        Some(Arc::clone(limit))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a plan header from `peer`, which `plan_from_peers` does not
+    /// list, and logs the first of each limit.
+    #[cold]
+    fn record_untrusted_plan(&self, limit: &ActiveLimit, part: &KeyPart, peer: IpAddr) {
+        if self.inner.metrics.record_untrusted_plan(limit.name()) {
+            tracing::warn!(
+                limit = limit.name(),
+                %peer,
+                "limit {name} reads its plan from {part}, but {peer} is not in its \
+                 plan_from_peers: the header is ignored and the limit's own numbers apply. If \
+                 {peer} is your edge, add it to plan_from_peers. Said once per limit; \
+                 ratekeeper_plan_untrusted_total counts every such request",
+                name = limit.name(),
+            );
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Plans (`plan_from`, `[limits.plans]`) over real sockets: each key
+//! checked against its plan's numbers on the JSON API, nginx's
+//! `auth_request` and Envoy's gRPC door; a plan change carries the key's
+//! use; unknown plans and untrusted headers get the limit's own numbers.
+
+use crate::common;
+
+use common::{TestService, LISTEN_ANY};
+use serde_json::{json, Value};
+
+/// 2 requests a minute per API key by default, 5 on pro, none on
+/// suspended, no limit on internal; the plan from a header the local
+/// edge (127.0.0.1) sets.
+const API: &str = r#"
+[[limits]]
+name = "api"
+rate = "2/minute"
+key = ["header:x-api-key"]
+plan_from = "header:x-plan"
+plan_from_peers = ["127.0.0.1"]
+[limits.plans]
+pro = "5/minute"
+internal = "unlimited"
+suspended = "deny"
+"#;
+
+fn ask(key: &str, plan: Option<&str>) -> Value {
+    let mut parts = json!({"header:x-api-key": key});
+    if let Some(plan) = plan {
+        parts["header:x-plan"] = plan.into();
+    }
+    json!({"limits": ["api"], "key": parts})
+}
+
+/// How many of `n` requests of `key` on `plan` the JSON API allows.
+async fn allowed(service: &TestService, key: &str, plan: Option<&str>, n: usize) -> usize {
+    let mut allowed = 0;
+    for _ in 0..n {
+        let (status, _, answer) = service.post("/v1/check", ask(key, plan)).await;
+        assert_eq!(status, 200, "{answer}");
+        allowed += usize::from(answer["allowed"] == true);
+    }
+    allowed
+}
+
+#[tokio::test]
+async fn each_key_gets_its_plans_numbers_and_keeps_its_use_when_it_changes() {
+    let service = TestService::start(&format!("{LISTEN_ANY}{API}")).await;
+    assert_eq!(allowed(&service, "free-key", None, 4).await, 2);
+    assert_eq!(allowed(&service, "pro-key", Some("pro"), 7).await, 5);
+    assert_eq!(allowed(&service, "in-key", Some("internal"), 50).await, 50);
+    assert_eq!(allowed(&service, "bad-key", Some("suspended"), 3).await, 0);
+    // free-key upgrades: its 2 used count against pro's 5.
+    assert_eq!(allowed(&service, "free-key", Some("pro"), 5).await, 3);
+    // And downgrades: over free's 2 already.
+    assert_eq!(allowed(&service, "free-key", None, 1).await, 0);
+    // A plan the limit does not have is the default, never unlimited.
+    assert_eq!(allowed(&service, "odd-key", Some("platinum"), 3).await, 2);
+    let metrics = common::metrics(&service).await;
+    assert!(
+        metrics.contains(r#"ratekeeper_plan_unknown_total{limit="api"} 3"#),
+        "{metrics}"
+    );
+    // /v1/limits shows the plans.
+    let limits = service.get_json(service.http("/v1/limits")).await;
+    let plans = &limits["limits"][0]["plans"];
+    assert_eq!(plans["from"], "header:x-plan", "{limits}");
+    assert_eq!(plans["from_peers"], json!(["127.0.0.1/32"]), "{limits}");
+    assert_eq!(plans["plans"]["pro"], "5/minute", "{limits}");
+    assert_eq!(plans["plans"]["suspended"], "deny", "{limits}");
+    assert_eq!(limits["limits"][0]["rate"], "2/minute", "{limits}");
+    service.stop().await;
+}
+
+async fn auth(service: &TestService, key: &str, plan: &str) -> u16 {
+    service
+        .client
+        .get(service.http("/v1/auth"))
+        .header("x-original-uri", "/")
+        .header("x-api-key", key)
+        .header("x-plan", plan)
+        .send()
+        .await
+        .expect("/v1/auth answers")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn nginx_sets_the_plan_only_from_a_peer_it_trusts() {
+    let trusted = TestService::start(&format!("{LISTEN_ANY}{API}")).await;
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(auth(&trusted, "k", "pro").await);
+    }
+    assert_eq!(statuses, [204, 204, 204, 204, 204, 429]);
+    trusted.stop().await;
+
+    // The same request from a peer plan_from_peers does not list: the
+    // header is ignored, and counted.
+    let elsewhere = API.replace(r#"["127.0.0.1"]"#, r#"["10.0.0.0/8"]"#);
+    let untrusted = TestService::start(&format!("{LISTEN_ANY}{elsewhere}")).await;
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(auth(&untrusted, "k", "internal").await);
+    }
+    assert_eq!(statuses, [204, 204, 429]);
+    let metrics = common::metrics(&untrusted).await;
+    assert!(
+        metrics.contains(r#"ratekeeper_plan_untrusted_total{limit="api"} 3"#),
+        "{metrics}"
+    );
+    untrusted.stop().await;
+}
+
+#[tokio::test]
+async fn envoy_names_the_plan_in_a_descriptor_entry() {
+    use ratekeeper_server::envoy::proto::rate_limit_response::Code;
+    use ratekeeper_server::envoy::proto::RateLimitRequest;
+
+    let toml = r#"
+[[limits]]
+name = "api"
+rate = "1/minute"
+key = ["descriptor:api_key"]
+plan_from = "descriptor:plan"
+match = { domain = "edge", descriptors = [{ key = "api_key" }, { key = "plan" }] }
+[limits.plans]
+pro = "3/minute"
+internal = "unlimited"
+"#;
+    let (engine, _clock) = common::engine_at(toml).await;
+    let (client, _stop) = common::serve_rls(engine).await;
+    let codes = |key: &'static str, plan: &'static str, n: usize| {
+        let request = RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![common::descriptor(&[("api_key", key), ("plan", plan)])],
+            hits_addend: 0,
+        };
+        let mut client = client.clone();
+        async move {
+            let mut codes = Vec::new();
+            for _ in 0..n {
+                let answer = client.should_rate_limit(request.clone()).await.unwrap();
+                codes.push(answer.into_inner().overall_code);
+            }
+            codes
+        }
+    };
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    assert_eq!(codes("a", "free", 2).await, [ok, over]);
+    assert_eq!(codes("b", "pro", 4).await, [ok, ok, ok, over]);
+    assert_eq!(codes("c", "internal", 5).await, [ok; 5]);
+    // a upgrades: 1 used of pro's 3.
+    assert_eq!(codes("a", "pro", 3).await, [ok, ok, over]);
+}
+
+#[tokio::test]
+async fn plans_share_a_key_across_services_on_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counts.db");
+    let toml = format!("[store]\nkind = \"sqlite\"\npath = {path:?}\n{LISTEN_ANY}{API}");
+    let first = TestService::start(&toml).await;
+    let second = TestService::start(&toml).await;
+    assert_eq!(allowed(&first, "k", None, 2).await, 2);
+    // Upgraded, on the other service: 2 of pro's 5 already used.
+    assert_eq!(allowed(&second, "k", Some("pro"), 5).await, 3);
+    assert_eq!(allowed(&first, "k", Some("pro"), 1).await, 0);
+    first.stop().await;
+    second.stop().await;
+}
+
+#[test]
+fn plans_that_cannot_be_used_are_refused_where_they_are_written() {
+    use ratekeeper_server::Config;
+    let cases = [
+        (
+            API.replace("plan_from_peers = [\"127.0.0.1\"]\n", ""),
+            "any client can send x-plan",
+        ),
+        (
+            API.replace("plan_from = \"header:x-plan\"\n", "")
+                .replace("plan_from_peers = [\"127.0.0.1\"]\n", ""),
+            "plans need plan_from",
+        ),
+        (
+            API.replace("pro = \"5/minute\"", "default = \"5/minute\""),
+            "may not be called \"default\"",
+        ),
+        (
+            API.replace("pro = \"5/minute\"", "pro = \"lots\""),
+            "limits[0].plans.pro",
+        ),
+        (
+            API.replace("rate = \"2/minute\"", "rate = \"0/minute\""),
+            "a rate of 0 refuses every request",
+        ),
+        (
+            API.replace("header:x-plan", "descriptor:plan"),
+            "plan_from_peers is for a header",
+        ),
+        (
+            format!(
+                "{}match = {{ domain = \"edge\", descriptors = [{{ key = \"k\" }}] }}\n",
+                API.replace("key = [\"header:x-api-key\"]", "key = [\"descriptor:k\"]")
+                    .replace("[limits.plans]\npro = \"5/minute\"\ninternal = \"unlimited\"\nsuspended = \"deny\"\n", "")
+            ) + "[limits.plans]\npro = \"5/minute\"\n",
+            "Envoy descriptors, which have no headers",
+        ),
+    ];
+    for (toml, expected) in cases {
+        let error = Config::from_toml_str(&toml, "plans.toml").unwrap_err();
+        assert!(
+            error.to_string().contains(expected),
+            "{expected}: {error}\n{toml}"
+        );
+    }
+    // A plan from a descriptor is warned about.
+    let toml = "[[limits]]\nname = \"api\"\nrate = \"1/minute\"\nkey = [\"descriptor:k\"]\n\
+                plan_from = \"descriptor:plan\"\n\
+                match = { domain = \"edge\", descriptors = [{ key = \"k\" }, { key = \"plan\" }] }\n\
+                [limits.plans]\npro = \"3/minute\"\n";
+    let config = Config::from_toml_str(toml, "plans.toml").unwrap();
+    let warnings: Vec<String> = config.warnings().iter().map(ToString::to_string).collect();
+    // And a plan entry the descriptors never have is refused.
+    let error =
+        Config::from_toml_str(&toml.replace(", { key = \"plan\" }", ""), "plans.toml").unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("no entry of match.descriptors has the key \"plan\""),
+        "{error}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("takes its plan from the descriptor entry \"plan\"")),
+        "{warnings:?}"
+    );
+    // The proxy says it counts a limit with plans at its own rate.
+    let config = Config::from_toml_str(API, "plans.toml").unwrap();
+    let proxied: Vec<String> = config
+        .warnings_when_serving(true)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        proxied
+            .iter()
+            .any(|w| w.contains("ratekeeper proxy does not apply yet")),
+        "{proxied:?}"
+    );
+    assert!(!config
+        .warnings_when_serving(false)
+        .iter()
+        .any(|w| w.to_string().contains("does not apply yet")));
+}
