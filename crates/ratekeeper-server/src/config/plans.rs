@@ -4,6 +4,7 @@
 use http::HeaderName;
 use ipnet::IpNet;
 use ratekeeper::plan::Plans;
+use ratekeeper::Rate;
 
 use super::KeyPart;
 
@@ -18,6 +19,10 @@ pub struct PlanConfig {
     /// Each plan as written (`"100/minute"`, `"unlimited"`, `"deny"`), by
     /// name, in name order: what `/v1/limits` shows.
     pub written: Vec<(String, String)>,
+    /// The rate each limited plan was built from, by name, in name order:
+    /// the numbers its answers show (Envoy's `current_limit`, the
+    /// `RateLimit-Policy` header).
+    pub rates: Vec<(String, Rate)>,
 }
 
 /// Where a request names its plan (`plan_from`).

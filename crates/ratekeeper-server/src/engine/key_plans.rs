@@ -46,6 +46,11 @@ impl PlanLimits {
                     Plan::Unlimited => None,
                     Plan::Limited(limit) => Some(LimitConfig {
                         limit: limit.clone(),
+                        rate: plans
+                            .rates
+                            .iter()
+                            .find(|(rated, _)| rated == name)
+                            .map_or_else(|| config.rate.clone(), |(_, rate)| rate.clone()),
                         plans: None,
                         ..config.clone()
                     }),

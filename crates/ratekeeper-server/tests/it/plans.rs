@@ -153,6 +153,27 @@ internal = "unlimited"
     assert_eq!(codes("c", "internal", 5).await, [ok; 5]);
     // a upgrades: 1 used of pro's 3.
     assert_eq!(codes("a", "pro", 3).await, [ok, ok, over]);
+
+    // Each answer shows the numbers of the key's plan, not the limit's own.
+    let shown = |key: &str, plan: &str| {
+        let request = RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![common::descriptor(&[("api_key", key), ("plan", plan)])],
+            hits_addend: 0,
+        };
+        let mut client = client.clone();
+        async move {
+            let answer = client
+                .should_rate_limit(request)
+                .await
+                .unwrap()
+                .into_inner();
+            let limit = answer.statuses[0].current_limit.clone().expect("a limit");
+            (limit.requests_per_unit, answer.statuses[0].limit_remaining)
+        }
+    };
+    assert_eq!(shown("d", "pro").await, (3, 2));
+    assert_eq!(shown("e", "free").await, (1, 0));
 }
 
 #[tokio::test]

@@ -57,6 +57,7 @@ impl Checker<'_> {
         let kind = limit.policy().kind();
         let mut plans = Plans::new(limit.clone());
         let mut written = Vec::with_capacity(table.get_ref().len());
+        let mut rates = Vec::new();
         for (name, value) in table.get_ref() {
             let plan_field = format!("limits[{index}].plans.{name}");
             let text = value.get_ref().trim();
@@ -66,7 +67,10 @@ impl Checker<'_> {
                 _ => match parse_rate(text) {
                     Ok((_, true)) => plans.deny(name),
                     Ok((rate, false)) => match Policy::new(kind, &rate) {
-                        Ok(policy) => plans.limited(name, policy),
+                        Ok(policy) => {
+                            rates.push((name.clone(), rate));
+                            plans.limited(name, policy)
+                        }
                         Err(error) => {
                             return self.fail(value.span(), plan_field, error.to_string())
                         }
@@ -90,6 +94,7 @@ impl Checker<'_> {
             from,
             plans,
             written,
+            rates,
         }))
     }
 
