@@ -53,7 +53,8 @@
 //! - [`RateLimitLayer::builder`]: limits, keys, skips, headers, refusals,
 //!   shadow mode, and the warnings of [`RateLimitLayerBuilder::build`].
 //! - [`Rule`]: a limit that applies to some methods or paths, or that only
-//!   reports (shadow mode).
+//!   reports (shadow mode); [`Rule::with_plans`]: a limit whose numbers
+//!   are those of each key's plan ([`PlanSource`], [`KeyPlan`]).
 //! - [`Key`]: what a request is counted under; [`client`]: finding the
 //!   client behind proxies ([`client::ClientIp`]).
 //! - [`response_cost`]: limits by what responses cost, charged once known
@@ -77,9 +78,9 @@ pub mod response_cost;
 
 pub use in_flight::InFlightLayer;
 pub use limit::{
-    Key, LayerError, LayerWarning, PeerAddr, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, WaitQueue, DEFAULT_IPV6_PREFIX,
-    UNKNOWN_KEY,
+    Key, KeyPlan, LayerError, LayerWarning, PeerAddr, PlanSource, RateLimit, RateLimitLayer,
+    RateLimitLayerBuilder, Refusal, RefusalBody, ResponseFormat, ResponseFuture, Rule, WaitQueue,
+    DEFAULT_IPV6_PREFIX, UNKNOWN_KEY,
 };
 pub use response_cost::{Cost, ResponseCostLayer};
 

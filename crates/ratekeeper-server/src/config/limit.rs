@@ -4,7 +4,7 @@ use http::{HeaderName, Method};
 use ratekeeper::{Limit, Rate};
 use ratekeeper_formats::Glob;
 use ratekeeper_tower::client::ClientIp;
-use ratekeeper_tower::{Key, Rule};
+use ratekeeper_tower::{Key, PlanSource, Rule};
 
 use super::Prefixes;
 
@@ -76,7 +76,19 @@ impl LimitConfig {
             1 => keys.remove(0),
             _ => Key::compose(keys),
         };
-        let mut rule = Rule::new(self.limit.clone(), key)
+        let plans = self.plans.as_ref().and_then(|plans| match &plans.from {
+            super::PlanFrom::Header { name, peers } => Some((
+                plans.plans.clone(),
+                PlanSource::header(name.clone(), peers.iter().copied()),
+            )),
+            // No HTTP request has descriptors: the limit's own numbers.
+            super::PlanFrom::Descriptor(_) => None,
+        });
+        let rule = match plans {
+            Some((plans, source)) => Rule::with_plans(plans, key, source),
+            None => Rule::new(self.limit.clone(), key),
+        };
+        let mut rule = rule
             .shadow(self.shadow)
             .methods(self.matcher.methods.iter().cloned());
         if let Some(prefix) = &self.matcher.path_prefix {

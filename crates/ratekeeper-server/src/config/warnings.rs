@@ -72,8 +72,9 @@ pub enum ConfigWarning {
         /// The limit.
         limit: String,
     },
-    /// The limit has plans, which `ratekeeper proxy` does not apply yet:
-    /// it counts every key at the limit's own numbers.
+    /// The limit has plans and is charged after the response
+    /// (`after_response`), which `ratekeeper proxy` does at the limit's
+    /// own numbers for every key.
     PlansNotAppliedByProxy {
         /// The limit.
         limit: String,
@@ -176,8 +177,8 @@ impl fmt::Display for ConfigWarning {
             ),
             ConfigWarning::PlansNotAppliedByProxy { limit } => write!(
                 f,
-                "limit {limit} has plans, which ratekeeper proxy does not apply yet: the proxy \
-                 counts every key at the limit's own rate (serve's doors apply them)"
+                "limit {limit} has plans and after_response: ratekeeper proxy charges what a \
+                 response cost at the limit's own rate, whatever the key's plan"
             ),
             ConfigWarning::PlanFromDescriptor { limit, key } => write!(
                 f,
@@ -273,13 +274,18 @@ impl Config {
         };
         warnings.extend(door.map(|door| ConfigWarning::DoorWithoutLimits { door }));
         if proxy {
-            let planned = self
-                .limits
-                .iter()
-                .filter(|limit| limit.plans.is_some() && limit.matcher.reach() == Reach::Http);
-            warnings.extend(planned.map(|limit| ConfigWarning::PlansNotAppliedByProxy {
-                limit: limit.limit.name().to_owned(),
-            }));
+            // A plan from a descriptor entry is refused on an HTTP limit,
+            // so a header names every plan the proxy meets.
+            let charged_later = self.limits.iter().filter(|limit| {
+                limit.plans.is_some()
+                    && limit.after_response.is_some()
+                    && limit.matcher.reach() == Reach::Http
+            });
+            warnings.extend(
+                charged_later.map(|limit| ConfigWarning::PlansNotAppliedByProxy {
+                    limit: limit.limit.name().to_owned(),
+                }),
+            );
         }
         // The proxy applies after_response; serve's doors check before
         // the request runs. (Limits on descriptors are told by warnings.)

@@ -50,7 +50,7 @@ impl PlanLimits {
                             .rates
                             .iter()
                             .find(|(rated, _)| rated == name)
-                            .map_or_else(|| config.rate.clone(), |(_, rate)| rate.clone()),
+                            .map_or(config.rate, |(_, rate)| *rate),
                         plans: None,
                         ..config.clone()
                     }),
@@ -114,6 +114,30 @@ impl Engine {
         plans: &PlanLimits,
         source: &dyn KeySource,
     ) -> Option<Arc<ActiveLimit>> {
+        match self.find_plan(limit, plans, source) {
+            Some(at) => plans.by_name[at].1.clone(),
+            None => Some(Arc::clone(limit)),
+        }
+    }
+
+    /// Counts what was odd about a request's plan under `limit` (an
+    /// unknown plan, a header from an untrusted peer), for a door whose
+    /// checks choose the plan elsewhere: the proxy's tower layer.
+    pub(crate) fn observe_plan(&self, limit: &ActiveLimit, source: &dyn KeySource) {
+        if let Some(plans) = limit.plan_limits() {
+            self.find_plan(limit, plans, source);
+        }
+    }
+
+    /// The place of the request's plan in `plans.by_name`; `None` for the
+    /// limit's own numbers (no plan named, an unknown one, an untrusted
+    /// header: the last two counted).
+    fn find_plan(
+        &self,
+        limit: &ActiveLimit,
+        plans: &PlanLimits,
+        source: &dyn KeySource,
+    ) -> Option<usize> {
         let value = source.part(&plans.part);
         let named = match (&value, &plans.peers, source.peer()) {
             // A door that fills what a request lacks with `unknown`.
@@ -127,26 +151,37 @@ impl Engine {
             (Some(value), ..) => Named::Plan(value),
         };
         match named {
-            Named::Nothing => Some(Arc::clone(limit)),
+            Named::Nothing => None,
             Named::Untrusted(peer) => {
                 self.record_untrusted_plan(limit, &plans.part, peer);
-                Some(Arc::clone(limit))
+                None
             }
             Named::Plan(name) => {
                 let found = plans
                     .by_name
                     .binary_search_by(|(plan, _)| (**plan).cmp(name));
-                match found {
-                    Ok(at) => plans.by_name[at].1.clone(),
-                    Err(_) => {
-                        let default = name == ratekeeper::plan::DEFAULT_PLAN.as_bytes();
-                        if !default {
-                            self.inner.metrics.record_unknown_plan(limit.name());
-                        }
-                        Some(Arc::clone(limit))
-                    }
+                if found.is_err() && name != ratekeeper::plan::DEFAULT_PLAN.as_bytes() {
+                    self.inner.metrics.record_unknown_plan(limit.name());
                 }
+                found.ok()
             }
+        }
+    }
+
+    /// The limit of `limit`'s plan `plan`, as the tower layer's rule
+    /// chose it (`None` for an unlimited plan, which the layer does not
+    /// check); `limit` itself for the default plan or a limit without
+    /// plans.
+    pub(crate) fn limit_of_plan(limit: &Arc<ActiveLimit>, plan: &str) -> Option<Arc<ActiveLimit>> {
+        let Some(plans) = limit.plan_limits() else {
+            return Some(Arc::clone(limit));
+        };
+        match plans
+            .by_name
+            .binary_search_by(|(name, _)| (**name).cmp(plan.as_bytes()))
+        {
+            Ok(at) => plans.by_name[at].1.clone(),
+            Err(_) => Some(Arc::clone(limit)),
         }
     }
 

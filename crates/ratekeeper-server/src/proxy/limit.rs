@@ -34,7 +34,7 @@ use tower::{Layer, Service, ServiceExt};
 
 use crate::config::AfterResponse;
 
-use crate::engine::{DecisionDoor, Engine, LimitCheck, LimitSet, Verdict};
+use crate::engine::{DecisionDoor, Engine, HttpSource, LimitCheck, LimitSet, Verdict};
 
 /// Rate-limits each request by the engine's limits in force.
 #[derive(Clone, Debug)]
@@ -249,8 +249,9 @@ where
 
 /// Counts and logs, once per limit, a forwarding header that a limit
 /// keyed by `client_ip` ignored because the peer is not a proxy it
-/// trusts: the layer ignores such headers without a word. A request no
-/// limit applies to is counted as unmatched.
+/// trusts, and a plan header from a peer not in `plan_from_peers` or
+/// naming an unknown plan: the layer ignores such headers without a word.
+/// A request no limit applies to is counted as unmatched.
 fn watch_forwarding(engine: &Engine, limits: &LimitSet, request: &Request<Body>) {
     let peer = request
         .extensions()
@@ -259,6 +260,15 @@ fn watch_forwarding(engine: &Engine, limits: &LimitSet, request: &Request<Body>)
     let (method, path) = (request.method(), request.uri().path());
     engine.observe_http(limits, DecisionDoor::Proxy, method, path, |limit| {
         engine.watch_forwarding(limit, request.headers(), peer, &[]);
+        if limit.plan_limits().is_some() {
+            let source = HttpSource {
+                method,
+                path,
+                headers: request.headers(),
+                peer,
+            };
+            engine.observe_plan(limit, &source);
+        }
     });
 }
 
@@ -285,7 +295,17 @@ impl EngineStore {
         let active = self.limits.get(limit.name()).ok_or_else(|| {
             StoreError::unavailable(format!("limit {} is not configured", limit.name()))
         })?;
-        Ok(LimitCheck::new(Arc::clone(active), key.to_vec(), cost))
+        // A rule with plans checks the limit of the request's plan.
+        let active = match limit.plan() {
+            None => Arc::clone(active),
+            Some(plan) => Engine::limit_of_plan(active, plan).ok_or_else(|| {
+                StoreError::unavailable(format!(
+                    "plan {plan} of limit {} is not limited",
+                    limit.name()
+                ))
+            })?,
+        };
+        Ok(LimitCheck::new(active, key.to_vec(), cost))
     }
 }
 

@@ -258,21 +258,103 @@ fn plans_that_cannot_be_used_are_refused_where_they_are_written() {
             .any(|w| w.contains("takes its plan from the descriptor entry \"plan\"")),
         "{warnings:?}"
     );
-    // The proxy says it counts a limit with plans at its own rate.
-    let config = Config::from_toml_str(API, "plans.toml").unwrap();
-    let proxied: Vec<String> = config
-        .warnings_when_serving(true)
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    assert!(
-        proxied
+    // The proxy applies plans, but charges after_response at the limit's
+    // own rate, and says so.
+    let proxied = |toml: &str| -> Vec<String> {
+        let config = Config::from_toml_str(toml, "plans.toml").unwrap();
+        config
+            .warnings_when_serving(true)
             .iter()
-            .any(|w| w.contains("ratekeeper proxy does not apply yet")),
-        "{proxied:?}"
+            .map(ToString::to_string)
+            .collect()
+    };
+    let said = "has plans and after_response";
+    assert!(
+        !proxied(API).iter().any(|w| w.contains(said)),
+        "{:?}",
+        proxied(API)
     );
-    assert!(!config
-        .warnings_when_serving(false)
-        .iter()
-        .any(|w| w.to_string().contains("does not apply yet")));
+    let charged = API.replace(
+        "plan_from = ",
+        "after_response = { cost = \"header:x-cost\" }\nplan_from = ",
+    );
+    assert!(
+        proxied(&charged).iter().any(|w| w.contains(said)),
+        "{:?}",
+        proxied(&charged)
+    );
+}
+
+#[tokio::test]
+async fn the_proxy_checks_each_key_against_its_plan() {
+    let upstream = common::serve_app(
+        axum::Router::new().route("/", axum::routing::get(|| async { "upstream" })),
+    )
+    .await;
+    let (addr, engine, _stop) = common::start_proxy(API, upstream).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let statuses = |key: &'static str, plan: Option<&'static str>, n: usize| {
+        let client = client.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..n {
+                let mut request = client
+                    .get(format!("http://{addr}/"))
+                    .header("x-api-key", key);
+                if let Some(plan) = plan {
+                    request = request.header("x-plan", plan);
+                }
+                statuses.push(request.send().await.unwrap().status().as_u16());
+            }
+            statuses
+        }
+    };
+    assert_eq!(statuses("free", None, 3).await, [200, 200, 429]);
+    assert_eq!(
+        statuses("paid", Some("pro"), 6).await,
+        [200, 200, 200, 200, 200, 429]
+    );
+    assert_eq!(statuses("ops", Some("internal"), 10).await, [200; 10]);
+    assert_eq!(statuses("bad", Some("suspended"), 2).await, [429, 429]);
+    // free upgrades: its 2 used count against pro's 5.
+    assert_eq!(statuses("free", Some("pro"), 4).await, [200, 200, 200, 429]);
+    // An unknown plan is the default, and counted.
+    assert_eq!(statuses("odd", Some("gold"), 3).await, [200, 200, 429]);
+    let metrics = ratekeeper_server::admin::render_metrics(&engine, &Default::default())
+        .await
+        .expect("the metrics");
+    assert!(
+        metrics.contains(r#"ratekeeper_plan_unknown_total{limit="api"} 3"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn the_proxy_ignores_a_plan_header_from_a_peer_it_does_not_trust() {
+    let upstream = common::serve_app(
+        axum::Router::new().route("/", axum::routing::get(|| async { "upstream" })),
+    )
+    .await;
+    let elsewhere = API.replace(r#"["127.0.0.1"]"#, r#"["10.0.0.0/8"]"#);
+    let (addr, engine, _stop) = common::start_proxy(&elsewhere, upstream).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let answer = client
+            .get(format!("http://{addr}/"))
+            .header("x-api-key", "k")
+            .header("x-plan", "internal")
+            .send()
+            .await
+            .unwrap();
+        statuses.push(answer.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let metrics = ratekeeper_server::admin::render_metrics(&engine, &Default::default())
+        .await
+        .expect("the metrics");
+    assert!(
+        metrics.contains(r#"ratekeeper_plan_untrusted_total{limit="api"} 3"#),
+        "{metrics}"
+    );
 }

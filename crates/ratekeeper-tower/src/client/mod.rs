@@ -21,7 +21,7 @@
 //! no usable peer can opt in with [`ClientIp::find_trusting_headers`].
 
 mod forwarded;
-mod ip;
+pub(crate) mod ip;
 
 use std::net::IpAddr;
 

@@ -248,10 +248,14 @@ impl<S: Store> RateLimitLayerBuilder<S> {
         for warning in warnings.iter() {
             tracing::warn!("{warning}");
         }
-        let policy_value = (!self.partition_keys)
+        let planned = self.rules.iter().any(|rule| rule.plans().is_some());
+        // A planned rule's numbers are its request's plan's, so neither the
+        // policy header nor the prepared limit can be made ahead.
+        let policy_value = (!self.partition_keys && !planned)
             .then(|| policy_header(&self.rules))
             .flatten();
         let prepared = match self.rules.as_slice() {
+            _ if planned => None,
             [rule] => self
                 .store
                 .immediate()
@@ -287,6 +291,10 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             without_peer: self.without_peer,
             missing_peer_logged: AtomicBool::new(false),
             missing_peer_requests: AtomicU64::new(0),
+            planned,
+            unknown_plans: AtomicU64::new(0),
+            untrusted_plans: AtomicU64::new(0),
+            untrusted_plan_logged: AtomicBool::new(false),
             warnings,
             wait_queue,
             unrefunded: Mutex::new(Vec::new()),

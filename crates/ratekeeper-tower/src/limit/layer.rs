@@ -58,6 +58,15 @@ pub(crate) struct Shared<S> {
     /// One rule, keyed by the socket peer, prepared, every request costing
     /// one: the service's shortest path (the usual per-IP limit).
     pub(crate) peer_only: bool,
+    /// A rule has plans: each request's limits are chosen per request,
+    /// so no limit is prepared and no single-rule path is taken.
+    pub(crate) planned: bool,
+    /// Requests that named a plan their rule does not have.
+    pub(crate) unknown_plans: AtomicU64,
+    /// Requests whose plan header came from a peer not trusted to set it.
+    pub(crate) untrusted_plans: AtomicU64,
+    /// Whether an untrusted plan header was logged (once per layer).
+    pub(crate) untrusted_plan_logged: AtomicBool,
     /// What looked wrong when the layer was built.
     pub(crate) warnings: Vec<LayerWarning>,
     /// Where refused requests wait, when a rule has a `max_wait`.
@@ -127,6 +136,23 @@ impl<S> RateLimitLayer<S> {
     /// time it happens.
     pub fn missing_peer_requests(&self) -> u64 {
         self.shared.missing_peer_requests.load(Ordering::Relaxed)
+    }
+
+    /// How many requests so far named a plan their rule does not have
+    /// ([`Rule::with_plans`](super::Rule::with_plans)): checked against the
+    /// limit's own numbers. A typo in the edge's plan names, or a plan
+    /// added there before here.
+    pub fn unknown_plans(&self) -> u64 {
+        self.shared.unknown_plans.load(Ordering::Relaxed)
+    }
+
+    /// How many requests so far carried a plan header from a peer its
+    /// [`PlanSource::header`](super::PlanSource::header) does not list: the
+    /// header was ignored and the limit's own numbers applied. A client
+    /// naming its own plan, or an edge missing from the list; the layer
+    /// also logs the first.
+    pub fn untrusted_plans(&self) -> u64 {
+        self.shared.untrusted_plans.load(Ordering::Relaxed)
     }
 
     /// The queue of requests held for their units, when a rule has a

@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use http::Method;
+use ratekeeper::plan::Plans;
 use ratekeeper::Limit;
 
 use super::key::{Key, WithoutPeer};
+use super::plan::{PlanSource, RulePlans};
 use super::scope::Scope;
 use super::warnings::{warnings_for, LayerWarning};
 
@@ -46,6 +48,7 @@ pub struct Rule {
     shadow: bool,
     scope: Scope,
     max_wait: Option<Duration>,
+    plans: Option<Box<RulePlans>>,
 }
 
 impl Rule {
@@ -57,7 +60,51 @@ impl Rule {
             shadow: false,
             scope: Scope::default(),
             max_wait: None,
+            plans: None,
         }
+    }
+
+    /// `plans`' limit, counted per `key`, each request checked against
+    /// the numbers of its key's plan as `from` names it: a plan the limit
+    /// does not have, or none, gets the limit's own numbers; an
+    /// `unlimited` plan's requests pass without a check, a `deny` plan's
+    /// are refused without one. A key's use counts once over the plans,
+    /// so a key that changes plan keeps what it used
+    /// ([`ratekeeper::plan`]).
+    ///
+    /// ```
+    /// use ratekeeper::plan::Plans;
+    /// use ratekeeper::{Limit, MemoryStore, TokenBucket};
+    /// use ratekeeper_tower::{Key, PlanSource, RateLimitLayer, Rule};
+    ///
+    /// let plans = Plans::new(Limit::new("api", TokenBucket::per_second(10)?)?)
+    ///     .limited("pro", TokenBucket::per_second(100)?)?
+    ///     .unlimited("internal")?
+    ///     .deny("suspended")?;
+    /// let edge = PlanSource::header("x-plan".parse()?, ["10.0.0.0/8".parse()?]);
+    /// let rule = Rule::with_plans(plans, Key::header("x-api-key".parse()?), edge);
+    /// let layer = RateLimitLayer::builder(MemoryStore::new()).rule(rule).build()?;
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_plans(plans: Plans, key: Key, from: PlanSource) -> Rule {
+        let mut rule = Rule::new(plans.limit().clone(), key);
+        rule.plans = Some(Box::new(RulePlans { plans, from }));
+        rule
+    }
+
+    /// The rule's plans, if it has any ([`with_plans`](Rule::with_plans)).
+    pub fn plans(&self) -> Option<&Plans> {
+        self.plans.as_ref().map(|plans| &plans.plans)
+    }
+
+    /// Where requests name their plan, if the rule has plans.
+    pub fn plan_from(&self) -> Option<&PlanSource> {
+        self.plans.as_ref().map(|plans| &plans.from)
+    }
+
+    pub(crate) fn rule_plans(&self) -> Option<&RulePlans> {
+        self.plans.as_deref()
     }
 
     /// Hold a request this limit refuses for up to `wait`, when its units
@@ -134,5 +181,36 @@ impl Rule {
     /// them when it is built; the service's `check` prints them.
     pub fn warnings(&self) -> Vec<LayerWarning> {
         warnings_for(self, WithoutPeer::Unknown)
+    }
+}
+
+/// A rule as it applies to one request: with the limit of the request's
+/// plan (the rule's own limit unless it has plans).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Applied<'a> {
+    rule: &'a Rule,
+    limit: &'a Limit,
+}
+
+impl<'a> Applied<'a> {
+    pub(crate) fn new(rule: &'a Rule, limit: &'a Limit) -> Applied<'a> {
+        Applied { rule, limit }
+    }
+
+    /// The limit the request is checked against.
+    pub(crate) fn limit(&self) -> &'a Limit {
+        self.limit
+    }
+
+    pub(crate) fn key(&self) -> &'a Key {
+        self.rule.key()
+    }
+
+    pub(crate) fn is_shadow(&self) -> bool {
+        self.rule.is_shadow()
+    }
+
+    pub(crate) fn longest_wait(&self) -> Option<Duration> {
+        self.rule.longest_wait()
     }
 }

@@ -17,8 +17,9 @@ use super::future::{PendingHeaders, ResponseFuture};
 use super::headers::{add_rate_limit_headers, write_rate_limit_headers};
 use super::key::{ipv4_text, peer_of, Extracted, Head};
 use super::layer::Shared;
+use super::plan::{PlanNote, Planned};
 use super::response::{is_grpc, refusal_response, Refusal};
-use super::rule::Rule;
+use super::rule::{Applied, Rule};
 use super::wait;
 use crate::client::canonical;
 use crate::headers::HeaderStyle;
@@ -150,8 +151,9 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
         }
         // One rule (the usual case) takes a path with no list of keys,
         // checks or outcomes, and reads the request where it is unless a
-        // function needs its `Parts`.
-        if let [rule] = shared.rules.as_slice() {
+        // function needs its `Parts`; a rule with plans chooses its limit
+        // per request, on the general path.
+        if let (false, [rule]) = (shared.planned, shared.rules.as_slice()) {
             if !rule.applies_to(request.method(), request.uri().path()) {
                 return ResponseFuture::plain(self.inner.call(request));
             }
@@ -200,7 +202,10 @@ impl<Inner, S: Store + 'static> RateLimit<Inner, S> {
             );
         }
         let (parts, body) = request.into_parts();
-        let rules = applicable(shared, &parts);
+        let rules = match applicable(shared, &parts, Count::Yes) {
+            Ok(rules) => rules,
+            Err(denied) => return ResponseFuture::ready(deny(shared, denied, &parts)),
+        };
         if rules.is_empty() {
             return ResponseFuture::plain(self.inner.call(Request::from_parts(parts, body)));
         }
@@ -374,24 +379,102 @@ type Keys = smallvec::SmallVec<[Extracted; 2]>;
 /// Each rule's limit and key, as the store takes them.
 type Checks<'a> = smallvec::SmallVec<[Check<'a>; 4]>;
 
-/// The rules that apply to a request, in the layer's order.
-type Rules<'a> = smallvec::SmallVec<[&'a Rule; 4]>;
+/// The rules that apply to a request, in the layer's order, each with
+/// the limit of the request's plan.
+type Rules<'a> = smallvec::SmallVec<[Applied<'a>; 4]>;
 
-/// The rules that apply to the request with `parts`: every rule, unless
-/// some name methods or a path.
-fn applicable<'a, S>(shared: &'a Shared<S>, parts: &http::request::Parts) -> Rules<'a> {
-    let all = shared.rules.iter();
-    if shared.uniform {
-        return all.collect();
-    }
+/// Whether choosing a request's plans counts what was odd about them: once
+/// per request, when `call` first keys it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Count {
+    Yes,
+    No,
+}
+
+/// The rules that apply to the request with `parts` (every rule, unless
+/// some name methods or a path), each with the limit of the request's
+/// plan; a rule whose plan is unlimited does not apply. `Err` with the
+/// rule whose plan refuses every request (a shadow rule's is left out).
+fn applicable<'a, S>(
+    shared: &'a Shared<S>,
+    parts: &http::request::Parts,
+    count: Count,
+) -> Result<Rules<'a>, &'a Rule> {
     let path = parts.uri.path();
-    all.filter(|rule| rule.applies_to(&parts.method, path))
-        .collect()
+    let mut rules = Rules::new();
+    for rule in &shared.rules {
+        if !shared.uniform && !rule.applies_to(&parts.method, path) {
+            continue;
+        }
+        let Some(plans) = rule.rule_plans() else {
+            rules.push(Applied::new(rule, rule.limit()));
+            continue;
+        };
+        let (planned, note) = plans.choose(parts, shared.without_peer);
+        if count == Count::Yes && note != PlanNote::Fine {
+            note_plan(shared, rule, note);
+        }
+        match planned {
+            Planned::Limited(limit) => rules.push(Applied::new(rule, limit)),
+            Planned::Unlimited => {}
+            Planned::Deny if rule.is_shadow() => {}
+            Planned::Deny => return Err(rule),
+        }
+    }
+    Ok(rules)
+}
+
+/// Counts a request whose plan was unknown or named by an untrusted peer,
+/// and logs the first untrusted one: each is checked at the limit's own
+/// numbers.
+#[cold]
+fn note_plan<S>(shared: &Shared<S>, rule: &Rule, note: PlanNote) {
+    match note {
+        PlanNote::Fine => {}
+        PlanNote::Unknown => {
+            shared.unknown_plans.fetch_add(1, Ordering::Relaxed);
+        }
+        PlanNote::Untrusted(peer) => {
+            shared.untrusted_plans.fetch_add(1, Ordering::Relaxed);
+            if !shared.untrusted_plan_logged.swap(true, Ordering::Relaxed) {
+                let header = rule
+                    .plan_from()
+                    .and_then(|from| from.header_name())
+                    .map_or("", |name| name.as_str());
+                tracing::warn!(
+                    limit = rule.limit().name(),
+                    peer = ?peer,
+                    "rate limit: a request's {header} header came from a peer the limit's plan \
+                     source does not trust, so it was ignored and the limit's own numbers \
+                     applied. A client naming its own plan, or an edge missing from the \
+                     PlanSource::header peers. Logged once; RateLimitLayer::untrusted_plans() \
+                     counts such requests"
+                );
+            }
+        }
+    }
+}
+
+/// The refusal of a request whose key's plan refuses every request.
+fn deny<S, B: RefusalBody>(
+    shared: &Shared<S>,
+    rule: &Rule,
+    parts: &http::request::Parts,
+) -> Response<B> {
+    let refusal = Refusal::Limited {
+        violated: vec![rule.limit().name().to_owned()],
+        retry_after: ratekeeper::RetryAfter::Never,
+    };
+    refuse(shared, &refusal, is_grpc(&parts.headers), &[], None)
 }
 
 /// Each of `rules`' key for the request, counting (and logging once) a
 /// missing peer.
-fn extract_keys<S>(shared: &Shared<S>, rules: &[&Rule], parts: &http::request::Parts) -> Keys {
+fn extract_keys<S>(
+    shared: &Shared<S>,
+    rules: &[Applied<'_>],
+    parts: &http::request::Parts,
+) -> Keys {
     let keys = keys_of(shared, rules, parts);
     if keys.iter().any(|key| key.missing_peer) {
         log_missing_peer(shared);
@@ -402,7 +485,7 @@ fn extract_keys<S>(shared: &Shared<S>, rules: &[&Rule], parts: &http::request::P
 /// Each of `rules`' key for the request, with no count: for the
 /// asynchronous path, whose request `call` has already keyed (and counted)
 /// once.
-fn keys_of<S>(shared: &Shared<S>, rules: &[&Rule], parts: &http::request::Parts) -> Keys {
+fn keys_of<S>(shared: &Shared<S>, rules: &[Applied<'_>], parts: &http::request::Parts) -> Keys {
     rules
         .iter()
         .map(|rule| rule.key().extract(parts, shared.without_peer))
@@ -465,7 +548,10 @@ where
         return inner.call(request).await;
     }
     let (parts, body) = request.into_parts();
-    let rules = applicable(&shared, &parts);
+    let rules = match applicable(&shared, &parts, Count::No) {
+        Ok(rules) => rules,
+        Err(denied) => return Ok(deny(&shared, denied, &parts)),
+    };
     let keys = keys_of(&shared, &rules, &parts);
     if keys.iter().any(|key| is_allow_listed(&shared, &key.key)) {
         return inner.call(Request::from_parts(parts, body)).await;

@@ -24,7 +24,7 @@ use ratekeeper::store::{Check, MultiOutcome, StoreError};
 use ratekeeper::{Limit, Outcome, RetryAfter, Store};
 
 use super::layer::Shared;
-use super::rule::Rule;
+use super::rule::Applied;
 
 /// The requests held waiting for their units, bounded overall and per
 /// key, and what became of them. Shared by the clones of a layer, and by
@@ -210,7 +210,7 @@ pub(super) async fn refund_dropped<S: Store>(shared: &Shared<S>) {
 /// The longest a request refused by `decided` may be held: the shortest
 /// `max_wait` of the rules that refused it, when each has one and
 /// reserves ahead; `None` when it may not wait.
-fn allowed_wait(rules: &[&Rule], decided: &MultiOutcome) -> Option<Duration> {
+fn allowed_wait(rules: &[Applied<'_>], decided: &MultiOutcome) -> Option<Duration> {
     let mut allowed: Option<Duration> = None;
     for (rule, outcome) in rules.iter().zip(decided.outcomes()) {
         if outcome.is_allowed() || rule.is_shadow() {
@@ -231,7 +231,7 @@ fn allowed_wait(rules: &[&Rule], decided: &MultiOutcome) -> Option<Duration> {
 /// later than allowed or never, the queue full, the store failing).
 pub(super) async fn hold<S: Store + 'static>(
     shared: &Arc<Shared<S>>,
-    rules: &[&Rule],
+    rules: &[Applied<'_>],
     checks: &[Check<'_>],
     decided: &MultiOutcome,
 ) -> Option<Charged<S>> {

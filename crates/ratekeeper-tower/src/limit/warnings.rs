@@ -40,6 +40,23 @@ pub enum LayerWarning {
         /// The limit concerned.
         limit: String,
     },
+    /// A rule's plan header ([`PlanSource::header`](crate::PlanSource::header))
+    /// is believed from a network that covers every address: any client
+    /// can choose its own plan.
+    PlanFromEveryPeer {
+        /// The limit concerned.
+        limit: String,
+        /// The plan header.
+        header: String,
+    },
+    /// A rule's plan header is believed from no peer: every request gets
+    /// the limit's own numbers, whatever the header says.
+    PlanFromNoPeer {
+        /// The limit concerned.
+        limit: String,
+        /// The plan header.
+        header: String,
+    },
     /// An allow-listed key is a single IPv6 address, but client keys hold
     /// an IPv6 client as its /64: it never matches; `network` would.
     Ipv6AllowKey {
@@ -65,6 +82,14 @@ impl fmt::Display for LayerWarning {
             LayerWarning::Ipv6AllowKey { key, network } => write!(
                 f,
                 "allow key {key:?} is one IPv6 address, but IPv6 clients are keyed by their /64: allow-list {network:?} instead"
+            ),
+            LayerWarning::PlanFromEveryPeer { limit, header } => write!(
+                f,
+                "limit {limit} believes its plan header {header} from every address (a /0 network): any client can choose its own plan"
+            ),
+            LayerWarning::PlanFromNoPeer { limit, header } => write!(
+                f,
+                "limit {limit} believes its plan header {header} from no peer: every request gets the limit's own numbers"
             ),
             LayerWarning::TrustsHeadersWithoutPeer { limit } => write!(
                 f,
@@ -108,7 +133,18 @@ pub(crate) fn ipv6_allow_key_warnings(allow_keys: &HashSet<Vec<u8>>) -> Vec<Laye
 }
 
 pub(crate) fn warnings_for(rule: &Rule, without_peer: WithoutPeer) -> Vec<LayerWarning> {
-    key_warnings(rule.limit().name(), rule.key(), without_peer)
+    let mut warnings = key_warnings(rule.limit().name(), rule.key(), without_peer);
+    let from = rule.plan_from();
+    if let Some(header) = from.and_then(|from| from.header_name()) {
+        let (limit, header) = (rule.limit().name().to_owned(), header.as_str().to_owned());
+        let peers = from.map_or(&[][..], |from| from.peers());
+        if peers.iter().any(|net| net.prefix_len() == 0) {
+            warnings.push(LayerWarning::PlanFromEveryPeer { limit, header });
+        } else if peers.is_empty() && without_peer == WithoutPeer::Unknown {
+            warnings.push(LayerWarning::PlanFromNoPeer { limit, header });
+        }
+    }
+    warnings
 }
 
 /// What looks wrong in the key of the limit (or cap) called `name`.

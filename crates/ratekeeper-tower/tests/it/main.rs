@@ -11,6 +11,7 @@ mod hyper;
 mod in_flight;
 mod no_peer;
 mod peer_key;
+mod plans;
 mod readme;
 mod response_cost;
 mod rules;
