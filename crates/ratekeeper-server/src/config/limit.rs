@@ -81,6 +81,13 @@ impl LimitConfig {
                 plans.plans.clone(),
                 PlanSource::header(name.clone(), peers.iter().copied()),
             )),
+            super::PlanFrom::Table(table) => {
+                let table = std::sync::Arc::clone(table);
+                Some((
+                    plans.plans.clone(),
+                    PlanSource::by_key(move |key| table.plan_of(key).cloned()),
+                ))
+            }
             // No HTTP request has descriptors: the limit's own numbers.
             super::PlanFrom::Descriptor(_) => None,
         });

@@ -299,7 +299,7 @@ mod limit;
 mod limitador_file;
 mod listen;
 mod penalty;
-mod plans;
+pub(crate) mod plans;
 mod reach;
 mod redact;
 mod request_caps;
@@ -329,7 +329,7 @@ pub use limit::{
 pub use limitador_file::LimitadorSource;
 pub use listen::ListenConfig;
 pub use penalty::Penalty;
-pub use plans::{PlanConfig, PlanFrom};
+pub use plans::{PlanConfig, PlanFrom, PlanTable, MAX_PLAN_TABLE_BYTES, MAX_PLAN_TABLE_KEYS};
 /// The `*` patterns of descriptor values ([`ValueMatch::Glob`]), shared
 /// with envoyproxy/ratelimit's files.
 pub use ratekeeper_formats::Glob;

@@ -125,7 +125,9 @@ impl LimitDescription {
                     crate::config::PlanFrom::Header { peers, .. } => {
                         Some(peers.iter().map(ToString::to_string).collect())
                     }
-                    crate::config::PlanFrom::Descriptor(_) => None,
+                    crate::config::PlanFrom::Descriptor(_) | crate::config::PlanFrom::Table(_) => {
+                        None
+                    }
                 },
                 plans: plans.written.iter().cloned().collect(),
             }),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use ratekeeper::plan::Plan;
 
 use super::{ActiveLimit, Engine, KeySource};
-use crate::config::{KeyPart, LimitConfig, PlanConfig, PlanFrom};
+use crate::config::{KeyPart, LimitConfig, PlanConfig, PlanFrom, PlanTable};
 
 /// One plan: its name, and its limit (`None`: unlimited).
 type NamedPlan = (Box<[u8]>, Option<Arc<ActiveLimit>>);
@@ -21,8 +21,12 @@ type NamedPlan = (Box<[u8]>, Option<Arc<ActiveLimit>>);
 /// The limits of each of a limit's plans; `None` for an unlimited one.
 #[derive(Debug)]
 pub(crate) struct PlanLimits {
-    /// The key part whose value names a request's plan.
-    part: KeyPart,
+    /// The key part whose value names a request's plan (`None`: the
+    /// table names it).
+    part: Option<KeyPart>,
+    /// The table of keys and their plans, and the parts of the key it is
+    /// looked up by (the limit's own key).
+    table: Option<(Arc<PlanTable>, Vec<KeyPart>)>,
     /// The peers whose header names it (`None`: a descriptor entry).
     peers: Option<Vec<ipnet::IpNet>>,
     /// Sorted by name: at most 64, found by a binary search on the bytes
@@ -72,10 +76,18 @@ impl PlanLimits {
         by_name.sort_by(|a, b| a.0.cmp(&b.0));
         let peers = match &plans.from {
             PlanFrom::Header { peers, .. } => Some(peers.clone()),
-            PlanFrom::Descriptor(_) => None,
+            PlanFrom::Descriptor(_) | PlanFrom::Table(_) => None,
+        };
+        let table = match &plans.from {
+            PlanFrom::Table(table) => Some((
+                Arc::clone(table),
+                super::matching::key_parts(config).into_owned(),
+            )),
+            PlanFrom::Header { .. } | PlanFrom::Descriptor(_) => None,
         };
         PlanLimits {
             part: plans.from.part(),
+            table,
             peers,
             by_name,
         }
@@ -138,7 +150,18 @@ impl Engine {
         plans: &PlanLimits,
         source: &dyn KeySource,
     ) -> Option<usize> {
-        let value = source.part(&plans.part);
+        if let Some((table, parts)) = &plans.table {
+            // A key the table does not list, or a request without every
+            // part of the key, is on the default plan.
+            let key = super::key::compose_key(parts, source).ok()?;
+            let plan = table.plan_of(&key)?;
+            return plans
+                .by_name
+                .binary_search_by(|(name, _)| (**name).cmp(plan.as_bytes()))
+                .ok();
+        }
+        let part = plans.part.as_ref()?;
+        let value = source.part(part);
         let named = match (&value, &plans.peers, source.peer()) {
             // A door that fills what a request lacks with `unknown`.
             (None, ..) => Named::Nothing,
@@ -153,7 +176,7 @@ impl Engine {
         match named {
             Named::Nothing => None,
             Named::Untrusted(peer) => {
-                self.record_untrusted_plan(limit, &plans.part, peer);
+                self.record_untrusted_plan(limit, part, peer);
                 None
             }
             Named::Plan(name) => {

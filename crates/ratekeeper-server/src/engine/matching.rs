@@ -213,7 +213,7 @@ pub fn knows_domain(limits: &LimitSet, domain: &str) -> bool {
 pub fn key_parts(limit: &LimitConfig) -> Cow<'_, [KeyPart]> {
     let plan_entry = limit.plans.as_ref().and_then(|plans| match &plans.from {
         crate::config::PlanFrom::Descriptor(key) => Some(key.as_str()),
-        crate::config::PlanFrom::Header { .. } => None,
+        crate::config::PlanFrom::Header { .. } | crate::config::PlanFrom::Table(_) => None,
     });
     key_parts_without(&limit.matcher, &limit.key, plan_entry)
 }

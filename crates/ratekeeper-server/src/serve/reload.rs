@@ -9,7 +9,8 @@
 //! so are envoyproxy/ratelimit's files (`[envoy] config_dir`), by a digest
 //! of every file's path and contents: a file edited, added or removed, or
 //! the directory's `..data` link swapped, reloads; and so is the Limitador
-//! limits file in force (`[limitador]`), by a digest of its contents.
+//! limits file in force (`[limitador]`), by a digest of its contents; and
+//! so are the plan tables in force (`plan_from = "table:PATH"`).
 
 use std::path::PathBuf;
 
@@ -37,6 +38,8 @@ struct Seen {
     envoy: Option<Result<[u8; 32], String>>,
     /// What the Limitador limits file in force holds, as a digest.
     limitador: Option<[u8; 32]>,
+    /// What the plan tables in force hold, as one digest.
+    plan_tables: Option<[u8; 32]>,
 }
 
 /// Where a configuration comes from: a file or the built-in defaults,
@@ -164,6 +167,7 @@ impl Reloader {
             seen.secrets = secrets(&self.engine);
             seen.envoy = envoy_fingerprint(&self.engine);
             seen.limitador = limitador(&self.engine);
+            seen.plan_tables = plan_tables(&self.engine);
         }
         Ok(Reloaded::Applied { limits })
     }
@@ -256,6 +260,7 @@ fn read(source: &Source, engine: &Engine) -> std::io::Result<Seen> {
             secrets: secrets(engine),
             envoy: envoy_fingerprint(engine),
             limitador: limitador(engine),
+            plan_tables: plan_tables(engine),
         });
     };
     let text = std::fs::read_to_string(path)?;
@@ -267,7 +272,40 @@ fn read(source: &Source, engine: &Engine) -> std::io::Result<Seen> {
         secrets: secrets(engine),
         envoy: envoy_fingerprint(engine),
         limitador: limitador(engine),
+        plan_tables: plan_tables(engine),
     })
+}
+
+/// A digest of the plan tables `engine`'s limits read
+/// (`plan_from = "table:PATH"`), as they are now, so that editing one
+/// reloads; `None` when no limit reads one. A file past the loader's cap
+/// is told by its size and time, one that cannot be read by the error.
+fn plan_tables(engine: &Engine) -> Option<[u8; 32]> {
+    use sha2::{Digest, Sha256};
+    let limits = engine.limits();
+    let mut hasher = Sha256::new();
+    let mut any = false;
+    for limit in limits.iter() {
+        let Some(plans) = &limit.config().plans else {
+            continue;
+        };
+        let crate::config::PlanFrom::Table(table) = &plans.from else {
+            continue;
+        };
+        any = true;
+        hasher.update(table.path.as_os_str().as_encoded_bytes());
+        match std::fs::metadata(&table.path) {
+            Ok(meta) if meta.len() > crate::config::MAX_PLAN_TABLE_BYTES => {
+                hasher.update(meta.len().to_be_bytes());
+                hasher.update(format!("{:?}", meta.modified().ok()).as_bytes());
+            }
+            _ => match std::fs::read(&table.path) {
+                Ok(bytes) => hasher.update(Sha256::digest(&bytes)),
+                Err(error) => hasher.update(format!("unreadable: {}", error.kind()).as_bytes()),
+            },
+        }
+    }
+    any.then(|| hasher.finalize().into())
 }
 
 /// A digest of the Limitador limits file `engine` has in force (`[limitador]`),

@@ -358,3 +358,113 @@ async fn the_proxy_ignores_a_plan_header_from_a_peer_it_does_not_trust() {
         "{metrics}"
     );
 }
+
+/// 2 a minute per API key by default, 5 on pro, none on suspended, no
+/// limit on internal; each key's plan from the table at `path`.
+fn by_table(path: &std::path::Path) -> String {
+    format!(
+        "{LISTEN_ANY}\n[[limits]]\nname = \"api\"\nrate = \"2/minute\"\nkey = [\"header:x-api-key\"]\n\
+         plan_from = \"table:{}\"\n[limits.plans]\npro = \"5/minute\"\ninternal = \"unlimited\"\n\
+         suspended = \"deny\"\n",
+        path.display()
+    )
+}
+
+#[tokio::test]
+async fn a_table_names_each_keys_plan_and_a_change_to_it_is_picked_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("keys.toml");
+    std::fs::write(&table, "\"alice\" = \"pro\"\n\"mallory\" = \"suspended\"\n").unwrap();
+    let config = dir.path().join("ratekeeper.toml");
+    std::fs::write(&config, by_table(&table)).unwrap();
+    let watch = Some(std::time::Duration::from_millis(50));
+    let service = TestService::start_with(&by_table(&table), Some(config), watch).await;
+    // A plan header is not the source: the table is.
+    assert_eq!(allowed(&service, "alice", Some("internal"), 7).await, 5);
+    assert_eq!(allowed(&service, "mallory", None, 2).await, 0);
+    assert_eq!(allowed(&service, "bob", None, 3).await, 2);
+
+    // bob is moved to internal; the file alone changes, and is reloaded.
+    std::fs::write(
+        &table,
+        "\"alice\" = \"pro\"\n\"mallory\" = \"suspended\"\n\"bob\" = \"internal\"\n",
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while allowed(&service, "bob", None, 1).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the table's change was not picked up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(allowed(&service, "bob", None, 20).await, 20);
+    let limits = service.get_json(service.http("/v1/limits")).await;
+    let from = limits["limits"][0]["plans"]["from"].as_str().unwrap();
+    assert!(
+        from.starts_with("table:") && from.ends_with("keys.toml"),
+        "{limits}"
+    );
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn the_proxy_reads_each_keys_plan_from_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("keys.toml");
+    std::fs::write(&table, "\"alice\" = \"pro\"\n\"mallory\" = \"suspended\"\n").unwrap();
+    let upstream = common::serve_app(
+        axum::Router::new().route("/", axum::routing::get(|| async { "upstream" })),
+    )
+    .await;
+    let (addr, _engine, _stop) = common::start_proxy(&by_table(&table), upstream).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let statuses = |key: &'static str, n: usize| {
+        let client = client.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..n {
+                let request = client
+                    .get(format!("http://{addr}/"))
+                    .header("x-api-key", key);
+                statuses.push(request.send().await.unwrap().status().as_u16());
+            }
+            statuses
+        }
+    };
+    assert_eq!(statuses("alice", 6).await, [200, 200, 200, 200, 200, 429]);
+    assert_eq!(statuses("mallory", 1).await, [429]);
+    assert_eq!(statuses("bob", 3).await, [200, 200, 429]);
+}
+
+#[test]
+fn a_plan_table_that_cannot_be_used_is_refused() {
+    use ratekeeper_server::Config;
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("keys.toml");
+    let cases = [
+        (
+            "\"alice\" = \"gold\"\n",
+            "\"alice\" is on the plan \"gold\", which [limits.plans] does not list",
+        ),
+        ("\"alice\" = 3\n", "must be a plan's name in quotes"),
+        ("alice = \n", "is not a TOML table"),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(&table, text).unwrap();
+        let error = Config::from_toml_str(&by_table(&table), "plans.toml").unwrap_err();
+        assert!(error.to_string().contains(expected), "{expected}: {error}");
+    }
+    let missing = dir.path().join("none.toml");
+    let error = Config::from_toml_str(&by_table(&missing), "plans.toml").unwrap_err();
+    assert!(error.to_string().contains("cannot read"), "{error}");
+    let peers = by_table(&table).replace("[limits.plans]", "plan_from_peers = []\n[limits.plans]");
+    std::fs::write(&table, "").unwrap();
+    let error = Config::from_toml_str(&peers, "plans.toml").unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("plan_from_peers is for a header"),
+        "{error}"
+    );
+}

@@ -17,7 +17,7 @@ use ipnet::IpNet;
 use ratekeeper::plan::{Plan, Plans};
 use ratekeeper::Limit;
 
-use super::key::{peer_of, Head, WithoutPeer};
+use super::key::{peer_of, Head, Key, WithoutPeer};
 
 /// Where a request names its key's plan, for
 /// [`Rule::with_plans`](super::Rule::with_plans).
@@ -33,13 +33,31 @@ use super::key::{peer_of, Head, WithoutPeer};
 /// # drop((from_edge, from_code));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PlanSource(Source);
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A function from a request's key to its plan.
+type ByKey = dyn Fn(&[u8]) -> Option<Arc<str>> + Send + Sync;
+
+#[derive(Clone)]
 enum Source {
     Header { name: HeaderName, peers: Vec<IpNet> },
     Extension,
+    ByKey(Arc<ByKey>),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Header { name, peers } => f
+                .debug_struct("Header")
+                .field("name", name)
+                .field("peers", peers)
+                .finish(),
+            Source::Extension => f.write_str("Extension"),
+            Source::ByKey(_) => f.write_str("ByKey"),
+        }
+    }
 }
 
 impl PlanSource {
@@ -66,11 +84,30 @@ impl PlanSource {
         PlanSource(Source::Extension)
     }
 
+    /// The plan `lookup` gives the request's key (the rule's [`Key`]):
+    /// a table of API keys and their plans, say. A key it gives no plan
+    /// is on the limit's own numbers.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::Arc;
+    /// use ratekeeper_tower::PlanSource;
+    ///
+    /// let table: HashMap<Vec<u8>, Arc<str>> = HashMap::from([(b"key-1".to_vec(), "pro".into())]);
+    /// let source = PlanSource::by_key(move |key| table.get(key).cloned());
+    /// # drop(source);
+    /// ```
+    pub fn by_key(
+        lookup: impl Fn(&[u8]) -> Option<Arc<str>> + Send + Sync + 'static,
+    ) -> PlanSource {
+        PlanSource(Source::ByKey(Arc::new(lookup)))
+    }
+
     /// The header this source reads, if it reads one.
     pub fn header_name(&self) -> Option<&HeaderName> {
         match &self.0 {
             Source::Header { name, .. } => Some(name),
-            Source::Extension => None,
+            Source::Extension | Source::ByKey(_) => None,
         }
     }
 
@@ -78,13 +115,17 @@ impl PlanSource {
     pub fn peers(&self) -> &[IpNet] {
         match &self.0 {
             Source::Header { peers, .. } => peers,
-            Source::Extension => &[],
+            Source::Extension | Source::ByKey(_) => &[],
         }
     }
 
-    /// What the request says its plan is.
-    fn read<'a>(&self, request: &'a impl Head, without_peer: WithoutPeer) -> Named<'a> {
+    /// What the request (whose key is `key`'s) says its plan is.
+    fn read<'a>(&self, request: &'a impl Head, key: &Key, without_peer: WithoutPeer) -> Named<'a> {
         match &self.0 {
+            Source::ByKey(lookup) => match lookup(&key.extract(request, without_peer).key) {
+                Some(plan) => Named::Looked(plan),
+                None => Named::Nothing,
+            },
             Source::Extension => match request.extensions().get::<KeyPlan>() {
                 Some(plan) => Named::Plan(&plan.0),
                 None => Named::Nothing,
@@ -144,6 +185,8 @@ enum Named<'a> {
     Untrusted(Option<IpAddr>),
     /// This plan's name.
     Plan(&'a str),
+    /// This plan's name, as a lookup gave it.
+    Looked(Arc<str>),
 }
 
 /// A rule's plans and where requests name theirs.
@@ -179,15 +222,14 @@ impl RulePlans {
     pub(crate) fn choose<'a>(
         &'a self,
         request: &impl Head,
+        key: &Key,
         without_peer: WithoutPeer,
     ) -> (Planned<'a>, PlanNote) {
-        let (plan, note) = match self.from.read(request, without_peer) {
+        let (plan, note) = match self.from.read(request, key, without_peer) {
             Named::Nothing => (self.plans.default_plan(), PlanNote::Fine),
             Named::Untrusted(peer) => (self.plans.default_plan(), PlanNote::Untrusted(peer)),
-            Named::Plan(name) => match self.plans.find(name) {
-                Some(plan) => (plan, PlanNote::Fine),
-                None => (self.plans.default_plan(), PlanNote::Unknown),
-            },
+            Named::Plan(name) => self.named(name),
+            Named::Looked(name) => self.named(&name),
         };
         let planned = match plan {
             Plan::Limited(limit) => Planned::Limited(limit),
@@ -195,5 +237,12 @@ impl RulePlans {
             Plan::Deny => Planned::Deny,
         };
         (planned, note)
+    }
+
+    fn named(&self, name: &str) -> (&Plan, PlanNote) {
+        match self.plans.find(name) {
+            Some(plan) => (plan, PlanNote::Fine),
+            None => (self.plans.default_plan(), PlanNote::Unknown),
+        }
     }
 }

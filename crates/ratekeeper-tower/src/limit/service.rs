@@ -410,7 +410,7 @@ fn applicable<'a, S>(
             rules.push(Applied::new(rule, rule.limit()));
             continue;
         };
-        let (planned, note) = plans.choose(parts, shared.without_peer);
+        let (planned, note) = plans.choose(parts, rule.key(), shared.without_peer);
         if count == Count::Yes && note != PlanNote::Fine {
             note_plan(shared, rule, note);
         }

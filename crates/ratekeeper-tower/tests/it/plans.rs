@@ -211,3 +211,35 @@ fn a_plan_header_believed_from_everyone_or_no_one_is_warned_about() {
         .warnings()
         .is_empty());
 }
+
+#[tokio::test]
+async fn a_lookup_of_the_key_names_the_plan() {
+    let table: std::collections::HashMap<Vec<u8>, std::sync::Arc<str>> = [
+        (b"paid".to_vec(), "pro".into()),
+        (b"bad".to_vec(), "suspended".into()),
+    ]
+    .into();
+    let source = PlanSource::by_key(move |key| table.get(key).cloned());
+    let rule = Rule::with_plans(plans(), Key::header("x-api-key".parse().unwrap()), source);
+    let layer = RateLimitLayer::builder(store()).rule(rule).build().unwrap();
+    let mut service = layer.layer(service_fn(hello));
+    // The header names nothing: the key's entry in the table does.
+    let (ok, over) = (200, 429);
+    assert_eq!(
+        statuses(&mut service, 5, || from_peer(
+            "10.0.0.1",
+            "paid",
+            Some("internal")
+        ))
+        .await,
+        [ok, ok, ok, ok, over]
+    );
+    assert_eq!(
+        statuses(&mut service, 1, || from_peer("10.0.0.1", "bad", None)).await,
+        [over]
+    );
+    assert_eq!(
+        statuses(&mut service, 3, || from_peer("10.0.0.1", "new", None)).await,
+        [ok, ok, over]
+    );
+}

@@ -5,7 +5,7 @@ use ratekeeper::plan::Plans;
 
 use super::limit::parse_rate;
 use super::*;
-use crate::config::{PlanConfig, PlanFrom, Reach};
+use crate::config::{PlanConfig, PlanFrom, PlanTable, Reach, MAX_PLAN_TABLE_BYTES};
 
 impl Checker<'_> {
     /// `limits[index]`'s plans, for `limit` (`ban`: a rate of 0), or `None`
@@ -53,7 +53,8 @@ impl Checker<'_> {
                 "a rate of 0 refuses every request; give the limit the default plan's rate",
             );
         }
-        let from = self.plan_from(index, file, from)?;
+        let names: Vec<&str> = table.get_ref().keys().map(String::as_str).collect();
+        let from = self.plan_from(index, file, from, &names)?;
         let kind = limit.policy().kind();
         let mut plans = Plans::new(limit.clone());
         let mut written = Vec::with_capacity(table.get_ref().len());
@@ -98,15 +99,32 @@ impl Checker<'_> {
         }))
     }
 
-    /// `plan_from` (with `plan_from_peers` for a header).
+    /// `plan_from` (with `plan_from_peers` for a header); `names` are the
+    /// plans a table may name.
     fn plan_from(
         &self,
         index: usize,
         file: &FileLimit,
         from: &Spanned<String>,
+        names: &[&str],
     ) -> Result<PlanFrom, ConfigError> {
         let field = |name: &str| format!("limits[{index}].{name}");
         let text = from.get_ref().trim();
+        if let Some(path) = text.strip_prefix("table:") {
+            if let Some(peers) = &file.plan_from_peers {
+                return self.fail(
+                    peers.span(),
+                    field("plan_from_peers"),
+                    "plan_from_peers is for a header; a table is read from its file",
+                );
+            }
+            let written = Spanned::new(from.span(), path.trim().to_owned());
+            let path = self.path(&written);
+            return match read_plan_table(&path, names) {
+                Ok(table) => Ok(PlanFrom::Table(std::sync::Arc::new(table))),
+                Err(why) => self.fail(from.span(), field("plan_from"), why),
+            };
+        }
         if let Some(key) = text.strip_prefix("descriptor:") {
             let key = key.trim();
             if key.is_empty() {
@@ -129,7 +147,10 @@ impl Checker<'_> {
             return self.fail(
                 from.span(),
                 field("plan_from"),
-                format!("unknown plan source {text:?}; expected header:NAME or descriptor:KEY"),
+                format!(
+                    "unknown plan source {text:?}; expected header:NAME, descriptor:KEY or \
+                     table:PATH"
+                ),
             );
         };
         let Ok(name) = HeaderName::from_bytes(name.trim().to_ascii_lowercase().as_bytes()) else {
@@ -189,4 +210,17 @@ impl Checker<'_> {
         };
         self.fail(written.span(), format!("limits[{index}].plan_from"), why)
     }
+}
+
+/// The plan table at `path` (see [`PlanTable::parse`]), read at most
+/// [`MAX_PLAN_TABLE_BYTES`] of it.
+pub(crate) fn read_plan_table(path: &std::path::Path, names: &[&str]) -> Result<PlanTable, String> {
+    use std::io::Read;
+    let cannot = |error: std::io::Error| format!("cannot read {}: {error}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PLAN_TABLE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    PlanTable::parse(&bytes, path, names)
 }
