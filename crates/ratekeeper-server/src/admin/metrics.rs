@@ -8,6 +8,7 @@
 //! | `ratekeeper_untrusted_forwarding_headers_total` | counter | `limit` | requests whose forwarding header (`X-Forwarded-For`, `Forwarded`, the limit's `client_ip_from` header, nginx's `X-Real-IP`) a limit keyed by `client_ip` ignored because the peer is not one of its `trusted_proxies`: above zero, a proxy in front is probably missing from `trusted_proxies` |
 //! | `ratekeeper_saturated_total` | counter | `limit` | decisions on a new key while the in-memory table was full (refused, or let through uncounted with `on_saturated = "allow"`) |
 //! | `ratekeeper_overrides_refused_total` | counter | `limit` | Envoy descriptor `limit` overrides ignored because a limit the descriptor matches has `allow_overrides = false` (the limit decided instead) |
+//! | `ratekeeper_plans`, `ratekeeper_plan_table_keys` | gauge | `limit` | plans a limit has (at most 64), and the keys its plan table lists (at most 1,000,000) |
 //! | `ratekeeper_plan_unknown_total` | counter | `limit` | requests to a limit with plans that named a plan it does not have: the limit's own numbers applied (never no limit) |
 //! | `ratekeeper_plan_untrusted_total` | counter | `limit` | requests whose plan header (`plan_from = "header:NAME"`) came from a peer not in the limit's `plan_from_peers`: the header was ignored and the limit's own numbers applied |
 //! | `ratekeeper_reports_total` | counter | `limit` | reports: units charged after the fact (`/v1/report`, Limitador's `/report`, the hits of a limit with `count_refused`, a commit's excess is not one) |
@@ -107,7 +108,7 @@ struct LimitCounts {
     /// Requests that named a plan it does not have, and whose plan
     /// header came from a peer not in `plan_from_peers`; `None` for a
     /// limit without plans.
-    plans: Option<(u64, u64)>,
+    plans: Option<PlanCounts>,
     /// Reports, their units, and those that overdrew.
     reports: (u64, u64, u64),
     /// Reservations, by [`Reservations::ALL`]'s outcomes.
@@ -119,6 +120,18 @@ struct LimitCounts {
     blocks: Option<(u64, u64, usize)>,
 }
 
+/// A limit's plans, as `/metrics` counts them.
+#[derive(Clone, Copy, Debug)]
+struct PlanCounts {
+    /// Requests that named a plan the limit does not have.
+    unknown: u64,
+    /// Requests whose plan header came from an untrusted peer.
+    untrusted: u64,
+    /// Plans configured, the default not counted.
+    plans: usize,
+    /// Keys in its plan table, if it reads one.
+    table_keys: Option<usize>,
+}
 /// Everything one scrape reports, read before encoding (the store's
 /// health needs an `await`, the encoder cannot).
 #[derive(Debug)]
@@ -235,11 +248,14 @@ pub async fn render(engine: &Engine, connections: &ConnectionStats) -> Result<St
             untrusted_forwarding: metrics.untrusted_forwarding(limit.name()),
             saturated: metrics.saturated(limit.name()),
             overrides_refused: metrics.overrides_refused(limit.name()),
-            plans: limit.config().plans.as_ref().map(|_| {
-                (
-                    metrics.unknown_plans(limit.name()),
-                    metrics.untrusted_plans(limit.name()),
-                )
+            plans: limit.config().plans.as_ref().map(|plans| PlanCounts {
+                unknown: metrics.unknown_plans(limit.name()),
+                untrusted: metrics.untrusted_plans(limit.name()),
+                plans: plans.plans.len(),
+                table_keys: match &plans.from {
+                    crate::config::PlanFrom::Table(table) => Some(table.len()),
+                    _ => None,
+                },
             }),
             reports: metrics.reports(limit.name()),
             reservations: Reservations::ALL.map(|what| metrics.reservations(limit.name(), what)),
@@ -412,17 +428,31 @@ impl Collector for Scrape {
                 .iter()
                 .filter_map(|limit| limit.plans.map(|plans| (limit.name.as_str(), plans)))
         };
+        let gauge_of = |count: usize| i64::try_from(count).unwrap_or(i64::MAX);
         counter(
             &mut encoder,
             "ratekeeper_plan_unknown",
             "Requests that named a plan the limit does not have: the limit's own numbers applied.",
-            planned().map(|(name, (unknown, _))| ([("limit", name)], unknown)),
+            planned().map(|(name, plans)| ([("limit", name)], plans.unknown)),
         )?;
         counter(
             &mut encoder,
             "ratekeeper_plan_untrusted",
             "Requests whose plan header came from a peer not in the limit's plan_from_peers: ignored, the limit's own numbers applied.",
-            planned().map(|(name, (_, untrusted))| ([("limit", name)], untrusted)),
+            planned().map(|(name, plans)| ([("limit", name)], plans.untrusted)),
+        )?;
+        gauge(
+            &mut encoder,
+            "ratekeeper_plans",
+            "Plans a limit has, its own numbers not counted (at most 64).",
+            planned().map(|(name, plans)| ([("limit", name)], gauge_of(plans.plans))),
+        )?;
+        gauge(
+            &mut encoder,
+            "ratekeeper_plan_table_keys",
+            "Keys a limit's plan table (plan_from = \"table:PATH\") lists (at most 1,000,000).",
+            planned()
+                .filter_map(|(name, plans)| Some(([("limit", name)], gauge_of(plans.table_keys?)))),
         )?;
         counter(
             &mut encoder,

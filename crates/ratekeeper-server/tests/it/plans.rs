@@ -399,6 +399,13 @@ async fn a_table_names_each_keys_plan_and_a_change_to_it_is_picked_up() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(allowed(&service, "bob", None, 20).await, 20);
+    let metrics = common::metrics(&service).await;
+    for line in [
+        r#"ratekeeper_plan_table_keys{limit="api"} 3"#,
+        r#"ratekeeper_plans{limit="api"} 3"#,
+    ] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
     let limits = service.get_json(service.http("/v1/limits")).await;
     let from = limits["limits"][0]["plans"]["from"].as_str().unwrap();
     assert!(
