@@ -94,14 +94,66 @@ impl PlanLimits {
     }
 }
 
-/// What a request's plan source said.
-enum Named<'a> {
-    /// Nothing: the default plan.
-    Nothing,
-    /// A header from a peer not trusted to set it.
+/// Which of a limit's plans a request is on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Chosen {
+    /// The plan at this place of `by_name`.
+    Plan(usize),
+    /// The limit's own numbers: no plan named (or the table does not list
+    /// the key).
+    Default,
+    /// The limit's own numbers: a plan the limit does not have.
+    Unknown(String),
+    /// The limit's own numbers: a header from a peer not trusted to set
+    /// it.
     Untrusted(IpAddr),
-    /// This plan's name.
-    Plan(&'a [u8]),
+}
+
+impl PlanLimits {
+    /// The plan of the request `source` gives, without counting anything.
+    pub(crate) fn choose(&self, source: &dyn KeySource) -> Chosen {
+        let at = |name: &[u8]| {
+            self.by_name
+                .binary_search_by(|(plan, _)| (**plan).cmp(name))
+                .ok()
+        };
+        if let Some((table, parts)) = &self.table {
+            // A key the table does not list, or a request without every
+            // part of the key, is on the default plan; the table names
+            // only plans the limit has.
+            let Ok(key) = super::key::compose_key(parts, source) else {
+                return Chosen::Default;
+            };
+            return match table.plan_of(&key).and_then(|plan| at(plan.as_bytes())) {
+                Some(at) => Chosen::Plan(at),
+                None => Chosen::Default,
+            };
+        }
+        let Some(part) = &self.part else {
+            return Chosen::Default;
+        };
+        let value = source.part(part);
+        match (&value, &self.peers, source.peer()) {
+            // A door that fills what a request lacks with `unknown`.
+            (None, ..) => Chosen::Default,
+            (Some(value), ..) if **value == *ratekeeper_tower::UNKNOWN_KEY => Chosen::Default,
+            // A door that reads a client's request: its peer must be one
+            // that sets the header.
+            (Some(_), Some(peers), Some(peer)) if !peers.iter().any(|net| net.contains(&peer)) => {
+                Chosen::Untrusted(peer)
+            }
+            (Some(name), ..) => match at(name) {
+                Some(at) => Chosen::Plan(at),
+                None if **name == *ratekeeper::plan::DEFAULT_PLAN.as_bytes() => Chosen::Default,
+                None => Chosen::Unknown(String::from_utf8_lossy(name).into_owned()),
+            },
+        }
+    }
+
+    /// The name of the plan at `at` of `by_name`.
+    pub(crate) fn name_at(&self, at: usize) -> String {
+        String::from_utf8_lossy(&self.by_name[at].0).into_owned()
+    }
 }
 
 impl Engine {
@@ -150,43 +202,18 @@ impl Engine {
         plans: &PlanLimits,
         source: &dyn KeySource,
     ) -> Option<usize> {
-        if let Some((table, parts)) = &plans.table {
-            // A key the table does not list, or a request without every
-            // part of the key, is on the default plan.
-            let key = super::key::compose_key(parts, source).ok()?;
-            let plan = table.plan_of(&key)?;
-            return plans
-                .by_name
-                .binary_search_by(|(name, _)| (**name).cmp(plan.as_bytes()))
-                .ok();
-        }
-        let part = plans.part.as_ref()?;
-        let value = source.part(part);
-        let named = match (&value, &plans.peers, source.peer()) {
-            // A door that fills what a request lacks with `unknown`.
-            (None, ..) => Named::Nothing,
-            (Some(value), ..) if **value == *ratekeeper_tower::UNKNOWN_KEY => Named::Nothing,
-            // A door that reads a client's request: its peer must be one
-            // that sets the header.
-            (Some(_), Some(peers), Some(peer)) if !peers.iter().any(|net| net.contains(&peer)) => {
-                Named::Untrusted(peer)
-            }
-            (Some(value), ..) => Named::Plan(value),
-        };
-        match named {
-            Named::Nothing => None,
-            Named::Untrusted(peer) => {
-                self.record_untrusted_plan(limit, part, peer);
+        match plans.choose(source) {
+            Chosen::Plan(at) => Some(at),
+            Chosen::Default => None,
+            Chosen::Unknown(_) => {
+                self.inner.metrics.record_unknown_plan(limit.name());
                 None
             }
-            Named::Plan(name) => {
-                let found = plans
-                    .by_name
-                    .binary_search_by(|(plan, _)| (**plan).cmp(name));
-                if found.is_err() && name != ratekeeper::plan::DEFAULT_PLAN.as_bytes() {
-                    self.inner.metrics.record_unknown_plan(limit.name());
+            Chosen::Untrusted(peer) => {
+                if let Some(part) = &plans.part {
+                    self.record_untrusted_plan(limit, part, peer);
                 }
-                found.ok()
+                None
             }
         }
     }

@@ -475,3 +475,40 @@ fn a_plan_table_that_cannot_be_used_is_refused() {
         "{error}"
     );
 }
+
+#[test]
+fn explain_says_which_plan_a_request_is_on() {
+    use ratekeeper_server::engine::explain::{explain, Probe};
+    use ratekeeper_server::engine::LimitSet;
+    use ratekeeper_server::Config;
+
+    let config = Config::from_toml_str(API, "plans.toml").unwrap();
+    let limits = LimitSet::new(&config.limits);
+    let probe = |plan: &str, peer: &str| {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-api-key", "k".parse().unwrap());
+        headers.insert("x-plan", plan.parse().unwrap());
+        Probe::Http {
+            method: http::Method::GET,
+            path: "/".to_owned(),
+            headers,
+            peer: Some(peer.parse().unwrap()),
+        }
+    };
+    let plan_of = |plan: &str, peer: &str| {
+        let explanation = explain(&limits, &probe(plan, peer));
+        let verdict = explanation.applied().next().expect("api applies").clone();
+        (verdict.plan.unwrap_or_default(), explanation.to_string())
+    };
+    let (plan, text) = plan_of("pro", "127.0.0.1");
+    assert_eq!(plan, "pro");
+    assert!(text.contains("limit api, key \"k\", plan pro"), "{text}");
+    assert_eq!(
+        plan_of("gold", "127.0.0.1").0,
+        "default (the limit has no plan \"gold\")"
+    );
+    assert_eq!(
+        plan_of("pro", "192.0.2.1").0,
+        "default (192.0.2.1 is not in plan_from_peers: its header is ignored)"
+    );
+}

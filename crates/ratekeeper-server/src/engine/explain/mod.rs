@@ -40,9 +40,11 @@ pub use reason::Reason;
 pub use request::{DescriptorInput, ExplainError, ExplainRequest};
 pub use text::describe_descriptors;
 
+use super::key_plans::Chosen;
 use super::matching::{self, HttpMismatch, Mismatch};
-use super::{compose_key, HttpSource, LimitSet, OrUnknown};
+use super::{compose_key, ActiveLimit, HttpSource, KeySource, LimitSet, OrUnknown};
 use crate::config::{Match, Reach, Unreachable};
+use ratekeeper::plan::DEFAULT_PLAN;
 
 /// A request to explain: an HTTP request, as the JSON API (by method and
 /// path), nginx's `auth_request` and the proxy see one; or Envoy
@@ -153,6 +155,11 @@ pub struct LimitVerdict {
     /// The key it would count under, when it applies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// The plan whose numbers the key is checked against, when it
+    /// applies and the limit has plans (`plan_from`): a plan's name, or
+    /// `default` with why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
     /// Why it does not apply, when it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Reason>,
@@ -169,9 +176,29 @@ impl LimitVerdict {
             descriptor,
             applies: true,
             key: Some(key),
+            plan: None,
             reason: None,
             why: None,
         }
+    }
+
+    /// With the plan of the request `source` gives, when `limit` has
+    /// plans.
+    fn on_plan(mut self, limit: &ActiveLimit, source: &dyn KeySource) -> Self {
+        let Some(plans) = limit.plan_limits() else {
+            return self;
+        };
+        self.plan = Some(match plans.choose(source) {
+            Chosen::Plan(at) => plans.name_at(at),
+            Chosen::Default => DEFAULT_PLAN.to_owned(),
+            Chosen::Unknown(name) => {
+                format!("{DEFAULT_PLAN} (the limit has no plan {name:?})")
+            }
+            Chosen::Untrusted(peer) => {
+                format!("{DEFAULT_PLAN} ({peer} is not in plan_from_peers: its header is ignored)")
+            }
+        });
+        self
     }
 
     fn skipped(limit: String, from: Origin, descriptor: Option<usize>, reason: Reason) -> Self {
@@ -181,6 +208,7 @@ impl LimitVerdict {
             descriptor,
             applies: false,
             key: None,
+            plan: None,
             why: Some(reason.to_string()),
             reason: Some(reason),
         }
@@ -249,6 +277,7 @@ fn explain_http(
                 None => {
                     let key = limit.key(&source).unwrap_or_default();
                     LimitVerdict::applies(name, Origin::Config, None, text::key(&key))
+                        .on_plan(limit, &source)
                 }
                 Some(mismatch) => {
                     let reason = http_reason(matcher, mismatch, method, path);
@@ -307,6 +336,7 @@ fn explain_descriptors(
                     let parts = matching::key_parts(limit.config());
                     let key = compose_key(&parts, &source).unwrap_or_default();
                     LimitVerdict::applies(name, Origin::Config, Some(index), text::key(&key))
+                        .on_plan(limit, &source)
                 }
                 Some(mismatch) => {
                     let reason = descriptor_reason(matcher, mismatch, domain, entries);

@@ -53,7 +53,7 @@ impl fmt::Display for Explanation {
             writeln!(f, "  nothing: the request is allowed and counted nowhere")?;
         }
         for verdict in self.applied() {
-            writeln!(
+            write!(
                 f,
                 "  {} {}{}, key {:?}",
                 verdict.from,
@@ -61,6 +61,10 @@ impl fmt::Display for Explanation {
                 at(verdict.descriptor),
                 verdict.key.as_deref().unwrap_or_default()
             )?;
+            match &verdict.plan {
+                Some(plan) => writeln!(f, ", plan {plan}")?,
+                None => writeln!(f)?,
+            }
         }
         let skipped: Vec<_> = self.limits.iter().filter(|v| !v.applies).collect();
         if !skipped.is_empty() {
