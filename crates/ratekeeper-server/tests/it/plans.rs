@@ -512,3 +512,21 @@ fn explain_says_which_plan_a_request_is_on() {
         "default (192.0.2.1 is not in plan_from_peers: its header is ignored)"
     );
 }
+
+#[tokio::test]
+async fn a_reservation_under_a_plan_settles_at_that_plans_numbers() {
+    let service = TestService::start(&format!("{LISTEN_ANY}{API}")).await;
+    let mut body = ask("r-key", Some("pro"));
+    body["cost"] = 5.into();
+    let (status, _, held) = service.post("/v1/reserve", body).await;
+    assert_eq!(status, 200, "{held}");
+    assert_eq!(held["allowed"], true, "{held}");
+    let token = held["reservation"].as_str().expect("a reservation").to_owned();
+    // 5 held of pro's 5; 2 of them were used.
+    let (status, _, settled) = service
+        .post("/v1/commit", json!({"reservation": token, "cost": 2}))
+        .await;
+    assert_eq!(status, 200, "{settled}");
+    assert_eq!(allowed(&service, "r-key", Some("pro"), 4).await, 3);
+    service.stop().await;
+}
