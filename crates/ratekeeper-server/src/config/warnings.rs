@@ -72,13 +72,6 @@ pub enum ConfigWarning {
         /// The limit.
         limit: String,
     },
-    /// The limit has plans and is charged after the response
-    /// (`after_response`), which `ratekeeper proxy` does at the limit's
-    /// own numbers for every key.
-    PlansNotAppliedByProxy {
-        /// The limit.
-        limit: String,
-    },
     /// The limit reads its plan from a descriptor entry: Envoy builds it
     /// from what its route configuration names, often a request header,
     /// which a client can send unless the edge sets or strips it.
@@ -175,11 +168,6 @@ impl fmt::Display for ConfigWarning {
                 "limit {limit} has max_wait, which only ratekeeper proxy applies: serve's doors \
                  answer a refused request at once (its Retry-After says when to come back)"
             ),
-            ConfigWarning::PlansNotAppliedByProxy { limit } => write!(
-                f,
-                "limit {limit} has plans and after_response: ratekeeper proxy charges what a \
-                 response cost at the limit's own rate, whatever the key's plan"
-            ),
             ConfigWarning::PlanFromDescriptor { limit, key } => write!(
                 f,
                 "limit {limit} takes its plan from the descriptor entry {key:?}: make sure \
@@ -273,20 +261,6 @@ impl Config {
                 .then_some(ServedDoor::Grpc),
         };
         warnings.extend(door.map(|door| ConfigWarning::DoorWithoutLimits { door }));
-        if proxy {
-            // A plan from a descriptor entry is refused on an HTTP limit,
-            // so a header names every plan the proxy meets.
-            let charged_later = self.limits.iter().filter(|limit| {
-                limit.plans.is_some()
-                    && limit.after_response.is_some()
-                    && limit.matcher.reach() == Reach::Http
-            });
-            warnings.extend(
-                charged_later.map(|limit| ConfigWarning::PlansNotAppliedByProxy {
-                    limit: limit.limit.name().to_owned(),
-                }),
-            );
-        }
         // The proxy applies after_response; serve's doors check before
         // the request runs. (Limits on descriptors are told by warnings.)
         if !proxy {

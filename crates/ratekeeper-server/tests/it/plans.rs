@@ -258,31 +258,64 @@ fn plans_that_cannot_be_used_are_refused_where_they_are_written() {
             .any(|w| w.contains("takes its plan from the descriptor entry \"plan\"")),
         "{warnings:?}"
     );
-    // The proxy applies plans, but charges after_response at the limit's
-    // own rate, and says so.
-    let proxied = |toml: &str| -> Vec<String> {
-        let config = Config::from_toml_str(toml, "plans.toml").unwrap();
-        config
-            .warnings_when_serving(true)
-            .iter()
-            .map(ToString::to_string)
-            .collect()
+}
+
+#[tokio::test]
+async fn the_proxy_charges_what_a_response_cost_at_the_keys_plans_numbers() {
+    use axum::http::HeaderMap;
+    let upstream = common::serve_app(axum::Router::new().route(
+        "/",
+        axum::routing::get(|| async {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-cost", "4".parse().unwrap());
+            (headers, "upstream")
+        }),
+    ))
+    .await;
+    let toml = API
+        .replace("2/minute", "10/minute")
+        .replace("5/minute", "20/minute")
+        .replace(
+            "plan_from = ",
+            "after_response = { cost = \"header:x-cost\" }\nplan_from = ",
+        );
+    let config = ratekeeper_server::Config::from_toml_str(&toml, "plans.toml").unwrap();
+    let said: Vec<String> = config
+        .warnings_when_serving(true)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(said.is_empty(), "{said:?}");
+    let (addr, _engine, _stop) = common::start_proxy(&toml, upstream).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let statuses = |key: &'static str, plan: Option<&'static str>, n: usize| {
+        let client = client.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..n {
+                let mut request = client
+                    .get(format!("http://{addr}/"))
+                    .header("x-api-key", key);
+                if let Some(plan) = plan {
+                    request = request.header("x-plan", plan);
+                }
+                let response = request.send().await.unwrap();
+                statuses.push(response.status().as_u16());
+                // The charge is made when the body ends.
+                let _ = response.bytes().await;
+            }
+            statuses
+        }
     };
-    let said = "has plans and after_response";
-    assert!(
-        !proxied(API).iter().any(|w| w.contains(said)),
-        "{:?}",
-        proxied(API)
+    // 4 units a response: free's 10 take three (the third overdraws),
+    // pro's 20 five.
+    assert_eq!(statuses("free", None, 4).await, [200, 200, 200, 429]);
+    assert_eq!(
+        statuses("paid", Some("pro"), 6).await,
+        [200, 200, 200, 200, 200, 429]
     );
-    let charged = API.replace(
-        "plan_from = ",
-        "after_response = { cost = \"header:x-cost\" }\nplan_from = ",
-    );
-    assert!(
-        proxied(&charged).iter().any(|w| w.contains(said)),
-        "{:?}",
-        proxied(&charged)
-    );
+    assert_eq!(statuses("ops", Some("internal"), 8).await, [200; 8]);
+    assert_eq!(statuses("bad", Some("suspended"), 1).await, [429]);
 }
 
 #[tokio::test]
@@ -521,7 +554,10 @@ async fn a_reservation_under_a_plan_settles_at_that_plans_numbers() {
     let (status, _, held) = service.post("/v1/reserve", body).await;
     assert_eq!(status, 200, "{held}");
     assert_eq!(held["allowed"], true, "{held}");
-    let token = held["reservation"].as_str().expect("a reservation").to_owned();
+    let token = held["reservation"]
+        .as_str()
+        .expect("a reservation")
+        .to_owned();
     // 5 held of pro's 5; 2 of them were used.
     let (status, _, settled) = service
         .post("/v1/commit", json!({"reservation": token, "cost": 2}))

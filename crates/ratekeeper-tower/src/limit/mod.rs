@@ -6,7 +6,7 @@ mod future;
 mod headers;
 pub(crate) mod key;
 mod layer;
-mod plan;
+pub(crate) mod plan;
 pub(crate) mod response;
 mod rule;
 pub(crate) mod scope;

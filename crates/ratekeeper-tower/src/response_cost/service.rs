@@ -10,11 +10,12 @@ use http::{Request, Response};
 use http_body::Body;
 use ratekeeper::store::reservation::ReservationError;
 use ratekeeper::store::Reservation;
-use ratekeeper::Store;
+use ratekeeper::{Limit, Store};
 use tower::Service;
 
 use super::body::CostedBody;
 use super::layer::Shared;
+use crate::limit::plan::Planned;
 use crate::limit::response::{is_grpc, refusal_response};
 use crate::Refusal;
 
@@ -76,22 +77,25 @@ where
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let (method, path) = (&parts.method, parts.uri.path());
-            let rules: Vec<usize> = (0..shared.rules.len())
-                .filter(|&i| shared.rules[i].applies_to(method, path))
-                .collect();
+            let grpc = is_grpc(&parts.headers);
+            let rules = match applicable(&shared, &parts) {
+                Ok(rules) => rules,
+                Err(refusal) => {
+                    let response = refusal_response(&refusal, shared.format, grpc);
+                    return Ok(response.map(CostedBody::refused));
+                }
+            };
             if rules.is_empty() {
                 let response = inner.call(Request::from_parts(parts, body)).await?;
                 return Ok(response.map(CostedBody::passed));
             }
             let keys: Vec<Vec<u8>> = rules
                 .iter()
-                .map(|&i| {
-                    let key = shared.rules[i].key();
+                .map(|(i, _)| {
+                    let key = shared.rules[*i].key();
                     key.extract(&parts, shared.without_peer).key.to_vec()
                 })
                 .collect();
-            let grpc = is_grpc(&parts.headers);
             let held = match before(&shared, &rules, &keys).await {
                 Ok(Ok(held)) => held,
                 Ok(Err(refusal)) | Err(refusal) => {
@@ -122,21 +126,53 @@ where
     }
 }
 
+/// The rules that apply to the request with `parts` (their places in the
+/// layer), each with the limit of the request's plan; a rule whose plan is
+/// unlimited does not apply. `Err` with the refusal of a plan that
+/// refuses every request (a shadow rule's is left out).
+fn applicable<S>(
+    shared: &Shared<S>,
+    parts: &http::request::Parts,
+) -> Result<Vec<(usize, Limit)>, Refusal> {
+    let (method, path) = (&parts.method, parts.uri.path());
+    let mut rules = Vec::new();
+    for (index, rule) in shared.rules.iter().enumerate() {
+        if !rule.applies_to(method, path) {
+            continue;
+        }
+        let Some(plans) = rule.rule_plans() else {
+            rules.push((index, rule.limit().clone()));
+            continue;
+        };
+        match plans.choose(parts, rule.key(), shared.without_peer).0 {
+            Planned::Limited(limit) => rules.push((index, limit.clone())),
+            Planned::Unlimited => {}
+            Planned::Deny if rule.is_shadow() => {}
+            Planned::Deny => {
+                return Err(Refusal::Limited {
+                    violated: vec![rule.limit().name().to_owned()],
+                    retry_after: ratekeeper::RetryAfter::Never,
+                })
+            }
+        }
+    }
+    Ok(rules)
+}
+
 /// Before the request: the estimate held on every rule that applies, all
 /// or none (a shadow rule refuses nothing: it holds nothing then). The
 /// reservations held, one per rule; a refusal; or the store's failure as a
 /// refusal (503).
 async fn before<S: Store>(
     shared: &Shared<S>,
-    rules: &[usize],
+    rules: &[(usize, Limit)],
     keys: &[Vec<u8>],
 ) -> Result<Result<Vec<Option<Reservation>>, Refusal>, Refusal> {
     let store = &shared.store;
     let estimate = shared.estimate;
     let mut held = Vec::with_capacity(keys.len());
-    for (&index, key) in rules.iter().zip(keys) {
-        let rule = &shared.rules[index];
-        let limit = rule.limit();
+    for ((index, limit), key) in rules.iter().zip(keys) {
+        let rule = &shared.rules[*index];
         let refusal = match store
             .reserve(limit, key, estimate.units, estimate.ttl)
             .await
@@ -154,22 +190,23 @@ async fn before<S: Store>(
             }),
         };
         // All or none: what the rules before it hold goes back.
-        cancel(shared, &held).await;
+        cancel(shared, rules, &held).await;
         return refusal.map(Err);
     }
     Ok(Ok(held))
 }
 
-async fn cancel<S: Store>(shared: &Shared<S>, held: &[Option<Reservation>]) {
-    for reservation in held.iter().flatten() {
-        let found = shared
-            .rules
-            .iter()
-            .find(|rule| rule.limit().name() == reservation.limit());
-        if let Some(rule) = found {
+/// Gives back what `held` holds, each under its rule's limit in `rules`.
+async fn cancel<S: Store>(
+    shared: &Shared<S>,
+    rules: &[(usize, Limit)],
+    held: &[Option<Reservation>],
+) {
+    for ((_, limit), reservation) in rules.iter().zip(held) {
+        if let Some(reservation) = reservation {
             // A cancel that fails leaves the units held until the ttl:
             // stricter, never looser.
-            let _ = shared.store.cancel(rule.limit(), reservation).await;
+            let _ = shared.store.cancel(limit, reservation).await;
         }
     }
 }
@@ -177,8 +214,9 @@ async fn cancel<S: Store>(shared: &Shared<S>, held: &[Option<Reservation>]) {
 /// What a request's response is charged, once its cost is known.
 pub(crate) struct Charge<S> {
     shared: Arc<Shared<S>>,
-    /// The rules that applied (their places in the layer), with their keys.
-    rules: Vec<usize>,
+    /// The rules that applied (their places in the layer, and the limit
+    /// of the request's plan), with their keys.
+    rules: Vec<(usize, Limit)>,
     keys: Vec<Vec<u8>>,
     /// One reservation per rule; none where a shadow rule was refused.
     held: Vec<Option<Reservation>>,
@@ -194,8 +232,7 @@ impl<S: Store + 'static> Charge<S> {
         let store = &self.shared.store;
         let estimate = self.shared.estimate.units;
         let charges = self.held.iter().zip(&self.rules).zip(&self.keys);
-        for ((reservation, &index), key) in charges {
-            let limit = self.shared.rules[index].limit();
+        for ((reservation, (_, limit)), key) in charges {
             let result = match reservation {
                 None if units == 0 => continue,
                 None => store.report(limit, key, units).await.map(|_| ()),
