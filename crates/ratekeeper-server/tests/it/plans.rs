@@ -260,18 +260,38 @@ fn plans_that_cannot_be_used_are_refused_where_they_are_written() {
     );
 }
 
+/// An upstream answering "upstream" to `GET /`, with `x-cost: 4`.
+async fn upstream() -> std::net::SocketAddr {
+    common::serve_app(axum::Router::new().route(
+        "/",
+        axum::routing::get(|| async { ([("x-cost", "4")], "upstream") }),
+    ))
+    .await
+}
+
+/// How the proxy at `addr` answered `n` requests of `key` with the plan
+/// header `plan`, each body read to its end (where a response's cost is
+/// charged).
+async fn proxied(addr: std::net::SocketAddr, key: &str, plan: Option<&str>, n: usize) -> Vec<u16> {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        let mut request = client
+            .get(format!("http://{addr}/"))
+            .header("x-api-key", key);
+        if let Some(plan) = plan {
+            request = request.header("x-plan", plan);
+        }
+        let response = request.send().await.unwrap();
+        statuses.push(response.status().as_u16());
+        let _ = response.bytes().await;
+    }
+    statuses
+}
+
 #[tokio::test]
 async fn the_proxy_charges_what_a_response_cost_at_the_keys_plans_numbers() {
-    use axum::http::HeaderMap;
-    let upstream = common::serve_app(axum::Router::new().route(
-        "/",
-        axum::routing::get(|| async {
-            let mut headers = HeaderMap::new();
-            headers.insert("x-cost", "4".parse().unwrap());
-            (headers, "upstream")
-        }),
-    ))
-    .await;
+    let upstream = upstream().await;
     let toml = API
         .replace("2/minute", "10/minute")
         .replace("5/minute", "20/minute")
@@ -287,26 +307,7 @@ async fn the_proxy_charges_what_a_response_cost_at_the_keys_plans_numbers() {
         .collect();
     assert!(said.is_empty(), "{said:?}");
     let (addr, _engine, _stop) = common::start_proxy(&toml, upstream).await;
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let statuses = |key: &'static str, plan: Option<&'static str>, n: usize| {
-        let client = client.clone();
-        async move {
-            let mut statuses = Vec::new();
-            for _ in 0..n {
-                let mut request = client
-                    .get(format!("http://{addr}/"))
-                    .header("x-api-key", key);
-                if let Some(plan) = plan {
-                    request = request.header("x-plan", plan);
-                }
-                let response = request.send().await.unwrap();
-                statuses.push(response.status().as_u16());
-                // The charge is made when the body ends.
-                let _ = response.bytes().await;
-            }
-            statuses
-        }
-    };
+    let statuses = |key, plan, n| proxied(addr, key, plan, n);
     // 4 units a response: free's 10 take three (the third overdraws),
     // pro's 20 five.
     assert_eq!(statuses("free", None, 4).await, [200, 200, 200, 429]);
@@ -320,28 +321,9 @@ async fn the_proxy_charges_what_a_response_cost_at_the_keys_plans_numbers() {
 
 #[tokio::test]
 async fn the_proxy_checks_each_key_against_its_plan() {
-    let upstream = common::serve_app(
-        axum::Router::new().route("/", axum::routing::get(|| async { "upstream" })),
-    )
-    .await;
+    let upstream = upstream().await;
     let (addr, engine, _stop) = common::start_proxy(API, upstream).await;
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let statuses = |key: &'static str, plan: Option<&'static str>, n: usize| {
-        let client = client.clone();
-        async move {
-            let mut statuses = Vec::new();
-            for _ in 0..n {
-                let mut request = client
-                    .get(format!("http://{addr}/"))
-                    .header("x-api-key", key);
-                if let Some(plan) = plan {
-                    request = request.header("x-plan", plan);
-                }
-                statuses.push(request.send().await.unwrap().status().as_u16());
-            }
-            statuses
-        }
-    };
+    let statuses = |key, plan, n| proxied(addr, key, plan, n);
     assert_eq!(statuses("free", None, 3).await, [200, 200, 429]);
     assert_eq!(
         statuses("paid", Some("pro"), 6).await,
@@ -364,25 +346,13 @@ async fn the_proxy_checks_each_key_against_its_plan() {
 
 #[tokio::test]
 async fn the_proxy_ignores_a_plan_header_from_a_peer_it_does_not_trust() {
-    let upstream = common::serve_app(
-        axum::Router::new().route("/", axum::routing::get(|| async { "upstream" })),
-    )
-    .await;
+    let upstream = upstream().await;
     let elsewhere = API.replace(r#"["127.0.0.1"]"#, r#"["10.0.0.0/8"]"#);
     let (addr, engine, _stop) = common::start_proxy(&elsewhere, upstream).await;
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let mut statuses = Vec::new();
-    for _ in 0..3 {
-        let answer = client
-            .get(format!("http://{addr}/"))
-            .header("x-api-key", "k")
-            .header("x-plan", "internal")
-            .send()
-            .await
-            .unwrap();
-        statuses.push(answer.status().as_u16());
-    }
-    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(
+        proxied(addr, "k", Some("internal"), 3).await,
+        [200, 200, 429]
+    );
     let metrics = ratekeeper_server::admin::render_metrics(&engine, &Default::default())
         .await
         .expect("the metrics");
@@ -453,25 +423,9 @@ async fn the_proxy_reads_each_keys_plan_from_a_table() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("keys.toml");
     std::fs::write(&table, "\"alice\" = \"pro\"\n\"mallory\" = \"suspended\"\n").unwrap();
-    let upstream = common::serve_app(
-        axum::Router::new().route("/", axum::routing::get(|| async { "upstream" })),
-    )
-    .await;
+    let upstream = upstream().await;
     let (addr, _engine, _stop) = common::start_proxy(&by_table(&table), upstream).await;
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let statuses = |key: &'static str, n: usize| {
-        let client = client.clone();
-        async move {
-            let mut statuses = Vec::new();
-            for _ in 0..n {
-                let request = client
-                    .get(format!("http://{addr}/"))
-                    .header("x-api-key", key);
-                statuses.push(request.send().await.unwrap().status().as_u16());
-            }
-            statuses
-        }
-    };
+    let statuses = |key, n| proxied(addr, key, None, n);
     assert_eq!(statuses("alice", 6).await, [200, 200, 200, 200, 200, 429]);
     assert_eq!(statuses("mallory", 1).await, [429]);
     assert_eq!(statuses("bob", 3).await, [200, 200, 429]);
