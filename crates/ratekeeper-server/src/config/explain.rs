@@ -299,12 +299,43 @@ impl Config {
             for line in limit.key.iter().filter_map(explain_address) {
                 let _ = writeln!(out, "  {line}");
             }
+            if let Some(plans) = &limit.plans {
+                let _ = writeln!(out, "  {}", explain_plans(plans, &limit.rate_text()));
+            }
         }
         if let Some(source) = &self.limitador {
             explain_limitador(&mut out, source);
         }
         out
     }
+}
+
+/// A limit's plans in a line: where a request names its plan, who is
+/// believed, and each plan's numbers; the limit's own (`own`) for the
+/// rest.
+fn explain_plans(plans: &super::PlanConfig, own: &str) -> String {
+    let from = match &plans.from {
+        super::PlanFrom::Header { name, peers } if peers.is_empty() => {
+            format!("the {name} header, named only by the JSON API's callers")
+        }
+        super::PlanFrom::Header { name, peers } => {
+            let peers: Vec<String> = peers.iter().map(ToString::to_string).collect();
+            format!("the {name} header, believed from {}", peers.join(", "))
+        }
+        super::PlanFrom::Descriptor(key) => format!("the descriptor entry {key:?}"),
+        super::PlanFrom::Table(table) => {
+            format!("the table {} ({} keys)", table.path.display(), table.len())
+        }
+    };
+    let each: Vec<String> = plans
+        .written
+        .iter()
+        .map(|(name, written)| format!("{name} {written}"))
+        .collect();
+    format!(
+        "plans from {from}: {}; any other key {own}",
+        each.join(", ")
+    )
 }
 
 /// The Limitador limits file: where, and each limit in a line.

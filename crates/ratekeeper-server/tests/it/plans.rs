@@ -520,3 +520,16 @@ async fn a_reservation_under_a_plan_settles_at_that_plans_numbers() {
     assert_eq!(allowed(&service, "r-key", Some("pro"), 4).await, 3);
     service.stop().await;
 }
+
+#[test]
+fn check_prints_each_limits_plans() {
+    let config = ratekeeper_server::Config::from_toml_str(API, "plans.toml").unwrap();
+    let text = config.explain();
+    assert!(
+        text.contains(
+            "  plans from the x-plan header, believed from 127.0.0.1/32: internal unlimited, \
+             pro 5/minute, suspended deny; any other key 2/minute"
+        ),
+        "{text}"
+    );
+}
