@@ -43,6 +43,11 @@ pub enum ConnectError {
     /// is not `rediss://`, which would have connected without TLS.
     #[error("TLS settings were given, but the URL is not rediss://")]
     TlsWithoutRediss,
+    /// TLS was asked of a store that finds its primary through Sentinels
+    /// ([`RedisStoreBuilder::sentinel`]), which speaks plain TCP to the
+    /// Sentinels and the primary for now.
+    #[error("TLS through Redis Sentinel is not supported yet: connect to the Sentinels over plain TCP on a private network")]
+    SentinelTls,
 }
 
 /// What [`RedisStore::check_all`](ratekeeper::Store::check_all) does on Redis Cluster
@@ -193,6 +198,54 @@ impl RedisStoreBuilder {
         Ok(self.build(Connection::Node(manager)))
     }
 
+    /// Connects to the primary that the Sentinels at `sentinels`
+    /// (`redis://host:port`) know as `master_name`, and follows it across a
+    /// failover without a restart.
+    ///
+    /// The Sentinels are asked which server is the primary, and redis-rs
+    /// checks with `ROLE` that it is one. A call that fails in a way that
+    /// says the server may not be the primary any more (the connection
+    /// broke or timed out, or the server answered `READONLY`) makes the
+    /// next call ask the Sentinels again. The failed call is the store's
+    /// failure, for the caller's failure policy: decisions during a
+    /// failover fail (or are answered by that policy) and are exact again
+    /// after it, and no write goes to a replica, which refuses writes.
+    ///
+    /// TLS is not supported here yet: [`tls`](Self::tls) settings or a
+    /// `rediss://` URL are refused with [`ConnectError::SentinelTls`].
+    pub async fn sentinel<I, S>(
+        self,
+        sentinels: I,
+        master_name: &str,
+    ) -> Result<RedisStore, ConnectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+        self.check_prefix()?;
+        let urls: Vec<String> = sentinels
+            .into_iter()
+            .map(|u| u.as_ref().to_owned())
+            .collect();
+        if self.tls.is_some() || urls.iter().any(|url| is_tls_url(url)) {
+            return Err(ConnectError::SentinelTls);
+        }
+        let node = SentinelNodeConnectionInfo::default();
+        let client =
+            SentinelClient::build(urls, master_name, Some(node), SentinelServerType::Master)?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(50))))
+            .set_response_timeout(Some(self.timeout));
+        let primary = tokio::time::timeout(
+            self.connect_timeout,
+            crate::sentinel::SentinelPrimary::connect(client, config),
+        )
+        .await
+        .map_err(|_| ConnectError::Timeout(self.connect_timeout))??;
+        Ok(self.build(Connection::Sentinel(primary)))
+    }
+
     /// Connects to a Redis Cluster through any of its nodes.
     pub async fn cluster<I, S>(self, urls: I) -> Result<RedisStore, ConnectError>
     where
@@ -246,7 +299,7 @@ impl RedisStoreBuilder {
     }
 
     fn build(self, connection: Connection) -> RedisStore {
-        let node = matches!(connection, Connection::Node(_));
+        let node = matches!(connection, Connection::Node(_) | Connection::Sentinel(_));
         let caller = Arc::new(Caller {
             connection,
             timeout: self.timeout,

@@ -168,6 +168,7 @@ mod key;
 mod params;
 mod reply;
 mod script;
+mod sentinel;
 mod slot;
 mod store;
 mod tls;

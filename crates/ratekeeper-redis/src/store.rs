@@ -31,6 +31,8 @@ use crate::slot::{hash_slot, slot_tag};
 pub(crate) enum Connection {
     Node(ConnectionManager),
     Cluster(ClusterConnection),
+    /// One primary, found through Sentinels.
+    Sentinel(crate::sentinel::SentinelPrimary),
 }
 
 impl Connection {
@@ -38,6 +40,9 @@ impl Connection {
         match self {
             Connection::Node(c) => cmd.query_async(c).await,
             Connection::Cluster(c) => cmd.query_async(c).await,
+            // Boxed: its future (the Sentinels' lookup inside) would
+            // otherwise grow every future that awaits a call.
+            Connection::Sentinel(primary) => Box::pin(primary.query(cmd)).await,
         }
     }
 }
@@ -168,6 +173,7 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.inner.caller.connection {
             Connection::Node(_) => "node",
+            Connection::Sentinel(_) => "sentinel",
             Connection::Cluster(_) => "cluster",
         };
         f.debug_struct("RedisStore")
@@ -475,7 +481,9 @@ impl RedisStore {
             return Ok(MultiOutcome::new(Vec::new(), None));
         }
         let groups = match self.inner.caller.connection {
-            Connection::Node(_) => vec![(0..prepared.len()).collect::<Vec<_>>()],
+            Connection::Node(_) | Connection::Sentinel(_) => {
+                vec![(0..prepared.len()).collect::<Vec<_>>()]
+            }
             Connection::Cluster(_) => by_slot(&prepared),
         };
         if groups.len() == 1 {

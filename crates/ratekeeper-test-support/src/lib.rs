@@ -9,6 +9,7 @@
 pub mod conformance;
 pub mod policies;
 pub mod redis;
+pub mod redis_sentinel;
 pub mod redis_tls;
 pub mod skip;
 

@@ -14,5 +14,6 @@ mod leasing;
 mod multi;
 mod policies;
 mod reservations;
+mod sentinel;
 mod tls;
 mod unhurried;
