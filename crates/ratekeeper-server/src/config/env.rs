@@ -30,8 +30,9 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 25] = [
+const TEXT_FIELDS: [&str; 26] = [
     "kind",
+    "master_name",
     "path",
     "url",
     "prefix",
@@ -61,7 +62,7 @@ const TEXT_FIELDS: [&str; 25] = [
 ];
 
 /// Fields that hold lists of text.
-const LIST_FIELDS: [&str; 4] = ["urls", "key", "trusted_proxies", "methods"];
+const LIST_FIELDS: [&str; 5] = ["urls", "sentinels", "key", "trusted_proxies", "methods"];
 
 /// The overrides among `vars`, in order: `(name, value, path segments)`.
 pub(crate) fn overrides<I, K, V>(vars: I) -> Vec<(String, String, Vec<String>)>

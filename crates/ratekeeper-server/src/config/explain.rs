@@ -67,6 +67,17 @@ impl Config {
                     timeout.as_millis()
                 )
             }
+            Backend::RedisSentinel {
+                sentinels,
+                master_name,
+                prefix,
+                timeout,
+                ..
+            } => format!(
+                "redis primary {master_name:?} through sentinels {} (prefix {prefix:?}, timeout {}ms)",
+                redact_urls(sentinels),
+                timeout.as_millis()
+            ),
             Backend::RedisCluster {
                 urls,
                 prefix,

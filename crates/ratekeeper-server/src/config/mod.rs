@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [store]
-//! kind = "memory"            # or "sqlite" (path), "redis" (url) or "redis-cluster" (urls)
+//! kind = "memory"            # or "sqlite" (path), "redis" (url, or sentinels and master_name) or "redis-cluster" (urls)
 //! max_keys = 100000          # keys kept in memory (the memory store, or the fallback)
 //! on_failure = "closed"      # redis and sqlite: "closed" refuses, "open" allows on failure
 //! fallback = false           # redis: decide in memory while Redis is down

@@ -63,6 +63,20 @@ pub enum Backend {
         /// How concurrent decisions share scripts.
         batching: ratekeeper_redis::Batching,
     },
+    /// One Redis primary, found through Redis Sentinel and followed across
+    /// a failover (`kind = "redis"` with `sentinels` and `master_name`).
+    RedisSentinel {
+        /// The Sentinels' URLs.
+        sentinels: Vec<String>,
+        /// The name the Sentinels know the primary by.
+        master_name: String,
+        /// The prefix of every key.
+        prefix: String,
+        /// The timeout of each call.
+        timeout: Duration,
+        /// How concurrent decisions share scripts.
+        batching: ratekeeper_redis::Batching,
+    },
     /// A Redis Cluster.
     RedisCluster {
         /// The URLs of some of its nodes.
@@ -91,6 +105,22 @@ impl fmt::Debug for Backend {
                 .field("timeout", timeout)
                 .field("batching", batching)
                 .finish(),
+            Backend::RedisSentinel {
+                sentinels,
+                master_name,
+                prefix,
+                timeout,
+                batching,
+            } => {
+                let sentinels: Vec<String> = sentinels.iter().map(|url| redact_url(url)).collect();
+                f.debug_struct("RedisSentinel")
+                    .field("sentinels", &sentinels)
+                    .field("master_name", master_name)
+                    .field("prefix", prefix)
+                    .field("timeout", timeout)
+                    .field("batching", batching)
+                    .finish()
+            }
             Backend::RedisCluster {
                 urls,
                 prefix,
@@ -114,7 +144,7 @@ impl Backend {
         match self {
             Backend::Memory => "memory",
             Backend::Sqlite { .. } => "sqlite",
-            Backend::Redis { .. } => "redis",
+            Backend::Redis { .. } | Backend::RedisSentinel { .. } => "redis",
             Backend::RedisCluster { .. } => "redis-cluster",
         }
     }

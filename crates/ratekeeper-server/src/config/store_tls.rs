@@ -72,6 +72,14 @@ pub(crate) fn check(
     let Some(table) = &store.tls else {
         return Ok(None);
     };
+    if kind == "redis" && store.sentinels.is_some() {
+        return Err(at.invalid(
+            table.span(),
+            "store.tls",
+            "TLS through Redis Sentinel is not supported yet: reach the Sentinels and the \
+             primary over a private network",
+        ));
+    }
     let urls: Vec<(String, &Spanned<String>)> = match kind {
         "redis" => store
             .url

@@ -80,6 +80,13 @@ enum RedisBackend {
         prefix: String,
         timeout: Duration,
     },
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+        prefix: String,
+        timeout: Duration,
+        batching: ratekeeper_redis::Batching,
+    },
 }
 
 impl Target {
@@ -106,6 +113,19 @@ impl Target {
                 prefix: prefix.clone(),
                 timeout: *timeout,
             },
+            Backend::RedisSentinel {
+                sentinels,
+                master_name,
+                prefix,
+                timeout,
+                batching,
+            } => RedisBackend::Sentinel {
+                sentinels: sentinels.clone(),
+                master_name: master_name.clone(),
+                prefix: prefix.clone(),
+                timeout: *timeout,
+                batching: *batching,
+            },
             Backend::Memory | Backend::Sqlite { .. } => return None,
         };
         let tls = config.tls.as_ref().map(|tls| tls.settings.clone());
@@ -118,6 +138,14 @@ impl Target {
         match &self.backend {
             RedisBackend::Node { url, .. } => crate::config::redact_url(url),
             RedisBackend::Cluster { urls, .. } => crate::config::redact_urls(urls),
+            RedisBackend::Sentinel {
+                sentinels,
+                master_name,
+                ..
+            } => format!(
+                "{master_name} through {}",
+                crate::config::redact_urls(sentinels)
+            ),
         }
     }
 
@@ -156,6 +184,22 @@ impl Target {
                     .cluster(urls.iter().map(String::as_str))
                     .await
             }
+            RedisBackend::Sentinel {
+                sentinels,
+                master_name,
+                prefix,
+                timeout,
+                batching,
+            } => {
+                // Boxed: the Sentinels' lookup would otherwise deepen
+                // every future that starts the engine.
+                let connecting = builder
+                    .prefix(prefix.clone())
+                    .timeout(*timeout)
+                    .batching(*batching)
+                    .sentinel(sentinels.iter().map(String::as_str), master_name);
+                Box::pin(connecting).await
+            }
         }
     }
 }
@@ -164,7 +208,7 @@ impl Target {
 fn is_permanent(error: &ConnectError) -> bool {
     matches!(
         error,
-        ConnectError::BadPrefix(_) | ConnectError::TlsWithoutRediss
+        ConnectError::BadPrefix(_) | ConnectError::TlsWithoutRediss | ConnectError::SentinelTls
     )
 }
 

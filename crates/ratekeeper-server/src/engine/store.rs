@@ -102,7 +102,9 @@ impl AnyStore {
                     Resilient::with_fallback_store(store, policy, fallback).at(address),
                 ))
             }
-            Backend::Redis { .. } | Backend::RedisCluster { .. } => {
+            Backend::Redis { .. }
+            | Backend::RedisSentinel { .. }
+            | Backend::RedisCluster { .. } => {
                 // Target::new knows every Redis backend: this is not reached.
                 let Some(target) = Target::new(config) else {
                     return Ok(AnyStore::Memory(memory()));

@@ -328,7 +328,7 @@ fn syntax_error() {
 fn unknown_fields() {
     assert_eq!(
         err("[store]\nkind = \"memory\"\nmax_key = 5\n"),
-        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
+        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `sentinels`, `master_name`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
@@ -474,7 +474,7 @@ fn bad_stores() {
     let one = "\n[[limits]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"peer\"]\n";
     assert_eq!(
         err(&format!("[store]\nkind = \"redis\"\n{one}")),
-        "ratekeeper.toml:2:8: store.url: a redis store needs a url, such as \"redis://127.0.0.1:6379\""
+        "ratekeeper.toml:2:8: store.url: a redis store needs a url, such as \"redis://127.0.0.1:6379\", or sentinels and master_name"
     );
     assert_eq!(
         err(&format!(
@@ -695,7 +695,7 @@ fn env_errors_name_the_variable() {
     let text = limit("rate = \"1/s\"\nkey = [\"peer\"]\n");
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__KIND", "redis")]),
-        "env RATEKEEPER_STORE__KIND: store.url: a redis store needs a url, such as \"redis://127.0.0.1:6379\""
+        "env RATEKEEPER_STORE__KIND: store.url: a redis store needs a url, such as \"redis://127.0.0.1:6379\", or sentinels and master_name"
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_LIMITS__A__RATE", "10/fortnight")]),
@@ -707,7 +707,7 @@ fn env_errors_name_the_variable() {
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__KINDS", "redis")]),
-        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
+        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `sentinels`, `master_name`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__MAX_KEYS", "lots")]),

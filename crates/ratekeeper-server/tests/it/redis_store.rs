@@ -372,3 +372,114 @@ async fn readyz_tells_when_the_store_went_down_as_a_date_and_a_duration() {
     );
     service.stop().await;
 }
+
+/// `[store] kind = "redis"` with `sentinels`: the service finds the
+/// primary through the Sentinels, follows a failover without a restart,
+/// and counts exactly across it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_follows_a_sentinel_failover() {
+    use ratekeeper_test_support::redis_sentinel::{SentinelSet, MASTER_NAME};
+    let Some(set) = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let sentinels: Vec<String> = set
+        .sentinel_urls()
+        .iter()
+        .map(|u| format!("{u:?}"))
+        .collect();
+    let timeout = timeout_line();
+    let toml = format!(
+        "{LISTEN_ANY}\n[store]\nkind = \"redis\"\nsentinels = [{}]\nmaster_name = \"{MASTER_NAME}\"\n\
+         {timeout}\n[[limits]]\nname = \"shared\"\nrate = \"10 per 30d\"\npolicy = \"fixed_window\"\n\
+         key = [\"global\"]\n",
+        sentinels.join(", ")
+    );
+    let service = TestService::start(&toml).await;
+    let check = || service.post("/v1/check", json!({"limits": ["shared"]}));
+    for _ in 0..4 {
+        let (status, _, answer) = check().await;
+        assert_eq!(
+            (status, &answer["allowed"]),
+            (200, &json!(true)),
+            "{answer}"
+        );
+    }
+    let set = tokio::task::spawn_blocking(move || {
+        set.wait_for_replica_sync();
+        set.fail_over();
+        set
+    })
+    .await
+    .unwrap();
+    // Calls caught in the switch fail closed (503); then the new primary
+    // answers, with the 4 already used.
+    let (mut allowed, mut failed) = (0, 0);
+    loop {
+        let (status, _, answer) = check().await;
+        match (status, answer["allowed"] == true) {
+            (200, true) => allowed += 1,
+            (200, false) => break,
+            _ => {
+                failed += 1;
+                assert!(failed < 100, "never answered again: {status} {answer}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert_eq!(allowed, 6, "exact across the failover ({failed} failed)");
+    let explained = service.get_json(service.http("/v1/limits")).await;
+    assert_eq!(explained["limits"][0]["name"], "shared");
+    drop(set);
+    service.stop().await;
+}
+
+#[test]
+fn sentinels_that_cannot_be_used_are_refused() {
+    use ratekeeper_server::Config;
+    let store = |lines: &str| format!("[store]\nkind = \"redis\"\n{lines}\n");
+    let cases = [
+        (
+            store("sentinels = [\"redis://10.0.0.1:26379\"]"),
+            "sentinels need master_name",
+        ),
+        (
+            store("sentinels = []\nmaster_name = \"m\""),
+            "the list of sentinels must not be empty",
+        ),
+        (
+            store("url = \"redis://h:6379\"\nsentinels = [\"redis://h:26379\"]\nmaster_name = \"m\""),
+            "not both",
+        ),
+        (
+            store("url = \"redis://h:6379\"\nmaster_name = \"m\""),
+            "master_name goes with sentinels",
+        ),
+        (
+            store("sentinels = [\"rediss://h:26379\"]\nmaster_name = \"m\""),
+            "TLS through Redis Sentinel is not supported yet",
+        ),
+        (
+            "[store]\nkind = \"redis-cluster\"\nurls = [\"redis://h:1\"]\nsentinels = [\"redis://h:2\"]\n"
+                .to_owned(),
+            "sentinels applies only to the redis store",
+        ),
+    ];
+    for (toml, expected) in cases {
+        let error = Config::from_toml_str(&toml, "store.toml").unwrap_err();
+        assert!(error.to_string().contains(expected), "{expected}: {error}");
+    }
+    let config = Config::from_toml_str(
+        &store("sentinels = [\"redis://:secret@10.0.0.1:26379\"]\nmaster_name = \"mymaster\""),
+        "store.toml",
+    )
+    .unwrap();
+    let text = config.explain();
+    assert!(
+        text.contains("redis primary \"mymaster\" through sentinels"),
+        "{text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+}

@@ -85,7 +85,7 @@ impl Checker<'_> {
                 );
             }
         }
-        let applies: [(&str, Option<Range<usize>>, bool, &str); 10] = [
+        let applies: [(&str, Option<Range<usize>>, bool, &str); 12] = [
             (
                 "batch_in_flight",
                 unless_default(
@@ -123,6 +123,18 @@ impl Checker<'_> {
                 store.urls.as_ref().map(Spanned::span),
                 kind == "redis-cluster",
                 "the redis-cluster store",
+            ),
+            (
+                "sentinels",
+                store.sentinels.as_ref().map(Spanned::span),
+                kind == "redis",
+                "the redis store",
+            ),
+            (
+                "master_name",
+                store.master_name.as_ref().map(Spanned::span),
+                kind == "redis",
+                "the redis store",
             ),
             (
                 "prefix",
@@ -282,66 +294,86 @@ impl Checker<'_> {
             MAX_BATCH_CALLS,
         )?;
         let batching = ratekeeper_redis::Batching::new(in_flight, max_calls);
-        let backend = match kind {
-            "sqlite" => match &store.path {
-                Some(path) if !path.get_ref().trim().is_empty() => Backend::Sqlite {
-                    path: self.path(path),
-                },
-                Some(path) => {
-                    return self.fail(path.span(), "store.path", "the path must not be empty")
-                }
-                None => {
-                    return self.fail(
-                        kind_span,
-                        "store.path",
-                        "a sqlite store needs a path to its database file",
-                    )
-                }
-            },
-            "redis" => match &store.url {
-                Some(url) => Backend::Redis {
-                    url: self.redis_url(url, "store.url")?,
-                    prefix,
-                    timeout,
-                    batching,
-                },
-                None => {
-                    return self.fail(
-                        kind_span,
-                        "store.url",
-                        "a redis store needs a url, such as \"redis://127.0.0.1:6379\"",
-                    )
-                }
-            },
-            "redis-cluster" => match &store.urls {
-                Some(urls) if !urls.get_ref().is_empty() => {
-                    let mut checked = Vec::with_capacity(urls.get_ref().len());
-                    for (index, url) in urls.get_ref().iter().enumerate() {
-                        checked.push(self.redis_url(url, &format!("store.urls[{index}]"))?);
+        let backend =
+            match kind {
+                "sqlite" => match &store.path {
+                    Some(path) if !path.get_ref().trim().is_empty() => Backend::Sqlite {
+                        path: self.path(path),
+                    },
+                    Some(path) => {
+                        return self.fail(path.span(), "store.path", "the path must not be empty")
                     }
-                    Backend::RedisCluster {
-                        urls: checked,
-                        prefix,
-                        timeout,
+                    None => {
+                        return self.fail(
+                            kind_span,
+                            "store.path",
+                            "a sqlite store needs a path to its database file",
+                        )
+                    }
+                },
+                "redis" => {
+                    match (&store.url, &store.sentinels) {
+                        (Some(url), None) => {
+                            if let Some(name) = &store.master_name {
+                                return self.fail(
+                            name.span(),
+                            "store.master_name",
+                            "master_name goes with sentinels; a store with a url connects to it",
+                        );
+                            }
+                            Backend::Redis {
+                                url: self.redis_url(url, "store.url")?,
+                                prefix,
+                                timeout,
+                                batching,
+                            }
+                        }
+                        (None, Some(sentinels)) => {
+                            self.sentinel_backend(&store, sentinels, prefix, timeout, batching)?
+                        }
+                        (Some(url), Some(_)) => return self.fail(
+                            url.span(),
+                            "store.url",
+                            "give url (one server) or sentinels (a primary found through Redis \
+                         Sentinel), not both",
+                        ),
+                        (None, None) => return self.fail(
+                            kind_span,
+                            "store.url",
+                            "a redis store needs a url, such as \"redis://127.0.0.1:6379\", or \
+                         sentinels and master_name",
+                        ),
                     }
                 }
-                Some(urls) => {
-                    return self.fail(
-                        urls.span(),
-                        "store.urls",
-                        "the list of urls must not be empty",
-                    )
+                "redis-cluster" => {
+                    match &store.urls {
+                        Some(urls) if !urls.get_ref().is_empty() => {
+                            let mut checked = Vec::with_capacity(urls.get_ref().len());
+                            for (index, url) in urls.get_ref().iter().enumerate() {
+                                checked.push(self.redis_url(url, &format!("store.urls[{index}]"))?);
+                            }
+                            Backend::RedisCluster {
+                                urls: checked,
+                                prefix,
+                                timeout,
+                            }
+                        }
+                        Some(urls) => {
+                            return self.fail(
+                                urls.span(),
+                                "store.urls",
+                                "the list of urls must not be empty",
+                            )
+                        }
+                        None => return self.fail(
+                            kind_span,
+                            "store.urls",
+                            "a redis-cluster store needs urls, such as [\"redis://10.0.0.1:6379\"]",
+                        ),
+                    }
                 }
-                None => {
-                    return self.fail(
-                        kind_span,
-                        "store.urls",
-                        "a redis-cluster store needs urls, such as [\"redis://10.0.0.1:6379\"]",
-                    )
-                }
-            },
-            _ => Backend::Memory,
-        };
+                _ => Backend::Memory,
+            };
         let tls = store_tls::check(self.at, &store, kind)?;
         let lease = self.lease(&store, max_keys)?;
         Ok(StoreConfig {
@@ -352,6 +384,55 @@ impl Checker<'_> {
             start_wait,
             tls,
             lease,
+        })
+    }
+
+    /// A primary found through `sentinels`, named by `store.master_name`.
+    fn sentinel_backend(
+        &self,
+        store: &FileStore,
+        sentinels: &crate::config::file::Strings,
+        prefix: String,
+        timeout: Duration,
+        batching: ratekeeper_redis::Batching,
+    ) -> Result<Backend, ConfigError> {
+        if sentinels.get_ref().is_empty() {
+            return self.fail(
+                sentinels.span(),
+                "store.sentinels",
+                "the list of sentinels must not be empty",
+            );
+        }
+        let mut checked = Vec::with_capacity(sentinels.get_ref().len());
+        for (index, url) in sentinels.get_ref().iter().enumerate() {
+            let field = format!("store.sentinels[{index}]");
+            if ratekeeper_redis::is_tls_url(url.get_ref()) {
+                return self.fail(
+                    url.span(),
+                    field,
+                    "TLS through Redis Sentinel is not supported yet: redis:// only",
+                );
+            }
+            checked.push(self.redis_url(url, &field)?);
+        }
+        let master_name = match &store.master_name {
+            Some(name) if !name.get_ref().trim().is_empty() => name.get_ref().trim().to_owned(),
+            Some(name) => return self.fail(name.span(), "store.master_name", "must not be empty"),
+            None => {
+                return self.fail(
+                    sentinels.span(),
+                    "store.master_name",
+                    "sentinels need master_name: the name the Sentinels monitor the primary \
+                     by (`sentinel monitor NAME ...`)",
+                )
+            }
+        };
+        Ok(Backend::RedisSentinel {
+            sentinels: checked,
+            master_name,
+            prefix,
+            timeout,
+            batching,
         })
     }
 
