@@ -187,6 +187,37 @@ impl SentinelSet {
         });
     }
 
+    /// Kills the primary (SIGKILL), as a crash would, and waits until the
+    /// Sentinels have promoted the replica and it takes writes. The dead
+    /// server's place in [`servers`](Self::servers).
+    pub fn kill_primary(&mut self) -> usize {
+        let before = self.master_port();
+        let dead = self
+            .servers
+            .iter()
+            .position(|server| server.port() == before)
+            .expect("one of the set");
+        self.servers[dead].kill();
+        self.wait_until("the Sentinels promote the replica", |set| {
+            set.master_port() != before
+        });
+        self.wait_until("the new primary takes writes", |set| {
+            info(set.master(), "replication").contains("role:master")
+        });
+        dead
+    }
+
+    /// Starts the server at `index` of [`servers`](Self::servers) again
+    /// (empty: the test servers keep nothing on disk) and waits until the
+    /// Sentinels have made it a replica of the primary, synced.
+    pub fn restart_as_replica(&mut self, index: usize) {
+        self.servers[index].restart();
+        self.wait_until("the old primary is a replica again", |set| {
+            let replication = info(&set.servers[index], "replication");
+            replication.contains("role:slave") && replication.contains("master_link_status:up")
+        });
+    }
+
     fn wait_until(&self, what: &str, done: impl Fn(&SentinelSet) -> bool) {
         // Generous: Sentinels talk every second or so, and a loaded
         // machine stretches that.

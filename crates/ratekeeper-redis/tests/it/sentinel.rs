@@ -97,3 +97,96 @@ fn tls_through_sentinel_is_refused_until_it_is_supported() {
         assert!(matches!(refused, Err(ConnectError::SentinelTls)));
     });
 }
+
+#[test]
+fn a_crashed_primary_is_replaced_under_load_and_never_written_to_again() {
+    ratekeeper_test_support::conformance::runtime().block_on(async {
+        let Some((set, store)) = sentinel().await else {
+            return;
+        };
+        let store = std::sync::Arc::new(store);
+        let window = FixedWindow::new(10, Duration::from_secs(30 * 24 * 3600)).unwrap();
+        let limit = Limit::new("crash", window).unwrap();
+        for _ in 0..4 {
+            assert!(store.check(&limit, b"k", 1).await.unwrap().is_allowed());
+        }
+        // Load on other keys while the primary dies: each call is a
+        // decision or the store's error, never a hang past its timeout.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut load = Vec::new();
+        for worker in 0..4u8 {
+            let (store, stop) = (std::sync::Arc::clone(&store), std::sync::Arc::clone(&stop));
+            let limit = Limit::new(
+                "load",
+                FixedWindow::new(1_000_000, Duration::from_secs(60)).unwrap(),
+            )
+            .unwrap();
+            load.push(tokio::spawn(async move {
+                let (mut decided, mut failed) = (0u32, 0u32);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match store.check(&limit, &[worker], 1).await {
+                        Ok(_) => decided += 1,
+                        Err(_) => {
+                            failed += 1;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+                (decided, failed)
+            }));
+        }
+        let set = tokio::task::spawn_blocking(move || {
+            let mut set = set;
+            set.wait_for_replica_sync();
+            let dead = set.kill_primary();
+            (set, dead)
+        })
+        .await
+        .unwrap();
+        let (mut set, dead) = set;
+
+        // The store finds the new primary; "k" keeps its 4 (synced before
+        // the crash) and counts exactly from there.
+        let (mut allowed, mut failed) = (0, 0);
+        loop {
+            match store.check(&limit, b"k", 1).await {
+                Ok(outcome) if outcome.is_allowed() => allowed += 1,
+                Ok(_) => break,
+                Err(_) => {
+                    failed += 1;
+                    assert!(failed < 200, "the store never found the new primary");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        assert_eq!(
+            allowed, 6,
+            "exact after the failover ({failed} calls failed)"
+        );
+
+        // The old primary comes back, empty, and is made a replica: no
+        // call of the store reaches it.
+        set = tokio::task::spawn_blocking(move || {
+            set.restart_as_replica(dead);
+            set
+        })
+        .await
+        .unwrap();
+        for _ in 0..20 {
+            let _ = store.check(&limit, b"k", 1).await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut decided_after_all = 0;
+        for worker in load {
+            let (decided, _) = worker.await.unwrap();
+            decided_after_all += decided;
+        }
+        assert!(decided_after_all > 0, "the load decided nothing");
+        assert_eq!(
+            script_calls(&set.servers[dead]),
+            0,
+            "a call reached the old primary after it came back"
+        );
+        assert!(!store.check(&limit, b"k", 1).await.unwrap().is_allowed());
+    });
+}
