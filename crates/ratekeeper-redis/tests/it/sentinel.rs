@@ -34,6 +34,24 @@ fn script_calls(server: &ratekeeper_test_support::redis::RedisServer) -> u64 {
         .sum()
 }
 
+/// How many checks of `key` the store allowed before the first refusal,
+/// and how many failed on the way (waiting 50 ms after each; at most 200,
+/// ten seconds and more: a store that never answers again fails here).
+async fn allowed_until_refused(store: &RedisStore, limit: &Limit, key: &[u8]) -> (u32, u32) {
+    let (mut allowed, mut failed) = (0, 0);
+    loop {
+        match store.check(limit, key, 1).await {
+            Ok(outcome) if outcome.is_allowed() => allowed += 1,
+            Ok(_) => return (allowed, failed),
+            Err(_) => {
+                failed += 1;
+                assert!(failed < 200, "the store never found the new primary");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 #[test]
 fn a_failover_is_followed_without_a_restart_and_counts_stay_exact() {
     ratekeeper_test_support::conformance::runtime().block_on(async {
@@ -59,18 +77,7 @@ fn a_failover_is_followed_without_a_restart_and_counts_stay_exact() {
         // The first calls after the switch may fail (the old primary, a
         // replica now, refuses writes); then the new primary answers, with
         // the 4 already used.
-        let (mut allowed, mut failed) = (0, 0);
-        loop {
-            match store.check(&limit, b"k", 1).await {
-                Ok(outcome) if outcome.is_allowed() => allowed += 1,
-                Ok(_) => break,
-                Err(_) => {
-                    failed += 1;
-                    assert!(failed < 100, "the store never found the new primary");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
+        let (allowed, failed) = allowed_until_refused(&store, &limit, b"k").await;
         assert_eq!(
             allowed, 6,
             "exact across the failover ({failed} calls failed)"
@@ -147,18 +154,7 @@ fn a_crashed_primary_is_replaced_under_load_and_never_written_to_again() {
 
         // The store finds the new primary; "k" keeps its 4 (synced before
         // the crash) and counts exactly from there.
-        let (mut allowed, mut failed) = (0, 0);
-        loop {
-            match store.check(&limit, b"k", 1).await {
-                Ok(outcome) if outcome.is_allowed() => allowed += 1,
-                Ok(_) => break,
-                Err(_) => {
-                    failed += 1;
-                    assert!(failed < 200, "the store never found the new primary");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
+        let (allowed, failed) = allowed_until_refused(&store, &limit, b"k").await;
         assert_eq!(
             allowed, 6,
             "exact after the failover ({failed} calls failed)"
