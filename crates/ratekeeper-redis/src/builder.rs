@@ -83,6 +83,23 @@ pub struct RedisStoreBuilder {
     batching: Batching,
     tags: KeyTags,
     tls: Option<Tls>,
+    primary_auth: Option<PrimaryAuth>,
+}
+
+/// The credentials of a primary found through Sentinel; never shown.
+#[derive(Clone)]
+struct PrimaryAuth {
+    username: Option<String>,
+    password: String,
+}
+
+impl std::fmt::Debug for PrimaryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrimaryAuth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 impl Default for RedisStoreBuilder {
@@ -95,6 +112,7 @@ impl Default for RedisStoreBuilder {
             batching: Batching::default(),
             tags: KeyTags::default(),
             tls: None,
+            primary_auth: None,
         }
     }
 }
@@ -198,6 +216,19 @@ impl RedisStoreBuilder {
         Ok(self.build(Connection::Node(manager)))
     }
 
+    /// The password (and ACL username) of the primary that
+    /// [`sentinel`](Self::sentinel) finds, for a primary with
+    /// `requirepass` or ACL users; the Sentinels' own credentials are in
+    /// their URLs (`redis://:password@host:26379`). Never shown in
+    /// `Debug`.
+    pub fn sentinel_primary_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.primary_auth = Some(PrimaryAuth {
+            username: username.map(str::to_owned),
+            password: password.to_owned(),
+        });
+        self
+    }
+
     /// Connects to the primary that the Sentinels at `sentinels`
     /// (`redis://host:port`) know as `master_name`, and follows it across a
     /// failover without a restart.
@@ -231,7 +262,14 @@ impl RedisStoreBuilder {
         if self.tls.is_some() || urls.iter().any(|url| is_tls_url(url)) {
             return Err(ConnectError::SentinelTls);
         }
-        let node = SentinelNodeConnectionInfo::default();
+        let mut node = SentinelNodeConnectionInfo::default();
+        if let Some(auth) = &self.primary_auth {
+            let mut info = redis::RedisConnectionInfo::default().set_password(&auth.password);
+            if let Some(username) = &auth.username {
+                info = info.set_username(username);
+            }
+            node = node.set_redis_connection_info(info);
+        }
         let client =
             SentinelClient::build(urls, master_name, Some(node), SentinelServerType::Master)?;
         let config = redis::AsyncConnectionConfig::new()

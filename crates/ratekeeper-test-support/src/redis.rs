@@ -193,7 +193,8 @@ impl RedisServer {
         self.child.as_ref().expect("the server is running").id()
     }
 
-    /// Whether the server answers PING within 200 ms.
+    /// Whether the server answers PING within 200 ms (a server with
+    /// `requirepass` answers it `NOAUTH`, which counts).
     pub fn ping(&self) -> bool {
         let Ok(mut stream) = TcpStream::connect_timeout(
             &([127, 0, 0, 1], self.port).into(),
@@ -206,7 +207,7 @@ impl RedisServer {
             return false;
         }
         let mut buf = [0u8; 7];
-        stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+        stream.read_exact(&mut buf).is_ok() && (&buf == b"+PONG\r\n" || &buf == b"-NOAUTH")
     }
 
     /// Kills the server (SIGKILL) and waits for it.

@@ -20,6 +20,8 @@ pub struct SentinelSet {
     pub servers: [RedisServer; 2],
     sentinels: Vec<(u16, Child)>,
     dir: tempfile::TempDir,
+    /// The servers' `requirepass`, if they have one.
+    password: Option<String>,
 }
 
 impl SentinelSet {
@@ -27,23 +29,42 @@ impl SentinelSet {
     /// `None` (after a loud message) when `redis-server` is missing
     /// outside CI.
     pub fn start() -> Option<SentinelSet> {
+        SentinelSet::start_with(None)
+    }
+
+    /// [`start`](Self::start), the primary and replica asking for
+    /// `password` (`requirepass`, `masterauth`), the Sentinels knowing it
+    /// (`sentinel auth-pass`).
+    pub fn start_with_password(password: &str) -> Option<SentinelSet> {
+        SentinelSet::start_with(Some(password))
+    }
+
+    fn start_with(password: Option<&str>) -> Option<SentinelSet> {
         if !available("redis-server") {
             return None;
         }
-        let primary = RedisServer::start()?;
+        let auth: Vec<&str> = match password {
+            Some(password) => vec!["--requirepass", password, "--masterauth", password],
+            None => Vec::new(),
+        };
+        let primary = RedisServer::start_with_args(&auth)?;
         let primary_port = primary.port().to_string();
-        let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &primary_port])?;
+        let mut args = vec!["--replicaof", "127.0.0.1", &primary_port];
+        args.extend(&auth);
+        let replica = RedisServer::start_with_args(&args)?;
         let dir = tempfile::tempdir().expect("a scratch directory");
         let mut set = SentinelSet {
             servers: [primary, replica],
             sentinels: Vec::new(),
             dir,
+            password: password.map(str::to_owned),
         };
         for _ in 0..3 {
             set.spawn_sentinel();
         }
         set.wait_until("the replica synced", |set| {
-            info(&set.servers[1], "replication").contains("master_link_status:up")
+            info_with(&set.servers[1], set.password.as_deref(), "replication")
+                .contains("master_link_status:up")
         });
         set.wait_until("every Sentinel knows the replica", |set| {
             set.sentinel_ports().iter().all(|&port| {
@@ -69,9 +90,13 @@ impl SentinelSet {
             "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile sentinel-{port}.log\n\
              sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
              sentinel down-after-milliseconds {MASTER_NAME} 2000\n\
-             sentinel failover-timeout {MASTER_NAME} 10000\n",
+             sentinel failover-timeout {MASTER_NAME} 10000\n{auth}",
             dir = self.dir.path().display(),
             primary = self.servers[0].port(),
+            auth = match &self.password {
+                Some(password) => format!("sentinel auth-pass {MASTER_NAME} {password}\n"),
+                None => String::new(),
+            },
         );
         std::fs::write(&config, text).expect("write a Sentinel's configuration");
         let child = Command::new("redis-server")
@@ -125,7 +150,7 @@ impl SentinelSet {
     /// failover then loses nothing.
     pub fn wait_for_replica_sync(&self) {
         let offset = |server: &RedisServer, field: &str| -> Option<u64> {
-            info(server, "replication")
+            info_with(server, self.password.as_deref(), "replication")
                 .lines()
                 .find_map(|line| line.strip_prefix(field)?.trim().parse().ok())
         };
@@ -179,10 +204,11 @@ impl SentinelSet {
                 .expect("one of the set")
         };
         self.wait_until("the new primary takes writes", |_| {
-            info(server(after), "replication").contains("role:master")
+            info_with(server(after), self.password.as_deref(), "replication")
+                .contains("role:master")
         });
         self.wait_until("the old primary is its replica", |_| {
-            let replication = info(server(before), "replication");
+            let replication = info_with(server(before), self.password.as_deref(), "replication");
             replication.contains("role:slave") && replication.contains("master_link_status:up")
         });
     }
@@ -202,7 +228,7 @@ impl SentinelSet {
             set.master_port() != before
         });
         self.wait_until("the new primary takes writes", |set| {
-            info(set.master(), "replication").contains("role:master")
+            info_with(set.master(), set.password.as_deref(), "replication").contains("role:master")
         });
         dead
     }
@@ -213,7 +239,8 @@ impl SentinelSet {
     pub fn restart_as_replica(&mut self, index: usize) {
         self.servers[index].restart();
         self.wait_until("the old primary is a replica again", |set| {
-            let replication = info(&set.servers[index], "replication");
+            let replication =
+                info_with(&set.servers[index], set.password.as_deref(), "replication");
             replication.contains("role:slave") && replication.contains("master_link_status:up")
         });
     }
@@ -249,10 +276,21 @@ fn try_sentinel_connection(port: u16) -> Option<redis::Connection> {
         .ok()
 }
 
-/// `INFO section` of `server`, empty when it does not answer.
-fn info(server: &RedisServer, section: &str) -> String {
+/// `INFO section` of `server` (authenticated with `password`), empty
+/// when it does not answer.
+fn info_with(server: &RedisServer, password: Option<&str>, section: &str) -> String {
+    let url = match password {
+        Some(password) => format!("redis://:{password}@127.0.0.1:{}", server.port()),
+        None => server.url(),
+    };
+    let Ok(client) = redis::Client::open(url) else {
+        return String::new();
+    };
+    let Ok(mut connection) = client.get_connection_with_timeout(Duration::from_secs(2)) else {
+        return String::new();
+    };
     redis::cmd("INFO")
         .arg(section)
-        .query(&mut server.connection())
+        .query(&mut connection)
         .unwrap_or_default()
 }

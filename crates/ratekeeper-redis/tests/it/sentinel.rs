@@ -186,3 +186,39 @@ fn a_crashed_primary_is_replaced_under_load_and_never_written_to_again() {
         assert!(!store.check(&limit, b"k", 1).await.unwrap().is_allowed());
     });
 }
+
+#[test]
+fn a_primary_with_a_password_is_reached_with_its_credentials() {
+    ratekeeper_test_support::conformance::runtime().block_on(async {
+        let start = || SentinelSet::start_with_password("s3cret");
+        let Some(set) = tokio::task::spawn_blocking(start).await.unwrap() else {
+            return;
+        };
+        let builder = || unhurried::builder().connect_timeout(Duration::from_secs(10));
+        let store = builder()
+            .sentinel_primary_auth(None, "s3cret")
+            .sentinel(set.sentinel_urls(), MASTER_NAME)
+            .await
+            .expect("the primary takes the password");
+        let limit = Limit::new(
+            "auth",
+            FixedWindow::new(2, Duration::from_secs(3600)).unwrap(),
+        )
+        .unwrap();
+        let decided: Vec<bool> = [
+            store.check(&limit, b"k", 1).await.unwrap().is_allowed(),
+            store.check(&limit, b"k", 1).await.unwrap().is_allowed(),
+            store.check(&limit, b"k", 1).await.unwrap().is_allowed(),
+        ]
+        .into();
+        assert_eq!(decided, [true, true, false]);
+        // Without it the primary refuses the connection.
+        let refused = builder().sentinel(set.sentinel_urls(), MASTER_NAME).await;
+        assert!(refused.is_err());
+        let shown = format!(
+            "{:?}",
+            builder().sentinel_primary_auth(Some("rk"), "s3cret")
+        );
+        assert!(!shown.contains("s3cret"), "{shown}");
+    });
+}

@@ -30,9 +30,11 @@ use super::error::{ConfigError, Location};
 pub(crate) const PREFIX: &str = "RATEKEEPER_";
 
 /// Fields whose values are taken as text, whatever they look like.
-const TEXT_FIELDS: [&str; 26] = [
+const TEXT_FIELDS: [&str; 28] = [
     "kind",
     "master_name",
+    "master_username",
+    "master_password",
     "path",
     "url",
     "prefix",

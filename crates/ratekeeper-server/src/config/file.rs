@@ -40,6 +40,8 @@ pub(crate) struct FileStore {
     pub(crate) urls: Option<Strings>,
     pub(crate) sentinels: Option<Strings>,
     pub(crate) master_name: Option<Spanned<String>>,
+    pub(crate) master_username: Option<Spanned<String>>,
+    pub(crate) master_password: Option<Spanned<String>>,
     pub(crate) prefix: Option<Spanned<String>>,
     pub(crate) timeout_ms: Option<Spanned<u64>>,
     pub(crate) start_wait_ms: Option<Spanned<u64>>,

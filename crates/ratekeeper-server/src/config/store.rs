@@ -70,6 +70,9 @@ pub enum Backend {
         sentinels: Vec<String>,
         /// The name the Sentinels know the primary by.
         master_name: String,
+        /// The primary's username and password, when it asks for them
+        /// (`master_username`, `master_password`).
+        master_auth: Option<(Option<String>, String)>,
         /// The prefix of every key.
         prefix: String,
         /// The timeout of each call.
@@ -108,14 +111,19 @@ impl fmt::Debug for Backend {
             Backend::RedisSentinel {
                 sentinels,
                 master_name,
+                master_auth,
                 prefix,
                 timeout,
                 batching,
             } => {
                 let sentinels: Vec<String> = sentinels.iter().map(|url| redact_url(url)).collect();
+                let auth = master_auth
+                    .as_ref()
+                    .map(|(username, _)| (username, "<redacted>"));
                 f.debug_struct("RedisSentinel")
                     .field("sentinels", &sentinels)
                     .field("master_name", master_name)
+                    .field("master_auth", &auth)
                     .field("prefix", prefix)
                     .field("timeout", timeout)
                     .field("batching", batching)

@@ -83,6 +83,7 @@ enum RedisBackend {
     Sentinel {
         sentinels: Vec<String>,
         master_name: String,
+        master_auth: Option<(Option<String>, String)>,
         prefix: String,
         timeout: Duration,
         batching: ratekeeper_redis::Batching,
@@ -116,12 +117,14 @@ impl Target {
             Backend::RedisSentinel {
                 sentinels,
                 master_name,
+                master_auth,
                 prefix,
                 timeout,
                 batching,
             } => RedisBackend::Sentinel {
                 sentinels: sentinels.clone(),
                 master_name: master_name.clone(),
+                master_auth: master_auth.clone(),
                 prefix: prefix.clone(),
                 timeout: *timeout,
                 batching: *batching,
@@ -187,10 +190,14 @@ impl Target {
             RedisBackend::Sentinel {
                 sentinels,
                 master_name,
+                master_auth,
                 prefix,
                 timeout,
                 batching,
             } => {
+                if let Some((username, password)) = master_auth {
+                    builder = builder.sentinel_primary_auth(username.as_deref(), password);
+                }
                 // Boxed: the Sentinels' lookup would otherwise deepen
                 // every future that starts the engine.
                 let connecting = builder

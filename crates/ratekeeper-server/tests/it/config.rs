@@ -328,7 +328,7 @@ fn syntax_error() {
 fn unknown_fields() {
     assert_eq!(
         err("[store]\nkind = \"memory\"\nmax_key = 5\n"),
-        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `sentinels`, `master_name`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
+        "ratekeeper.toml:3:1: store.max_key: unknown field `max_key`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `sentinels`, `master_name`, `master_username`, `master_password`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
     );
     assert_eq!(
         err(&limit("rate = \"1/s\"\nkey = [\"peer\"]\nshadows = true\n")),
@@ -707,7 +707,7 @@ fn env_errors_name_the_variable() {
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__KINDS", "redis")]),
-        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `sentinels`, `master_name`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
+        "env RATEKEEPER_STORE__KINDS: store.kinds: unknown field `kinds`, expected one of `kind`, `max_keys`, `on_failure`, `fallback`, `path`, `url`, `urls`, `sentinels`, `master_name`, `master_username`, `master_password`, `prefix`, `timeout_ms`, `start_wait_ms`, `batch_in_flight`, `batch_max_calls`, `lease`, `lease_max_chunk`, `lease_chunk_ms`, `lease_lifetime_ms`, `lease_spend_while_down`, `tls`"
     );
     assert_eq!(
         err_env(&text, &[("RATEKEEPER_STORE__MAX_KEYS", "lots")]),

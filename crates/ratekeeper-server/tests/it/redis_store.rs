@@ -482,4 +482,62 @@ fn sentinels_that_cannot_be_used_are_refused() {
         "{text}"
     );
     assert!(!text.contains("secret"), "{text}");
+
+    // The primary's password: with sentinels only, never shown.
+    let with_password = store(
+        "sentinels = [\"redis://10.0.0.1:26379\"]\nmaster_name = \"m\"\n\
+         master_username = \"rk\"\nmaster_password = \"hunter2\"",
+    );
+    let config = Config::from_toml_str(&with_password, "store.toml").unwrap();
+    for shown in [format!("{config:?}"), config.explain()] {
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+    let refusals = [
+        (
+            store("url = \"redis://h:6379\"\nmaster_password = \"p\""),
+            "master_password applies only to the redis store with sentinels",
+        ),
+        (
+            store("sentinels = [\"redis://h:1\"]\nmaster_name = \"m\"\nmaster_username = \"u\""),
+            "master_username goes with master_password",
+        ),
+    ];
+    for (toml, expected) in refusals {
+        let error = Config::from_toml_str(&toml, "store.toml").unwrap_err();
+        assert!(error.to_string().contains(expected), "{expected}: {error}");
+    }
+}
+
+/// A primary with `requirepass`, reached with `master_password`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_reaches_a_primary_with_a_password_through_sentinels() {
+    use ratekeeper_test_support::redis_sentinel::{SentinelSet, MASTER_NAME};
+    let start = || SentinelSet::start_with_password("s3cret");
+    let Some(set) = tokio::task::spawn_blocking(start).await.unwrap() else {
+        return;
+    };
+    let sentinels: Vec<String> = set
+        .sentinel_urls()
+        .iter()
+        .map(|u| format!("{u:?}"))
+        .collect();
+    let timeout = timeout_line();
+    let toml = format!(
+        "{LISTEN_ANY}\n[store]\nkind = \"redis\"\nsentinels = [{}]\nmaster_name = \"{MASTER_NAME}\"\n\
+         master_password = \"s3cret\"\n{timeout}\n[[limits]]\nname = \"shared\"\nrate = \"2 per 30d\"\n\
+         policy = \"fixed_window\"\nkey = [\"global\"]\n",
+        sentinels.join(", ")
+    );
+    let service = TestService::start(&toml).await;
+    let mut allowed = Vec::new();
+    for _ in 0..3 {
+        let (status, _, answer) = service
+            .post("/v1/check", json!({"limits": ["shared"]}))
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        allowed.push(answer["allowed"] == true);
+    }
+    assert_eq!(allowed, [true, true, false]);
+    drop(set);
+    service.stop().await;
 }

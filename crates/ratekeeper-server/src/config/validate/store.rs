@@ -85,7 +85,7 @@ impl Checker<'_> {
                 );
             }
         }
-        let applies: [(&str, Option<Range<usize>>, bool, &str); 12] = [
+        let applies: [(&str, Option<Range<usize>>, bool, &str); 14] = [
             (
                 "batch_in_flight",
                 unless_default(
@@ -135,6 +135,18 @@ impl Checker<'_> {
                 store.master_name.as_ref().map(Spanned::span),
                 kind == "redis",
                 "the redis store",
+            ),
+            (
+                "master_username",
+                store.master_username.as_ref().map(Spanned::span),
+                kind == "redis" && store.sentinels.is_some(),
+                "the redis store with sentinels",
+            ),
+            (
+                "master_password",
+                store.master_password.as_ref().map(Spanned::span),
+                kind == "redis" && store.sentinels.is_some(),
+                "the redis store with sentinels",
             ),
             (
                 "prefix",
@@ -427,9 +439,31 @@ impl Checker<'_> {
                 )
             }
         };
+        let master_auth = match (&store.master_username, &store.master_password) {
+            (None, None) => None,
+            (username, Some(password)) if !password.get_ref().is_empty() => Some((
+                username.as_ref().map(|name| name.get_ref().clone()),
+                password.get_ref().clone(),
+            )),
+            (_, Some(password)) => {
+                return self.fail(
+                    password.span(),
+                    "store.master_password",
+                    "must not be empty",
+                )
+            }
+            (Some(username), None) => {
+                return self.fail(
+                    username.span(),
+                    "store.master_username",
+                    "master_username goes with master_password",
+                )
+            }
+        };
         Ok(Backend::RedisSentinel {
             sentinels: checked,
             master_name,
+            master_auth,
             prefix,
             timeout,
             batching,
