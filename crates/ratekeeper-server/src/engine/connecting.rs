@@ -63,85 +63,31 @@ struct NotConnected(Arc<str>);
 /// owned, for the attempts in the background.
 #[derive(Clone)]
 pub(crate) struct Target {
-    backend: RedisBackend,
+    /// One of the Redis backends.
+    backend: Backend,
     tls: Option<ratekeeper_redis::Tls>,
-}
-
-#[derive(Clone)]
-enum RedisBackend {
-    Node {
-        url: String,
-        prefix: String,
-        timeout: Duration,
-        batching: ratekeeper_redis::Batching,
-    },
-    Cluster {
-        urls: Vec<String>,
-        prefix: String,
-        timeout: Duration,
-    },
-    Sentinel {
-        sentinels: Vec<String>,
-        master_name: String,
-        master_auth: Option<(Option<String>, String)>,
-        prefix: String,
-        timeout: Duration,
-        batching: ratekeeper_redis::Batching,
-    },
 }
 
 impl Target {
     /// The Redis store `config` names; `None` for the other stores.
     pub(crate) fn new(config: &StoreConfig) -> Option<Target> {
-        let backend = match &config.backend {
-            Backend::Redis {
-                url,
-                prefix,
-                timeout,
-                batching,
-            } => RedisBackend::Node {
-                url: url.clone(),
-                prefix: prefix.clone(),
-                timeout: *timeout,
-                batching: *batching,
-            },
-            Backend::RedisCluster {
-                urls,
-                prefix,
-                timeout,
-            } => RedisBackend::Cluster {
-                urls: urls.clone(),
-                prefix: prefix.clone(),
-                timeout: *timeout,
-            },
-            Backend::RedisSentinel {
-                sentinels,
-                master_name,
-                master_auth,
-                prefix,
-                timeout,
-                batching,
-            } => RedisBackend::Sentinel {
-                sentinels: sentinels.clone(),
-                master_name: master_name.clone(),
-                master_auth: master_auth.clone(),
-                prefix: prefix.clone(),
-                timeout: *timeout,
-                batching: *batching,
-            },
-            Backend::Memory | Backend::Sqlite { .. } => return None,
-        };
+        if matches!(config.backend, Backend::Memory | Backend::Sqlite { .. }) {
+            return None;
+        }
         let tls = config.tls.as_ref().map(|tls| tls.settings.clone());
-        Some(Target { backend, tls })
+        Some(Target {
+            backend: config.backend.clone(),
+            tls,
+        })
     }
 
     /// The URLs without their passwords (see
     /// [`redact_url`](crate::config::redact_url)).
     pub(crate) fn address(&self) -> String {
         match &self.backend {
-            RedisBackend::Node { url, .. } => crate::config::redact_url(url),
-            RedisBackend::Cluster { urls, .. } => crate::config::redact_urls(urls),
-            RedisBackend::Sentinel {
+            Backend::Redis { url, .. } => crate::config::redact_url(url),
+            Backend::RedisCluster { urls, .. } => crate::config::redact_urls(urls),
+            Backend::RedisSentinel {
                 sentinels,
                 master_name,
                 ..
@@ -149,11 +95,12 @@ impl Target {
                 "{master_name} through {}",
                 crate::config::redact_urls(sentinels)
             ),
+            Backend::Memory | Backend::Sqlite { .. } => self.backend.kind().to_owned(),
         }
     }
 
     fn is_cluster(&self) -> bool {
-        matches!(self.backend, RedisBackend::Cluster { .. })
+        matches!(self.backend, Backend::RedisCluster { .. })
     }
 
     /// One attempt to connect.
@@ -163,7 +110,7 @@ impl Target {
             builder = builder.tls(tls.clone());
         }
         match &self.backend {
-            RedisBackend::Node {
+            Backend::Redis {
                 url,
                 prefix,
                 timeout,
@@ -176,7 +123,7 @@ impl Target {
                     .connect(url)
                     .await
             }
-            RedisBackend::Cluster {
+            Backend::RedisCluster {
                 urls,
                 prefix,
                 timeout,
@@ -187,7 +134,7 @@ impl Target {
                     .cluster(urls.iter().map(String::as_str))
                     .await
             }
-            RedisBackend::Sentinel {
+            Backend::RedisSentinel {
                 sentinels,
                 master_name,
                 master_auth,
@@ -206,6 +153,9 @@ impl Target {
                     .batching(*batching)
                     .sentinel(sentinels.iter().map(String::as_str), master_name);
                 Box::pin(connecting).await
+            }
+            Backend::Memory | Backend::Sqlite { .. } => {
+                unreachable!("Target::new keeps only the Redis backends")
             }
         }
     }
