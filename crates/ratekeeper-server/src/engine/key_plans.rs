@@ -110,13 +110,16 @@ pub(crate) enum Chosen {
 }
 
 impl PlanLimits {
+    /// The place of the plan `name` in `by_name`, if the limit has it.
+    fn position(&self, name: &[u8]) -> Option<usize> {
+        self.by_name
+            .binary_search_by(|(plan, _)| (**plan).cmp(name))
+            .ok()
+    }
+
     /// The plan of the request `source` gives, without counting anything.
     pub(crate) fn choose(&self, source: &dyn KeySource) -> Chosen {
-        let at = |name: &[u8]| {
-            self.by_name
-                .binary_search_by(|(plan, _)| (**plan).cmp(name))
-                .ok()
-        };
+        let at = |name: &[u8]| self.position(name);
         if let Some((table, parts)) = &self.table {
             // A key the table does not list, or a request without every
             // part of the key, is on the default plan; the table names
@@ -226,12 +229,9 @@ impl Engine {
         let Some(plans) = limit.plan_limits() else {
             return Some(Arc::clone(limit));
         };
-        match plans
-            .by_name
-            .binary_search_by(|(name, _)| (**name).cmp(plan.as_bytes()))
-        {
-            Ok(at) => plans.by_name[at].1.clone(),
-            Err(_) => Some(Arc::clone(limit)),
+        match plans.position(plan.as_bytes()) {
+            Some(at) => plans.by_name[at].1.clone(),
+            None => Some(Arc::clone(limit)),
         }
     }
 

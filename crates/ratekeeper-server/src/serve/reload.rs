@@ -472,4 +472,53 @@ mod tests {
         }
         assert_eq!(refused(), 1);
     }
+
+    /// A plan table (`plan_from = "table:PATH"`) is polled with the file:
+    /// an edit to it alone reloads, and an untouched one does not.
+    #[tokio::test]
+    async fn an_edited_plan_table_reloads_and_an_untouched_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = dir.path().join("keys.toml");
+        std::fs::write(&table, "\"alice\" = \"pro\"\n").unwrap();
+        let toml = format!(
+            "[[limits]]\nname = \"api\"\nrate = \"2/minute\"\nkey = [\"header:x-api-key\"]\n\
+             plan_from = \"table:{}\"\n[limits.plans]\npro = \"5/minute\"\n",
+            table.display()
+        );
+        let path = dir.path().join("ratekeeper.toml");
+        std::fs::write(&path, &toml).unwrap();
+        let config = Config::from_toml_str(&toml, "t.toml").unwrap();
+        let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000)));
+        let engine = Engine::builder(&config).clock(clock).start().await.unwrap();
+        let source = Source {
+            path: Some(path),
+            overrides: Vec::new(),
+            serves_proxy: false,
+        };
+        let mut reloader = Reloader::new(source, engine.clone());
+        let keys = || {
+            let limits = engine.limits();
+            match &limits
+                .get("api")
+                .unwrap()
+                .config()
+                .plans
+                .as_ref()
+                .unwrap()
+                .from
+            {
+                crate::config::PlanFrom::Table(table) => table.len(),
+                other => panic!("not a table: {other}"),
+            }
+        };
+        assert!(matches!(reloader.reload(false), Ok(Reloaded::Unchanged)));
+
+        std::fs::write(&table, "\"alice\" = \"pro\"\n\"bob\" = \"pro\"\n").unwrap();
+        assert!(matches!(
+            reloader.reload(false),
+            Ok(Reloaded::Applied { .. })
+        ));
+        assert_eq!(keys(), 2);
+        assert!(matches!(reloader.reload(false), Ok(Reloaded::Unchanged)));
+    }
 }

@@ -373,30 +373,42 @@ async fn readyz_tells_when_the_store_went_down_as_a_date_and_a_duration() {
     service.stop().await;
 }
 
-/// `[store] kind = "redis"` with `sentinels`: the service finds the
-/// primary through the Sentinels, follows a failover without a restart,
-/// and counts exactly across it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_service_follows_a_sentinel_failover() {
-    use ratekeeper_test_support::redis_sentinel::{SentinelSet, MASTER_NAME};
-    let Some(set) = tokio::task::spawn_blocking(SentinelSet::start)
-        .await
-        .unwrap()
-    else {
-        return;
-    };
+/// A service on the primary `set`'s Sentinels name, with `store` lines
+/// more, and one global fixed-window limit `shared` of `rate` (a window
+/// of 30 days: no test run crosses one).
+fn sentinel_config(
+    set: &ratekeeper_test_support::redis_sentinel::SentinelSet,
+    store: &str,
+    rate: &str,
+) -> String {
+    use ratekeeper_test_support::redis_sentinel::MASTER_NAME;
     let sentinels: Vec<String> = set
         .sentinel_urls()
         .iter()
         .map(|u| format!("{u:?}"))
         .collect();
     let timeout = timeout_line();
-    let toml = format!(
+    format!(
         "{LISTEN_ANY}\n[store]\nkind = \"redis\"\nsentinels = [{}]\nmaster_name = \"{MASTER_NAME}\"\n\
-         {timeout}\n[[limits]]\nname = \"shared\"\nrate = \"10 per 30d\"\npolicy = \"fixed_window\"\n\
+         {store}{timeout}\n[[limits]]\nname = \"shared\"\nrate = \"{rate}\"\npolicy = \"fixed_window\"\n\
          key = [\"global\"]\n",
         sentinels.join(", ")
-    );
+    )
+}
+
+/// `[store] kind = "redis"` with `sentinels`: the service finds the
+/// primary through the Sentinels, follows a failover without a restart,
+/// and counts exactly across it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_follows_a_sentinel_failover() {
+    use ratekeeper_test_support::redis_sentinel::SentinelSet;
+    let Some(set) = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let toml = sentinel_config(&set, "", "10 per 30d");
     let service = TestService::start(&toml).await;
     let check = || service.post("/v1/check", json!({"limits": ["shared"]}));
     for _ in 0..4 {
@@ -511,23 +523,12 @@ fn sentinels_that_cannot_be_used_are_refused() {
 /// A primary with `requirepass`, reached with `master_password`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_reaches_a_primary_with_a_password_through_sentinels() {
-    use ratekeeper_test_support::redis_sentinel::{SentinelSet, MASTER_NAME};
+    use ratekeeper_test_support::redis_sentinel::SentinelSet;
     let start = || SentinelSet::start_with_password("s3cret");
     let Some(set) = tokio::task::spawn_blocking(start).await.unwrap() else {
         return;
     };
-    let sentinels: Vec<String> = set
-        .sentinel_urls()
-        .iter()
-        .map(|u| format!("{u:?}"))
-        .collect();
-    let timeout = timeout_line();
-    let toml = format!(
-        "{LISTEN_ANY}\n[store]\nkind = \"redis\"\nsentinels = [{}]\nmaster_name = \"{MASTER_NAME}\"\n\
-         master_password = \"s3cret\"\n{timeout}\n[[limits]]\nname = \"shared\"\nrate = \"2 per 30d\"\n\
-         policy = \"fixed_window\"\nkey = [\"global\"]\n",
-        sentinels.join(", ")
-    );
+    let toml = sentinel_config(&set, "master_password = \"s3cret\"\n", "2 per 30d");
     let service = TestService::start(&toml).await;
     let mut allowed = Vec::new();
     for _ in 0..3 {
